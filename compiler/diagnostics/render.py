@@ -1,0 +1,132 @@
+"""Output formats for diagnostics: text (compiler style, with the source line), JSON and SARIF 2.1.0."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, Mapping
+
+from .model import Diagnostic, Severity
+from .rules import get_rule
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def summary_line(diags: list[Diagnostic]) -> str:
+    errors = sum(d.severity is Severity.ERROR for d in diags)
+    warnings = sum(d.severity is Severity.WARNING for d in diags)
+    if not errors and not warnings:
+        return "no problems found"
+    parts = []
+    if errors:
+        parts.append(f"{errors} error{'s' * (errors != 1)}")
+    if warnings:
+        parts.append(f"{warnings} warning{'s' * (warnings != 1)}")
+    return ", ".join(parts)
+
+
+def render_text(diags: list[Diagnostic], sources: Mapping[str, str], *, color: bool = False) -> str:
+    out: list[str] = []
+    for d in diags:
+        out.append(_text_one(d, sources.get(d.file), color))
+    return "\n".join(out)
+
+
+def _paint(text: str, code: str, color: bool) -> str:
+    return f"\x1b[{code}m{text}\x1b[0m" if color else text
+
+
+def _text_one(d: Diagnostic, source: str | None, color: bool) -> str:
+    sev_color = {"error": "1;31", "warning": "1;33", "note": "1;36"}[d.severity.value]
+    head = (f"{d.file}:{d.span.line}:{d.span.column}: "
+            f"{_paint(d.severity.value, sev_color, color)}: {d.message} [{d.code}]")
+    lines = [head]
+    if source is not None:
+        src_lines = source.splitlines()
+        if 0 < d.span.line <= len(src_lines):
+            text = src_lines[d.span.line - 1].replace("\t", " ")
+            gutter = f"{d.span.line:>5} | "
+            width = 1
+            if d.span.end_line == d.span.line and d.span.end_column and d.span.end_column > d.span.column:
+                width = d.span.end_column - d.span.column
+            width = max(1, min(width, len(text) - d.span.column + 1 if len(text) >= d.span.column else 1))
+            lines.append(gutter + text)
+            lines.append(" " * (len(gutter) - 2) + "| " + " " * (d.span.column - 1) + _paint("^" * width, sev_color, color))
+    for note in d.notes:
+        lines.append(f"  note: {note}")
+    if d.help:
+        lines.append(f"  help: {d.help}")
+    return "\n".join(lines)
+
+
+def diagnostic_dict(d: Diagnostic) -> dict:
+    return {
+        "code": d.code,
+        "severity": d.severity.value,
+        "message": d.message,
+        "file": d.file,
+        "line": d.span.line,
+        "column": d.span.column,
+        "end_line": d.span.end_line,
+        "end_column": d.span.end_column,
+        "help": d.help,
+        "notes": list(d.notes),
+    }
+
+
+def render_json(diags: list[Diagnostic]) -> str:
+    payload = {
+        "diagnostics": [diagnostic_dict(d) for d in diags],
+        "errors": sum(d.is_error for d in diags),
+        "warnings": sum(d.severity is Severity.WARNING for d in diags),
+    }
+    return json.dumps(payload, indent=2, sort_keys=True)
+
+
+def render_sarif(diags: list[Diagnostic], version: str) -> str:
+    codes = sorted({d.code for d in diags})
+    rules = []
+    for code in codes:
+        rule = get_rule(code)
+        doc = rule.doc() if rule else ""
+        first = doc.split("\n\n")[0].replace("\n", " ") if doc else code
+        rules.append({
+            "id": code,
+            "name": rule.name if rule else code,
+            "shortDescription": {"text": first},
+            "fullDescription": {"text": doc or first},
+            "help": {"text": f"{doc}\n\nRun `kiln explain {code}` for details."},
+            "defaultConfiguration": {"level": _level(rule.severity) if rule else "error"},
+        })
+    index = {c: i for i, c in enumerate(codes)}
+    results = []
+    for d in diags:
+        region = {"startLine": d.span.line, "startColumn": d.span.column}
+        if d.span.end_line:
+            region["endLine"] = d.span.end_line
+        if d.span.end_column:
+            region["endColumn"] = d.span.end_column
+        text = d.message + (f"\nhelp: {d.help}" if d.help else "")
+        results.append({
+            "ruleId": d.code,
+            "ruleIndex": index[d.code],
+            "level": _level(d.severity),
+            "message": {"text": text},
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": d.file.replace("\\", "/")},
+                                                "region": region}}],
+        })
+    doc = {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "kiln", "version": version, "rules": rules}},
+            "results": results,
+        }],
+    }
+    return json.dumps(doc, indent=2, sort_keys=True)
+
+
+def _level(sev: Severity) -> str:
+    return {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.NOTE: "note"}[sev]
+
+
+FORMATS: dict[str, Callable[..., str]] = {"text": render_text, "json": render_json, "sarif": render_sarif}

@@ -1,0 +1,71 @@
+"""Rule registry: every diagnostic code is a class whose docstring `kiln explain` prints.
+
+Codes are stable and grouped by family (the first digit):
+K0xx YAML, K1xx spec structure, K2xx MIG, K3xx precision x architecture, K4xx memory and capacity,
+K5xx clocks and power, K6xx kernels and runtime, K7xx parallelism, K8xx toolchain, K9xx references.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import ClassVar
+
+from .model import Severity
+
+FAMILIES: dict[str, str] = {
+    "K0": "YAML",
+    "K1": "spec structure",
+    "K2": "MIG",
+    "K3": "precision x architecture",
+    "K4": "memory and capacity",
+    "K5": "clocks and power",
+    "K6": "kernels and runtime",
+    "K7": "parallelism",
+    "K8": "toolchain",
+    "K9": "references and names",
+}
+
+_REGISTRY: dict[str, type["Rule"]] = {}
+
+
+class Rule:
+    """Base of every rule. Subclasses set `code`, `name` and `severity`; the docstring is the doc."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    severity: ClassVar[Severity] = Severity.ERROR
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        code = cls.__dict__.get("code")
+        if code is None:  # abstract intermediate class
+            return
+        if code in _REGISTRY and _REGISTRY[code] is not cls:
+            raise RuntimeError(f"diagnostic code {code} registered twice")
+        _REGISTRY[code] = cls
+
+    @classmethod
+    def family(cls) -> str:
+        return FAMILIES.get(cls.code[:2], "other")
+
+    @classmethod
+    def doc(cls) -> str:
+        return inspect.cleandoc(cls.__doc__ or "")
+
+
+def all_rules() -> list[type[Rule]]:
+    _load_rule_modules()
+    return [_REGISTRY[c] for c in sorted(_REGISTRY)]
+
+
+def get_rule(code: str) -> type[Rule] | None:
+    _load_rule_modules()
+    return _REGISTRY.get(code.upper())
+
+
+def _load_rule_modules() -> None:
+    # Importing the modules registers their rules; done lazily to keep imports acyclic.
+    from compiler.spec import rules as _spec_rules  # noqa: F401
+    from compiler.checks import all_checks
+
+    all_checks()

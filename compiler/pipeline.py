@@ -1,0 +1,52 @@
+"""The front half of the compiler: load -> parse -> resolve -> check, as one pure call per file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from compiler.diagnostics import Diagnostic, sort_diagnostics
+from compiler.spec.loader import Document, load_file
+from compiler.spec.models import Spec
+from compiler.spec.parse import parse_document
+
+
+@dataclass
+class Options:
+    """Inputs besides the spec that change what the checks see."""
+
+    gpu_profiles: Path | None = None  # captured `nvidia-smi mig -lgip` output replacing the catalog's profiles
+
+
+@dataclass
+class Validation:
+    file: str
+    document: Document | None
+    spec: Spec | None
+    resolved: object | None = None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.is_error for d in self.diagnostics)
+
+
+def validate_path(path: str | Path, options: Options | None = None, display: str | None = None) -> Validation:
+    options = options or Options()
+    shown = display or str(path)
+    loaded = load_file(path, shown)
+    result = Validation(shown, loaded.document, None, diagnostics=list(loaded.diagnostics))
+    if loaded.document is None:
+        result.diagnostics = sort_diagnostics(result.diagnostics)
+        return result
+    parsed = parse_document(loaded.document)
+    result.diagnostics.extend(parsed.diagnostics)
+    result.spec = parsed.spec
+    if parsed.spec is not None and not result.diagnostics:
+        from compiler.semantic import analyse  # the semantic half needs the catalogs; import lazily
+
+        resolved, diags = analyse(parsed.spec, loaded.document, Path(path).resolve().parent, options)
+        result.resolved = resolved
+        result.diagnostics.extend(diags)
+    result.diagnostics = sort_diagnostics(result.diagnostics)
+    return result

@@ -1,0 +1,494 @@
+"""Spec v1: the typed form of `kiln.yaml`.
+
+Field docstrings are the documentation: they flow into the JSON Schema (`kiln schema`) and from
+there into editors. Names follow TensorRT-LLM and nvidia-smi where those have a name for the thing.
+Only checks local to one section live here; checks against hardware facts live in `compiler.checks`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .types import (
+    DriverConstraint,
+    Digest,
+    HfRepo,
+    ModuleGlob,
+    Name,
+    PinnedImage,
+    RelPath,
+    Repository,
+    Revision,
+    Version,
+    one_or_many,
+    scalar_or_mapping,
+    value_error,
+)
+
+WeightFormat = Literal[
+    "bf16", "fp16", "fp8", "fp8_block", "fp8_rowwise", "mxfp8", "nvfp4", "mxfp4", "int8", "int4_awq", "int4_gptq"
+]
+ActivationFormat = Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "int8"]
+KvCacheFormat = Literal["auto", "bf16", "fp16", "fp8", "int8", "nvfp4"]
+UNQUANTIZED: frozenset[str] = frozenset({"bf16", "fp16"})
+
+
+class SpecModel(BaseModel):
+    # strict: YAML already has types; "4" is not 4. forbid: no key is ever silently ignored.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False,
+                              use_attribute_docstrings=True, validate_default=False)
+
+
+# --- toolchain --------------------------------------------------------------------------------
+
+class Toolchain(SpecModel):
+    """Pinned versions of the tools that produce and serve the artifacts. Every pin enters the
+    content key of the artifacts that depend on it."""
+
+    tensorrt_llm: Version
+    """TensorRT-LLM version used to build and serve, e.g. "1.2.1". The `engine` target needs <= 1.2.x."""
+
+    triton_image: PinnedImage
+    """Triton server image with the TensorRT-LLM backend, pinned by digest
+    (nvcr.io/nvidia/tritonserver:<tag>@sha256:<digest>)."""
+
+    modelopt: Version | None = None
+    """NVIDIA ModelOpt version used for post-training quantization (required when a model is quantized)."""
+
+
+# --- models -----------------------------------------------------------------------------------
+
+class Source(SpecModel):
+    """Where the model's weights come from: a Hugging Face repository pinned to a commit, or a local path."""
+
+    huggingface: HfRepo | None = None
+    """Hugging Face repository id (owner/name)."""
+
+    revision: Revision | None = None
+    """Full commit id of the Hugging Face repository (required with `huggingface`)."""
+
+    path: RelPath | None = None
+    """Local directory with config.json, tokenizer and safetensors weights, relative to the spec file."""
+
+    digest: Digest | None = None
+    """Expected digest of the weights directory; lets an offline build verify a local copy."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Source":
+        if (self.huggingface is None) == (self.path is None):
+            raise value_error("a model source needs exactly one of `huggingface` or `path`",
+                              help="source: {huggingface: owner/name, revision: <commit>} or source: {path: models/x}")
+        if self.huggingface is not None and self.revision is None:
+            raise value_error("`huggingface` sources must be pinned with `revision`",
+                              help="add `revision: <40-hex commit id>`; branches move, commits do not")
+        if self.path is not None and self.revision is not None:
+            raise value_error("`revision` applies only to `huggingface` sources", key="revision")
+        return self
+
+
+class ArchitectureFile(SpecModel):
+    """Read the architecture from a Hugging Face config.json."""
+
+    config: RelPath
+    """Path of the model's config.json, relative to the spec file."""
+
+
+class Override(SpecModel):
+    """Quantization settings for the modules whose names match a pattern (last match wins)."""
+
+    match: ModuleGlob
+    """Glob over module names, e.g. "*mlp.gate" (MoE routers) or "model.layers.0.*"."""
+
+    weights: WeightFormat | None = None
+    """Weight format for the matched modules; bf16/fp16 keep them unquantized."""
+
+    block_size: Annotated[int, Field(ge=8, le=512)] | None = None
+    """Block (group) size for block-scaled formats, e.g. 16 for NVFP4 MoE gates."""
+
+    @model_validator(mode="after")
+    def _does_something(self) -> "Override":
+        if self.weights is None and self.block_size is None:
+            raise value_error("an override must set `weights` or `block_size`",
+                              help="without either it would match modules and change nothing")
+        return self
+
+
+class Calibration(SpecModel):
+    """Calibration data for post-training quantization. Its digest enters the checkpoint's content key,
+    so changing the data rebuilds exactly the checkpoints calibrated on it."""
+
+    data: RelPath
+    """Local JSONL (one {"text": ...} per line) or plain-text file, relative to the spec file.
+    Use data from the serving domain: code models calibrate on code."""
+
+    samples: Annotated[int, Field(ge=1, le=1_000_000)] = 512
+    """Number of calibration samples (ModelOpt/quantize.py default: 512)."""
+
+    max_seq_len: Annotated[int, Field(ge=1, le=1_048_576)] = 512
+    """Tokens per calibration sample (quantize.py `--calib_max_seq_length`, default 512)."""
+
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 1234
+    """Seed for sample selection; fixed so that the same inputs give the same checkpoint."""
+
+    batch_size: Annotated[int, Field(ge=1, le=1024)] = 1
+    """Calibration batch size."""
+
+
+class QualityGate(SpecModel):
+    """Accuracy gate: the build evaluates the unquantized and the quantized model and fails when the
+    regression is larger than allowed. Both figures go into the release manifest."""
+
+    eval: RelPath
+    """Evaluation set (JSONL or text), relative to the spec file."""
+
+    metric: Literal["perplexity", "exact_match"] = "perplexity"
+    """Metric: perplexity (lower is better) or exact match on short prompts (higher is better)."""
+
+    max_regression_pct: Annotated[float, Field(gt=0, le=100)]
+    """Largest allowed regression, in percent of the unquantized figure."""
+
+    samples: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    """Evaluate on the first N samples only (default: all)."""
+
+
+class Quantization(SpecModel):
+    """Post-training quantization with NVIDIA ModelOpt. Leaving `weights` at bf16/fp16 means no quantization."""
+
+    weights: WeightFormat = "bf16"
+    """Weight format: bf16/fp16 (unquantized), fp8 (per-tensor), fp8_block, fp8_rowwise, mxfp8, nvfp4,
+    mxfp4, int8 (SmoothQuant with int8 activations, or weight-only), int4_awq, int4_gptq."""
+
+    activations: ActivationFormat | None = None
+    """Activation format. Default follows the weights (fp8 -> fp8, nvfp4 -> nvfp4, int4_awq -> bf16 i.e. W4A16).
+    int4_awq with fp8 activations is W4A8 AWQ; int8 with int8 activations is SmoothQuant."""
+
+    kv_cache: KvCacheFormat = "auto"
+    """KV-cache format: auto (the model dtype), fp8, int8 or nvfp4 (nvfp4 requires a quality gate)."""
+
+    block_size: Annotated[int, Field(ge=8, le=512)] | None = None
+    """Block (group) size for block-scaled and group-wise formats (nvfp4: 16, int4_awq: 128 by default)."""
+
+    exclude: list[ModuleGlob] = Field(default_factory=lambda: ["lm_head"])
+    """Module-name patterns kept unquantized (default: lm_head, as ModelOpt does)."""
+
+    overrides: list[Override] = Field(default_factory=list)
+    """Per-module settings by name pattern, applied in order (last match wins)."""
+
+    calibration: Calibration | None = None
+    """Calibration data; required for formats that need activation statistics (fp8, nvfp4, int8, AWQ, ...)."""
+
+    quality_gate: QualityGate | None = None
+    """Accuracy gate on the quantized checkpoint."""
+
+    @property
+    def quantized(self) -> bool:
+        return self.weights not in UNQUANTIZED or self.kv_cache not in ("auto", "bf16", "fp16")
+
+
+class Parallelism(SpecModel):
+    """How one serving unit splits the model across GPUs."""
+
+    tp: Annotated[int, Field(ge=1, le=64)] = 1
+    """Tensor parallelism (TensorRT-LLM tensor_parallel_size). Must equal the GPUs of the assignment / pp."""
+
+    pp: Annotated[int, Field(ge=1, le=64)] = 1
+    """Pipeline parallelism (pipeline_parallel_size)."""
+
+    ep: Annotated[int, Field(ge=1, le=256)] = 1
+    """Expert parallelism for MoE models (moe_expert_parallel_size); must divide tp*pp."""
+
+
+class Limits(SpecModel):
+    """Build-time limits. For the engine target they are baked into the engine; for llmapi they go to
+    the LLM-API options. Kiln's defaults are explicit (TensorRT-LLM's own max_batch_size default is 2048)."""
+
+    max_batch_size: Annotated[int, Field(ge=1, le=65536)] = 64
+    """Largest number of sequences scheduled together."""
+
+    max_input_len: Annotated[int, Field(ge=1, le=4_194_304)] = 1024
+    """Longest prompt in tokens."""
+
+    max_seq_len: Annotated[int, Field(ge=1, le=4_194_304)] = 2048
+    """Longest sequence (prompt + output) in tokens; the KV cache is sized for it."""
+
+    max_num_tokens: Annotated[int, Field(ge=1, le=4_194_304)] = 8192
+    """Most tokens in one forward pass (TensorRT-LLM default 8192)."""
+
+    max_beam_width: Annotated[int, Field(ge=1, le=64)] = 1
+    """Beam width; 1 disables beam search."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Limits":
+        if self.max_input_len > self.max_seq_len:
+            raise value_error(f"max_input_len ({self.max_input_len}) is larger than max_seq_len ({self.max_seq_len})",
+                              help="max_seq_len counts prompt and output tokens; raise it or lower max_input_len",
+                              key="max_input_len")
+        return self
+
+
+class Kernels(SpecModel):
+    """Kernel choices. Names are validated here because TensorRT-LLM silently replaces unknown ones."""
+
+    attention: Literal["trtllm", "vanilla", "flashinfer", "flashinfer_star_attention"] = "trtllm"
+    """Attention backend (TorchLlmArgs.attn_backend)."""
+
+    fp8_context_fmha: bool | None = None
+    """FP8 context-phase fused attention; applies only to fp8, w4a8 and nvfp4 checkpoints."""
+
+    moe: Literal["cutlass", "cutedsl", "wideep", "trtllm", "deepgemm", "vanilla", "triton"] | None = None
+    """MoE kernel backend (MoeConfig.backend); only for MoE models. Default: cutlass."""
+
+
+class Runtime(SpecModel):
+    """Runtime options passed to the LLM API."""
+
+    kv_cache_memory_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
+    """Fraction of the GPU memory left after weights and activations that the KV cache takes
+    (KvCacheConfig.free_gpu_memory_fraction, default 0.9)."""
+
+    scheduler: Literal["guaranteed_no_evict", "max_utilization", "static_batch"] = "guaranteed_no_evict"
+    """Capacity scheduler policy."""
+
+    chunked_prefill: bool = False
+    """Split long prompts into chunks of max_num_tokens (enable_chunked_prefill)."""
+
+    block_reuse: bool = True
+    """Reuse KV-cache blocks across requests with a shared prefix (KvCacheConfig.enable_block_reuse)."""
+
+    tokens_per_block: Literal[8, 16, 32, 64, 128] = 32
+    """Tokens per KV-cache page."""
+
+    cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=65536)]] | None = None
+    """Batch sizes captured as CUDA graphs (CudaGraphConfig.batch_sizes); each must be <= max_batch_size."""
+
+    @model_validator(mode="after")
+    def _graphs(self) -> "Runtime":
+        sizes = self.cuda_graph_batch_sizes
+        if sizes is not None and len(set(sizes)) != len(sizes):
+            raise value_error("cuda_graph_batch_sizes lists a size twice", key="cuda_graph_batch_sizes")
+        return self
+
+
+class Ports(SpecModel):
+    """Triton server ports of a serving container."""
+
+    http: Annotated[int, Field(ge=1, le=65535)] = 8000
+    """HTTP/REST port."""
+
+    grpc: Annotated[int, Field(ge=1, le=65535)] = 8001
+    """gRPC port."""
+
+    metrics: Annotated[int, Field(ge=1, le=65535)] = 8002
+    """Prometheus metrics port."""
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "Ports":
+        if len({self.http, self.grpc, self.metrics}) != 3:
+            raise value_error("http, grpc and metrics ports must differ")
+        return self
+
+
+class Serving(SpecModel):
+    """Triton-side settings. They bound Triton's own queue; build-time limits live in `limits`."""
+
+    max_queue_delay_us: Annotated[int, Field(ge=0, le=60_000_000)] = 0
+    """How long Triton's dynamic batcher may hold a request to form a batch (microseconds)."""
+
+    max_queue_size: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    """Admission control: requests beyond this many queued are rejected at once (default: unbounded)."""
+
+    queue_timeout_ms: Annotated[int, Field(ge=1, le=3_600_000)] | None = None
+    """Admission control: a request queued longer than this is rejected instead of waiting on."""
+
+    streaming: bool = False
+    """Stream tokens as they are generated (decoupled transaction policy)."""
+
+    instances: Annotated[int, Field(ge=1, le=64)] = 1
+    """Triton model instances per serving unit."""
+
+    ports: Ports = Field(default_factory=Ports)
+    """Ports of the serving container."""
+
+
+class Model(SpecModel):
+    """One model to serve."""
+
+    source: Source
+    """Where the weights come from."""
+
+    architecture: scalar_or_mapping(str, ArchitectureFile,  # type: ignore[valid-type]
+                                    description="Catalog architecture name (see `kiln catalog --models`) or "
+                                                "{config: path/to/config.json}. Default: the config.json in a "
+                                                "local source.") | None = None
+
+    dtype: Literal["bf16", "fp16"] = "bf16"
+    """Compute dtype of the unquantized parts."""
+
+    quantization: Quantization = Field(default_factory=Quantization)
+    """Quantization recipe."""
+
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    """Parallelism inside one serving unit."""
+
+    limits: Limits = Field(default_factory=Limits)
+    """Build-time limits."""
+
+    kernels: Kernels = Field(default_factory=Kernels)
+    """Kernel backends."""
+
+    runtime: Runtime = Field(default_factory=Runtime)
+    """Runtime options."""
+
+    serving: Serving = Field(default_factory=Serving)
+    """Triton serving options."""
+
+
+# --- hosts ------------------------------------------------------------------------------------
+
+class Clocks(SpecModel):
+    """Locked clocks (`nvidia-smi -lgc` / `-lmc`) for a physical GPU. Shared by all its MIG instances."""
+
+    graphics_mhz: one_or_many(Annotated[int, Field(ge=1, le=10000)],  # type: ignore[valid-type]
+                              description="Locked graphics clock in MHz, or [min, max] for a range.")
+    memory_mhz: Annotated[int, Field(ge=1, le=40000)] | None = None
+    """Locked memory clock in MHz (Ampere or later)."""
+
+
+class ApplicationClocks(SpecModel):
+    """Application clocks (`nvidia-smi -ac <memory,graphics>`); an alternative to locked clocks."""
+
+    memory_mhz: Annotated[int, Field(ge=1, le=40000)]
+    """Memory clock in MHz (given first to nvidia-smi -ac)."""
+
+    graphics_mhz: Annotated[int, Field(ge=1, le=10000)]
+    """Graphics clock in MHz."""
+
+
+class MigInstance(SpecModel):
+    """One MIG GPU instance and the model it serves."""
+
+    profile: str
+    """GPU-instance profile name as `nvidia-smi mig -lgip` prints it, e.g. 3g.40gb or 1g.10gb+me."""
+
+    serves: Name
+    """Name of the model (under `models`) this instance serves."""
+
+    placement: Annotated[int, Field(ge=0, le=7)] | None = None
+    """Pin the start slot (`-cgi <id>:<start>`); by default Kiln finds a placement that fits."""
+
+
+class GpuAssignment(SpecModel):
+    """What some GPUs of a host do: serve one model as a whole (a tensor-parallel group when several
+    indexes are listed), or be split by MIG (the same layout on each listed GPU)."""
+
+    index: one_or_many(Annotated[int, Field(ge=0, le=63)],  # type: ignore[valid-type]
+                       description="GPU index, or a list of indexes (nvidia-smi -i).")
+    serves: Name | None = None
+    """Model served by these whole GPUs; several indexes form one tensor-parallel group."""
+
+    mig: Annotated[list[MigInstance], Field(min_length=1)] | None = None
+    """MIG layout applied to each listed GPU."""
+
+    clocks: Clocks | None = None
+    """Per-GPU clock locks, overriding the host's."""
+
+    power_limit_w: Annotated[int, Field(ge=1, le=5000)] | None = None
+    """Per-GPU power limit in watts, overriding the host's."""
+
+    @model_validator(mode="after")
+    def _one_role(self) -> "GpuAssignment":
+        if (self.serves is None) == (self.mig is None):
+            raise value_error("a `gpus` entry needs exactly one of `serves` (whole GPUs) or `mig` (a MIG layout)")
+        return self
+
+    @property
+    def indexes(self) -> list[int]:
+        return list(self.index) if isinstance(self.index, list) else [self.index]
+
+
+class Host(SpecModel):
+    """A GPU server (or a class of identical servers) and what each of its GPUs does."""
+
+    gpu: str
+    """GPU model from the catalog, e.g. H100-SXM5-80GB or B200-180GB (see `kiln catalog`)."""
+
+    count: Annotated[int, Field(ge=1, le=64)]
+    """Number of GPUs in the host."""
+
+    driver: DriverConstraint | None = None
+    """NVIDIA driver constraint, e.g. ">=580.82.07"; checked against the GPU's MIG minimum and at provisioning."""
+
+    persistence: bool = True
+    """Enable persistence mode (`nvidia-smi -pm 1`)."""
+
+    clocks: Clocks | None = None
+    """Locked clocks applied to every GPU of the host."""
+
+    application_clocks: ApplicationClocks | None = None
+    """Application clocks applied to every GPU (instead of locked clocks)."""
+
+    power_limit_w: Annotated[int, Field(ge=1, le=5000)] | None = None
+    """Power limit in watts for every GPU (`nvidia-smi -pl`)."""
+
+    price_per_gpu_hour: Annotated[float, Field(ge=0, le=10_000)] | None = None
+    """Price of one GPU-hour in your currency; enables cost per million tokens in the capacity report."""
+
+    gpus: list[GpuAssignment] = Field(default_factory=list)
+    """Assignments of GPUs to models; GPUs not listed stay idle."""
+
+    @model_validator(mode="after")
+    def _one_clock_kind(self) -> "Host":
+        if self.clocks is not None and self.application_clocks is not None:
+            raise value_error("set either `clocks` (locked) or `application_clocks`, not both",
+                              help="locked clocks override application clocks on the GPU", key="application_clocks")
+        return self
+
+
+# --- outputs ----------------------------------------------------------------------------------
+
+class Image(SpecModel):
+    """The serving container image built from the spec."""
+
+    repository: Repository
+    """Repository the image is pushed to (tags are content digests)."""
+
+    base: PinnedImage | None = None
+    """Base image override, pinned by digest (default: toolchain.triton_image)."""
+
+
+class Publish(SpecModel):
+    """Where `kiln publish` pushes artifacts (as OCI artifacts) and the release manifest."""
+
+    registry: Repository
+    """OCI registry and namespace, e.g. registry.example.com/inference."""
+
+
+class Spec(SpecModel):
+    """A Kiln deployment spec (kiln.yaml)."""
+
+    kiln: Literal["v1"]
+    """Spec format version."""
+
+    name: Name
+    """Name of the deployment; prefixes artifact names."""
+
+    target: Literal["llmapi", "engine"] = "llmapi"
+    """Serving target: llmapi (TensorRT-LLM PyTorch backend, quantized HF checkpoint + LLM-API options) or
+    engine (legacy TensorRT engines with the inflight_batcher_llm ensemble; TensorRT-LLM <= 1.2.x)."""
+
+    toolchain: Toolchain
+    """Pinned tool versions."""
+
+    models: Annotated[dict[Name, Model], Field(min_length=1)]  # type: ignore[valid-type]
+    """Models by name."""
+
+    hosts: dict[Name, Host] = Field(default_factory=dict)  # type: ignore[valid-type]
+    """Hosts by name."""
+
+    image: Image | None = None
+    """Serving image (required to build images)."""
+
+    publish: Publish | None = None
+    """Publishing target."""
