@@ -54,7 +54,7 @@ Digest = formatted(DIGEST_RE, "a sha256 digest", "sha256:" + "0" * 64)
 _REPO = r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
 PINNED_IMAGE_RE = _REPO + r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?@" + DIGEST_RE
 PinnedImage = formatted(PINNED_IMAGE_RE, "an image reference pinned by digest (repository[:tag]@sha256:...)",
-                        "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3@sha256:" + "0" * 64)
+                        "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3@sha256:" + "0" * 64)
 REPOSITORY_RE = _REPO
 Repository = formatted(REPOSITORY_RE, "an image repository without tag or digest", "registry.example.com/team/app")
 

@@ -1,0 +1,180 @@
+"""K9xx: names and files the spec refers to: GPUs, architectures, models, data files, GPU indexes, ports."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from compiler.diagnostics import Diagnostic, Rule, Severity
+
+from .base import Check, CheckContext
+
+PORT_STRIDE = 3  # replica n of a model on one host uses its base ports + 3*n
+
+
+def unit_ports(ports, replica: int) -> dict[str, int]:
+    """The ports one serving unit listens on (see PortConflict)."""
+    off = PORT_STRIDE * replica
+    return {"http": ports.http + off, "grpc": ports.grpc + off, "metrics": ports.metrics + off}
+
+
+class UnknownGpu(Rule):
+    """A host names a GPU model that is not in the catalog.
+
+    Kiln checks MIG profiles, clocks, precision support and memory against the catalog entry, so
+    the GPU must be one it knows. `kiln catalog` lists them (aliases such as `H100` resolve to the
+    SXM5 80GB part).
+    """
+
+    code = "K901"
+    name = "unknown-gpu"
+
+
+class UnknownArchitecture(Rule):
+    """A model's architecture cannot be determined.
+
+    Give a catalog name (`kiln catalog --models`), or `{config: path/to/config.json}`; a local
+    source's own config.json is used when neither is given. Validation never downloads weights,
+    so a Hugging Face source needs one of the two.
+    """
+
+    code = "K902"
+    name = "unknown-architecture"
+
+
+class ArchitectureConfigInvalid(Rule):
+    """The model's config.json is missing, not JSON, or lacks a field the capacity planner needs."""
+
+    code = "K903"
+    name = "architecture-config-invalid"
+
+
+class GpuProfilesInvalid(Rule):
+    """The file given with `--gpu-profiles` cannot be read or is not `nvidia-smi mig -lgip` output."""
+
+    code = "K910"
+    name = "gpu-profiles-invalid"
+
+
+class UnknownModel(Check):
+    """A GPU or MIG instance `serves` a model that the spec does not define under `models`."""
+
+    code = "K904"
+    name = "unknown-model"
+    order = 10
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        known = sorted(ctx.spec.models)
+        for unit in ctx.resolved.units:
+            if unit.model not in ctx.spec.models:
+                yield ctx.diag(self, unit.path + ("serves",), f"`serves: {unit.model}` names no model in `models`",
+                               help=_choices(unit.model, known))
+
+
+class MissingFile(Check):
+    """A file or directory the spec names does not exist (paths are relative to the spec file).
+
+    Calibration data, evaluation sets and local model directories are inputs of the build; their
+    content digests enter the artifacts' keys, so they must exist when the spec is validated.
+    """
+
+    code = "K905"
+    name = "missing-file"
+    order = 10
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m in ctx.spec.models.items():
+            base = ("models", name)
+            if m.source.path is not None and not (ctx.base_dir / m.source.path).is_dir():
+                yield ctx.diag(self, base + ("source", "path"), f"model directory {m.source.path!r} does not exist")
+            q = m.quantization
+            if q.calibration is not None and not (ctx.base_dir / q.calibration.data).is_file():
+                yield ctx.diag(self, base + ("quantization", "calibration", "data"),
+                               f"calibration data {q.calibration.data!r} does not exist")
+            if q.quality_gate is not None and not (ctx.base_dir / q.quality_gate.eval).is_file():
+                yield ctx.diag(self, base + ("quantization", "quality_gate", "eval"),
+                               f"evaluation set {q.quality_gate.eval!r} does not exist")
+
+
+class GpuIndexInvalid(Check):
+    """A GPU index is outside the host's `count`, or two `gpus` entries claim the same GPU."""
+
+    code = "K906"
+    name = "gpu-index-invalid"
+    order = 10
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for hname, host in ctx.spec.hosts.items():
+            owner: dict[int, int] = {}
+            for a_idx, a in enumerate(host.gpus):
+                for pos, g in enumerate(a.indexes):
+                    path = ("hosts", hname, "gpus", a_idx, "index") + ((pos,) if isinstance(a.index, list) else ())
+                    if g >= host.count:
+                        yield ctx.diag(self, path, f"GPU index {g} is out of range: host {hname!r} has "
+                                                   f"{host.count} GPU{'s' * (host.count != 1)} (0-{host.count - 1})")
+                    elif g in owner:
+                        which = "this entry" if owner[g] == a_idx else f"gpus[{owner[g]}]"
+                        yield ctx.diag(self, path, f"GPU {g} of host {hname!r} is already assigned by {which}",
+                                       help="each physical GPU serves one whole-GPU assignment or one MIG layout")
+                    else:
+                        owner[g] = a_idx
+
+
+class ModelNotServed(Check):
+    """A model is defined but no host serves it.
+
+    Its artifacts would still be built (a quantized checkpoint costs GPU-hours) without being
+    deployed anywhere. Remove it, or assign it to a GPU or MIG instance.
+    """
+
+    code = "K907"
+    name = "model-not-served"
+    severity = Severity.WARNING
+    order = 10
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if not ctx.spec.hosts:
+            return  # a spec without hosts only builds artifacts (the CPU quickstart style)
+        served = {u.model for u in ctx.resolved.units}
+        for name in ctx.spec.models:
+            if name not in served:
+                yield ctx.diag(self, ("models", name), f"model {name!r} is not served by any host", key=True,
+                               help="assign it with `serves:` on a host's `gpus` entry or MIG instance")
+
+
+class PortConflict(Check):
+    """Two serving containers on one host would listen on the same port.
+
+    Each serving unit (a MIG instance, a GPU or a tensor-parallel group) runs its own Triton
+    container on the host network. The n-th replica of a model on a host (counting from 0 in GPU
+    order) listens on its `serving.ports` plus 3*n, so replicas never collide with each other; the
+    ports of different models on one host must not overlap after that offset.
+    """
+
+    code = "K908"
+    name = "port-conflict"
+    order = 20
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for hname in ctx.spec.hosts:
+            units = [u for u in ctx.resolved.units if u.host == hname and u.model in ctx.spec.models]
+            seen: dict[int, str] = {}
+            reported: set[tuple[str, int]] = set()
+            for u in units:
+                ports = unit_ports(ctx.spec.models[u.model].serving.ports, u.replica)
+                for kind, port in ports.items():
+                    if port in seen and seen[port] != u.id and (u.model, port) not in reported:
+                        reported.add((u.model, port))
+                        yield ctx.diag(self, u.path + ("serves",),
+                                       f"port {port} ({kind}) of {u.id} (model {u.model!r}) is already used by "
+                                       f"{seen[port]} on host {hname!r}",
+                                       help=f"give model {u.model!r} distinct `serving.ports`; one container runs "
+                                            "per serving unit")
+                    seen.setdefault(port, u.id)
+
+
+def _choices(value: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(value, known, n=1)
+    return (f"did you mean {close[0]!r}? " if close else "") + "models: " + ", ".join(known)
+

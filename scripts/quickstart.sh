@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Kiln's main job on the quickstart example, from a fresh machine: install, validate, show the plan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install.sh
+kiln validate examples/quickstart/kiln.yaml
+kiln plan examples/quickstart/kiln.yaml

@@ -1,0 +1,99 @@
+"""Inline expectations for spec test cases (mypy-style).
+
+A case is a spec file whose comments say which diagnostics it must produce:
+
+    limits: {max_batch_szie: 8}   # expect: K101:14
+
+means "a K101 at this line, column 14". Several per line are separated by commas. A diagnostic on
+a line that cannot carry a comment is written anywhere as `# expect[LINE]: CODE:COL`.
+A warning is written with a `W` suffix on the code (`K512W:5`) so that severities are pinned too.
+A header line `# kiln-options: --gpu-profiles FILE` passes options (paths relative to the case).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from compiler.diagnostics import Diagnostic, Severity
+
+_INLINE = re.compile(r"\s*#\s*expect:\s*(?P<items>[^#]*?)\s*$")
+_EXPLICIT = re.compile(r"^#\s*expect\[(?P<line>\d+)\]:\s*(?P<items>.*?)\s*$")
+_OPTIONS = re.compile(r"^#\s*kiln-options:\s*(?P<opts>.*?)\s*$")
+_ITEM = re.compile(r"^(?P<code>K\d{3})(?P<warn>W?):(?P<col>\d+)$")
+
+
+@dataclass(frozen=True, order=True)
+class Expected:
+    line: int
+    column: int
+    code: str
+    warning: bool = False
+
+    def render(self) -> str:
+        return f"{self.code}{'W' if self.warning else ''}:{self.column}"
+
+
+def parse_expectations(text: str) -> set[Expected]:
+    out: set[Expected] = set()
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        m = _EXPLICIT.match(line.strip())
+        if m:
+            out |= _items(m.group("items"), int(m.group("line")))
+            continue
+        m = _INLINE.search(line)
+        if m:
+            out |= _items(m.group("items"), lineno)
+    return out
+
+
+def parse_options(text: str) -> list[str]:
+    for line in text.splitlines():
+        m = _OPTIONS.match(line.strip())
+        if m:
+            return m.group("opts").split()
+    return []
+
+
+def _items(items: str, line: int) -> set[Expected]:
+    out = set()
+    for raw in filter(None, (s.strip() for s in items.split(","))):
+        m = _ITEM.match(raw)
+        if not m:
+            raise ValueError(f"line {line}: bad expectation {raw!r} (want CODE:COL or CODEW:COL)")
+        out.add(Expected(line, int(m.group("col")), m.group("code"), bool(m.group("warn"))))
+    return out
+
+
+def actual(diags: list[Diagnostic]) -> set[Expected]:
+    return {Expected(d.span.line, d.span.column, d.code, d.severity is Severity.WARNING)
+            for d in diags if d.severity in (Severity.ERROR, Severity.WARNING)}
+
+
+def rewrite(text: str, found: set[Expected]) -> str:
+    """The case text with its expectations replaced by `found` (the update flag)."""
+    lines = text.splitlines()
+    kept: list[str] = []
+    for line in lines:
+        if _EXPLICIT.match(line.strip()):
+            continue
+        kept.append(_INLINE.sub("", line))
+    by_line: dict[int, list[Expected]] = {}
+    for e in sorted(found):
+        by_line.setdefault(e.line, []).append(e)
+    explicit: list[str] = []
+    for line_no, items in sorted(by_line.items()):
+        rendered = ", ".join(i.render() for i in items)
+        idx = line_no - 1
+        if 0 <= idx < len(kept) and kept[idx].strip() and not kept[idx].lstrip().startswith("#"):
+            kept[idx] = f"{kept[idx]}  # expect: {rendered}"
+        else:
+            explicit.append(f"# expect[{line_no}]: {rendered}")
+    # Explicit expectations go at the end, where they cannot move the lines they point at.
+    result = kept + explicit
+    return "\n".join(result) + "\n"
+
+
+def case_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.yaml") if p.is_file())
