@@ -6,7 +6,7 @@ from compiler.diagnostics import Diagnostic
 
 from .base import Check, CheckContext
 
-_FAMILY_MODULES: tuple[str, ...] = ("refs",)
+_FAMILY_MODULES: tuple[str, ...] = ("refs", "mig", "memory")
 
 
 def all_checks() -> list[type[Check]]:

@@ -1,0 +1,159 @@
+"""The packaged GPU catalog (``data/gpus.json``) as typed ``GpuSpec`` objects."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import re
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Iterator, Mapping
+
+from .lgip import profiles_from_lgip
+from .types import GpuSpec, MigGeometry, MigProfile
+
+__all__ = ["GpuCatalog", "load_gpu_catalog", "gpu_from_lgip", "describe_source"]
+
+
+def _norm(name: str) -> str:
+    # "h100 sxm5_80gb" and "H100-SXM5-80GB" are the same request
+    return re.sub(r"[\s_]+", "-", name.strip()).lower()
+
+
+def _profile(d: Mapping[str, Any]) -> MigProfile:
+    return MigProfile(
+        name=d["name"], id=d["id"], compute_slices=d["compute_slices"], memory_slices=d["memory_slices"],
+        memory_gb=d["memory_gb"], max_count=d["max_count"], placements=tuple(d["placements"]),
+        placement_size=d["placement_size"], attributes=tuple(d.get("attributes", ())), sm=d.get("sm"),
+        memory_mib=d.get("memory_mib"), id_status=d["id_status"], placement_status=d["placement_status"],
+        sm_status=d["sm_status"],
+    )
+
+
+def _gpu(name: str, d: Mapping[str, Any]) -> GpuSpec:
+    m = d["mig"]
+    mig = MigGeometry(
+        supported=m["supported"], max_instances=m.get("max_instances", 0),
+        compute_slices=m.get("compute_slices", 0), memory_slices=m.get("memory_slices", 0),
+        min_driver=m.get("min_driver"), profiles=tuple(_profile(p) for p in m.get("profiles", ())),
+    )
+    return GpuSpec(
+        name=name, arch=d["arch"], compute_capability=tuple(d["compute_capability"]), sms=d["sms"],
+        memory_gb=d["memory_gb"], memory_mib=d["memory_mib"], bandwidth_tbps=d["bandwidth_tbps"],
+        tflops=dict(d["tflops"]), graphics_mhz=tuple(d["graphics_mhz"]), memory_mhz=tuple(d["memory_mhz"]),
+        power_w=tuple(d["power_w"]), tdp_w=d["tdp_w"], nvlink_gbps=d["nvlink_gbps"],
+        pci_device_id=d["pci_device_id"], min_driver=d["min_driver"], mig=mig,
+        status=dict(d["status"]), sources=tuple(d["sources"]),
+    )
+
+
+def describe_source(entry: Mapping[str, Any]) -> str:
+    url, desc = entry.get("url"), entry.get("description", "")
+    return f"{url} ({desc})" if url and desc else (url or desc)
+
+
+class GpuCatalog:
+    """GPUs by catalog key, with aliases and close-match suggestions."""
+
+    def __init__(self, gpus: Mapping[str, GpuSpec], aliases: Mapping[str, str] | None = None,
+                 sources: Mapping[str, Mapping[str, Any]] | None = None,
+                 notes: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        self._gpus = dict(gpus)
+        self._aliases = dict(aliases or {})
+        self._sources = dict(sources or {})
+        self._notes = dict(notes or {})
+        self._index: dict[str, str] = {}
+        for key in self._gpus:
+            self._index[_norm(key)] = key
+        for alias, target in self._aliases.items():
+            if target not in self._gpus:
+                raise ValueError(f"alias {alias!r} points at unknown GPU {target!r}")
+            prior = self._index.setdefault(_norm(alias), target)
+            if prior != target:
+                raise ValueError(f"alias {alias!r} is ambiguous ({prior} vs {target})")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "GpuCatalog":
+        gpus = {k: _gpu(k, v) for k, v in data["gpus"].items()}
+        notes = {k: tuple(v.get("notes", ())) for k, v in data["gpus"].items()}
+        return cls(gpus, data.get("aliases", {}), data.get("sources", {}), notes)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._gpus)
+
+    @property
+    def aliases(self) -> dict[str, str]:
+        return dict(self._aliases)
+
+    def resolve_name(self, name: str) -> str | None:
+        if not isinstance(name, str):
+            return None
+        if name in self._gpus:
+            return name
+        return self._aliases.get(name) or self._index.get(_norm(name))
+
+    def get(self, name: str) -> GpuSpec | None:
+        key = self.resolve_name(name)
+        return self._gpus[key] if key else None
+
+    def __getitem__(self, name: str) -> GpuSpec:
+        spec = self.get(name)
+        if spec is None:
+            hint = self.suggest(name)
+            raise KeyError(f"unknown GPU {name!r}" + (f"; did you mean {', '.join(hint)}?" if hint else ""))
+        return spec
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.resolve_name(name) is not None
+
+    def __iter__(self) -> Iterator[GpuSpec]:
+        return iter(self._gpus.values())
+
+    def __len__(self) -> int:
+        return len(self._gpus)
+
+    def suggest(self, name: str, n: int = 3) -> list[str]:
+        """Catalog keys close to ``name`` (aliases count, but keys are returned)."""
+        if not isinstance(name, str) or not name.strip():
+            return []
+        hits = difflib.get_close_matches(_norm(name), list(self._index), n=n * 3, cutoff=0.6)
+        out: list[str] = []
+        for h in hits:
+            key = self._index[h]
+            if key not in out:
+                out.append(key)
+        return out[:n]
+
+    def notes(self, name: str) -> tuple[str, ...]:
+        key = self.resolve_name(name)
+        return self._notes.get(key, ()) if key else ()
+
+    def source(self, key: str) -> str:
+        """`url (description)` for a source key; KeyError if unknown."""
+        return describe_source(self._sources[key])
+
+    @property
+    def source_keys(self) -> list[str]:
+        return list(self._sources)
+
+
+@lru_cache(maxsize=1)
+def load_gpu_catalog() -> GpuCatalog:
+    text = (resources.files("compiler.catalog") / "data" / "gpus.json").read_text(encoding="utf-8")
+    return GpuCatalog.from_dict(json.loads(text))
+
+
+def gpu_from_lgip(text: str, base: GpuSpec, lgipp: str | None = None) -> GpuSpec:
+    """``base`` with MIG profiles taken from a captured `nvidia-smi mig -lgip` (and optional `-lgipp`).
+
+    Raises LgipParseError on a malformed capture.
+    """
+    profiles = profiles_from_lgip(text, base, lgipp)
+    mig = base.mig
+    if not mig.supported:
+        slots = max(p.placements[-1] + p.placement_size for p in profiles)
+        mig = MigGeometry(supported=True, max_instances=max(p.max_count for p in profiles),
+                          compute_slices=max(p.compute_slices for p in profiles), memory_slices=slots)
+    return dataclasses.replace(base, mig=dataclasses.replace(mig, profiles=profiles))

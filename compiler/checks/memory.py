@@ -1,0 +1,121 @@
+"""K4xx: does each serving unit hold its model's weights and enough KV cache?"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from compiler.capacity.report import gib, unit_figures
+from compiler.diagnostics import Diagnostic, Severity
+
+from .base import Check, CheckContext, weak_fact_note
+
+
+def _figures(ctx: CheckContext):
+    """UnitFigures for every unit whose model, architecture and GPU resolved; one per spec location."""
+    cache = ctx.extra.setdefault("unit_figures", {})
+    seen_paths: set[tuple] = set()
+    for unit in ctx.resolved.units:
+        rm = ctx.resolved.models.get(unit.model)
+        host = ctx.resolved.hosts[unit.host]
+        if rm is None or rm.arch is None or host.gpu is None:
+            continue
+        if unit.mig is not None and unit.mig.profile is None:
+            continue
+        if unit.mig is not None and rm.spec.parallelism.tp * rm.spec.parallelism.pp > 1:
+            continue  # tensor parallelism on a MIG slice is an error of its own (K706)
+        if unit.mig is None and len(unit.gpu_indexes) != rm.spec.parallelism.tp * rm.spec.parallelism.pp:
+            continue  # the GPU count does not match tp*pp (K701); figures would mislead
+        if unit.path in seen_paths:
+            continue
+        seen_paths.add(unit.path)
+        if unit.id not in cache:
+            cache[unit.id] = unit_figures(unit, rm.spec, rm.arch, host.gpu, host.spec.price_per_gpu_hour)
+        yield unit, cache[unit.id]
+
+
+def _notes(fig) -> list[str]:
+    return [weak_fact_note(w.rsplit(" (", 1)[0], w.rsplit("(", 1)[-1].rstrip(")")) for w in fig.weak_facts]
+
+
+class WeightsDoNotFit(Check):
+    """The model's weights (at the chosen formats, per GPU of the unit) plus the activation and
+    workspace reserve do not fit in the serving unit's memory.
+
+    Weight bytes count block-scale overhead (NVFP4 is 4.5 bits per weight) and keep excluded
+    modules, embeddings and norms at the model dtype. Under tensor parallelism the linear layers
+    are split across the GPUs; under pipeline parallelism the largest stage counts. The reserve is
+    an estimate (activations for max_num_tokens plus a CUDA context allowance).
+    """
+
+    code = "K401"
+    name = "weights-do-not-fit"
+    order = 50
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for unit, fig in _figures(ctx):
+            cap = fig.capacity
+            if cap.fits:
+                continue
+            model = ctx.spec.models[unit.model]
+            fmt = model.quantization.weights
+            yield ctx.diag(
+                self, unit.path + ("serves",),
+                f"model {unit.model!r} does not fit on {fig.slice} of {fig.gpu} ({unit.id}): weights need "
+                f"{gib(cap.weight_bytes)} per GPU ({fmt}) plus a {gib(cap.reserve_bytes)} reserve, "
+                f"the unit has {gib(cap.gpu_memory_bytes)}",
+                help="use a larger MIG profile or more GPUs (tp), or a smaller weight format",
+                notes=_notes(fig))
+
+
+class NoSequenceFits(Check):
+    """Not even one sequence of `max_seq_len` tokens fits in the KV-cache pool.
+
+    The pool is `runtime.kv_cache_memory_fraction` of the memory left after weights and the
+    reserve; each sequence needs max_seq_len tokens (rounded up to whole KV pages) times the KV
+    bytes per token (GQA/MLA heads, sliding windows and the KV-cache format are accounted for).
+    """
+
+    code = "K402"
+    name = "no-sequence-fits"
+    order = 51
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for unit, fig in _figures(ctx):
+            cap = fig.capacity
+            if not cap.fits or cap.kv_bytes_per_token == 0 or cap.max_sequences >= 1:
+                continue
+            lim = ctx.spec.models[unit.model].limits
+            need = cap.blocks_per_sequence * 32 * cap.kv_bytes_per_token
+            yield ctx.diag(
+                self, unit.path + ("serves",),
+                f"no sequence of max_seq_len={lim.max_seq_len} fits in the KV cache of {unit.id}: one sequence "
+                f"needs {gib(need)}, the pool has {gib(cap.kv_pool_bytes)}",
+                help="lower limits.max_seq_len, use an fp8 KV cache, or give the model more memory",
+                notes=_notes(fig))
+
+
+class BatchNotReachable(Check):
+    """`max_batch_size` sequences of full length (`max_seq_len`) do not fit in the KV cache at once.
+
+    The scheduler will run fewer sequences concurrently than the batch limit promises when they
+    are long; requests queue instead. Either accept it (short requests still batch fully), lower
+    max_batch_size, or give the unit more memory. The message gives the reachable concurrency.
+    """
+
+    code = "K403"
+    name = "batch-not-reachable"
+    severity = Severity.WARNING
+    order = 52
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for unit, fig in _figures(ctx):
+            cap = fig.capacity
+            lim = ctx.spec.models[unit.model].limits
+            if not cap.fits or cap.max_sequences < 1 or cap.batch_reachable:
+                continue
+            yield ctx.diag(
+                self, unit.path + ("serves",),
+                f"{unit.id}: the KV cache holds {cap.max_sequences} sequence(s) of {lim.max_seq_len} tokens, "
+                f"fewer than max_batch_size={lim.max_batch_size}",
+                help=f"set max_batch_size <= {cap.max_sequences}, shorten max_seq_len, or add memory",
+                notes=_notes(fig))
