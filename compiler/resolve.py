@@ -79,7 +79,8 @@ def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: Path | None
     diags: list[Diagnostic] = []
     override_profiles = _read_profiles(gpu_profiles, diags)
     models = {name: _resolve_model(name, m, doc, base_dir, diags) for name, m in spec.models.items()}
-    hosts = {name: _resolve_host(name, h, doc, override_profiles, diags) for name, h in spec.hosts.items()}
+    capture = (str(gpu_profiles), override_profiles) if override_profiles is not None else None
+    hosts = {name: _resolve_host(name, h, doc, capture, diags) for name, h in spec.hosts.items()}
     units = [u for h in hosts.values() for u in _number_replicas(_units(h))]
     return Resolved(models, hosts, units), diags
 
@@ -124,6 +125,8 @@ def _resolve_model(name: str, m: Model, doc: Document, base_dir: Path, diags: li
                            "add `architecture: <catalog name>` or `architecture: {config: path/to/config.json}`; "
                            "validation never downloads weights", key=False))
         return ResolvedModel(name, m, None, "")
+    if not isinstance(arch_ref, ArchitectureFile) and not config_path.parent.is_dir():
+        return ResolvedModel(name, m, None, "")  # the missing model directory is reported by K905
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
         if not isinstance(config, dict):
@@ -148,7 +151,7 @@ def _rel(p: Path, base: Path) -> str:
         return str(p)
 
 
-def _resolve_host(name: str, h: Host, doc: Document, profiles_text: str | None,
+def _resolve_host(name: str, h: Host, doc: Document, capture: tuple[str, str] | None,
                   diags: list[Diagnostic]) -> ResolvedHost:
     catalog = load_gpu_catalog()
     gpu = catalog.get(h.gpu)
@@ -156,13 +159,13 @@ def _resolve_host(name: str, h: Host, doc: Document, profiles_text: str | None,
         close = catalog.suggest(h.gpu)
         help = (f"did you mean {close[0]!r}? " if close else "") + "known GPUs: " + ", ".join(catalog.names)
         diags.append(_diag(UnknownGpu, doc, ("hosts", name, "gpu"), f"unknown GPU model {h.gpu!r}", help))
-    elif profiles_text is not None:
+    elif capture is not None:
         try:
-            gpu = gpu_from_lgip(profiles_text, gpu)
+            gpu = gpu_from_lgip(capture[1], gpu)
         except LgipParseError as e:
             diags.append(Diagnostic(GpuProfilesInvalid.code, GpuProfilesInvalid.severity,
                                     f"cannot parse the `nvidia-smi mig -lgip` capture: {e.message}",
-                                    "--gpu-profiles", Span(e.line, 1)))
+                                    capture[0], Span(e.line, 1)))
     slots_by_assignment: dict[int, tuple[MigSlot, ...]] = {}
     for a_idx, assignment in enumerate(h.gpus):
         if assignment.mig is not None:

@@ -72,6 +72,9 @@ class UnknownProfile(Check):
                 hint = _same_shape(given, names)
                 help = (f"did you mean {(hint or close[0])!r}? " if (hint or close) else "") + \
                     f"profiles on {host.gpu.name}: " + ", ".join(names)
+                if hint:
+                    help += ("; names carry the memory the driver reports, so they can differ by driver: "
+                             "validate against your hosts' `nvidia-smi mig -lgip` with --gpu-profiles")
                 yield ctx.diag(self, _path(hname, a_idx, slot.instance_index, "profile"),
                                f"MIG profile {given!r} does not exist on {host.gpu.name}", help=help)
 
@@ -118,7 +121,7 @@ class ProfileCountExceeded(_LayoutCheck):
             counts = Counter(s.profile.name for s in slots)
             for name, n in sorted(counts.items()):
                 prof = host.gpu.mig.profile(name)
-                if n > prof.max_count:
+                if n > prof.max_count and not prof.has_media_extensions:  # K206 says it better
                     last = [s for s in slots if s.profile.name == name][-1]
                     yield ctx.diag(self, _path(hname, a_idx, last.instance_index, "profile"),
                                    f"{n} instances of {name} on {host.gpu.name}; at most {prof.max_count} fit",
@@ -214,7 +217,8 @@ class Unplaceable(_LayoutCheck):
                 notes.append(weak_fact_note(f"the placements of these profiles on {host.gpu.name}", weak[0]))
             pinned = [i for i in result.blocking if i in fixed]
             path = _path(hname, a_idx, pinned[0], "placement") if pinned else _path(hname, a_idx)
+            help = ("drop the pinned placement and let Kiln choose one" if pinned else
+                    "change the profiles; `kiln catalog GPU` lists their placements")
             yield ctx.diag(self, path, f"MIG layout cannot be placed on {host.gpu.name}: {result.reason}",
-                           key=not pinned, notes=notes,
-                           help="change the profiles, or drop the pinned placements and let Kiln place them")
+                           key=not pinned, notes=notes, help=help)
 
