@@ -6,7 +6,8 @@ from compiler.diagnostics import Diagnostic
 
 from .base import Check, CheckContext
 
-_FAMILY_MODULES: tuple[str, ...] = ("refs", "mig", "memory")
+_FAMILY_MODULES: tuple[str, ...] = ("refs", "mig", "memory", "precision", "clocks", "kernels", "parallelism",
+                                     "toolchain")
 
 
 def all_checks() -> list[type[Check]]:

@@ -197,7 +197,7 @@ class Parallelism(SpecModel):
     """Pipeline parallelism (pipeline_parallel_size)."""
 
     ep: Annotated[int, Field(ge=1, le=256)] = 1
-    """Expert parallelism for MoE models (moe_expert_parallel_size); must divide tp*pp."""
+    """Expert parallelism for MoE models (moe_expert_parallel_size); must divide tp."""
 
 
 class Limits(SpecModel):
@@ -312,6 +312,10 @@ class Serving(SpecModel):
     """Ports of the serving container."""
 
 
+_ARCH_DOC = ("Catalog architecture name (see `kiln catalog --models`) or {config: path/to/config.json}. "
+             "Default: the config.json in a local source.")
+
+
 class Model(SpecModel):
     """One model to serve."""
 
@@ -319,9 +323,7 @@ class Model(SpecModel):
     """Where the weights come from."""
 
     architecture: scalar_or_mapping(str, ArchitectureFile,  # type: ignore[valid-type]
-                                    description="Catalog architecture name (see `kiln catalog --models`) or "
-                                                "{config: path/to/config.json}. Default: the config.json in a "
-                                                "local source.") | None = None
+                                    description=_ARCH_DOC) | None = Field(default=None, description=_ARCH_DOC)
 
     dtype: Literal["bf16", "fp16"] = "bf16"
     """Compute dtype of the unquantized parts."""

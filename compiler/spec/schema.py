@@ -12,8 +12,21 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = "urn:kiln:spec:v1"
 
 
+def _close_maps(node: object) -> None:
+    """Maps keyed by a name pattern must refuse other keys, as the parser does."""
+    if isinstance(node, dict):
+        if "patternProperties" in node and "properties" not in node:
+            node.setdefault("additionalProperties", False)
+        for value in node.values():
+            _close_maps(value)
+    elif isinstance(node, list):
+        for value in node:
+            _close_maps(value)
+
+
 def spec_schema() -> dict:
     schema = Spec.model_json_schema(mode="validation", ref_template="#/$defs/{model}")
+    _close_maps(schema)
     ordered = {"$schema": DIALECT, "$id": SCHEMA_ID}
     ordered.update(schema)
     return ordered

@@ -1,0 +1,248 @@
+"""K6xx: kernel backends, limits and runtime options against the model and the serving target.
+
+TensorRT-LLM replaces or ignores several of these settings silently (an unknown attention backend
+becomes TRTLLM, PyTorch-only knobs do nothing on engines), so the compiler says so up front.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from compiler.diagnostics import Diagnostic, Severity
+
+from .base import Check, CheckContext
+from .precision import effective_activations
+
+
+def _mpath(name: str, *rest) -> tuple:
+    return ("models", name) + rest
+
+
+class MoeBackendOnDenseModel(Check):
+    """`kernels.moe` is set on a model without experts.
+
+    The MoE backend (MoeConfig.backend) only selects the kernels of expert layers; on a dense
+    model it is ignored. Remove it, or check that `architecture` names the model you meant.
+    """
+
+    code = "K601"
+    name = "moe-backend-on-dense-model"
+    order = 60
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if ctx.spec.target == "engine":
+            return  # on engines the knob is refused altogether (K604)
+        for name, m in ctx.spec.models.items():
+            rm = ctx.resolved.models.get(name)
+            if m.kernels.moe is None or rm is None or rm.arch is None or rm.arch.is_moe:
+                continue
+            yield ctx.diag(self, _mpath(name, "kernels", "moe"),
+                           f"model {name!r} ({rm.arch.name}) has no experts, so `kernels.moe: {m.kernels.moe}` "
+                           "would be ignored", help="remove `moe` from kernels")
+
+
+def fp8_fmha_applies(m) -> bool:
+    """Whether the checkpoint is one that FP8 context FMHA applies to (FP8, FP8 block, W4A8 AWQ, NVFP4)."""
+    w = m.quantization.weights
+    return w in ("fp8", "fp8_block", "nvfp4") or (w == "int4_awq" and effective_activations(m) == "fp8")
+
+
+class Fp8ContextFmhaMisused(Check):
+    """`kernels.fp8_context_fmha` where it cannot apply.
+
+    FP8 context-phase fused attention is a `trtllm-build` feature (`--use_fp8_context_fmha`) that
+    only applies to FP8, FP8 block-scaled, W4A8 AWQ and NVFP4 checkpoints; for any other checkpoint
+    the flag is ignored.
+
+    On the llmapi target there is no such option at all: the PyTorch backend has no LLM-API field
+    for it, and whether context attention runs in FP8 follows the checkpoint's KV-cache format
+    (`quantization.kv_cache: fp8`). Remove the key there.
+    """
+
+    code = "K602"
+    name = "fp8-context-fmha-misused"
+    order = 60
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m in ctx.spec.models.items():
+            flag = m.kernels.fp8_context_fmha
+            if flag is None:
+                continue
+            path = _mpath(name, "kernels", "fp8_context_fmha")
+            if ctx.spec.target == "llmapi":
+                yield ctx.diag(self, path, f"model {name!r}: fp8_context_fmha is an engine-build flag "
+                                           "(trtllm-build --use_fp8_context_fmha) with no LLM-API field, so the "
+                                           "llmapi target cannot apply it",
+                               help="remove it; on the llmapi target FP8 context attention follows the KV-cache "
+                                    "format (quantization.kv_cache: fp8)")
+            elif flag and not fp8_fmha_applies(m):
+                q = m.quantization
+                recipe = q.weights if q.activations is None else f"{q.weights} weights with {q.activations} activations"
+                yield ctx.diag(self, path, f"model {name!r}: fp8_context_fmha only applies to fp8, fp8_block, "
+                                           f"W4A8 AWQ and nvfp4 checkpoints, not to {recipe}; it would be ignored",
+                               help="remove it, or quantize the weights to fp8 or nvfp4")
+
+
+class CudaGraphSizesInvalid(Check):
+    """`runtime.cuda_graph_batch_sizes` that cannot be used.
+
+    CUDA graphs are captured per batch size, each costing GPU memory and start-up time; a size
+    above `limits.max_batch_size` is never scheduled. CudaGraphConfig is a PyTorch-backend option
+    (TorchLlmArgs): the engine target has no such setting (engines use `cuda_graph_mode` at
+    runtime instead), so the list is refused there.
+    """
+
+    code = "K603"
+    name = "cuda-graph-sizes-invalid"
+    order = 60
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m in ctx.spec.models.items():
+            sizes = m.runtime.cuda_graph_batch_sizes
+            if sizes is None:
+                continue
+            path = _mpath(name, "runtime", "cuda_graph_batch_sizes")
+            if ctx.spec.target == "engine":
+                yield ctx.diag(self, path, f"model {name!r}: cuda_graph_batch_sizes is a PyTorch-backend option "
+                                           "(CudaGraphConfig) that the engine target cannot apply", key=True,
+                               help="remove it, or use `target: llmapi`")
+                continue
+            limit = m.limits.max_batch_size
+            for i, s in enumerate(sizes):
+                if s > limit:
+                    yield ctx.diag(self, path + (i,), f"model {name!r}: CUDA graph batch size {s} is above "
+                                                      f"limits.max_batch_size ({limit}); a batch that large is "
+                                                      "never scheduled, so the graph only costs memory",
+                                   help=f"drop sizes above {limit}, or raise limits.max_batch_size")
+
+
+class PytorchOnlyKernel(Check):
+    """A PyTorch-backend kernel choice on the engine target.
+
+    `kernels.attention` (TorchLlmArgs.attn_backend) and `kernels.moe` (MoeConfig.backend) select
+    kernels of the PyTorch backend. Engines bake their kernels in at build time (the attention
+    plugin); on the engine target only the default `attention: trtllm` is meaningful and `moe`
+    must be left unset.
+    """
+
+    code = "K604"
+    name = "pytorch-only-kernel"
+    order = 60
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if ctx.spec.target != "engine":
+            return
+        for name, m in ctx.spec.models.items():
+            k = m.kernels
+            if k.attention != "trtllm":
+                yield ctx.diag(self, _mpath(name, "kernels", "attention"),
+                               f"model {name!r}: attention backend {k.attention!r} exists only in the PyTorch "
+                               "backend; the engine target uses the TensorRT-LLM attention plugin",
+                               help="remove `attention` (or set trtllm), or use `target: llmapi`")
+            if k.moe is not None:
+                yield ctx.diag(self, _mpath(name, "kernels", "moe"),
+                               f"model {name!r}: the MoE backend ({k.moe!r}) is a PyTorch-backend option; the "
+                               "engine target uses the MoE plugin chosen at build time",
+                               help="remove `moe`, or use `target: llmapi`")
+
+
+class PromptExceedsTokenBudget(Check):
+    """`limits.max_num_tokens` is smaller than `limits.max_input_len` and chunked prefill is off.
+
+    A prompt's context phase is processed in one forward pass, which holds at most max_num_tokens
+    tokens. Without chunked prefill a prompt longer than that can never be scheduled.
+    Raise max_num_tokens or enable `runtime.chunked_prefill`, which splits long prompts into
+    chunks of max_num_tokens.
+    """
+
+    code = "K605"
+    name = "prompt-exceeds-token-budget"
+    order = 60
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m in ctx.spec.models.items():
+            lim = m.limits
+            if lim.max_num_tokens >= lim.max_input_len or m.runtime.chunked_prefill:
+                continue
+            field = "max_num_tokens" if "max_num_tokens" in lim.model_fields_set else "max_input_len"
+            default = "" if field == "max_num_tokens" else " (the default)"
+            yield ctx.diag(self, _mpath(name, "limits", field),
+                           f"model {name!r}: max_num_tokens {lim.max_num_tokens}{default} is below max_input_len "
+                           f"{lim.max_input_len} and chunked prefill is off, so a full-length prompt can never be "
+                           "scheduled",
+                           help=f"set max_num_tokens >= {lim.max_input_len}, or `runtime: {{chunked_prefill: true}}`")
+
+
+class BatchExceedsTokenBudget(Check):
+    """`limits.max_batch_size` is larger than `limits.max_num_tokens`.
+
+    Every scheduled sequence contributes at least one token to a forward pass, so no more than
+    max_num_tokens sequences can ever run together; the larger batch limit is unreachable (and
+    sizes buffers for nothing). TensorRT-LLM only warns about it.
+    """
+
+    code = "K606"
+    name = "batch-exceeds-token-budget"
+    severity = Severity.WARNING
+    order = 60
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m in ctx.spec.models.items():
+            lim = m.limits
+            if lim.max_batch_size > lim.max_num_tokens:
+                yield ctx.diag(self, _mpath(name, "limits", "max_batch_size"),
+                               f"model {name!r}: max_batch_size {lim.max_batch_size} is above max_num_tokens "
+                               f"{lim.max_num_tokens}; at most {lim.max_num_tokens} sequences fit in one forward pass",
+                               help=f"lower max_batch_size to {lim.max_num_tokens} or raise max_num_tokens")
+
+
+class MultipleInstances(Check):
+    """`serving.instances` above 1.
+
+    Each Triton model instance of TensorRT-LLM loads its own copy of the weights and allocates its
+    own KV cache (sized by kv_cache_memory_fraction of the memory left) on the same GPU(s), which
+    runs out of memory or leaves each instance a fraction of the cache
+    (triton-inference-server/tensorrtllm_backend#274). In-flight batching already serves many
+    requests concurrently from one instance; scale out with more GPUs or MIG instances instead.
+    """
+
+    code = "K607"
+    name = "multiple-instances"
+    severity = Severity.WARNING
+    order = 60
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m in ctx.spec.models.items():
+            n = m.serving.instances
+            if n > 1:
+                yield ctx.diag(self, _mpath(name, "serving", "instances"),
+                               f"model {name!r}: {n} Triton instances per serving unit each load their own copy of "
+                               "the weights and their own KV cache on the same GPU(s) (tensorrtllm_backend#274)",
+                               help="keep instances: 1 (in-flight batching serves concurrent requests); add GPUs "
+                                    "or MIG instances to scale out")
+
+
+class FlashinferBackend(Check):
+    """A FlashInfer attention backend (`flashinfer`, `flashinfer_star_attention`).
+
+    TensorRT-LLM uses these backends only when the `flashinfer` Python package is installed in the
+    serving image; otherwise it falls back to the TRTLLM backend without an error, and the
+    deployment runs with kernels other than the ones the spec names. Make sure the image ships
+    flashinfer, or use the default `trtllm`.
+    """
+
+    code = "K608"
+    name = "flashinfer-backend"
+    severity = Severity.WARNING
+    order = 60
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if ctx.spec.target == "engine":
+            return  # refused there (K604)
+        for name, m in ctx.spec.models.items():
+            a = m.kernels.attention
+            if a in ("flashinfer", "flashinfer_star_attention"):
+                yield ctx.diag(self, _mpath(name, "kernels", "attention"),
+                               f"model {name!r}: attention backend {a!r} needs the flashinfer package in the "
+                               "serving image; without it TensorRT-LLM silently falls back to trtllm",
+                               help="make sure the image installs flashinfer, or use attention: trtllm")

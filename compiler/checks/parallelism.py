@@ -1,0 +1,247 @@
+"""K7xx: tensor, pipeline and expert parallelism against the model's shape and the GPUs that serve it.
+
+The constraints are TensorRT-LLM's Mapping (tensorrt_llm/mapping.py): world size = tp * pp,
+tp = moe_tp * moe_ep, attention heads split evenly over tp, experts over ep.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from compiler.catalog.types import WEAK_STATUSES, ModelArch
+from compiler.diagnostics import Diagnostic, Severity
+
+from .base import Check, CheckContext, weak_fact_note
+
+
+def _ppath(name: str, field: str) -> tuple:
+    return ("models", name, "parallelism", field)
+
+
+def _arch_models(ctx: CheckContext):
+    """(name, model spec, arch) for every model whose architecture resolved."""
+    for name, m in ctx.spec.models.items():
+        rm = ctx.resolved.models.get(name)
+        if rm is not None and rm.arch is not None:
+            yield name, m, rm.arch
+
+
+def _note(arch: ModelArch, fact: str) -> tuple[str, ...]:
+    status = arch.status_of(fact)
+    if status in WEAK_STATUSES:
+        return (weak_fact_note(f"the {fact} of {arch.name}", status),)
+    return ()
+
+
+def _label(name: str, arch: ModelArch) -> str:
+    """`'chat' (llama-3.1-8b)`, or just `'chat'` when the architecture came from its own config.json."""
+    return f"{name!r}" if arch.name == name else f"{name!r} ({arch.name})"
+
+
+def _divisors(n: int, upto: int = 64) -> str:
+    return ", ".join(str(d) for d in range(1, min(n, upto) + 1) if n % d == 0)
+
+
+class GpuCountMismatch(Check):
+    """A whole-GPU assignment lists a number of GPUs different from the model's tp * pp.
+
+    The GPUs of one `gpus` entry form one serving unit: TensorRT-LLM runs tp * pp ranks, one per
+    GPU (world_size must equal tp * pp * cp). Extra GPUs would sit idle; too few cannot start.
+    For several replicas, write one entry per replica.
+    """
+
+    code = "K701"
+    name = "gpu-count-mismatch"
+    order = 70
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for hname, host in ctx.spec.hosts.items():
+            for a_idx, a in enumerate(host.gpus):
+                m = ctx.spec.models.get(a.serves) if a.serves is not None else None
+                if m is None:
+                    continue
+                tp, pp = m.parallelism.tp, m.parallelism.pp
+                n = len(a.indexes)
+                if n != tp * pp:
+                    yield ctx.diag(self, ("hosts", hname, "gpus", a_idx, "index"),
+                                   f"this entry gives model {a.serves!r} {n} GPU{'s' * (n != 1)}, but its parallelism "
+                                   f"needs tp*pp = {tp}*{pp} = {tp * pp}",
+                                   help=f"list {tp * pp} GPU index{'es' * (tp * pp != 1)}, or change "
+                                        f"models.{a.serves}.parallelism; write one entry per replica")
+
+
+class HeadsNotDivisible(Check):
+    """The model's attention heads are not divisible by tp.
+
+    Tensor parallelism gives each rank heads / tp query heads; an uneven split is not supported.
+    (KV heads may be fewer than tp: TensorRT-LLM then replicates them across ranks.)
+    """
+
+    code = "K702"
+    name = "heads-not-divisible"
+    order = 70
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m, arch in _arch_models(ctx):
+            tp = m.parallelism.tp
+            if arch.heads % tp:
+                yield ctx.diag(self, _ppath(name, "tp"),
+                               f"model {_label(name, arch)} has {arch.heads} attention heads, which tp={tp} "
+                               "cannot split evenly",
+                               help=f"use a tp that divides {arch.heads}: {_divisors(arch.heads)}",
+                               notes=_note(arch, "heads"))
+
+
+class ExpertParallelInvalid(Check):
+    """Expert parallelism on a dense model, or an ep that does not divide tp * pp.
+
+    `ep` (moe_expert_parallel_size) distributes the experts of MoE layers over GPUs; a model without
+    experts has nothing to distribute. The expert-parallel groups are carved out of the model's
+    GPUs, so ep must divide the number of GPUs, tp * pp (and TensorRT-LLM further needs it to
+    divide tp itself: K707).
+    """
+
+    code = "K703"
+    name = "expert-parallel-invalid"
+    order = 70
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m in ctx.spec.models.items():
+            par = m.parallelism
+            if par.ep == 1:
+                continue
+            rm = ctx.resolved.models.get(name)
+            arch = rm.arch if rm is not None else None
+            if arch is not None and not arch.is_moe:
+                yield ctx.diag(self, _ppath(name, "ep"),
+                               f"model {_label(name, arch)} has no experts, so ep={par.ep} has nothing to "
+                               "distribute", help="remove `ep` (expert parallelism is for MoE models)")
+            elif (par.tp * par.pp) % par.ep:
+                yield ctx.diag(self, _ppath(name, "ep"),
+                               f"model {name!r}: ep={par.ep} does not divide the model's {par.tp * par.pp} GPUs "
+                               f"(tp*pp = {par.tp}*{par.pp})",
+                               help=f"use an ep that divides tp: {_divisors(par.tp)}")
+
+
+class ExpertsNotDivisible(Check):
+    """The model's routed experts are not divisible by ep.
+
+    Each expert-parallel rank holds experts / ep experts (Mapping.ep_experts); an uneven split
+    leaves experts without a rank.
+    """
+
+    code = "K704"
+    name = "experts-not-divisible"
+    order = 70
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m, arch in _arch_models(ctx):
+            ep = m.parallelism.ep
+            if not arch.is_moe or ep == 1 or not arch.experts or arch.experts % ep == 0:
+                continue
+            yield ctx.diag(self, _ppath(name, "ep"),
+                           f"model {_label(name, arch)} has {arch.experts} experts, which ep={ep} cannot split "
+                           "evenly", help=f"use an ep that divides {arch.experts}", notes=_note(arch, "experts"))
+
+
+class LayersNotDivisible(Check):
+    """The model's layers are not divisible by pp.
+
+    TensorRT-LLM splits layers over pipeline stages as evenly as it can (the first stages get one
+    extra layer), so uneven stages work, but the slowest stage sets the pace of the pipeline and
+    the GPUs of the other stages wait on it.
+    """
+
+    code = "K705"
+    name = "layers-not-divisible"
+    severity = Severity.WARNING
+    order = 70
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m, arch in _arch_models(ctx):
+            pp = m.parallelism.pp
+            if pp == 1 or arch.layers % pp == 0 or pp > arch.layers:
+                continue  # more stages than layers is an error (K708)
+            yield ctx.diag(self, _ppath(name, "pp"),
+                           f"model {_label(name, arch)} has {arch.layers} layers, which pp={pp} splits unevenly "
+                           f"({arch.layers // pp}-{arch.layers // pp + 1} per stage); the largest stage sets the pace",
+                           help=f"use a pp that divides {arch.layers}: {_divisors(arch.layers)}",
+                           notes=_note(arch, "layers"))
+
+
+class ParallelOnMig(Check):
+    """A model with tp * pp > 1 is served on a MIG instance.
+
+    A MIG instance is one slice of one GPU, and MIG devices have no peer-to-peer access or NVLink
+    (`nvidia-smi mig -lgip` shows P2P: No for every profile); a CUDA process also sees only one MIG
+    device. Tensor or pipeline parallelism across MIG instances is therefore impossible. Serve the
+    model with tp = pp = 1 on a larger profile, or on whole GPUs.
+    """
+
+    code = "K706"
+    name = "parallel-on-mig"
+    order = 70
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        seen: set[tuple] = set()
+        for unit in ctx.resolved.units:
+            m = ctx.spec.models.get(unit.model)
+            if unit.mig is None or m is None or unit.path in seen:
+                continue
+            seen.add(unit.path)
+            tp, pp = m.parallelism.tp, m.parallelism.pp
+            if tp * pp > 1:
+                yield ctx.diag(self, unit.path + ("serves",),
+                               f"model {unit.model!r} needs tp*pp = {tp * pp} GPUs, but a MIG instance is one slice "
+                               "of one GPU, and MIG instances have no P2P or NVLink to split a model across",
+                               help=f"set models.{unit.model}.parallelism to tp: 1, pp: 1 and use a larger profile, "
+                                    "or serve it on whole GPUs")
+
+
+class ExpertParallelNotInTp(Check):
+    """ep divides tp * pp but not tp.
+
+    TensorRT-LLM forms expert-parallel groups inside each pipeline stage: its Mapping requires
+    tp = moe_tp * moe_ep (tensorrt_llm/mapping.py raises "tp_size must equal to moe_tp_size *
+    moe_ep_size * moe_cluster_size" otherwise). With pp > 1, ep must therefore divide tp, not only
+    tp * pp.
+    """
+
+    code = "K707"
+    name = "expert-parallel-not-in-tp"
+    order = 70
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m in ctx.spec.models.items():
+            par = m.parallelism
+            if par.ep == 1 or (par.tp * par.pp) % par.ep or par.tp % par.ep == 0:
+                continue  # dense models and other ep faults are K703's
+            rm = ctx.resolved.models.get(name)
+            if rm is not None and rm.arch is not None and not rm.arch.is_moe:
+                continue
+            yield ctx.diag(self, _ppath(name, "ep"),
+                           f"model {name!r}: ep={par.ep} does not divide tp={par.tp}; TensorRT-LLM builds expert "
+                           "groups within each pipeline stage (tp = moe_tp * ep)",
+                           help=f"use an ep that divides tp: {_divisors(par.tp)}")
+
+
+class MoreStagesThanLayers(Check):
+    """pp is larger than the model's number of layers.
+
+    Every pipeline stage needs at least one layer; TensorRT-LLM's Mapping.pp_layers asserts
+    "pp size cannot be larger than num_hidden_layers". Use fewer stages (or tensor parallelism).
+    """
+
+    code = "K708"
+    name = "more-stages-than-layers"
+    order = 70
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m, arch in _arch_models(ctx):
+            pp = m.parallelism.pp
+            if pp > arch.layers:
+                yield ctx.diag(self, _ppath(name, "pp"),
+                               f"model {_label(name, arch)} has {arch.layers} layers, fewer than its pp={pp} pipeline "
+                               "stages; a stage without layers cannot run",
+                               help=f"use pp <= {arch.layers} (a divisor: {_divisors(arch.layers)}), or tensor "
+                                    "parallelism", notes=_note(arch, "layers"))
