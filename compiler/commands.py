@@ -13,12 +13,31 @@ def register_more(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--format", choices=["text", "markdown", "json"], default="text")
     c.set_defaults(handler=_cmd_catalog)
 
-    p = sub.add_parser("plan", help="show what the spec deploys: capacity per host, GPU and MIG instance")
+    p = sub.add_parser("plan", help="show what a build would do (cached or to run, and why) and the capacity")
     p.add_argument("spec", type=Path, metavar="SPEC")
     p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
+    p.add_argument("--store", type=Path, help="store directory (default: $KILN_STORE or .kiln/store)")
     p.add_argument("--gpu-profiles", type=Path, metavar="FILE",
                    help="captured `nvidia-smi mig -lgip` output to validate MIG profiles against")
     p.set_defaults(handler=_cmd_plan)
+
+    b = sub.add_parser("build", help="build every artifact that is not cached and write the release manifest")
+    b.add_argument("spec", type=Path, metavar="SPEC")
+    b.add_argument("--store", type=Path, help="store directory (default: $KILN_STORE or .kiln/store)")
+    b.add_argument("--jobs", "-j", type=int, default=2, help="actions run in parallel (default 2)")
+    b.add_argument("--manifest", type=Path, help="also write the release manifest to this file")
+    b.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    b.set_defaults(handler=_cmd_build)
+
+    st = sub.add_parser("store", help="inspect and maintain the artifact store")
+    st_sub = st.add_subparsers(dest="store_command", metavar="SUBCOMMAND")
+    v = st_sub.add_parser("verify", help="check every object, record and release in the store")
+    v.add_argument("--store", type=Path)
+    v.set_defaults(handler=_cmd_store_verify)
+    g = st_sub.add_parser("gc", help="remove what the last N releases of each spec do not reference")
+    g.add_argument("--store", type=Path)
+    g.add_argument("--keep", type=int, default=5, help="releases to keep per spec (default 5)")
+    g.set_defaults(handler=_cmd_store_gc)
 
 
 def _cmd_catalog(args: argparse.Namespace) -> int:
@@ -40,26 +59,95 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     import json
 
+    from compiler.build import open_store, plan_spec, store_dir
     from compiler.capacity.render import render_capacity
     from compiler.cli import UsageError, emit
     from compiler.diagnostics.render import diagnostic_dict, render_text, summary_line
-    from compiler.pipeline import Options, validate_path
+    from compiler.graph.plan import render_plan
+    from compiler.pipeline import Options
     from compiler.planning import capacity_figures
 
     if not args.spec.is_file():
         raise UsageError(f"no such file: {args.spec}")
-    result = validate_path(args.spec, Options(gpu_profiles=args.gpu_profiles))
+    outcome = plan_spec(args.spec, open_store(store_dir(args.store)), Options(gpu_profiles=args.gpu_profiles))
+    result = outcome.validation
     figures = capacity_figures(result) if result.resolved is not None else []
     if args.format == "json":
         emit(json.dumps({"diagnostics": [diagnostic_dict(d) for d in result.diagnostics],
+                         "actions": json.loads(render_plan(outcome.plan, "json")) if outcome.graph else None,
                          "capacity": json.loads(render_capacity(figures, "json"))}, indent=2, sort_keys=True), None)
     else:
         parts = []
         if result.diagnostics:
             sources = {result.file: result.document.text} if result.document else {}
             parts.append(render_text(result.diagnostics, sources))
+        if outcome.graph is not None:
+            parts.append(render_plan(outcome.plan, args.format))
         if figures:
             parts.append(render_capacity(figures, args.format))
         parts.append(f"{result.file}: {summary_line(result.diagnostics)}")
         emit("\n\n".join(parts), None)
     return 1 if not result.ok else 0
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    import sys
+
+    from compiler.build import build_spec, open_store, store_dir
+    from compiler.cli import UsageError
+    from compiler.diagnostics.render import render_text, summary_line
+
+    if not args.spec.is_file():
+        raise UsageError(f"no such file: {args.spec}")
+    if args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    store = open_store(store_dir(args.store))
+    progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    outcome = build_spec(args.spec, store, jobs=args.jobs, progress=progress)
+    result = outcome.validation
+    if not result.ok:
+        sources = {result.file: result.document.text} if result.document else {}
+        print(render_text(result.diagnostics, sources), file=sys.stderr)
+        print(f"{result.file}: {summary_line(result.diagnostics)}; nothing built", file=sys.stderr)
+        return 1
+    executed = len(outcome.executed)
+    cached = sum(r.status == "cached" for r in outcome.results.values())
+    if outcome.failed:
+        for r in outcome.failed:
+            where = f" (log: {r.log})" if r.log else ""
+            print(f"{r.status}: {r.id}: {r.error}{where}", file=sys.stderr)
+        print(f"build failed: {len([r for r in outcome.failed if r.status == 'failed'])} failed, "
+              f"{len([r for r in outcome.failed if r.status == 'skipped'])} skipped, {cached} cached", file=sys.stderr)
+        return 1
+    if args.manifest is not None:
+        tmp = args.manifest.with_name(args.manifest.name + ".tmp")
+        args.manifest.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(outcome.manifest)
+        tmp.replace(args.manifest)
+    print(f"release {outcome.manifest_digest}: {executed} executed, {cached} cached")
+    return 0
+
+
+def _cmd_store_verify(args: argparse.Namespace) -> int:
+    from compiler.build import open_store, store_dir
+    from compiler.store.maintenance import verify
+
+    store = open_store(store_dir(args.store))
+    problems = verify(store)
+    for p in problems:
+        print(f"store: {p}")
+    print(f"{store.root}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+    return 1 if problems else 0
+
+
+def _cmd_store_gc(args: argparse.Namespace) -> int:
+    from compiler.build import open_store, store_dir
+    from compiler.cli import UsageError
+    from compiler.store.maintenance import gc
+
+    if args.keep < 1:
+        raise UsageError("--keep must be at least 1")
+    stats = gc(open_store(store_dir(args.store)), args.keep)
+    print(f"kept {stats.kept_releases} release(s); removed {stats.removed_actions} action(s), "
+          f"{stats.removed_objects} object(s), {stats.removed_tmp} temporary file(s)")
+    return 0

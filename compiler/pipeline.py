@@ -25,6 +25,7 @@ class Validation:
     spec: Spec | None
     resolved: object | None = None
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    base_dir: Path = Path(".")  # relative paths in the spec are relative to this directory
 
     @property
     def ok(self) -> bool:
@@ -35,7 +36,8 @@ def validate_path(path: str | Path, options: Options | None = None, display: str
     options = options or Options()
     shown = display or str(path)
     loaded = load_file(path, shown)
-    result = Validation(shown, loaded.document, None, diagnostics=list(loaded.diagnostics))
+    result = Validation(shown, loaded.document, None, diagnostics=list(loaded.diagnostics),
+                        base_dir=Path(path).resolve().parent)
     if loaded.document is None:
         result.diagnostics = sort_diagnostics(result.diagnostics)
         return result
@@ -45,7 +47,7 @@ def validate_path(path: str | Path, options: Options | None = None, display: str
     if parsed.spec is not None and not result.diagnostics:
         from compiler.semantic import analyse  # the semantic half needs the catalogs; import lazily
 
-        resolved, diags = analyse(parsed.spec, loaded.document, Path(path).resolve().parent, options)
+        resolved, diags = analyse(parsed.spec, loaded.document, result.base_dir, options)
         result.resolved = resolved
         result.diagnostics.extend(diags)
     result.diagnostics = sort_diagnostics(result.diagnostics)

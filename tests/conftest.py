@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import HealthCheck, settings
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -11,3 +14,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_expectations(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-expectations"))
+
+
+# --- hypothesis profiles ------------------------------------------------------------------------
+# KILN_HYPOTHESIS_PROFILE=ci (scripts/test.sh) runs the property tests harder than a developer's
+# default "dev" run. Tests that pin their own max_examples keep it.
+settings.register_profile("ci", max_examples=2000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("dev", max_examples=200, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("KILN_HYPOTHESIS_PROFILE", "dev"))

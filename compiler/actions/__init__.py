@@ -1,0 +1,9 @@
+"""Artifact kinds: each module lowers the spec into actions of its kind and runs them."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from . import calibration, capacity, hostplan, llmapi, snapshot
+
+KINDS: dict[str, ModuleType] = {m.KIND: m for m in (snapshot, llmapi, calibration, hostplan, capacity)}

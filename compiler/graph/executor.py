@@ -1,0 +1,157 @@
+"""Runs the actions that are not cached, in dependency order, independent ones in parallel.
+
+Only this module (and the actions it calls) touches the outside world. A failed action leaves no
+output in the store, its dependents are skipped, and its log stays in the store's logs/.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from compiler.actions import KINDS
+from compiler.actions.base import RunContext
+from compiler.store.local import ActionRecord, LocalStore
+
+from .model import Graph
+
+Progress = Callable[[str], None]
+TICK_S = 15.0  # how often a long action reports that it is still running
+
+
+@dataclass
+class ActionResult:
+    id: str
+    key: str
+    status: str  # "cached", "built", "failed", "skipped"
+    tree: str | None = None
+    duration_s: float = 0.0
+    log: Path | None = None
+    error: str | None = None
+
+
+class InputChanged(Exception):
+    """An input file changed between planning and running."""
+
+
+def execute(graph: Graph, store: LocalStore, spec_name: str, *, jobs: int = 2,
+            progress: Progress = lambda line: None, digest_of: Callable[[Path], str] | None = None
+            ) -> dict[str, ActionResult]:
+    results: dict[str, ActionResult] = {}
+    total = len(graph.order)
+    with store.lock(exclusive=False), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        pending = list(graph.order)
+        running: dict[Future, str] = {}
+        stop = threading.Event()
+        try:
+            while pending or running:
+                for aid in list(pending):
+                    deps = graph.actions[aid].deps
+                    if any(results.get(d) is None for d in deps):
+                        continue  # a dependency is still running or waiting
+                    pending.remove(aid)
+                    key = graph.keys[aid]
+                    bad = [d for d in deps if results[d].status in ("failed", "skipped")]
+                    if bad:
+                        results[aid] = ActionResult(aid, key, "skipped", error=f"{bad[0]} did not build")
+                        progress(f"[{len(results)}/{total}] skip   {aid} ({bad[0]} did not build)")
+                        continue
+                    record = store.get_action(key)
+                    if record is not None:
+                        results[aid] = ActionResult(aid, key, "cached", record.tree, record.duration_s)
+                        progress(f"[{len(results)}/{total}] cached {aid}")
+                        continue
+                    running[pool.submit(_run_one, graph, aid, store, spec_name, results, stop, progress,
+                                        digest_of)] = aid
+                if not running:
+                    continue
+                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    aid = running.pop(fut)
+                    res = fut.result()
+                    results[aid] = res
+                    if res.status == "built":
+                        progress(f"[{len(results)}/{total}] built  {aid} ({res.duration_s:.2f}s)")
+                    else:
+                        progress(f"[{len(results)}/{total}] FAILED {aid}: {res.error} (log: {res.log})")
+        except KeyboardInterrupt:
+            stop.set()
+            for fut in running:
+                fut.cancel()
+            raise
+    return results
+
+
+def _run_one(graph: Graph, aid: str, store: LocalStore, spec_name: str, results: dict, stop: threading.Event,
+             progress: Progress, digest_of) -> ActionResult:
+    action = graph.actions[aid]
+    key = graph.keys[aid]
+    kind = KINDS[action.kind]
+    log_path = store.log_path(key)
+    logger = logging.getLogger(f"kiln.action.{aid}.{key[7:19]}")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    start = time.monotonic()
+    done = threading.Event()
+    ticker = threading.Thread(target=_tick, args=(aid, start, done, stop, progress), daemon=True)
+    with store.workdir() as work:
+        handler = logging.FileHandler(work / "action.log", encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        try:
+            logger.info("action %s\nkind %s v%d\nkey %s", aid, action.kind, action.version, key)
+            files = {}
+            for role, path in action.files.items():
+                p = Path(path)
+                if digest_of is not None and digest_of(p) != action.inputs.get(role):
+                    raise InputChanged(f"{p.name} changed after the plan was made; run the build again")
+                files[role] = p
+            deps = {}
+            for dep in action.deps:
+                target = work / "deps" / dep.replace("/", "__")
+                store.materialize(results[dep].tree, target)
+                deps[dep] = target
+            out = work / "out"
+            out.mkdir()
+            ticker.start()
+            kind.run(dict(action.params), RunContext(out, files, deps, logger))
+            tree = store.put_tree(out)
+            duration = round(time.monotonic() - start, 3)
+            logger.info("done in %.3fs, tree %s", duration, tree)
+            handler.close()
+            log_digest = store.put_file(work / "action.log")
+            _copy_log(work / "action.log", log_path)
+            store.put_action(ActionRecord(key, action.kind, aid, tree, duration, log_digest))
+            store.set_ref(spec_name, aid, key, {"params": action.params, "inputs": dict(action.inputs),
+                                                "deps": {d: graph.keys[d] for d in action.deps},
+                                                "version": action.version})
+            return ActionResult(aid, key, "built", tree, duration, log_path)
+        except Exception as e:  # an action's failure is reported, never raised past the build
+            logger.exception("failed: %s", e)
+            handler.close()
+            _copy_log(work / "action.log", log_path)
+            return ActionResult(aid, key, "failed", None, round(time.monotonic() - start, 3), log_path,
+                                f"{type(e).__name__}: {e}")
+        finally:
+            done.set()
+            logger.removeHandler(handler)
+
+
+def _copy_log(src: Path, dest: Path) -> None:
+    import shutil
+
+    tmp = dest.with_suffix(".tmp")
+    shutil.copyfile(src, tmp)
+    tmp.replace(dest)
+
+
+def _tick(aid: str, start: float, done: threading.Event, stop: threading.Event, progress: Progress) -> None:
+    while not done.wait(TICK_S):
+        if stop.is_set():
+            return
+        progress(f"       still running {aid} ({time.monotonic() - start:.0f}s)")

@@ -1,0 +1,66 @@
+"""Digests of the files a spec names. Files are hashed, never named, so a renamed but identical file
+keeps its artifacts and a changed file under the same name rebuilds them.
+
+Hashing multi-gigabyte weights on every plan would be slow, so digests are cached by
+(path, size, mtime): the cache only decides whether to hash again, never what a digest is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+from compiler.store.local import sha256_file
+
+
+class DigestCache:
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._data: dict[str, list] = {}
+        self._dirty = False
+        if path is not None:
+            try:
+                self._data = json.loads(path.read_text(encoding="utf-8"))
+            except (FileNotFoundError, ValueError):
+                self._data = {}
+
+    def digest(self, file: Path) -> str:
+        st = file.stat()
+        key = str(file.resolve())
+        stamp = [st.st_size, st.st_mtime_ns]
+        with self._lock:
+            hit = self._data.get(key)
+            if hit is not None and hit[:2] == stamp:
+                return hit[2]
+        digest = sha256_file(file)
+        with self._lock:
+            self._data[key] = stamp + [digest]
+            self._dirty = True
+        return digest
+
+    def save(self) -> None:
+        if self.path is None or not self._dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix="digests-", dir=self.path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(self._data, f, sort_keys=True)
+        os.replace(tmp, self.path)
+        self._dirty = False
+
+
+def file_digest(path: Path, cache: DigestCache) -> str:
+    return cache.digest(path)
+
+
+def tree_digests(directory: Path, cache: DigestCache) -> dict[str, str]:
+    """Relative path -> digest for every regular file under `directory` (sorted)."""
+    out: dict[str, str] = {}
+    for p in sorted(directory.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            out[p.relative_to(directory).as_posix()] = cache.digest(p)
+    return out

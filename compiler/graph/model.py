@@ -1,0 +1,90 @@
+"""The action graph: one node per artifact to produce, each with a content key."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from compiler.store.canonical import canonical_json
+
+
+@dataclass(frozen=True)
+class Action:
+    """One artifact to produce.
+
+    `params` are exactly the values the action reads (a field it does not read must not be here,
+    or an unrelated change would rebuild it); `inputs` are digests of the files it reads, by role;
+    `deps` are the actions whose outputs it consumes. The key covers all of them.
+    """
+
+    id: str  # stable slot name, e.g. "llmapi-options/chat"
+    kind: str
+    version: int  # bump when the action's output format or logic changes
+    params: Mapping[str, Any]
+    inputs: Mapping[str, str] = field(default_factory=dict)  # role -> "sha256:..."
+    deps: tuple[str, ...] = ()
+    gpu_arch: str | None = None  # set when the output depends on the GPU architecture
+    needs: tuple[str, ...] = ()  # what the executing machine must have, e.g. ("gpu",) ("docker",)
+    files: Mapping[str, str] = field(default_factory=dict, compare=False)  # role -> path; not in the key
+
+
+def action_key(action: Action, dep_keys: Mapping[str, str]) -> str:
+    """sha256 over canonical JSON of everything that determines the action's output."""
+    body = {
+        "kind": action.kind,
+        "version": action.version,
+        "params": action.params,
+        "inputs": dict(action.inputs),
+        "deps": {d: dep_keys[d] for d in action.deps},
+        "gpu_arch": action.gpu_arch,
+    }
+    return "sha256:" + hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+@dataclass
+class Graph:
+    actions: dict[str, Action]
+    keys: dict[str, str]  # action id -> key
+    order: list[str]  # topological, deterministic
+
+    @staticmethod
+    def build(actions: list[Action]) -> "Graph":
+        by_id: dict[str, Action] = {}
+        for a in actions:
+            if a.id in by_id:
+                raise ValueError(f"two actions named {a.id}")
+            by_id[a.id] = a
+        order: list[str] = []
+        state: dict[str, int] = {}
+
+        def visit(aid: str, trail: tuple[str, ...]) -> None:
+            if state.get(aid) == 2:
+                return
+            if state.get(aid) == 1:
+                raise ValueError("dependency cycle: " + " -> ".join(trail + (aid,)))
+            if aid not in by_id:
+                raise ValueError(f"{trail[-1]} depends on unknown action {aid}")
+            state[aid] = 1
+            for dep in sorted(by_id[aid].deps):
+                visit(dep, trail + (aid,))
+            state[aid] = 2
+            order.append(aid)
+
+        for aid in sorted(by_id):
+            visit(aid, ())
+        keys: dict[str, str] = {}
+        for aid in order:
+            keys[aid] = action_key(by_id[aid], keys)
+        return Graph(by_id, keys, order)
+
+    def dependents(self, aid: str) -> set[str]:
+        out: set[str] = set()
+        frontier = [aid]
+        while frontier:
+            cur = frontier.pop()
+            for other in self.actions.values():
+                if cur in other.deps and other.id not in out:
+                    out.add(other.id)
+                    frontier.append(other.id)
+        return out

@@ -1,0 +1,109 @@
+"""What a build would do, without running anything: each action cached or to run, and why."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from compiler.store.local import LocalStore
+
+from .model import Graph
+
+MAX_CHANGES = 6  # per action; a reviewer needs the first few, not a dump
+
+
+@dataclass
+class PlannedAction:
+    id: str
+    kind: str
+    key: str
+    cached: bool
+    reasons: list[str] = field(default_factory=list)
+    needs: tuple[str, ...] = ()
+    last_duration_s: float | None = None
+
+
+def make_plan(graph: Graph, store: LocalStore, spec_name: str) -> list[PlannedAction]:
+    out: list[PlannedAction] = []
+    will_run: set[str] = set()
+    for aid in graph.order:
+        action, key = graph.actions[aid], graph.keys[aid]
+        record = store.get_action(key)
+        planned = PlannedAction(aid, action.kind, key, record is not None, needs=action.needs)
+        if record is not None:
+            planned.last_duration_s = record.duration_s
+        else:
+            planned.reasons = _reasons(graph, aid, store.get_ref(spec_name, aid), will_run)
+            will_run.add(aid)
+        out.append(planned)
+    return out
+
+
+def _reasons(graph: Graph, aid: str, ref: dict | None, will_run: set[str]) -> list[str]:
+    action = graph.actions[aid]
+    if ref is None:
+        return ["never built in this store"]
+    if ref["key"] == graph.keys[aid]:
+        return ["built before, but its output is no longer in the store"]
+    last = ref["params"]
+    reasons: list[str] = []
+    if last.get("version") != action.version:
+        reasons.append(f"{action.kind} changed (v{last.get('version')} -> v{action.version})")
+    for path, old, new in _diff(last.get("params", {}), dict(action.params)):
+        reasons.append(f"{path}: {_short(old)} -> {_short(new)}")
+    old_inputs, new_inputs = last.get("inputs", {}), dict(action.inputs)
+    for role in sorted(set(old_inputs) | set(new_inputs)):
+        if old_inputs.get(role) != new_inputs.get(role):
+            verb = "added" if role not in old_inputs else "removed" if role not in new_inputs else "changed"
+            reasons.append(f"input {role} {verb}")
+    for dep in action.deps:
+        if dep in will_run or last.get("deps", {}).get(dep) != graph.keys[dep]:
+            reasons.append(f"depends on {dep}, which changes")
+    if len(reasons) > MAX_CHANGES:
+        reasons = reasons[:MAX_CHANGES] + [f"... and {len(reasons) - MAX_CHANGES} more changes"]
+    return reasons or ["key changed"]
+
+
+def _diff(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            sub = f"{path}.{k}" if path else str(k)
+            if k not in old:
+                out.append((sub, None, new[k]))
+            elif k not in new:
+                out.append((sub, old[k], None))
+            else:
+                out.extend(_diff(old[k], new[k], sub))
+        return out
+    return [] if old == new else [(path, old, new)]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def render_plan(plan: list[PlannedAction], fmt: str) -> str:
+    run = [p for p in plan if not p.cached]
+    if fmt == "json":
+        return json.dumps({"actions": [{"id": p.id, "kind": p.kind, "key": p.key, "cached": p.cached,
+                                        "reasons": p.reasons, "needs": list(p.needs)} for p in plan],
+                           "to_run": len(run), "cached": len(plan) - len(run)}, indent=2, sort_keys=True)
+    if fmt == "markdown":
+        lines = ["### Actions", "", f"{len(run)} to run, {len(plan) - len(run)} cached.", ""]
+        if run:
+            lines += ["| action | why |", "|---|---|"]
+            lines += [f"| `{p.id}` | {_md_cell(p.reasons)} |" for p in run]
+        return "\n".join(lines)
+    lines = [f"Actions: {len(run)} to run, {len(plan) - len(run)} cached"]
+    for p in plan:
+        lines.append(f"  {'cached' if p.cached else 'run   '} {p.id}")
+        for r in p.reasons:
+            lines.append(f"           {r}")
+    return "\n".join(lines)
+
+
+def _md_cell(reasons: list[str]) -> str:
+    return "<br>".join(r.replace("|", "\\|") for r in reasons)
