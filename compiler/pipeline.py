@@ -42,7 +42,10 @@ def validate_path(path: str | Path, options: Options | None = None, display: str
         result.diagnostics = sort_diagnostics(result.diagnostics)
         return result
     parsed = parse_document(loaded.document)
-    result.diagnostics.extend(parsed.diagnostics)
+    # A value the loader already reported (an unknown tag, an unreadable scalar) fails the schema
+    # too; one diagnostic per place is enough.
+    reported = {(d.span.line, d.span.column) for d in loaded.diagnostics}
+    result.diagnostics.extend(d for d in parsed.diagnostics if (d.span.line, d.span.column) not in reported)
     result.spec = parsed.spec
     if parsed.spec is not None and not result.diagnostics:
         from compiler.semantic import analyse  # the semantic half needs the catalogs; import lazily

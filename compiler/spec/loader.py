@@ -16,6 +16,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.reader import ReaderError
 
 from compiler.diagnostics import Diagnostic, Severity, Span
 
@@ -88,7 +89,8 @@ def load_bytes(raw: bytes, file: str) -> LoadResult:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
-        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        line_start = raw.rfind(b"\n", 0, e.start) + 1
+        col = len(raw[line_start:e.start].decode("utf-8", errors="replace")) + 1
         return LoadResult(None, [_diag(R.NotUtf8, file, Span(line, col),
                                        f"spec file is not valid UTF-8 (byte 0x{raw[e.start]:02x})",
                                        help="save the file as UTF-8")])
@@ -119,6 +121,11 @@ def load_text(text: str, file: str) -> LoadResult:
         nodes = list(yaml.compose_all(text))
     except MarkedYAMLError as e:
         return LoadResult(None, [_syntax_diag(e, file)])
+    except ReaderError as e:
+        char = e.character if isinstance(e.character, str) else chr(e.character)
+        return LoadResult(None, [_diag(R.YamlSyntax, file, _offset_span(text, e.position),
+                                       f"character U+{ord(char):04X} is not allowed in YAML",
+                                       help="remove it, or write it as an escape inside a double-quoted string")])
     except YAMLError as e:
         return LoadResult(None, [_diag(R.YamlSyntax, file, Span(1, 1), f"YAML error: {e}")])
     except RecursionError:
@@ -128,13 +135,13 @@ def load_text(text: str, file: str) -> LoadResult:
     if not nodes:
         return LoadResult(None, [_diag(R.EmptyFile, file, Span(1, 1), "spec file is empty")])
     if len(nodes) > 1:
-        return LoadResult(None, [_diag(R.MultipleDocuments, file, _node_span(nodes[1]),
+        return LoadResult(None, [_diag(R.MultipleDocuments, file, _second_document(text, nodes[1]),
                                        f"spec file holds {len(nodes)} YAML documents; Kiln reads exactly one",
                                        help="put each spec in its own file")])
     root = nodes[0]
     if not isinstance(root, MappingNode):
         kind = "a list" if isinstance(root, SequenceNode) else f"a scalar ({root.value!r})"
-        return LoadResult(None, [_diag(R.TopLevelNotMapping, file, _node_span(root),
+        return LoadResult(None, [_diag(R.TopLevelNotMapping, file, _clamp(_node_span(root), text),
                                        f"the top level of a spec must be a mapping, not {kind}",
                                        help="a spec starts with `kiln: v1`")])
     builder = _Builder(file)
@@ -192,18 +199,18 @@ class _Builder:
         if node.tag != "tag:yaml.org,2002:map":
             self._unknown_tag(node)
         out: dict[str, Any] = {}
-        merged: dict[str, Any] = {}
+        merges: list[Node] = []
         seen: dict[str, Span] = {}
         for knode, vnode in node.value:
             if knode.tag == "tag:yaml.org,2002:merge":
-                self._merge(vnode, path, depth, merged)
+                merges.append(vnode)
                 continue
             if not isinstance(knode, ScalarNode) or knode.tag != "tag:yaml.org,2002:str":
-                shown = knode.value if isinstance(knode, ScalarNode) else "a collection"
+                shown = repr(knode.value) if isinstance(knode, ScalarNode) else "(a collection)"
                 self.diagnostics.append(_diag(
                     R.NonStringKey, self.file, _node_span(knode),
-                    f"mapping key {shown!r} is not a string",
-                    help=f'quote it: "{shown}"' if isinstance(knode, ScalarNode) else
+                    f"mapping key {shown} is not a string",
+                    help=f'quote it: "{knode.value}"' if isinstance(knode, ScalarNode) else
                     "keys must be plain strings"))
                 continue
             key = knode.value
@@ -216,22 +223,22 @@ class _Builder:
                     help="YAML keeps only one of them; remove or rename the other"))
                 continue
             seen[key] = kspan
-            self.key_spans[path + (key,)] = kspan
+            self.key_spans.setdefault(path + (key,), kspan)
+            if _is_empty(vnode):
+                # An empty value's own mark is the next token, often on a later line: use the key's.
+                self.value_spans.setdefault(path + (key,), kspan)
             out[key] = self._node(vnode, path + (key,), depth + 1)
-        for k, v in merged.items():
-            out.setdefault(k, v)
+        # Merged keys come after local ones, so local keys keep their own positions (and win).
+        for vnode in merges:
+            sources = vnode.value if isinstance(vnode, SequenceNode) else [vnode]
+            for src in sources:
+                if not isinstance(src, MappingNode):
+                    self.diagnostics.append(_diag(R.YamlSyntax, self.file, _node_span(src),
+                                                  "a merge key (<<) must refer to a mapping"))
+                    continue
+                for k, v in self._mapping(src, path, depth + 1).items():
+                    out.setdefault(k, v)
         return out
-
-    def _merge(self, vnode: Node, path: Path_, depth: int, merged: dict) -> None:
-        sources = vnode.value if isinstance(vnode, SequenceNode) else [vnode]
-        for src in sources:
-            if not isinstance(src, MappingNode):
-                self.diagnostics.append(_diag(R.YamlSyntax, self.file, _node_span(src),
-                                              "a merge key (<<) must refer to a mapping"))
-                continue
-            value = self._mapping(src, path, depth + 1)
-            for k, v in value.items():
-                merged.setdefault(k, v)
 
     def _scalar(self, node: ScalarNode) -> Any:
         tag, text = node.tag, node.value
@@ -241,6 +248,8 @@ class _Builder:
             if tag == "tag:yaml.org,2002:null":
                 return None
             if tag == "tag:yaml.org,2002:bool":
+                if text.lower() not in ("true", "false"):
+                    raise ValueError(text)
                 return text.lower() == "true"
             if tag == "tag:yaml.org,2002:int":
                 return _yaml_int(text)
@@ -249,16 +258,23 @@ class _Builder:
             if tag == "tag:yaml.org,2002:timestamp":
                 return text  # no field takes a date; keep the text so the type error is clear
         except ValueError:
+            kind = {"bool": "a boolean (true or false)", "int": "an integer", "float": "a number"}.get(
+                tag.rsplit(":", 1)[-1], tag.rsplit(":", 1)[-1])
             self.diagnostics.append(_diag(R.YamlSyntax, self.file, _node_span(node),
-                                          f"cannot read {text!r} as {tag.rsplit(':', 1)[-1]}"))
+                                          f"cannot read {text!r} as {kind}"))
             return text
         self._unknown_tag(node)
         return text
 
     def _unknown_tag(self, node: Node) -> None:
+        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
         self.diagnostics.append(_diag(R.UnknownTag, self.file, _node_span(node),
-                                      f"unsupported YAML tag {node.tag!r}",
+                                      f"unsupported YAML tag {tag}",
                                       help="Kiln specs use plain YAML; remove the tag"))
+
+
+def _is_empty(node: Node) -> bool:
+    return isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null" and node.value == ""
 
 
 def _yaml_int(text: str) -> int:
@@ -285,8 +301,24 @@ def _yaml_float(text: str) -> float:
     return float(t)
 
 
+def _second_document(text: str, node: Node) -> Span:
+    """Where the second document starts: its `---` marker (a node's own mark can lie past the end)."""
+    markers = [i for i, ln in enumerate(text.splitlines(), start=1) if ln.startswith("---")]
+    first_is_marker = bool(markers) and all(not ln.strip() or ln.lstrip().startswith("#")
+                                            for ln in text.splitlines()[: markers[0] - 1])
+    candidates = markers[1:] if first_is_marker else markers
+    return Span(candidates[0], 1) if candidates else _node_span(node)
+
+
 def _only_comments(text: str) -> bool:
     return all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines())
+
+
+def _clamp(span: Span, text: str) -> Span:
+    lines = text.splitlines() or [""]
+    if span.line <= len(lines):
+        return span
+    return Span(len(lines), 1)
 
 
 def _node_span(node: Node) -> Span:

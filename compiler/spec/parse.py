@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -54,7 +55,7 @@ def _check_version(doc: Document) -> Diagnostic | None:
     data = doc.data
     if "kiln" not in data:
         return Diagnostic(R.UnsupportedVersion.code, R.UnsupportedVersion.severity,
-                          "the spec does not say its version", doc.file, Span(1, 1),
+                          "the spec does not say its version", doc.file, _start(doc.span_of(())),
                           help="add `kiln: v1` as the first line")
     if data["kiln"] != "v1":
         return Diagnostic(R.UnsupportedVersion.code, R.UnsupportedVersion.severity,
@@ -110,11 +111,11 @@ def _to_diagnostic(doc: Document, err: dict) -> Diagnostic:
                     doc.span_of(path, key=True), _did_you_mean(str(key), choices, "valid keys"))
     if etype == "missing":
         parent = path[:-1]
-        span = doc.span_of(parent, key=True) if parent else Span(1, 1)
+        span = doc.span_of(parent, key=True) if parent else _start(doc.span_of(()))
         field = _model_at(parent).model_fields.get(str(path[-1])) if _model_at(parent) else None
         desc = f": {_first_sentence(field.description)}" if field is not None and field.description else ""
         return make(R.MissingKey, f"missing required key {path[-1]!r} in {_dotted(parent) or 'the spec'}", span,
-                    f"add `{path[-1]}`{desc}")
+                    f"add `{path[-1]}` ({desc[2:]})" if desc else f"add `{path[-1]}`")
     span = doc.span_of(path, key=is_key)
     if etype == FORMAT_ERROR:
         what = "name" if is_key else where
@@ -127,8 +128,11 @@ def _to_diagnostic(doc: Document, err: dict) -> Diagnostic:
     if etype in ("literal_error", "enum"):
         choices = _literal_choices(path)
         shown = _show(value)
-        return make(R.InvalidChoice, f"{where}: {shown} is not a valid choice", span,
-                    _did_you_mean(str(value), choices, "choices"))
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        help = f"choices: {', '.join(choices)}" if numeric else _did_you_mean(str(value), choices, "choices")
+        return make(R.InvalidChoice, f"{where}: {shown} is not a valid choice", span, help)
+    if etype == "too_short" and ctx.get("min_length") == 1:
+        return make(R.InvalidValue, f"{where}: must not be empty", span)
     if etype in _RANGE_TYPES:
         return make(R.OutOfRange, f"{where}: {_show(value)} is out of range: {_range_text(etype, ctx)}", span)
     if etype in _TYPE_NAMES or etype.endswith("_type") or etype == "union_tag_invalid":
@@ -137,11 +141,13 @@ def _to_diagnostic(doc: Document, err: dict) -> Diagnostic:
             expected = "a value of another kind"
         hint = None
         if etype == "string_type" and isinstance(value, (int, float)) and not isinstance(value, bool):
-            hint = f'quote it: "{value}"'
+            hint = f'quote it: "{_source_text(doc, span) or _show(value)}"'
         if etype in ("int_type", "float_type") and isinstance(value, str):
             hint = "write the number without quotes"
-        return make(R.WrongType, f"{where or 'spec'}: expected {expected}, got {_type_of(value)} {_show(value)}",
-                    span, hint)
+        got = "null" if value is None else f"{_type_of(value)} {_show(value)}"
+        if isinstance(value, (dict, list)):
+            got = _show(value)
+        return make(R.WrongType, f"{where or 'spec'}: expected {expected}, got {got}", span, hint)
     return make(R.InvalidValue, f"{where or 'spec'}: {err['msg']}", span)
 
 
@@ -155,20 +161,42 @@ def _dotted(path: tuple) -> str:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
+    """A value as YAML would spell it, shortened."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"an integer of {len(str(value)) if value.bit_length() < 10000 else 'thousands of'} digits"
+    text = repr(value) if isinstance(value, str) else str(value) if isinstance(value, (int, float)) else \
+        {dict: "a mapping", list: "a list"}.get(type(value), type(value).__name__)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _start(span: Span) -> Span:
+    return Span(span.line, span.column)
+
+
+def _source_text(doc: Document, span: Span) -> str | None:
+    """The value exactly as written, when it sits on one line."""
+    if span.end_line != span.line or not span.end_column:
+        return None
+    text = doc.line_text(span.line)[span.column - 1: span.end_column - 1].strip()
+    return text or None
 
 
 def _type_of(value: Any) -> str:
     if value is None:
-        return "null"
+        return "a null"
     return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
             dict: "mapping"}.get(type(value), type(value).__name__)
 
 
 def _first_sentence(text: str) -> str:
-    sentence = text.strip().split(". ")[0].split("\n")[0]
-    return sentence[0].lower() + sentence[1:] if sentence else sentence
+    """The description's first sentence, abbreviations such as "e.g." kept whole."""
+    flat = " ".join(text.split())
+    m = re.match(r"(.+?(?<!e\.g)(?<!i\.e)\.)(\s|$)", flat)
+    return (m.group(1) if m else flat).rstrip(".")
 
 
 def _range_text(etype: str, ctx: dict) -> str:
