@@ -153,6 +153,19 @@ def main() -> None:
               f"{front:>13.4f} {ndiag:>6}")
         prev = seconds
     print("\nideal growth is 10x per step (linear in the number of models)")
+    if full:
+        examples = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*/kiln.yaml"))
+        print(f"\n{'example':<28} {'bytes':>6} {'seconds':>9} {'units':>6}")
+        for path in examples:
+            seconds, _ = best_of(run, path, args.repeat)
+            units = len(validate_path(path).resolved.units)
+            print(f"{path.parent.name:<28} {path.stat().st_size:>6} {seconds:>9.4f} {units:>6}")
+        with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
+            fleet = Path(tmp) / "fleet.yaml"
+            fleet.write_text(generate(1000), encoding="utf-8")
+            units = len(validate_path(fleet).resolved.units)
+            seconds, _ = best_of(run, fleet, max(1, args.repeat // 2))
+            print(f"{'generated fleet (1000 hosts)':<28} {fleet.stat().st_size:>6} {seconds:>9.4f} {units:>6}")
 
 
 if __name__ == "__main__":
