@@ -1,0 +1,49 @@
+"""Every diagnostic code is exercised, and the rules that the catalog cannot trigger are tested directly."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from compiler.catalog import load_gpu_catalog
+from compiler.checks.base import CheckContext
+from compiler.checks.mig import MigUnsupported
+from compiler.diagnostics import all_rules, get_rule
+from compiler.pipeline import validate_path
+
+from .expectations import case_files, parse_expectations
+
+CASES = Path(__file__).parent / "cases"
+# Faults of bytes and files, not of text: tests/test_loader.py covers them.
+NOT_A_TEXT_CASE = {"K008", "K009", "K010"}
+# No GPU in the catalog lacks MIG; tested below with a catalog entry that has it switched off.
+UNREACHABLE_FROM_CATALOG = {"K201"}
+
+
+def test_every_rule_has_a_case() -> None:
+    covered: set[str] = set()
+    for case in case_files(CASES):
+        covered |= {e.code for e in parse_expectations(case.read_text(encoding="utf-8"))}
+    codes = {r.code for r in all_rules()}
+    assert codes - covered - NOT_A_TEXT_CASE - UNREACHABLE_FROM_CATALOG == set()
+
+
+def test_every_rule_is_documented() -> None:
+    for rule in all_rules():
+        assert rule.doc(), f"{rule.code} has no documentation for `kiln explain`"
+        assert get_rule(rule.code.lower()) is rule
+
+
+def test_mig_on_a_gpu_without_mig_is_an_error() -> None:
+    example = Path(__file__).parents[1] / "examples" / "quickstart" / "kiln.yaml"
+    result = validate_path(example)
+    assert result.ok
+    host = result.resolved.hosts["dev-h100"]
+    no_mig = dataclasses.replace(host.gpu, mig=dataclasses.replace(host.gpu.mig, supported=False))
+    resolved = dataclasses.replace(result.resolved, hosts={"dev-h100": dataclasses.replace(host, gpu=no_mig)})
+    ctx = CheckContext(result.spec, result.document, result.base_dir, resolved)
+    diags = list(MigUnsupported().run(ctx))
+    assert [d.code for d in diags] == ["K201"]
+    assert diags[0].span.line == result.document.span_of(("hosts", "dev-h100", "gpus", 0, "mig"), key=True).line
+    assert "does not support MIG" in diags[0].message
+    assert load_gpu_catalog().get("H100-SXM5-80GB").mig.supported  # the real entry is untouched
