@@ -11,20 +11,12 @@ from .base import Check, CheckContext, weak_fact_note
 
 
 def _figures(ctx: CheckContext):
-    """UnitFigures for every unit whose model, architecture and GPU resolved; one per spec location."""
+    """UnitFigures for every sizable unit; one per spec location (replicas of a layout share it)."""
+    from compiler.planning import sizable_units
+
     cache = ctx.extra.setdefault("unit_figures", {})
     seen_paths: set[tuple] = set()
-    for unit in ctx.resolved.units:
-        rm = ctx.resolved.models.get(unit.model)
-        host = ctx.resolved.hosts[unit.host]
-        if rm is None or rm.arch is None or host.gpu is None:
-            continue
-        if unit.mig is not None and unit.mig.profile is None:
-            continue
-        if unit.mig is not None and rm.spec.parallelism.tp * rm.spec.parallelism.pp > 1:
-            continue  # tensor parallelism on a MIG slice is an error of its own (K706)
-        if unit.mig is None and len(unit.gpu_indexes) != rm.spec.parallelism.tp * rm.spec.parallelism.pp:
-            continue  # the GPU count does not match tp*pp (K701); figures would mislead
+    for unit, rm, host in sizable_units(ctx.resolved):
         if unit.path in seen_paths:
             continue
         seen_paths.add(unit.path)
