@@ -94,7 +94,27 @@ def _resolver(weights_fmt, exclude, overrides, block_size, unquantized_fmt):
     return resolve
 
 
-def weight_bytes(
+def weight_bytes(arch: ModelArch, weights_fmt: str, *, exclude: Sequence[str] = (),
+                 overrides: Sequence[Override] = (), block_size: int | None = None, unquantized_fmt: str = "bf16",
+                 tp: int = 1, pp: int = 1) -> WeightBreakdown:
+    """Memoised front of `_weight_bytes` (the planner asks the same question for every replica,
+    and a large MoE has ~10^5 expert modules to walk)."""
+    key = (repr(arch), weights_fmt, tuple(exclude), tuple(tuple(o) for o in overrides), block_size,
+           unquantized_fmt, tp, pp)
+    hit = _WEIGHT_CACHE.get(key)
+    if hit is None:
+        hit = _weight_bytes(arch, weights_fmt, exclude=exclude, overrides=overrides, block_size=block_size,
+                            unquantized_fmt=unquantized_fmt, tp=tp, pp=pp)
+        if len(_WEIGHT_CACHE) > 256:
+            _WEIGHT_CACHE.clear()
+        _WEIGHT_CACHE[key] = hit
+    return hit
+
+
+_WEIGHT_CACHE: dict[tuple, "WeightBreakdown"] = {}
+
+
+def _weight_bytes(
     arch: ModelArch,
     weights_fmt: str,
     *,
