@@ -33,6 +33,8 @@ def register_more(sub: argparse._SubParsersAction) -> None:
     st_sub = st.add_subparsers(dest="store_command", metavar="SUBCOMMAND")
     v = st_sub.add_parser("verify", help="check every object, record and release in the store")
     v.add_argument("--store", type=Path)
+    v.add_argument("--repair", action="store_true",
+                   help="remove corrupt objects and the records that need them; the next build rebuilds them")
     v.set_defaults(handler=_cmd_store_verify)
     g = st_sub.add_parser("gc", help="remove what the last N releases of each spec do not reference")
     g.add_argument("--store", type=Path)
@@ -133,9 +135,12 @@ def _cmd_store_verify(args: argparse.Namespace) -> int:
     from compiler.store.maintenance import verify
 
     store = open_store(store_dir(args.store))
-    problems = verify(store)
+    problems = verify(store, repair=args.repair)
     for p in problems:
         print(f"store: {p}")
+    if args.repair and problems:
+        print(f"{store.root}: removed what was corrupt; the next build rebuilds it")
+        return 1
     print(f"{store.root}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
     return 1 if problems else 0
 

@@ -16,7 +16,12 @@ from .base import LowerContext, RunContext
 
 KIND, VERSION = "capacity-report", 1
 
-_MODEL_FIELDS = ("dtype", "quantization", "parallelism", "limits", "runtime")
+# Exactly what the sizing reads (compiler.capacity.report): anything more would rebuild the
+# report on changes that cannot move a figure (calibration data, the scheduler, ...).
+_READS = {"dtype": True, "parallelism": True,
+          "quantization": {"weights", "kv_cache", "exclude", "overrides", "block_size"},
+          "limits": {"max_seq_len", "max_batch_size", "max_num_tokens"},
+          "runtime": {"kv_cache_memory_fraction"}}
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ def lower(ctx: LowerContext) -> list[Action]:
                        "profile": to_data(u.mig.profile) if u.mig else None,
                        "instance": u.mig.instance_index if u.mig else None,
                        "instances_on_gpu": u.instances_on_gpu} for u in units],
-            "models": {m: {"spec": ctx.spec.models[m].model_dump(mode="json", include=set(_MODEL_FIELDS)),
+            "models": {m: {"spec": ctx.spec.models[m].model_dump(mode="json", include=_READS),
                            "arch": to_data(resolved.models[m].arch)} for m in models},
         }
         out.append(Action(f"{KIND}/{name}", KIND, VERSION, params))
@@ -61,7 +66,10 @@ def run(params: dict, ctx: RunContext) -> None:
     figures = []
     for u in params["units"]:
         m = params["models"][u["model"]]
-        model = Model.model_validate({"source": {"path": "."}, **m["spec"]})
+        spec = dict(m["spec"], limits=dict(m["spec"]["limits"]))
+        # max_input_len is not read by the sizing and not in the key; any value the limits accept will do.
+        spec["limits"].setdefault("max_input_len", spec["limits"]["max_seq_len"])
+        model = Model.model_validate({"source": {"path": "."}, **spec})
         arch = arch_from_data(m["arch"])
         slot = _Slot(u["instance"], profile_from_data(u["profile"])) if u["profile"] else None
         unit = _Unit(u["id"], params["host"], u["model"], tuple(u["gpus"]), slot, u["instances_on_gpu"])

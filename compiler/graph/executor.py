@@ -7,6 +7,7 @@ output in the store, its dependents are skipped, and its log stays in the store'
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -144,10 +145,13 @@ def _run_one(graph: Graph, aid: str, store: LocalStore, spec_name: str, results:
 
 def _copy_log(src: Path, dest: Path) -> None:
     import shutil
+    import tempfile
 
-    tmp = dest.with_suffix(".tmp")
+    # A unique staging name: two builds running the same action must not rename each other's file.
+    fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
     shutil.copyfile(src, tmp)
-    tmp.replace(dest)
+    os.replace(tmp, dest)
 
 
 def _tick(aid: str, start: float, done: threading.Event, stop: threading.Event, progress: Progress) -> None:

@@ -77,6 +77,11 @@ def _diff(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
             else:
                 out.extend(_diff(old[k], new[k], sub))
         return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        out = []
+        for i, (a, b) in enumerate(zip(old, new)):
+            out.extend(_diff(a, b, f"{path}[{i}]"))
+        return out
     return [] if old == new else [(path, old, new)]
 
 

@@ -111,15 +111,21 @@ class LocalStore:
     def has_blob(self, digest: str) -> bool:
         return self.blob_path(digest).is_file()
 
+    def _has_intact_size(self, digest: str, size: int) -> bool:
+        try:
+            return self.blob_path(digest).stat().st_size == size
+        except FileNotFoundError:
+            return False
+
     def put_bytes(self, data: bytes) -> str:
         digest = sha256_bytes(data)
-        if not self.has_blob(digest):
+        if not self._has_intact_size(digest, len(data)):
             self._place(digest, lambda f: f.write(data))
         return digest
 
     def put_file(self, path: Path) -> str:
         digest = sha256_file(path)
-        if not self.has_blob(digest):
+        if not self._has_intact_size(digest, path.stat().st_size):
             def copy(f) -> None:
                 with open(path, "rb") as src:
                     shutil.copyfileobj(src, f, CHUNK)
@@ -196,7 +202,12 @@ class LocalStore:
         return self.root / "actions" / h[:2] / f"{h}.json"
 
     def get_action(self, key: str) -> ActionRecord | None:
-        """The record for `key` when it and everything it names are present and intact."""
+        """The record for `key` when it and everything it names are present.
+
+        The tree manifest is read and verified; artifact files are checked by presence and size,
+        not re-hashed (a cache hit on a 70 GB checkpoint must stay cheap): `kiln store verify`
+        re-hashes everything and `--repair` drops what is corrupt so the next build replaces it.
+        A corrupt tree manifest is removed here, so the rebuild that follows writes a good one."""
         path = self._action_path(key)
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
@@ -206,12 +217,23 @@ class LocalStore:
             return None  # a torn record cannot exist (atomic rename) but a corrupted one can: rebuild
         record = ActionRecord(doc["key"], doc["kind"], doc["action_id"], doc["tree"], doc["duration_s"], doc["log"])
         try:
-            for entry in self.tree(record.tree):
-                if not self.has_blob(entry.digest):
-                    return None
+            entries = self.tree(record.tree)
         except StoreError:
+            self.drop_blob(record.tree)
             return None
+        for entry in entries:
+            if not self._has_intact_size(entry.digest, entry.size):
+                return None
         return record
+
+    def drop_blob(self, digest: str) -> None:
+        """Remove an object that is corrupt (content addressing would otherwise keep it forever)."""
+        with contextlib.suppress(FileNotFoundError, StoreError):
+            if self.has_blob(digest) and sha256_file(self.blob_path(digest)) != digest:
+                self.blob_path(digest).unlink()
+
+    def drop_action(self, key: str) -> None:
+        self._action_path(key).unlink(missing_ok=True)
 
     def put_action(self, record: ActionRecord) -> None:
         data = canonical_json(record.to_json())
@@ -254,9 +276,12 @@ class LocalStore:
         digest = self.put_bytes(manifest)
         history = self.releases(spec)
         if not history or history[-1] != digest:
-            lines = "".join(json.dumps(d) + "\n" for d in history + [digest])
-            self._write_atomic(self.root / "releases" / f"{spec}.jsonl", lines.encode())
+            self.set_releases(spec, history + [digest])
         return digest
+
+    def set_releases(self, spec: str, digests: list[str]) -> None:
+        lines = "".join(json.dumps(d) + "\n" for d in digests)
+        self._write_atomic(self.root / "releases" / f"{spec}.jsonl", lines.encode())
 
     def releases(self, spec: str) -> list[str]:
         path = self.root / "releases" / f"{spec}.jsonl"

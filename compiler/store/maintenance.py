@@ -9,21 +9,30 @@ from dataclasses import dataclass
 from .local import LocalStore, StoreError, sha256_file
 
 
-def verify(store: LocalStore) -> list[str]:
+def verify(store: LocalStore, repair: bool = False) -> list[str]:
     """Every problem found: corrupt objects, records naming missing objects, releases naming
-    missing artifacts. Leftover files in tmp/ (from a crash) are not problems."""
+    missing artifacts. Leftover files in tmp/ (from a crash) are not problems.
+
+    With `repair`, corrupt objects and the action records that need them are removed, so that the
+    next build rebuilds exactly those artifacts (releases are kept: the rebuild restores them)."""
     problems: list[str] = []
     for blob in sorted((store.root / "objects" / "sha256").glob("*/*")):
         if sha256_file(blob) != "sha256:" + blob.name:
             problems.append(f"object sha256:{blob.name} is corrupt")
+            if repair:
+                blob.unlink()
     for rec_path in sorted((store.root / "actions").glob("*/*.json")):
         try:
             rec = json.loads(rec_path.read_text(encoding="utf-8"))
             for entry in store.tree(rec["tree"]):
                 if not store.has_blob(entry.digest):
                     problems.append(f"action {rec['action_id']} ({rec['key'][:19]}): file {entry.path} is missing")
+                    if repair:
+                        rec_path.unlink(missing_ok=True)
         except (ValueError, KeyError, StoreError) as e:
             problems.append(f"action record {rec_path.name}: {e}")
+            if repair:
+                rec_path.unlink(missing_ok=True)
     for spec in store.all_release_specs():
         for digest in store.releases(spec):
             try:
@@ -52,7 +61,9 @@ def gc(store: LocalStore, keep: int) -> GcStats:
         live_objects: set[str] = set()
         kept = 0
         for spec in store.all_release_specs():
-            for digest in store.releases(spec)[-keep:] if keep > 0 else []:
+            history = store.releases(spec)[-keep:]
+            store.set_releases(spec, history)
+            for digest in history:
                 kept += 1
                 live_objects.add(digest)
                 manifest = json.loads(store.read_bytes(digest))

@@ -1,0 +1,269 @@
+"""Minimal rebuilds and reproducible output of `kiln build`.
+
+The table below applies one edit to a built example and states exactly which actions must run
+again. Each expectation comes from reading what the action modules put in their keys
+(compiler/actions/*.py): an action reruns when a value it reads or a file it reads changes, and
+for nothing else. `plan_spec` must announce that set (with a reason naming the change) and
+`build_spec` must then execute exactly that set and take everything else from the store.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from compiler.build import build_spec, plan_spec
+from compiler.cli import main
+from compiler.store.local import LocalStore
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+MIG = "b200-mig-three-models"  # models chat, coder, intent on host b200-a
+QUICK = "quickstart"  # model tiny, read from a local directory
+
+MIG_ACTIONS = {
+    "spec-snapshot", "host-plan/b200-a", "capacity-report/b200-a",
+    "calibration-set/chat", "calibration-set/coder", "calibration-set/intent",
+    "llmapi-options/chat", "llmapi-options/coder", "llmapi-options/intent",
+}
+
+
+# --- helpers ------------------------------------------------------------------------------------
+def copy_example(name: str, dest: Path) -> Path:
+    """A private copy of an example; the quickstart model gets a weights file to hash."""
+    shutil.copytree(EXAMPLES / name, dest)
+    if name == QUICK:
+        (dest / "model" / "model.safetensors").write_bytes(bytes(range(256)) * 64)
+    return dest / "kiln.yaml"
+
+
+def replace_once(rel: str, old: str, new: str) -> Callable[[Path], None]:
+    """An edit of one file: `old` must occur exactly once, so a stale row cannot pass as a no-op."""
+    def edit(root: Path) -> None:
+        path = root / rel
+        text = path.read_text(encoding="utf-8")
+        assert text.count(old) == 1, f"{rel}: expected exactly one {old!r}"
+        path.write_text(text.replace(old, new), encoding="utf-8")
+    return edit
+
+
+def append_line(rel: str, line: str) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        with open(root / rel, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    return edit
+
+
+def both(*edits: Callable[[Path], None]) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        for e in edits:
+            e(root)
+    return edit
+
+
+def rename_calibration(root: Path) -> None:
+    (root / "data" / "calib-code.jsonl").rename(root / "data" / "code-calibration.jsonl")
+    replace_once("kiln.yaml", "data/calib-code.jsonl", "data/code-calibration.jsonl")(root)
+
+
+def touch_calibration(root: Path) -> None:
+    path = root / "data" / "calib-code.jsonl"
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+
+
+def new_weights(root: Path) -> None:
+    path = root / "model" / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(bytes(b ^ 0xFF for b in data))  # same size, different bytes
+
+
+def to_run(outcome) -> dict[str, list[str]]:
+    return {p.id: p.reasons for p in outcome.plan if not p.cached}
+
+
+# --- the table ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Row:
+    id: str
+    example: str
+    edit: Callable[[Path], None]
+    expect: frozenset[str]  # what must run, from reading the action modules
+    reasons: dict[str, str] = field(default_factory=dict)  # action -> text one of its reasons contains
+
+ROWS = [
+    Row("serving-queue-delay", MIG,
+        replace_once("kiln.yaml", "max_queue_delay_us: 50", "max_queue_delay_us: 75"),
+        frozenset({"spec-snapshot"}),
+        {"spec-snapshot": "models.intent.serving.max_queue_delay_us: 50 -> 75"}),
+    Row("host-clocks", MIG,
+        replace_once("kiln.yaml", "graphics_mhz: 1965", "graphics_mhz: 1800"),
+        frozenset({"host-plan/b200-a", "spec-snapshot"}),
+        {"host-plan/b200-a": "clocks.graphics_mhz: 1965 -> 1800",
+         "spec-snapshot": "hosts.b200-a.clocks.graphics_mhz"}),
+    Row("calibration-samples", MIG,
+        replace_once("kiln.yaml", "samples: 256", "samples: 128"),
+        frozenset({"calibration-set/intent", "spec-snapshot"}),
+        {"calibration-set/intent": "samples: 256 -> 128",
+         "spec-snapshot": "models.intent.quantization.calibration.samples"}),
+    Row("calibration-max-seq-len", MIG,  # applied by the quantize step, not by calibration-set
+        replace_once("kiln.yaml", "samples: 256, max_seq_len: 512", "samples: 256, max_seq_len: 1024"),
+        frozenset({"spec-snapshot"}),
+        {"spec-snapshot": "calibration.max_seq_len: 512 -> 1024"}),
+    Row("calibration-data-content", MIG,  # calib-code.jsonl is read by coder only
+        append_line("data/calib-code.jsonl", '{"text": "def added_sample(): return 1"}'),
+        frozenset({"calibration-set/coder", "spec-snapshot"}),
+        {"calibration-set/coder": "input data changed",
+         "spec-snapshot": "input coder:calibration changed"}),
+    Row("shared-calibration-data-content", MIG,  # calib-chat.jsonl is read by chat and intent
+        append_line("data/calib-chat.jsonl", '{"text": "one more calibration sample"}'),
+        frozenset({"calibration-set/chat", "calibration-set/intent", "spec-snapshot"}),
+        {"calibration-set/chat": "input data changed", "calibration-set/intent": "input data changed",
+         "spec-snapshot": "input chat:calibration changed"}),
+    Row("calibration-file-renamed", MIG,  # same bytes under a new name: files are hashed, not named
+        rename_calibration,
+        frozenset({"spec-snapshot"}),
+        {"spec-snapshot": "models.coder.quantization.calibration.data"}),
+    Row("calibration-file-touched", MIG,  # new mtime, same bytes
+        touch_calibration, frozenset()),
+    Row("eval-data-content", MIG,  # quality-gate data: nothing but the snapshot reads it today
+        append_line("data/eval-chat.jsonl", '{"text": "another evaluation line"}'),
+        frozenset({"spec-snapshot"}),
+        {"spec-snapshot": "input chat:eval changed"}),
+    Row("weights-file", QUICK, new_weights,
+        frozenset({"spec-snapshot"}),
+        {"spec-snapshot": "input tiny:source/model.safetensors changed"}),
+    Row("toolchain-tensorrt-llm", MIG,  # 26.03 is the Triton release that ships TensorRT-LLM 1.2.0
+        both(replace_once("kiln.yaml", 'tensorrt_llm: "1.2.1"', 'tensorrt_llm: "1.2.0"'),
+             replace_once("kiln.yaml", "tritonserver:26.04-trtllm", "tritonserver:26.03-trtllm")),
+        frozenset({"llmapi-options/chat", "llmapi-options/coder", "llmapi-options/intent", "spec-snapshot"}),
+        {"llmapi-options/chat": 'tensorrt_llm: "1.2.1" -> "1.2.0"',
+         "llmapi-options/intent": 'tensorrt_llm: "1.2.1" -> "1.2.0"',
+         "spec-snapshot": "toolchain.triton_image"}),
+    Row("toolchain-modelopt", MIG,  # no action quantizes yet, so only the snapshot reads it
+        replace_once("kiln.yaml", 'modelopt: "0.47.0"', 'modelopt: "0.45.0"'),
+        frozenset({"spec-snapshot"}),
+        {"spec-snapshot": 'toolchain.modelopt: "0.47.0" -> "0.45.0"'}),
+    Row("mig-profile", MIG,
+        replace_once("kiln.yaml", "{profile: 1g.23gb, serves: intent}", "{profile: 1g.45gb, serves: intent}"),
+        frozenset({"host-plan/b200-a", "capacity-report/b200-a", "spec-snapshot"}),
+        {"host-plan/b200-a": 'spec.gpus[0].mig[2].profile: "1g.23gb" -> "1g.45gb"',
+         "capacity-report/b200-a": "1g.45gb",
+         "spec-snapshot": 'spec.hosts.b200-a.gpus[0].mig[2].profile: "1g.23gb" -> "1g.45gb"'}),
+    Row("max-batch-size", MIG,
+        replace_once("kiln.yaml", "limits: {max_batch_size: 32", "limits: {max_batch_size: 24"),
+        frozenset({"llmapi-options/intent", "capacity-report/b200-a", "spec-snapshot"}),
+        {"llmapi-options/intent": "options.max_batch_size: 32 -> 24",
+         "capacity-report/b200-a": "models.intent.spec.limits.max_batch_size: 32 -> 24",
+         "spec-snapshot": "models.intent.limits.max_batch_size"}),
+    Row("runtime-scheduler", MIG,  # the capacity math reads only kv_cache_memory_fraction of runtime
+        replace_once("kiln.yaml", "scheduler: guaranteed_no_evict", "scheduler: max_utilization"),
+        frozenset({"llmapi-options/chat", "spec-snapshot"}),
+        {"llmapi-options/chat": "capacity_scheduler_policy",
+         "spec-snapshot": "models.chat.runtime.scheduler"}),
+    Row("comment-only", MIG,
+        replace_once("kiln.yaml", "# One B200 host.", "# One B200 host (comment edited)."),
+        frozenset()),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_one_edit_rebuilds_exactly_what_reads_it(row: Row, tmp_path: Path) -> None:
+    spec = copy_example(row.example, tmp_path / "spec")
+    store = LocalStore(tmp_path / "store")
+    first = build_spec(spec, store)
+    assert not first.failed and first.manifest is not None
+    everything = set(first.graph.order)
+    if row.example == MIG:
+        assert everything == MIG_ACTIONS
+
+    row.edit(spec.parent)
+
+    plan = plan_spec(spec, store)
+    assert plan.validation.ok, [d.message for d in plan.validation.diagnostics if d.is_error]
+    runs = to_run(plan)
+    assert set(runs) == row.expect
+    for aid, text in row.reasons.items():
+        assert any(text in r for r in runs[aid]), f"{aid}: no reason mentions {text!r}: {runs[aid]}"
+    for aid, reasons in runs.items():
+        assert reasons and not any("never built" in r for r in reasons), (aid, reasons)
+
+    second = build_spec(spec, store)
+    assert not second.failed
+    assert {r.id for r in second.executed} == set(runs)
+    assert {aid for aid, r in second.results.items() if r.status == "cached"} == everything - set(runs)
+    assert (second.manifest == first.manifest) == (not runs)
+    # and the store now holds everything: planning again finds nothing to do
+    assert to_run(plan_spec(spec, store)) == {}
+
+
+# --- reproducibility ----------------------------------------------------------------------------
+def artifact_files(store: LocalStore, manifest: bytes) -> dict[str, dict[str, bytes]]:
+    """Action id -> {relative path: bytes} of every artifact a release names, read and verified."""
+    import json
+
+    out = {}
+    for art in json.loads(manifest)["artifacts"]:
+        out[art["id"]] = {e.path: store.read_bytes(e.digest) for e in store.tree(art["tree"])}
+    return out
+
+
+def test_two_stores_give_identical_manifests_and_artifacts(tmp_path: Path) -> None:
+    spec = copy_example(MIG, tmp_path / "spec")
+    a, b = LocalStore(tmp_path / "store-a"), LocalStore(tmp_path / "store-b")
+    out_a, out_b = build_spec(spec, a, jobs=1), build_spec(spec, b, jobs=4)
+    assert out_a.manifest is not None and out_a.manifest == out_b.manifest
+    assert out_a.manifest_digest == out_b.manifest_digest
+    files_a, files_b = artifact_files(a, out_a.manifest), artifact_files(b, out_b.manifest)
+    assert set(files_a) == MIG_ACTIONS
+    assert files_a == files_b
+    assert all(files for files in files_a.values())  # every artifact has content
+    assert {aid: out_a.graph.keys[aid] for aid in MIG_ACTIONS} == {aid: out_b.graph.keys[aid] for aid in MIG_ACTIONS}
+
+
+@pytest.mark.parametrize("example", [MIG, QUICK])
+def test_same_manifest_from_another_directory(example: str, tmp_path: Path, monkeypatch) -> None:
+    one = copy_example(example, tmp_path / "first")
+    other = copy_example(example, tmp_path / "elsewhere" / "deeper" / "copy")
+    m1 = build_spec(one, LocalStore(tmp_path / "s1")).manifest
+    monkeypatch.chdir(other.parent)  # and a relative spec path this time
+    m2 = build_spec(Path("kiln.yaml"), LocalStore(tmp_path / "s2")).manifest
+    assert m1 is not None and m1 == m2
+    assert str(tmp_path).encode() not in m1
+
+
+def test_manifest_names_every_artifact(tmp_path: Path) -> None:
+    import json
+
+    spec = copy_example(MIG, tmp_path / "spec")
+    out = build_spec(spec, LocalStore(tmp_path / "store"))
+    doc = json.loads(out.manifest)
+    assert [a["id"] for a in doc["artifacts"]] == sorted(MIG_ACTIONS)
+    assert all(a["key"] == out.graph.keys[a["id"]] for a in doc["artifacts"])
+    assert doc["hosts"]["b200-a"]["host_plan"] == out.results["host-plan/b200-a"].tree
+
+
+def test_plan_on_an_empty_store_says_never_built(tmp_path: Path, capsys) -> None:
+    spec = copy_example(MIG, tmp_path / "spec")
+    outcome = plan_spec(spec, LocalStore(tmp_path / "store"))
+    assert {p.id for p in outcome.plan} == MIG_ACTIONS
+    assert all(not p.cached and p.reasons == ["never built in this store"] for p in outcome.plan)
+
+    assert main(["plan", str(spec), "--store", str(tmp_path / "store"), "--format", "text"]) == 0
+    text = capsys.readouterr().out
+    assert f"Actions: {len(MIG_ACTIONS)} to run, 0 cached" in text
+    assert text.count("never built in this store") == len(MIG_ACTIONS)
+
+
+def test_plan_after_a_build_says_all_cached(tmp_path: Path, capsys) -> None:
+    import json
+
+    spec = copy_example(MIG, tmp_path / "spec")
+    build_spec(spec, LocalStore(tmp_path / "store"))
+    assert main(["plan", str(spec), "--store", str(tmp_path / "store"), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["actions"]["to_run"] == 0 and doc["actions"]["cached"] == len(MIG_ACTIONS)
