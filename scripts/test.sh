@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: installs what it needs, then runs pytest.
+# The whole test suite, from a fresh machine: installs what it needs, starts the real services the
+# tests use (Docker Engine; reused when already running), runs pytest, stops what it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$(bash scripts/services.sh)
+cleanup() { for pid in $started; do kill "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT
 bash scripts/install.sh --dev
 # CI runs more property-test examples than a developer's default run.
 export KILN_HYPOTHESIS_PROFILE=${KILN_HYPOTHESIS_PROFILE:-ci}
 python3 -m compiler schema --check
-exec python3 -m pytest -q "$@"
+python3 -m pytest -q "$@"

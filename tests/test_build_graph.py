@@ -26,7 +26,7 @@ MIG = "b200-mig-three-models"  # models chat, coder, intent on host b200-a
 QUICK = "quickstart"  # model tiny, read from a local directory
 
 MIG_ACTIONS = {
-    "spec-snapshot", "host-plan/b200-a", "capacity-report/b200-a",
+    "spec-snapshot", "host-plan/b200-a", "host-script/b200-a", "capacity-report/b200-a",
     "calibration-set/chat", "calibration-set/coder", "calibration-set/intent",
     "llmapi-options/chat", "llmapi-options/coder", "llmapi-options/intent",
 }
@@ -102,8 +102,9 @@ ROWS = [
         {"spec-snapshot": "models.intent.serving.max_queue_delay_us: 50 -> 75"}),
     Row("host-clocks", MIG,
         replace_once("kiln.yaml", "graphics_mhz: 1965", "graphics_mhz: 1800"),
-        frozenset({"host-plan/b200-a", "spec-snapshot"}),
+        frozenset({"host-plan/b200-a", "host-script/b200-a", "spec-snapshot"}),
         {"host-plan/b200-a": "clocks.graphics_mhz: 1965 -> 1800",
+         "host-script/b200-a": "depends on host-plan/b200-a, which changes",
          "spec-snapshot": "hosts.b200-a.clocks.graphics_mhz"}),
     Row("calibration-samples", MIG,
         replace_once("kiln.yaml", "samples: 256", "samples: 128"),
@@ -150,8 +151,9 @@ ROWS = [
         {"spec-snapshot": 'toolchain.modelopt: "0.47.0" -> "0.45.0"'}),
     Row("mig-profile", MIG,
         replace_once("kiln.yaml", "{profile: 1g.23gb, serves: intent}", "{profile: 1g.45gb, serves: intent}"),
-        frozenset({"host-plan/b200-a", "capacity-report/b200-a", "spec-snapshot"}),
+        frozenset({"host-plan/b200-a", "host-script/b200-a", "capacity-report/b200-a", "spec-snapshot"}),
         {"host-plan/b200-a": 'spec.gpus[0].mig[2].profile: "1g.23gb" -> "1g.45gb"',
+         "host-script/b200-a": "depends on host-plan/b200-a, which changes",
          "capacity-report/b200-a": "1g.45gb",
          "spec-snapshot": 'spec.hosts.b200-a.gpus[0].mig[2].profile: "1g.23gb" -> "1g.45gb"'}),
     Row("max-batch-size", MIG,

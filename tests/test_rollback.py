@@ -46,7 +46,7 @@ def test_revert_rebuilds_nothing_and_restores_the_manifest(tmp_path: Path) -> No
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "spec A")
     digest_a, executed, cached = kiln_build(repo, store, out / "a.json")
-    assert (executed, cached) == (9, 0)
+    assert (executed, cached) == (10, 0)
 
     # spec B: a limit of one model and the content of one calibration file
     spec = repo / "kiln.yaml"
@@ -59,12 +59,12 @@ def test_revert_rebuilds_nothing_and_restores_the_manifest(tmp_path: Path) -> No
     digest_b, executed, cached = kiln_build(repo, store, out / "b.json")
     assert digest_b != digest_a
     # llmapi-options/intent, capacity-report/b200-a, calibration-set/coder, spec-snapshot
-    assert (executed, cached) == (4, 5)
+    assert (executed, cached) == (4, 6)
 
     git(repo, "revert", "--no-edit", "HEAD")
     assert git(repo, "status", "--porcelain") == ""
     digest_c, executed, cached = kiln_build(repo, store, out / "c.json")
-    assert (executed, cached) == (0, 9)
+    assert (executed, cached) == (0, 10)
     assert digest_c == digest_a
     assert (out / "c.json").read_bytes() == (out / "a.json").read_bytes()
     assert (out / "b.json").read_bytes() != (out / "a.json").read_bytes()

@@ -36,7 +36,7 @@ RELEASE_LINE = re.compile(r"^release (sha256:[0-9a-f]{64}): (\d+) executed, (\d+
 FLEET_MODELS = 30
 CALIBRATION_BYTES = 512 * 1024
 WEIGHTS_BYTES = 512 * 1024
-FLEET_ACTIONS = 4 * FLEET_MODELS + 1  # calibration, llmapi, host plan, capacity per model; one snapshot
+FLEET_ACTIONS = 5 * FLEET_MODELS + 1  # calibration, llmapi, host plan, host script, capacity per model; one snapshot
 # The delays of the random-delay kills come from this seed (set KILN_CRASH_SEED to vary them).
 CRASH_SEED = int(os.environ.get("KILN_CRASH_SEED", "1729"))
 
@@ -387,4 +387,4 @@ def test_a_failing_action_leaves_no_record_and_the_rest_builds(tmp_path: Path, c
     assert {p.id for p in plan.plan if not p.cached} == {"calibration-set/coder", "spec-snapshot"}
     rc, out, err = cli(capsys, "build", str(spec), "--store", str(store.root), "-q")
     assert rc == 0, err
-    assert re.search(r"^release sha256:[0-9a-f]{64}: 2 executed, 7 cached$", out, re.M), out
+    assert re.search(r"^release sha256:[0-9a-f]{64}: 2 executed, 8 cached$", out, re.M), out

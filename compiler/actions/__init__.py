@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import calibration, capacity, hostplan, llmapi, snapshot
+from . import calibration, capacity, hostplan, hostscript, llmapi, snapshot
 
-KINDS: dict[str, ModuleType] = {m.KIND: m for m in (snapshot, llmapi, calibration, hostplan, capacity)}
+KINDS: dict[str, ModuleType] = {m.KIND: m for m in (snapshot, llmapi, calibration, hostplan, hostscript, capacity)}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compiler.actions import calibration, capacity, hostplan, llmapi, snapshot
+from compiler.actions import calibration, capacity, hostplan, hostscript, llmapi, snapshot
 from compiler.actions.base import LowerContext
 from compiler.graph.inputs import DigestCache, tree_digests
 from compiler.pipeline import Validation
@@ -40,5 +40,6 @@ def lower(result: Validation, digests: DigestCache) -> tuple[Graph, LowerContext
     actions += llmapi.lower(ctx)
     actions += calibration.lower(ctx)
     actions += hostplan.lower(ctx)
+    actions += hostscript.lower(ctx)
     actions += capacity.lower(ctx)
     return Graph.build(actions), ctx

@@ -1,0 +1,188 @@
+"""`host-script`: the provisioning files of one host, generated from its `host-plan`.
+
+Outputs:
+  provision.sh                   converges the host to the plan (templates/host/provision.sh.j2)
+  kiln-host-<host>.service       systemd unit running `provision.sh --boot` at every boot
+  mig-parted.yaml                the same MIG layout for NVIDIA mig-parted (no placements there)
+  desired-state.json             a copy of host-plan.json, the state the script converges to
+
+The action reads the host plan (a dependency), the host's serving units with their ports, and the
+templates, whose digests are in its parameters so a template change rebuilds it. Every value put
+into the shell script passes through the `q` filter (shlex.quote); an unquoted `{{ value }}` is a
+template error, so a name can never become shell syntax.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
+
+from compiler.checks.refs import unit_ports
+from compiler.graph.model import Action
+
+from .base import LowerContext, RunContext
+from .yamlout import dump_yaml
+
+KIND, VERSION = "host-script", 1
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "host"
+SCRIPT_TEMPLATE, UNIT_TEMPLATE = "provision.sh.j2", "kiln-host.service.j2"
+TEMPLATES = (SCRIPT_TEMPLATE, UNIT_TEMPLATE)
+_DRIVER = re.compile(r"(>=|<=|==|>|<)?([0-9]+(?:\.[0-9]+)*)")
+_UNIT_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+class Shell(str):
+    """A string already quoted for the shell."""
+
+
+def shell_quote(value: object) -> Shell:
+    if value is None:
+        return Shell("''")
+    if isinstance(value, bool):
+        value = int(value)
+    text = shlex.quote(str(value))
+    if "," in text and not text.startswith("'"):
+        text = f"'{text}'"  # "1965,1965" is one word, but shellcheck (SC2054) reads a list typo
+    return Shell(text)
+
+
+def unit_word(value: object) -> Shell:
+    """A word for a systemd unit file: systemd expands `$`, `%` and quotes on its own terms, so
+    only plain names are accepted (spec names already are: [a-z0-9-])."""
+    text = str(value)
+    if not _UNIT_WORD.fullmatch(text):
+        raise ValueError(f"{text!r} cannot be placed in a systemd unit file")
+    return Shell(text)
+
+
+def _finalize(value: object) -> object:
+    if isinstance(value, Shell):
+        return value
+    raise TemplateError(f"unquoted value {value!r} in a host template: pipe it through |q")
+
+
+def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
+    env = Environment(loader=FileSystemLoader(str(template_dir)), undefined=StrictUndefined,
+                      keep_trailing_newline=True, autoescape=False, finalize=_finalize,
+                      comment_start_string="{##", comment_end_string="##}")  # bash uses `${#x}`
+    env.filters["q"] = shell_quote
+    env.filters["unit"] = unit_word
+    return env
+
+
+def template_digests(template_dir: Path = TEMPLATE_DIR) -> dict[str, str]:
+    return {name: "sha256:" + hashlib.sha256((template_dir / name).read_bytes()).hexdigest() for name in TEMPLATES}
+
+
+def container_name(host: str, unit_id: str) -> str:
+    """`kiln-<host>-<unit>`; Docker names allow [a-zA-Z0-9_.-], so '/' becomes '-' and '+' '_'."""
+    local = unit_id[len(host) + 1:] if unit_id.startswith(host + "/") else unit_id
+    return f"kiln-{host}-{local.replace('/', '-').replace('+', '_')}"
+
+
+def lower(ctx: LowerContext) -> list[Action]:
+    out = []
+    digests = template_digests()
+    for name in sorted(ctx.resolved.hosts):
+        units = []
+        for u in ctx.resolved.units:
+            if u.host != name:
+                continue
+            ports = unit_ports(ctx.spec.models[u.model].serving.ports, u.replica)
+            units.append({"id": u.id, "model": u.model, "gpus": list(u.gpu_indexes),
+                          "mig_slot": u.mig.instance_index if u.mig else None, "ports": ports})
+        params = {"host": name, "spec_name": ctx.spec.name, "templates": digests, "units": units}
+        out.append(Action(f"{KIND}/{name}", KIND, VERSION, params, deps=(f"host-plan/{name}",)))
+    return out
+
+
+def script_context(plan: dict, units: list[dict], spec_name: str) -> dict:
+    """The values the templates place, from the host plan and the units (pure)."""
+    host = plan["host"]
+    m = _DRIVER.fullmatch((plan.get("driver") or "").strip())
+    gpus = []
+    by_index = {g["index"]: g for g in plan["gpus"]}
+    for g in plan["gpus"]:
+        locked, app = g.get("locked_clocks"), g.get("application_clocks")
+        mig = g.get("mig")
+        instances = mig["instances"] if mig else []
+        gpus.append({
+            "index": g["index"],
+            "mig": 1 if mig else 0,
+            "gis": " ".join(mig["create"]) if mig else "",
+            "gi_names": " ".join(i["profile"] for i in instances),
+            "lgc": ",".join(str(v) for v in locked["graphics_mhz"]) if locked else "",
+            "lmc": f"{locked['memory_mhz']},{locked['memory_mhz']}" if locked and locked.get("memory_mhz") else "",
+            "ac": f"{app['memory_mhz']},{app['graphics_mhz']}" if app else "",
+            "pl": g.get("power_limit_w") or "",
+        })
+    rendered_units = []
+    for u in units:
+        start = ""
+        if u["mig_slot"] is not None:
+            gpu = by_index[u["gpus"][0]]
+            start = next(i["start"] for i in gpu["mig"]["instances"] if i["slot"] == u["mig_slot"])
+        rendered_units.append({"id": u["id"], "name": container_name(host, u["id"]), "model": u["model"],
+                               "gpus": ",".join(str(i) for i in u["gpus"]), "mig_start": start,
+                               "http": u["ports"]["http"], "grpc": u["ports"]["grpc"],
+                               "metrics": u["ports"]["metrics"]})
+    return {"host": host, "spec_name": spec_name, "gpu_model": plan["gpu"],
+            "driver_op": (m.group(1) or "==") if m else "", "driver_version": m.group(2) if m else "",
+            "persistence": 1 if plan.get("persistence", True) else 0,
+            "gpus": gpus, "units": rendered_units}
+
+
+def render_script(context: dict, template_dir: Path = TEMPLATE_DIR) -> str:
+    return environment(template_dir).get_template(SCRIPT_TEMPLATE).render(**context)
+
+
+def mig_parted_config(plan: dict) -> dict:
+    """mig-parted's v1 config for the plan: GPUs with the same layout grouped; GPUs without MIG
+    listed with `mig-enabled: false` (mig-parted api/spec/v1; it has no placement field)."""
+    groups: dict[tuple, list[int]] = {}
+    for g in plan["gpus"]:
+        counts: dict[str, int] = {}
+        for inst in (g["mig"] or {}).get("instances", []):
+            counts[inst["profile"]] = counts.get(inst["profile"], 0) + 1
+        groups.setdefault(tuple(sorted(counts.items())), []).append(g["index"])
+    entries = []
+    for layout, devices in sorted(groups.items(), key=lambda kv: kv[1]):
+        entry: dict = {"devices": sorted(devices), "mig-enabled": bool(layout)}
+        if layout:
+            entry["mig-devices"] = dict(layout)
+        entries.append(entry)
+    return {"version": "v1", "mig-configs": {f"kiln-{plan['host']}": entries}}
+
+
+def render(plan: dict, units: list[dict], spec_name: str, plan_bytes: bytes,
+           template_dir: Path = TEMPLATE_DIR) -> dict[str, bytes]:
+    host = plan["host"]
+    context = script_context(plan, units, spec_name)
+    env = environment(template_dir)
+    header = (f"# mig-parted config for host {host}, generated by kiln. mig-parted has no placement field and\n"
+              "# tries creation orders itself; provision.sh creates the same instances with explicit placements.\n"
+              f"# Apply: nvidia-mig-parted apply -f mig-parted.yaml -c kiln-{host}\n")
+    return {
+        "provision.sh": env.get_template(SCRIPT_TEMPLATE).render(**context).encode(),
+        f"kiln-host-{host}.service": env.get_template(UNIT_TEMPLATE).render(host=host).encode(),
+        "mig-parted.yaml": (header + dump_yaml(mig_parted_config(plan))).encode(),
+        "desired-state.json": plan_bytes,
+    }
+
+
+def run(params: dict, ctx: RunContext) -> None:
+    if template_digests() != params["templates"]:
+        raise RuntimeError("a host template changed after the plan was made; run the build again")
+    plan_bytes = (ctx.deps[f"host-plan/{params['host']}"] / "host-plan.json").read_bytes()
+    plan = json.loads(plan_bytes)
+    for name, data in render(plan, params["units"], params["spec_name"], plan_bytes).items():
+        path = ctx.out / name
+        path.write_bytes(data)
+        if name == "provision.sh":
+            path.chmod(0o755)
+    ctx.log.info("%d GPUs, %d serving units", len(plan["gpus"]), len(params["units"]))

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Start the real services the tests use, reusing what already runs. Prints the PIDs it started
+# (for scripts/test.sh to stop); never stops something it did not start.
+#   docker: Debian's docker.io, dockerd with vfs storage and no iptables/bridge (containers use
+#           --network host), so it runs inside a container or CI sandbox.
+set -euo pipefail
+
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+}
+
+apt_install shellcheck docker.io busybox-static
+
+if ! docker info >/dev/null 2>&1; then
+  log=$(mktemp -t kiln-dockerd.XXXXXX.log)
+  setsid dockerd --storage-driver=vfs --iptables=false --bridge=none >"$log" 2>&1 < /dev/null &
+  echo "$!"
+  for _ in $(seq 1 60); do
+    docker info >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  docker info >/dev/null 2>&1 || { echo "dockerd did not start; its log: $log" >&2; tail -20 "$log" >&2; exit 1; }
+fi
