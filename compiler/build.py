@@ -37,6 +37,7 @@ class BuildOutcome:
     results: dict[str, ActionResult] = field(default_factory=dict)
     manifest: bytes | None = None
     manifest_digest: str | None = None
+    disruptions: list = field(default_factory=list)  # compiler.graph.disruption.Disruption
 
     @property
     def failed(self) -> list[ActionResult]:
@@ -59,8 +60,27 @@ def plan_spec(spec: Path, store: LocalStore, options: Options | None = None) -> 
     outcome, digests = _prepare(spec, store, options)
     if outcome.graph is not None:
         outcome.plan = make_plan(outcome.graph, store, outcome.validation.spec.name)
+        outcome.disruptions = host_disruptions(outcome.graph, store, outcome.validation.spec.name)
     digests.save()
     return outcome
+
+
+def host_disruptions(graph: Graph, store: LocalStore, spec_name: str) -> list:
+    """What applying this build to each host disrupts, against the host plan last built in this store."""
+    from compiler.actions import hostplan
+    from compiler.graph.disruption import disruptions
+
+    out = []
+    for aid in graph.order:
+        action = graph.actions[aid]
+        if action.kind != hostplan.KIND:
+            continue
+        ref = store.get_ref(spec_name, aid)
+        if ref is not None and ref["key"] == graph.keys[aid]:
+            continue
+        old = hostplan.state_from_params(ref["params"]["params"]) if ref is not None else None
+        out.extend(disruptions(old, hostplan.state_from_params(dict(action.params))))
+    return out
 
 
 def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda line: None,

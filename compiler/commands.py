@@ -65,7 +65,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from compiler.capacity.render import render_capacity
     from compiler.cli import UsageError, emit
     from compiler.diagnostics.render import diagnostic_dict, render_text, summary_line
-    from compiler.graph.plan import render_plan
+    from compiler.graph.plan import render_disruptions, render_plan
     from compiler.pipeline import Options
     from compiler.planning import capacity_figures
 
@@ -77,6 +77,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.format == "json":
         emit(json.dumps({"diagnostics": [diagnostic_dict(d) for d in result.diagnostics],
                          "actions": json.loads(render_plan(outcome.plan, "json")) if outcome.graph else None,
+                         "disruptions": json.loads(render_disruptions(outcome.disruptions, "json")),
                          "capacity": json.loads(render_capacity(figures, "json"))}, indent=2, sort_keys=True), None)
     else:
         parts = []
@@ -85,6 +86,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             parts.append(render_text(result.diagnostics, sources))
         if outcome.graph is not None:
             parts.append(render_plan(outcome.plan, args.format))
+            parts.append(render_disruptions(outcome.disruptions, args.format))
         if figures:
             parts.append(render_capacity(figures, args.format))
         parts.append(f"{result.file}: {summary_line(result.diagnostics)}")

@@ -63,7 +63,8 @@ def lower(ctx: LowerContext) -> list[Action]:
     return out
 
 
-def run(params: dict, ctx: RunContext) -> None:
+def state_from_params(params: dict) -> dict:
+    """The desired state an action with these params writes (the plan compares two of them)."""
     from compiler.catalog.serial import profile_from_data
     from compiler.catalog.types import MigGeometry
     from compiler.spec.models import Host
@@ -76,4 +77,8 @@ def run(params: dict, ctx: RunContext) -> None:
         name = params["gpu"]
         mig = geometry
 
-    (ctx.out / "host-plan.json").write_bytes(pretty_json(desired_state(params["host"], host, _Gpu)))
+    return desired_state(params["host"], host, _Gpu)
+
+
+def run(params: dict, ctx: RunContext) -> None:
+    (ctx.out / "host-plan.json").write_bytes(pretty_json(state_from_params(params)))

@@ -112,3 +112,20 @@ def render_plan(plan: list[PlannedAction], fmt: str) -> str:
 
 def _md_cell(reasons: list[str]) -> str:
     return "<br>".join(r.replace("|", "\\|") for r in reasons)
+
+
+def render_disruptions(items: list, fmt: str) -> str:
+    """Which hosts and GPUs applying the plan disrupts (drain those first)."""
+    if fmt == "json":
+        return json.dumps([{"host": d.host, "gpu": d.gpu_index, "kind": d.kind, "detail": d.detail} for d in items],
+                          indent=2, sort_keys=True)
+    if not items:
+        return "Disruption: no host or GPU changes" if fmt == "text" else "### Disruption\n\nNo host or GPU changes."
+    if fmt == "markdown":
+        lines = ["### Disruption", "", "| host | GPU | change | detail |", "|---|---|---|---|"]
+        lines += [f"| {d.host} | {d.gpu_index} | {d.kind} | {d.detail.replace('|', '/')} |" for d in items]
+        return "\n".join(lines)
+    lines = [f"Disruption: {len({(d.host, d.gpu_index) for d in items})} GPU(s) on "
+             f"{len({d.host for d in items})} host(s)"]
+    lines += [f"  {d.host} GPU {d.gpu_index}: {d.kind}: {d.detail}" for d in items]
+    return "\n".join(lines)

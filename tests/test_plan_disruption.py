@@ -1,0 +1,57 @@
+"""`kiln plan` names the hosts and GPUs a change disrupts, against what the store last built."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from compiler.build import build_spec, plan_spec
+from compiler.cli import main
+from compiler.store.local import LocalStore
+
+EXAMPLE = Path(__file__).parents[1] / "examples" / "b200-mig-three-models"
+
+
+def _built(tmp_path: Path) -> tuple[Path, LocalStore]:
+    shutil.copytree(EXAMPLE, tmp_path / "spec")
+    spec = tmp_path / "spec" / "kiln.yaml"
+    store = LocalStore(tmp_path / "store")
+    assert not build_spec(spec, store).failed
+    return spec, store
+
+
+def _edit(spec: Path, old: str, new: str) -> None:
+    text = spec.read_text(encoding="utf-8")
+    assert old in text
+    spec.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+def test_a_profile_change_reslices_every_gpu_of_the_layout_and_nothing_else(tmp_path: Path) -> None:
+    spec, store = _built(tmp_path)
+    _edit(spec, "{profile: 1g.23gb, serves: intent}", "{profile: 1g.45gb, serves: intent}")
+    found = {(d.host, d.gpu_index, d.kind) for d in plan_spec(spec, store).disruptions}
+    assert found == {("b200-a", 0, "mig-reslice"), ("b200-a", 1, "mig-reslice")}
+
+
+def test_a_clock_change_is_listed_per_gpu_without_a_reslice(tmp_path: Path) -> None:
+    spec, store = _built(tmp_path)
+    _edit(spec, "graphics_mhz: 1965", "graphics_mhz: 1900")
+    found = plan_spec(spec, store).disruptions
+    assert {(d.gpu_index, d.kind) for d in found} == {(0, "clocks"), (1, "clocks")}
+    assert all("1900" in d.detail for d in found)
+
+
+def test_a_change_that_no_host_reads_disrupts_nothing(tmp_path: Path, capsys) -> None:
+    spec, store = _built(tmp_path)
+    _edit(spec, "max_queue_delay_us: 50", "max_queue_delay_us: 75")
+    assert plan_spec(spec, store).disruptions == []
+    assert main(["plan", str(spec), "--store", str(store.root)]) == 0
+    assert "Disruption: no host or GPU changes" in capsys.readouterr().out
+
+
+def test_the_markdown_plan_has_a_disruption_table(tmp_path: Path, capsys) -> None:
+    spec, store = _built(tmp_path)
+    _edit(spec, "{profile: 1g.23gb, serves: intent}", "{profile: 1g.45gb, serves: intent}")
+    assert main(["plan", str(spec), "--store", str(store.root), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "| b200-a | 0 | mig-reslice |" in out and "| b200-a | 1 | mig-reslice |" in out
