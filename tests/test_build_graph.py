@@ -154,7 +154,7 @@ ROWS = [
         frozenset({"host-plan/b200-a", "host-script/b200-a", "capacity-report/b200-a", "spec-snapshot"}),
         {"host-plan/b200-a": 'spec.gpus[0].mig[2].profile: "1g.23gb" -> "1g.45gb"',
          "host-script/b200-a": "depends on host-plan/b200-a, which changes",
-         "capacity-report/b200-a": "1g.45gb",
+         "capacity-report/b200-a": 'units[2].profile.name: "1g.23gb" -> "1g.45gb"',
          "spec-snapshot": 'spec.hosts.b200-a.gpus[0].mig[2].profile: "1g.23gb" -> "1g.45gb"'}),
     Row("max-batch-size", MIG,
         replace_once("kiln.yaml", "limits: {max_batch_size: 32", "limits: {max_batch_size: 24"),

@@ -66,6 +66,10 @@ def _reasons(graph: Graph, aid: str, ref: dict | None, will_run: set[str]) -> li
 
 
 def _diff(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    if isinstance(old, dict) and isinstance(new, dict) and "name" in old and "name" in new \
+            and old["name"] != new["name"]:
+        # A catalog record replaced by another (a MIG profile, a GPU): its name says it all.
+        return [(f"{path}.name" if path else "name", old["name"], new["name"])]
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
         for k in sorted(set(old) | set(new), key=str):
