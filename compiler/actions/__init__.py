@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import calibration, capacity, hostplan, hostscript, llmapi, snapshot
+from . import calibration, capacity, hostplan, hostscript, llmapi, quality_gate, quantize, snapshot
 
-KINDS: dict[str, ModuleType] = {m.KIND: m for m in (snapshot, llmapi, calibration, hostplan, hostscript, capacity)}
+KINDS: dict[str, ModuleType] = {m.KIND: m for m in (snapshot, llmapi, calibration, quantize, quality_gate, hostplan,
+                                                     hostscript, capacity)}

@@ -1,0 +1,564 @@
+"""`quantize`: post-training quantization of one model with NVIDIA ModelOpt, exported as a unified
+Hugging Face checkpoint (config.json with `quantization_config`, hf_quant_config.json, safetensors,
+and the source's tokenizer files): the checkpoint TensorRT-LLM's PyTorch backend loads.
+
+Its key covers the source files' digests (or the pinned Hugging Face revision), the calibration set
+(as a dependency), the eval set when the model has a quality gate, the recipe (weights,
+activations, KV cache, block size, exclusions, overrides, calibration length and batch size), the
+model dtype and the ModelOpt pin. It does not cover the gate's threshold: `quality-gate/<model>`
+compares the figures this action measures, so tightening a threshold re-runs no quantization.
+
+The quality figures are measured here because only this action holds the fake-quantized model in
+memory: the unquantized model is evaluated first, then the model after calibration and after
+ModelOpt's export preprocessing (fused QKV / gate-up layers share scales, AWQ scales folded into
+the layer norms), i.e. the model the checkpoint encodes. Both go to quality.json.
+
+torch, transformers and ModelOpt are imported inside run(): validating and planning never load them.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+from compiler.checks.precision import effective_activations
+from compiler.graph.model import Action
+from compiler.spec.models import UNQUANTIZED
+from compiler.store.canonical import canonical_json, pretty_json
+
+from .base import LowerContext, RunContext
+
+KIND, VERSION = "quantize", 1
+
+# Files of a Hugging Face model directory that a checkpoint needs (weights, config, tokenizer).
+SOURCE_PATTERNS = ("*.json", "*.safetensors", "tokenizer*", "*.model", "*.tiktoken", "merges.txt", "vocab.txt",
+                   "*.jinja")
+# Copied from the source next to the exported weights (the server reads the tokenizer from there).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                   "vocab.json", "merges.txt", "vocab.txt", "added_tokens.json", "chat_template.jinja",
+                   "chat_template.json")
+EVAL_MAX_TOKENS = 2048  # each eval text is cut to this many tokens (or the model's context, if shorter)
+CPU_THREADS = 2  # fixed, so that CPU float reductions round the same on every builder
+GPU_FORMATS = frozenset({"nvfp4", "mxfp4", "mxfp8"})  # ModelOpt fake-quantizes these only on CUDA
+
+# (weights, activations) -> the ModelOpt config that implements the pair. None = the model dtype.
+# Each weight format's entries are taken from these named configs of the pinned ModelOpt, so the
+# numeric details (bits, axes, block types, algorithm) are ModelOpt's own.
+PAIR_CONFIGS: dict[tuple[str, str | None], str] = {
+    ("fp8", "fp8"): "FP8_DEFAULT_CFG",
+    ("fp8_block", "fp8"): "FP8_2D_BLOCKWISE_WEIGHT_ONLY_CFG",  # activations quantized at run time
+    ("fp8_rowwise", "fp8"): "FP8_PER_CHANNEL_PER_TOKEN_CFG",
+    ("mxfp8", "mxfp8"): "MXFP8_DEFAULT_CFG",
+    ("nvfp4", "nvfp4"): "NVFP4_DEFAULT_CFG",
+    ("nvfp4", "fp8"): "W4A8_NVFP4_FP8_CFG",
+    ("mxfp4", None): "MXFP4_DEFAULT_CFG",  # weights of MXFP4_DEFAULT_CFG, activations left unquantized
+    ("mxfp4", "fp8"): "W4A8_MXFP4_FP8_CFG",
+    ("mxfp4", "mxfp8"): "MXFP4_DEFAULT_CFG+MXFP8_DEFAULT_CFG",  # MXFP4 weights, MXFP8 activations
+    ("int8", "int8"): "INT8_SMOOTHQUANT_CFG",
+    ("int8", None): "INT8_WEIGHT_ONLY_CFG",
+    ("int4_awq", None): "INT4_AWQ_CFG",
+    ("int4_awq", "fp8"): "W4A8_AWQ_BETA_CFG",
+}
+KV_CONFIGS = {"fp8": "FP8_KV_CFG", "nvfp4": "NVFP4_KV_CFG"}
+
+_LOCK = threading.Lock()  # ModelOpt and torch settings are process-global: one quantization at a time
+
+
+class QuantizeError(Exception):
+    pass
+
+
+# --- lowering -----------------------------------------------------------------------------------
+def _acts_key(acts: str | None) -> str | None:
+    return None if acts in (None, *UNQUANTIZED) else acts
+
+
+def needs_gpu(params: dict) -> list[str]:
+    """The parts of the recipe ModelOpt can only fake-quantize on CUDA."""
+    out = []
+    if params["weights"] in GPU_FORMATS:
+        out.append(f"{params['weights']} weights")
+    if params["activations"] in GPU_FORMATS:
+        out.append(f"{params['activations']} activations")
+    if params["kv_cache"] in GPU_FORMATS:
+        out.append(f"an {params['kv_cache']} KV cache")
+    for o in params["overrides"]:
+        if o.get("weights") in GPU_FORMATS:
+            out.append(f"{o['weights']} weights for {o['match']!r}")
+    return out
+
+
+def lower(ctx: LowerContext) -> list[Action]:
+    from compiler.graph.inputs import tree_digests
+
+    out = []
+    for name, model in sorted(ctx.spec.models.items()):
+        q = model.quantization
+        if not q.quantized:
+            continue
+        inputs: dict[str, str] = {}
+        files: dict[str, str] = {}
+        src = model.source
+        if src.path is not None:
+            base = ctx.base_dir / src.path
+            for rel, digest in tree_digests(base, ctx.digests).items():
+                inputs[f"source/{rel}"] = digest
+                files[f"source/{rel}"] = str(base / rel)
+            source = {"path": True}
+        else:
+            source = {"huggingface": src.huggingface, "revision": src.revision, "digest": src.digest}
+        gate = None
+        if q.quality_gate is not None:
+            g = q.quality_gate
+            inputs["eval"] = ctx.file_digest(g.eval)
+            files["eval"] = str(ctx.base_dir / g.eval)
+            gate = {"metric": g.metric, "samples": g.samples, "max_tokens": EVAL_MAX_TOKENS}
+        cal = q.calibration
+        params = {
+            "model": name,
+            "source": source,
+            "dtype": model.dtype,
+            "weights": q.weights,
+            "activations": _acts_key(effective_activations(model)) if q.weights not in UNQUANTIZED else None,
+            "kv_cache": q.kv_cache,
+            "block_size": q.block_size,
+            "exclude": list(q.exclude),
+            "overrides": [o.model_dump(mode="json") for o in q.overrides],
+            "calibration": None if cal is None else {"max_seq_len": cal.max_seq_len, "batch_size": cal.batch_size},
+            "quality": gate,
+            "modelopt": ctx.spec.toolchain.modelopt,
+        }
+        deps = (f"calibration-set/{name}",) if cal is not None else ()
+        needs = ("torch", "gpu") if needs_gpu(params) else ("torch",)
+        out.append(Action(f"{KIND}/{name}", KIND, VERSION, params, inputs=inputs, deps=deps, needs=needs,
+                          files=files))
+    return out
+
+
+# --- the ModelOpt configuration -----------------------------------------------------------------
+def _named(mtq, name: str) -> dict:
+    try:
+        return copy.deepcopy(getattr(mtq, name))
+    except AttributeError:
+        raise QuantizeError(f"this ModelOpt has no {name}; the recipe needs it") from None
+
+
+def _entry(cfg: dict, quantizer: str) -> dict:
+    """The '*weight_quantizer' / '*input_quantizer' entry of a named config."""
+    for e in cfg["quant_cfg"]:
+        if e.get("quantizer_name") == quantizer and "parent_class" not in e:
+            return copy.deepcopy(e)
+    raise QuantizeError(f"ModelOpt config has no {quantizer!r} entry")
+
+
+def _pair(mtq, weights: str, acts: str | None) -> tuple[dict, dict, dict]:
+    """(base config, weight entry, input entry) for a weight/activation pair."""
+    name = PAIR_CONFIGS.get((weights, acts))
+    if name is None:
+        raise QuantizeError(f"no ModelOpt recipe is mapped for {weights} weights with {acts or 'unquantized'} "
+                            "activations" + (" (kiln does not run GPTQ yet)" if weights == "int4_gptq" else ""))
+    wname, _, aname = name.partition("+")
+    base = _named(mtq, wname)
+    w = _entry(base, "*weight_quantizer")
+    if aname:
+        i = _entry(_named(mtq, aname), "*input_quantizer")
+    elif acts is None:
+        i = {"quantizer_name": "*input_quantizer", "enable": False}
+    else:
+        i = _entry(base, "*input_quantizer")
+    return base, w, i
+
+
+def _with_block(entry: dict, block_size: int, what: str) -> dict:
+    cfg = entry.get("cfg")
+    cfgs = cfg if isinstance(cfg, list) else [cfg]
+    first = cfgs[0] if cfgs and isinstance(cfgs[0], dict) else None
+    if first is None or not first.get("block_sizes") or -1 not in first["block_sizes"]:
+        raise QuantizeError(f"{what}: block_size applies only to block-scaled or group-wise formats")
+    first = {**first, "block_sizes": {**first["block_sizes"], -1: block_size}}
+    out = dict(entry)
+    out["cfg"] = [first, *cfgs[1:]] if isinstance(cfg, list) else first
+    return out
+
+
+def _scoped(entry: dict, pattern: str, quantizer: str) -> dict:
+    out = {k: v for k, v in entry.items() if k != "quantizer_name"}
+    out["quantizer_name"] = f"{pattern}.{quantizer}"
+    return out
+
+
+def build_quant_config(params: dict, mtq=None) -> dict:
+    """The spec's recipe as a ModelOpt quantize config: the pair's named config, its weight entry
+    re-blocked when block_size is set, the KV-cache entries, then the spec's exclusions and
+    overrides as entries scoped to the matching modules (ModelOpt applies entries in order, later
+    ones win: overrides in spec order, so the last match wins as the spec says)."""
+    if mtq is None:
+        import modelopt.torch.quantization as mtq
+    weights, acts = params["weights"], params["activations"]
+    if weights in UNQUANTIZED:  # only the KV cache is quantized
+        cfg = {"quant_cfg": [{"quantizer_name": "*", "enable": False}], "algorithm": "max"}
+    else:
+        base, w, i = _pair(mtq, weights, acts)
+        if params["block_size"] is not None:
+            w = _with_block(w, params["block_size"], f"{weights} weights")
+        entries = []
+        for e in base["quant_cfg"]:
+            if e.get("quantizer_name") == "*weight_quantizer" and "parent_class" not in e:
+                e = w
+            elif e.get("quantizer_name") == "*input_quantizer" and "parent_class" not in e:
+                e = i
+            entries.append(e)
+        cfg = {"quant_cfg": entries, "algorithm": base.get("algorithm", "max")}
+    kv = params["kv_cache"]
+    if kv in KV_CONFIGS:
+        cfg["quant_cfg"] += _named(mtq, KV_CONFIGS[kv])["quant_cfg"]
+    elif kv == "int8":
+        cfg["quant_cfg"].append({"quantizer_name": "*[kv]_bmm_quantizer", "cfg": {"num_bits": 8, "axis": None}})
+    for pattern in params["exclude"]:
+        cfg["quant_cfg"].append({"quantizer_name": f"{pattern}.*", "enable": False})
+    for o in params["overrides"]:
+        pattern, ow, ob = o["match"], o.get("weights"), o.get("block_size")
+        if ow in UNQUANTIZED:
+            cfg["quant_cfg"] += [{"quantizer_name": f"{pattern}.weight_quantizer", "enable": False},
+                                 {"quantizer_name": f"{pattern}.input_quantizer", "enable": False}]
+            continue
+        if ow is not None:
+            from compiler.checks.precision import DEFAULT_ACTIVATIONS
+
+            _, w2, i2 = _pair(mtq, ow, _acts_key(DEFAULT_ACTIVATIONS.get(ow)))
+        else:
+            w2, i2 = (_pair(mtq, weights, acts)[1:] if weights not in UNQUANTIZED else (None, None))
+            if w2 is None:
+                raise QuantizeError(f"override {pattern!r}: block_size with unquantized weights")
+        if ob is not None:
+            w2 = _with_block(w2, ob, f"override {pattern!r}")
+        cfg["quant_cfg"].append(_scoped(w2, pattern, "weight_quantizer"))
+        if ow is not None:
+            cfg["quant_cfg"].append(_scoped(i2, pattern, "input_quantizer"))
+    return cfg
+
+
+# --- source files -------------------------------------------------------------------------------
+def directory_digest(directory: Path) -> str:
+    """Digest of a model directory: sha256 over canonical JSON of {relative path: sha256 of the file}
+    for the files SOURCE_PATTERNS select (symlinks followed, as in a Hugging Face cache snapshot).
+    `source.digest` in a spec is this value."""
+    files = {}
+    for p in sorted(directory.rglob("*")):
+        rel = p.relative_to(directory).as_posix()
+        if p.is_file() and not any(part.startswith(".") for part in Path(rel).parts) and \
+                any(fnmatch.fnmatch(p.name, pat) for pat in SOURCE_PATTERNS):
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            files[rel] = "sha256:" + h.hexdigest()
+    if not files:
+        raise QuantizeError(f"{directory.name}: no model files (config.json, *.safetensors, tokenizer)")
+    return "sha256:" + hashlib.sha256(canonical_json(files)).hexdigest()
+
+
+def _local_source(ctx: RunContext, scratch: Path) -> Path:
+    """The source files (each verified against its digest by the executor) under their relative paths."""
+    model_dir = scratch / "source"
+    for role, path in sorted(ctx.files.items()):
+        if role.startswith("source/"):
+            dest = model_dir / role[len("source/"):]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(Path(path).resolve(), dest)
+    if not (model_dir / "config.json").is_file():
+        raise QuantizeError("the model directory has no config.json")
+    return model_dir
+
+
+def fetch_huggingface(source: dict, log) -> Path:
+    """A verified local directory for a pinned Hugging Face source: downloaded where the network
+    allows, else a local copy (the Hugging Face cache, or $KILN_MODELS/<owner>/<name>) whose
+    directory_digest equals `source.digest`."""
+    repo, revision, want = source["huggingface"], source["revision"], source.get("digest")
+    problems = []
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        snapshot_download = None
+        problems.append("huggingface_hub is not installed")
+    if snapshot_download is not None and not os.environ.get("HF_HUB_OFFLINE"):
+        try:
+            path = Path(snapshot_download(repo_id=repo, revision=revision, allow_patterns=list(SOURCE_PATTERNS)))
+            if want is not None and directory_digest(path) != want:
+                raise QuantizeError(f"{repo}@{revision}: the downloaded files do not match source.digest {want}")
+            log.info("downloaded %s@%s", repo, revision)
+            return path
+        except QuantizeError:
+            raise
+        except Exception as e:  # no network, no such repo/revision, authentication
+            problems.append(f"download failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+    candidates: list[tuple[str, Path]] = []
+    if snapshot_download is not None:
+        try:
+            candidates.append(("the Hugging Face cache", Path(snapshot_download(
+                repo_id=repo, revision=revision, allow_patterns=list(SOURCE_PATTERNS), local_files_only=True))))
+        except Exception:
+            pass
+    if os.environ.get("KILN_MODELS"):
+        candidates.append(("$KILN_MODELS", Path(os.environ["KILN_MODELS"]) / repo))
+    found = [(where, p) for where, p in candidates if p.is_dir()]
+    if not found:
+        problems.append("no local copy in the Hugging Face cache or under $KILN_MODELS/" + repo)
+    elif want is None:
+        problems.append(f"a local copy exists ({found[0][0]}) but the spec sets no `source.digest` to verify it "
+                        "against")
+    else:
+        for where, path in found:
+            got = directory_digest(path)
+            if got == want:
+                log.info("using the local copy of %s@%s from %s (digest verified)", repo, revision, where)
+                return path
+            problems.append(f"the copy in {where} has digest {got}, not {want}")
+    raise QuantizeError(f"cannot get {repo}@{revision}: " + "; ".join(problems))
+
+
+# --- running ------------------------------------------------------------------------------------
+def read_eval(path: Path, metric: str, samples: int | None) -> list:
+    from .calibration import CalibrationDataError, read_texts
+
+    raw = path.read_text(encoding="utf-8")
+    if metric == "perplexity":
+        try:
+            items: list = read_texts(raw)
+        except CalibrationDataError as e:
+            raise QuantizeError(f"eval data: {e}") from None
+    else:
+        items = []
+        for i, ln in enumerate((ln for ln in raw.splitlines() if ln.strip()), start=1):
+            try:
+                obj = json.loads(ln)
+            except ValueError as e:
+                raise QuantizeError(f"eval data line {i}: not JSON: {e}") from None
+            if not (isinstance(obj, dict) and isinstance(obj.get("prompt"), str) and isinstance(obj.get("answer"), str)):
+                raise QuantizeError(f"eval data line {i}: exact_match needs objects with string \"prompt\" and "
+                                    "\"answer\" fields")
+            items.append((obj["prompt"], obj["answer"]))
+    items = items[:samples] if samples else items
+    if not items:
+        raise QuantizeError("the eval data holds no samples")
+    return items
+
+
+def evaluate(model, tokenizer, items: list, metric: str, max_tokens: int) -> float:
+    """Perplexity (token-weighted over all texts, each cut to max_tokens) or exact match (the
+    fraction of prompts whose greedy continuation, as many tokens long as the answer, equals the
+    answer after stripping whitespace)."""
+    import torch
+
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        if metric == "perplexity":
+            nll, count = 0.0, 0
+            for text in items:
+                ids = tokenizer(text, return_tensors="pt", add_special_tokens=False,
+                                truncation=True, max_length=max_tokens).input_ids.to(device)
+                if ids.shape[1] < 2:
+                    continue
+                logits = model(input_ids=ids).logits[0, :-1].float()
+                nll += torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum").item()
+                count += ids.shape[1] - 1
+            if count == 0:
+                raise QuantizeError("the eval texts are too short to measure perplexity (under 2 tokens each)")
+            return math.exp(nll / count)
+        hits = 0
+        for prompt, answer in items:
+            want = answer.strip()
+            n_new = max(1, len(tokenizer(want, add_special_tokens=False).input_ids))
+            ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
+            out = greedy(model, ids, n_new)
+            hits += tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip() == want
+        return hits / len(items)
+
+
+def greedy(model, ids, n_new: int):
+    """Greedy decoding without a KV cache (short continuations; no generation config involved)."""
+    import torch
+
+    with torch.inference_mode():
+        for _ in range(n_new):
+            nxt = model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)
+            ids = torch.cat([ids, nxt], dim=1)
+    return ids
+
+
+def regression_pct(metric: str, base: float, quant: float) -> float:
+    """How much worse the quantized figure is, in percent of the unquantized one (negative: better)."""
+    if metric == "perplexity":
+        return (quant - base) / base * 100.0
+    if base == 0:
+        return 0.0 if quant >= base else math.inf
+    return (base - quant) / base * 100.0
+
+
+def load(model_dir: Path, dtype: str, device: str):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    return model, tokenizer
+
+
+def calibration_batches(tokenizer, texts: list[str], max_seq_len: int, batch_size: int) -> list[dict]:
+    """Each text tokenized and cut to max_seq_len; batches of batch_size, right-padded."""
+    import torch
+
+    seqs = [tokenizer(t, add_special_tokens=False, truncation=True, max_length=max_seq_len).input_ids for t in texts]
+    seqs = [s for s in seqs if s]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    batches = []
+    for i in range(0, len(seqs), batch_size):
+        group = seqs[i:i + batch_size]
+        width = max(len(s) for s in group)
+        ids = torch.full((len(group), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(group), width), dtype=torch.long)
+        for r, s in enumerate(group):
+            ids[r, :len(s)] = torch.tensor(s)
+            mask[r, :len(s)] = 1
+        batches.append({"input_ids": ids, "attention_mask": mask})
+    return batches
+
+
+def quantize_in_memory(model, tokenizer, params: dict, calibration_texts: list[str] | None, log=None):
+    """Calibrate and fake-quantize `model` in place, then apply ModelOpt's export preprocessing
+    (shared scales of fused layers, AWQ scales folded into norms): afterwards the model computes
+    what the exported checkpoint encodes."""
+    import modelopt.torch.quantization as mtq
+    import torch
+
+    cfg = build_quant_config(params, mtq)
+    forward_loop = None
+    if calibration_texts:
+        c = params["calibration"]
+        batches = calibration_batches(tokenizer, calibration_texts, c["max_seq_len"], c["batch_size"])
+        device = next(model.parameters()).device
+
+        def forward_loop(m) -> None:
+            with torch.no_grad():
+                for b in batches:
+                    m(**{k: v.to(device) for k, v in b.items()})
+
+        if log:
+            log.info("calibrating on %d samples (%d batches, <= %d tokens each)", len(calibration_texts),
+                     len(batches), params["calibration"]["max_seq_len"])
+    model = mtq.quantize(model, cfg, forward_loop)
+    try:
+        from modelopt.torch.export.unified_export_hf import requantize_resmooth_fused_llm_layers
+    except ImportError:  # the export applies it anyway; the figures are then those before it
+        if log:
+            log.info("ModelOpt has no requantize_resmooth_fused_llm_layers: evaluating before export preprocessing")
+    else:
+        with torch.no_grad():
+            requantize_resmooth_fused_llm_layers(model)
+    return model
+
+
+def _check_modelopt(params: dict) -> None:
+    import modelopt
+
+    pinned = params["modelopt"]
+    if pinned is None:
+        raise QuantizeError("toolchain.modelopt is not pinned; quantized checkpoints need it")
+    if modelopt.__version__ != pinned:
+        raise QuantizeError(f"toolchain.modelopt pins {pinned}, but this builder has ModelOpt {modelopt.__version__}; "
+                            f"install nvidia-modelopt=={pinned} (a checkpoint is only cached under the version that "
+                            "made it)")
+
+
+def run(params: dict, ctx: RunContext) -> None:
+    try:
+        import torch
+    except ImportError:
+        raise QuantizeError("quantization needs torch, transformers and nvidia-modelopt on the builder: "
+                            "pip install torch, then pip install '.[quantize]'") from None
+    gpu_parts = needs_gpu(params)
+    if gpu_parts and not torch.cuda.is_available():
+        raise QuantizeError(f"{', '.join(gpu_parts)} need a GPU builder: ModelOpt fake-quantizes these formats only "
+                            "on CUDA (calibration and the quality gate run forward passes through them), and this "
+                            "machine has no CUDA device")
+    _check_modelopt(params)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with _LOCK, tempfile.TemporaryDirectory(prefix="kiln-quantize-") as scratch:
+        prev_threads, prev_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+        torch.set_num_threads(CPU_THREADS)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        try:
+            _run(params, ctx, Path(scratch), device)
+        finally:
+            torch.set_num_threads(prev_threads)
+            torch.use_deterministic_algorithms(prev_det)
+
+
+def _run(params: dict, ctx: RunContext, scratch: Path, device: str) -> None:
+    import time
+
+    import torch
+    from modelopt.torch.export import export_hf_checkpoint
+
+    torch.manual_seed(0)
+    if params["source"].get("path"):
+        model_dir = _local_source(ctx, scratch)
+    else:
+        model_dir = fetch_huggingface(params["source"], ctx.log)
+    model, tokenizer = load(model_dir, params["dtype"], device)
+
+    texts = None
+    if params["calibration"] is not None:
+        from .calibration import read_texts
+
+        dep = ctx.deps[f"calibration-set/{params['model']}"]
+        texts = read_texts((dep / "calibration.jsonl").read_text(encoding="utf-8"))
+
+    quality = None
+    if params["quality"] is not None:
+        g = params["quality"]
+        items = read_eval(ctx.files["eval"], g["metric"], g["samples"])
+        max_tokens = min(g["max_tokens"], getattr(model.config, "max_position_embeddings", None) or g["max_tokens"])
+        start = time.monotonic()
+        base = evaluate(model, tokenizer, items, g["metric"], max_tokens)
+        ctx.log.info("unquantized %s: %.6g on %d eval samples (%.1fs)", g["metric"], base, len(items),
+                     time.monotonic() - start)
+
+    start = time.monotonic()
+    model = quantize_in_memory(model, tokenizer, params, texts, ctx.log)
+    ctx.log.info("quantized in %.1fs on %s", time.monotonic() - start, device)
+
+    if params["quality"] is not None:
+        quant = evaluate(model, tokenizer, items, g["metric"], max_tokens)
+        quality = {"metric": g["metric"], "samples": len(items), "max_tokens": max_tokens,
+                   "unquantized": _round(base), "quantized": _round(quant),
+                   "regression_pct": _round(regression_pct(g["metric"], base, quant)),
+                   "recipe": {k: params[k] for k in ("weights", "activations", "kv_cache", "block_size")},
+                   "device": device}
+        ctx.log.info("quantized %s: %.6g (regression %.3f%%)", g["metric"], quant, quality["regression_pct"])
+
+    export_hf_checkpoint(model, dtype=next(p.dtype for p in model.parameters() if p.is_floating_point()),
+                         export_dir=ctx.out)
+    for name in TOKENIZER_FILES:
+        if (model_dir / name).is_file() and not (ctx.out / name).exists():
+            shutil.copyfile(model_dir / name, ctx.out / name)
+    if quality is not None:
+        (ctx.out / "quality.json").write_bytes(pretty_json(quality))
+    ctx.log.info("exported %s", ", ".join(sorted(p.name for p in ctx.out.iterdir())))
+
+
+def _round(x: float) -> float | None:
+    """Figures with 6 significant digits: the same model gives the same text on every run."""
+    if math.isinf(x) or math.isnan(x):
+        return None
+    return float(f"{x:.6g}")

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Eval perplexity of the quickstart model per calibration domain, eval domain and format.
+
+    python3 scripts/calibration_domain_table.py [--samples 16] [--eval-samples 40]
+
+Each cell quantizes the model with the quantize action's own code (quantize_in_memory: ModelOpt
+calibration plus its export preprocessing, i.e. the model the checkpoint encodes), calibrated on
+`samples` texts of data/calib-<domain>.jsonl selected as calibration-set selects them (seeded),
+and evaluates it on data/eval-<domain>.jsonl. Formats ModelOpt fake-quantizes only on CUDA
+(nvfp4) are reported as "needs GPU" on a CPU-only machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from compiler.actions import quantize  # noqa: E402
+from compiler.actions.calibration import read_texts  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "quickstart"
+DOMAINS = ("prose", "code")
+FORMATS = {  # label -> the quantize params that differ from the quickstart's
+    "fp8": {"weights": "fp8", "activations": "fp8"},
+    "int4_awq": {"weights": "int4_awq", "activations": None},
+    "nvfp4": {"weights": "nvfp4", "activations": "nvfp4"},
+}
+
+
+def select(texts: list[str], n: int, seed: int) -> list[str]:
+    """The same selection as the calibration-set action."""
+    if len(texts) <= n:
+        return texts
+    return [texts[i] for i in sorted(random.Random(seed).sample(range(len(texts)), n))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--samples", type=int, default=16, help="calibration samples (the quickstart uses 16)")
+    ap.add_argument("--seed", type=int, default=7, help="calibration selection seed (the quickstart uses 7)")
+    ap.add_argument("--max-seq-len", type=int, default=128)
+    ap.add_argument("--eval-samples", type=int, default=40)
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(quantize.CPU_THREADS)
+    base_params = {"model": "tiny", "dtype": "bf16", "kv_cache": "auto", "block_size": None, "exclude": ["lm_head"],
+                   "overrides": [], "calibration": {"max_seq_len": args.max_seq_len, "batch_size": 1}}
+    calib = {d: select(read_texts((EXAMPLE / "data" / f"calib-{d}.jsonl").read_text()), args.samples, args.seed)
+             for d in DOMAINS}
+    evals = {d: read_texts((EXAMPLE / "data" / f"eval-{d}.jsonl").read_text())[:args.eval_samples] for d in DOMAINS}
+
+    def ppl(model, tok, d: str) -> float:
+        return quantize.evaluate(model, tok, evals[d], "perplexity", 1024)
+
+    model, tok = quantize.load(EXAMPLE / "model", "bf16", "cpu")
+    rows = [("unquantized (bf16)", "-", {d: f"{ppl(model, tok, d):.2f}" for d in DOMAINS}, "")]
+    for label, fmt in FORMATS.items():
+        params = {**base_params, **fmt}
+        for cd in DOMAINS:
+            if quantize.needs_gpu(params) and not torch.cuda.is_available():
+                rows.append((label, cd, {d: "needs GPU" for d in DOMAINS}, ""))
+                continue
+            model, tok = quantize.load(EXAMPLE / "model", "bf16", "cpu")
+            torch.manual_seed(0)
+            start = time.monotonic()
+            model = quantize.quantize_in_memory(model, tok, params, calib[cd])
+            took = time.monotonic() - start
+            rows.append((label, cd, {d: f"{ppl(model, tok, d):.2f}" for d in DOMAINS}, f"{took:.1f}s"))
+
+    head = ("format", "calibration", *(f"eval {d} ppl" for d in DOMAINS), "quantize time")
+    table = [head] + [(f, c, *(cells[d] for d in DOMAINS), t) for f, c, cells, t in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    print(f"calibration: {args.samples} samples x <= {args.max_seq_len} tokens; eval: {args.eval_samples} samples "
+          "per domain; quantize time = calibration + export preprocessing, CPU")
+    for i, r in enumerate(table):
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+        if i == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
