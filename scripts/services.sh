@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start the real services the tests use, reusing what already runs. Prints the PIDs it started
 # (for scripts/test.sh to stop); never stops something it did not start.
+#   docker-registry: installed here; tests start their own on a free port (tests/services.py).
 #   docker: Debian's docker.io, dockerd with vfs storage and no iptables/bridge (containers use
 #           --network host), so it runs inside a container or CI sandbox.
 set -euo pipefail
@@ -13,7 +14,7 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
 }
 
-apt_install shellcheck docker.io busybox-static
+apt_install shellcheck docker.io docker-registry busybox-static
 
 if ! docker info >/dev/null 2>&1; then
   log=$(mktemp -t kiln-dockerd.XXXXXX.log)

@@ -24,3 +24,16 @@ settings.register_profile("ci", max_examples=2000, deadline=None,
 settings.register_profile("dev", max_examples=200, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("KILN_HYPOTHESIS_PROFILE", "dev"))
+
+
+# --- real services ------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def registry():
+    """A real OCI registry (Debian docker-registry) on 127.0.0.1 for this test session."""
+    from tests.services import Registry, registry_available
+
+    if not registry_available():
+        pytest.fail("docker-registry is not installed: run the tests through scripts/test.sh, which installs it")
+    reg = Registry()
+    yield reg
+    reg.stop()

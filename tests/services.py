@@ -1,0 +1,72 @@
+"""Real services the tests talk to, started on 127.0.0.1 with ports of their own.
+
+`scripts/services.sh` installs the Debian packages (docker.io, docker-registry) and starts dockerd;
+a registry is started per test session here, on a free port, with its storage in a temp directory,
+and stopped when the session ends.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+
+def docker_reachable() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Registry:
+    """A `docker-registry serve` (Distribution 2.x) on 127.0.0.1, no auth, filesystem storage."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="kiln-registry-"))
+        self.port = free_port()
+        self.host = f"127.0.0.1:{self.port}"
+        config = self.dir / "config.yml"
+        config.write_text(
+            "version: 0.1\n"
+            "log: {level: warn}\n"
+            f"storage: {{filesystem: {{rootdirectory: {self.dir / 'data'}}}, delete: {{enabled: true}}}}\n"
+            f"http: {{addr: {self.host}}}\n", encoding="utf-8")
+        self.log = open(self.dir / "registry.log", "wb")
+        self.proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=self.log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"docker-registry did not start: {(self.dir / 'registry.log').read_text()[-2000:]}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def registry_available() -> bool:
+    return shutil.which("docker-registry") is not None
