@@ -563,7 +563,7 @@ def test_the_spec_refuses_names_with_shell_metacharacters(tmp_path: Path) -> Non
     spec_dir = tmp_path / "spec"
     shutil.copytree(EXAMPLES / "quickstart", spec_dir)
     text = (spec_dir / "kiln.yaml").read_text()
-    text = text.replace("\n  tiny:", '\n  "$(touch pwned)":').replace("serves: tiny", 'serves: "`touch pwned`"')
+    text = text.replace("\n  tiny:", '\n  "$(touch pwned)":').replace("serves: tiny}", 'serves: "`touch pwned`"}')
     text = text.replace("\n  dev-h100:", '\n  "dev; rm -rf x":')
     (spec_dir / "kiln.yaml").write_text(text)
     result = validate_path(spec_dir / "kiln.yaml")

@@ -62,8 +62,8 @@ readonly PLAN_GPUS=(0)
 # MIG mode: 1 = enabled, 0 = disabled
 declare -A WANT_MIG=([0]=1)
 # GPU instances as "<GI profile id>:<placement start>", in creation order (nvidia-smi mig -cgi)
-declare -A WANT_GIS=([0]=19:0)
-declare -A WANT_GI_NAMES=([0]=1g.10gb)
+declare -A WANT_GIS=([0]='19:0 19:1')
+declare -A WANT_GI_NAMES=([0]='1g.10gb 1g.10gb')
 # locked graphics clocks "min,max" (-lgc), locked memory clock "min,max" (-lmc),
 # application clocks "memory,graphics" (-ac), power limit in W (-pl); empty = leave as is
 declare -A WANT_LGC=([0]='1755,1755')
@@ -74,14 +74,14 @@ declare -A WANT_PL=([0]='')
 # --- serving units: one container each ------------------------------------------------------
 # MIG units name their GPU and the placement start of their GPU instance; whole-GPU units list
 # their GPUs. Ports: the model's serving.ports plus 3 per earlier replica on this host.
-readonly UNIT_ID=(dev-h100/gpu0/mig0)
-readonly UNIT_NAME=(kiln-dev-h100-gpu0-mig0)
-readonly UNIT_MODEL=(tiny)
-readonly UNIT_GPUS=(0)
-readonly UNIT_MIG_START=(0)
-readonly UNIT_HTTP=(8000)
-readonly UNIT_GRPC=(8001)
-readonly UNIT_METRICS=(8002)
+readonly UNIT_ID=(dev-h100/gpu0/mig0 dev-h100/gpu0/mig1)
+readonly UNIT_NAME=(kiln-dev-h100-gpu0-mig0 kiln-dev-h100-gpu0-mig1)
+readonly UNIT_MODEL=(tiny tiny-awq)
+readonly UNIT_GPUS=(0 0)
+readonly UNIT_MIG_START=(0 1)
+readonly UNIT_HTTP=(8000 8100)
+readonly UNIT_GRPC=(8001 8101)
+readonly UNIT_METRICS=(8002 8102)
 
 # --- options ------------------------------------------------------------------------------------
 SMI=${KILN_NVIDIA_SMI:-nvidia-smi}
