@@ -98,6 +98,25 @@ class BadSelection(Exception):
     """An --only/--skip pattern matches no action."""
 
 
+def gate_figures(store: LocalStore, graph: Graph, trees: dict) -> dict[str, dict]:
+    """model -> the quality gate's figures, read from each built quality-gate artifact."""
+    import json
+
+    from compiler.actions import quality_gate
+
+    out = {}
+    for aid in graph.order:
+        action = graph.actions[aid]
+        if action.kind != quality_gate.KIND or not trees.get(aid):
+            continue
+        for entry in store.tree(trees[aid]):
+            if entry.path == "quality.json":
+                doc = json.loads(store.read_bytes(entry.digest))
+                out[action.params["model"]] = {k: doc[k] for k in (
+                    "metric", "samples", "unquantized", "quantized", "regression_pct", "max_regression_pct", "passed")}
+    return out
+
+
 def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda line: None,
                options: Options | None = None, builder: Builder | None = None,
                selection: Selection | None = None) -> BuildOutcome:
@@ -121,6 +140,6 @@ def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda 
         trees = {aid: r.tree for aid, r in outcome.results.items()}
         pending = {r.id: r.error or "deferred" for r in outcome.deferred}
         outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.spec, outcome.validation.resolved,
-                                          pending)
+                                          pending, gate_figures(store, outcome.graph, trees))
         outcome.manifest_digest = store.add_release(name, outcome.manifest)
     return outcome

@@ -252,6 +252,11 @@ def test_fp8_quality_gate_passes_with_both_figures(fp8, tmp_path: Path) -> None:
     assert base == measured["unquantized"] and quant == measured["quantized"]
     assert 1.0 < base < 1000  # a trained model: an untrained one is near the vocabulary size (4096)
     assert abs(gate["regression_pct"] - (quant - base) / base * 100) < 1e-3
+    # the release manifest carries the figures of every gate
+    in_manifest = json.loads(outcome.manifest)["quality"]
+    assert set(in_manifest) == {"tiny", "tiny-awq"}
+    assert in_manifest["tiny"] == {k: gate[k] for k in ("metric", "samples", "unquantized", "quantized",
+                                                         "regression_pct", "max_regression_pct", "passed")}
 
 
 def test_fp8_same_inputs_same_bytes_in_another_store(fp8, tmp_path: Path) -> None:

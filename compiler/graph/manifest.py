@@ -17,9 +17,10 @@ def spec_digest(spec) -> str:
 
 
 def build_manifest(graph: Graph, trees: dict[str, str | None], spec, resolved,
-                   pending: dict[str, str] | None = None) -> bytes:
+                   pending: dict[str, str] | None = None, quality: dict[str, dict] | None = None) -> bytes:
     """`pending`: action id -> why it was deferred. A manifest with pending artifacts says
-    `complete: false`; a builder that can run them completes it (same keys, same bytes otherwise)."""
+    `complete: false`; a builder that can run them completes it (same keys, same bytes otherwise).
+    `quality`: model -> the figures its quality gate compared (both models, regression, budget)."""
     pending = pending or {}
     artifacts = []
     for aid in sorted(graph.actions):
@@ -43,4 +44,6 @@ def build_manifest(graph: Graph, trees: dict[str, str | None], spec, resolved,
         "artifacts": artifacts,
         "hosts": hosts,
     }
+    if quality:
+        doc["quality"] = {m: quality[m] for m in sorted(quality)}
     return pretty_json(doc)
