@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from compiler.actions import calibration, capacity, hostplan, hostscript, llmapi, quality_gate, quantize, snapshot
+from compiler.actions import model_source, triton_repo
 from compiler.actions.base import LowerContext
 from compiler.graph.inputs import DigestCache, tree_digests
 from compiler.pipeline import Validation
@@ -44,4 +45,6 @@ def lower(result: Validation, digests: DigestCache) -> tuple[Graph, LowerContext
     actions += hostplan.lower(ctx)
     actions += hostscript.lower(ctx)
     actions += capacity.lower(ctx)
+    actions += model_source.lower(ctx)
+    actions += triton_repo.lower(ctx)
     return Graph.build(actions), ctx
