@@ -29,6 +29,8 @@ MIG_ACTIONS = {
     "spec-snapshot", "host-plan/b200-a", "host-script/b200-a", "capacity-report/b200-a",
     "calibration-set/chat", "calibration-set/coder", "calibration-set/intent",
     "llmapi-options/chat", "llmapi-options/coder", "llmapi-options/intent",
+    "quantize/chat", "quantize/coder", "quantize/intent", "quality-gate/chat",
+    "triton-repo/b200-a",
 }
 
 
@@ -98,8 +100,9 @@ class Row:
 ROWS = [
     Row("serving-queue-delay", MIG,
         replace_once("kiln.yaml", "max_queue_delay_us: 50", "max_queue_delay_us: 75"),
-        frozenset({"spec-snapshot"}),
-        {"spec-snapshot": "models.intent.serving.max_queue_delay_us: 50 -> 75"}),
+        frozenset({"triton-repo/b200-a", "spec-snapshot"}),  # the repository, never a checkpoint
+        {"triton-repo/b200-a": "max_queue_delay_us: 50 -> 75",
+         "spec-snapshot": "models.intent.serving.max_queue_delay_us: 50 -> 75"}),
     Row("host-clocks", MIG,
         replace_once("kiln.yaml", "graphics_mhz: 1965", "graphics_mhz: 1800"),
         frozenset({"host-plan/b200-a", "host-script/b200-a", "spec-snapshot"}),
@@ -108,21 +111,22 @@ ROWS = [
          "spec-snapshot": "hosts.b200-a.clocks.graphics_mhz"}),
     Row("calibration-samples", MIG,
         replace_once("kiln.yaml", "samples: 256", "samples: 128"),
-        frozenset({"calibration-set/intent", "spec-snapshot"}),
+        frozenset({"calibration-set/intent", "quantize/intent", "triton-repo/b200-a", "spec-snapshot"}),
         {"calibration-set/intent": "samples: 256 -> 128",
          "spec-snapshot": "models.intent.quantization.calibration.samples"}),
     Row("calibration-max-seq-len", MIG,  # applied by the quantize step, not by calibration-set
         replace_once("kiln.yaml", "samples: 256, max_seq_len: 512", "samples: 256, max_seq_len: 1024"),
-        frozenset({"spec-snapshot"}),
+        frozenset({"quantize/intent", "triton-repo/b200-a", "spec-snapshot"}),
         {"spec-snapshot": "calibration.max_seq_len: 512 -> 1024"}),
     Row("calibration-data-content", MIG,  # calib-code.jsonl is read by coder only
         append_line("data/calib-code.jsonl", '{"text": "def added_sample(): return 1"}'),
-        frozenset({"calibration-set/coder", "spec-snapshot"}),
+        frozenset({"calibration-set/coder", "quantize/coder", "triton-repo/b200-a", "spec-snapshot"}),
         {"calibration-set/coder": "input data changed",
          "spec-snapshot": "input coder:calibration changed"}),
     Row("shared-calibration-data-content", MIG,  # calib-chat.jsonl is read by chat and intent
         append_line("data/calib-chat.jsonl", '{"text": "one more calibration sample"}'),
-        frozenset({"calibration-set/chat", "calibration-set/intent", "spec-snapshot"}),
+        frozenset({"calibration-set/chat", "calibration-set/intent", "quantize/chat", "quantize/intent",
+                   "quality-gate/chat", "triton-repo/b200-a", "spec-snapshot"}),
         {"calibration-set/chat": "input data changed", "calibration-set/intent": "input data changed",
          "spec-snapshot": "input chat:calibration changed"}),
     Row("calibration-file-renamed", MIG,  # same bytes under a new name: files are hashed, not named
@@ -131,23 +135,25 @@ ROWS = [
         {"spec-snapshot": "models.coder.quantization.calibration.data"}),
     Row("calibration-file-touched", MIG,  # new mtime, same bytes
         touch_calibration, frozenset()),
-    Row("eval-data-content", MIG,  # quality-gate data: nothing but the snapshot reads it today
+    Row("eval-data-content", MIG,  # quantize measures on the eval set; the gate and repository follow it
         append_line("data/eval-chat.jsonl", '{"text": "another evaluation line"}'),
-        frozenset({"spec-snapshot"}),
+        frozenset({"quantize/chat", "quality-gate/chat", "triton-repo/b200-a", "spec-snapshot"}),
         {"spec-snapshot": "input chat:eval changed"}),
     Row("weights-file", QUICK, new_weights,
-        frozenset({"spec-snapshot"}),
+        frozenset({"quantize/tiny", "quality-gate/tiny", "triton-repo/dev-h100", "spec-snapshot"}),
         {"spec-snapshot": "input tiny:source/model.safetensors changed"}),
     Row("toolchain-tensorrt-llm", MIG,  # 26.03 is the Triton release that ships TensorRT-LLM 1.2.0
         both(replace_once("kiln.yaml", 'tensorrt_llm: "1.2.1"', 'tensorrt_llm: "1.2.0"'),
              replace_once("kiln.yaml", "tritonserver:26.04-trtllm", "tritonserver:26.03-trtllm")),
-        frozenset({"llmapi-options/chat", "llmapi-options/coder", "llmapi-options/intent", "spec-snapshot"}),
+        frozenset({"llmapi-options/chat", "llmapi-options/coder", "llmapi-options/intent", "triton-repo/b200-a",
+                   "spec-snapshot"}),
         {"llmapi-options/chat": 'tensorrt_llm: "1.2.1" -> "1.2.0"',
          "llmapi-options/intent": 'tensorrt_llm: "1.2.1" -> "1.2.0"',
          "spec-snapshot": "toolchain.triton_image"}),
-    Row("toolchain-modelopt", MIG,  # no action quantizes yet, so only the snapshot reads it
+    Row("toolchain-modelopt", MIG,
         replace_once("kiln.yaml", 'modelopt: "0.47.0"', 'modelopt: "0.45.0"'),
-        frozenset({"spec-snapshot"}),
+        frozenset({"quantize/chat", "quantize/coder", "quantize/intent", "quality-gate/chat", "triton-repo/b200-a",
+                   "spec-snapshot"}),
         {"spec-snapshot": 'toolchain.modelopt: "0.47.0" -> "0.45.0"'}),
     Row("mig-profile", MIG,
         replace_once("kiln.yaml", "{profile: 1g.23gb, serves: intent}", "{profile: 1g.45gb, serves: intent}"),
@@ -158,13 +164,13 @@ ROWS = [
          "spec-snapshot": 'spec.hosts.b200-a.gpus[0].mig[2].profile: "1g.23gb" -> "1g.45gb"'}),
     Row("max-batch-size", MIG,
         replace_once("kiln.yaml", "limits: {max_batch_size: 32", "limits: {max_batch_size: 24"),
-        frozenset({"llmapi-options/intent", "capacity-report/b200-a", "spec-snapshot"}),
+        frozenset({"llmapi-options/intent", "capacity-report/b200-a", "triton-repo/b200-a", "spec-snapshot"}),
         {"llmapi-options/intent": "options.max_batch_size: 32 -> 24",
          "capacity-report/b200-a": "models.intent.spec.limits.max_batch_size: 32 -> 24",
          "spec-snapshot": "models.intent.limits.max_batch_size"}),
     Row("runtime-scheduler", MIG,  # the capacity math reads only kv_cache_memory_fraction of runtime
         replace_once("kiln.yaml", "scheduler: guaranteed_no_evict", "scheduler: max_utilization"),
-        frozenset({"llmapi-options/chat", "spec-snapshot"}),
+        frozenset({"llmapi-options/chat", "triton-repo/b200-a", "spec-snapshot"}),
         {"llmapi-options/chat": "capacity_scheduler_policy",
          "spec-snapshot": "models.chat.runtime.scheduler"}),
     Row("comment-only", MIG,
