@@ -41,6 +41,7 @@ def rendered(example: str, host: str, target: str) -> tuple[dict, dict[str, byte
     r = validated(example)
     params = tr.repository_params(r.spec, r.resolved, host)
     params["target"] = target
+    params["templates"] = tr.template_digests(target)
     options = {m: llmapi.options(r.spec.models[m]) for m in r.spec.models}
     return params, tr.render(params, options, r.spec.toolchain.tensorrt_llm)
 
@@ -308,3 +309,15 @@ def test_golden_repository(target: str, update_expectations: bool) -> None:
             (where / rel).write_bytes(data)
     assert where.is_dir(), f"no golden repository for {target}: run pytest --update-expectations"
     assert tree(where) == files, f"{where} differs from the generated repository; review and --update-expectations"
+
+
+def test_action_refuses_templates_edited_after_planning(tmp_path: Path) -> None:
+    result = validate_path(quickstart_copy(tmp_path, "engine"))
+    graph, _ = lower(result, DigestCache(None))
+    params = dict(graph.actions["triton-repo/dev-h100"].params)
+    params["templates"] = {**params["templates"], "engine/bls.py": "sha256:" + "0" * 64}
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(triton_repo.RepositoryError, match="template changed"):
+        triton_repo.run(params, RunContext(out, {}, {}, logging.getLogger("t")))
+    assert "engine/preprocessing.py" in params["templates"] and "llmapi/model.py" not in params["templates"]

@@ -68,7 +68,7 @@ def tokenizer_files(checkpoint) -> list:
 
 
 def run(params: dict, ctx: RunContext) -> None:
-    if repo.template_digests() != params["templates"]:
+    if repo.template_digests(params["target"]) != params["templates"]:
         raise RepositoryError("a Triton template changed after the plan was made; run the build again")
     options = _llm_options(params, ctx) if params["target"] == "llmapi" else None
     files = repo.render(params, options, params["tensorrt_llm"])

@@ -82,13 +82,16 @@ def repository_params(spec, resolved, host: str) -> dict:
         "host": host,
         "target": spec.target,
         "models": [model_params(m, spec.models[m], _devices_per_unit(resolved, host, m)) for m in served],
-        "templates": template_digests(),
+        "templates": template_digests(spec.target),
     }
 
 
-def template_digests(template_dir: Path = TEMPLATE_DIR) -> dict[str, str]:
-    return {str(p.relative_to(template_dir)): "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(template_dir.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+def template_digests(target: str, template_dir: Path = TEMPLATE_DIR) -> dict[str, str]:
+    """Digests of the files one target renders from (the shared macros and the target's directory),
+    so that editing a template rebuilds the repositories that use it and no others."""
+    files = [template_dir / "macros.j2", *sorted((template_dir / target).rglob("*"))]
+    return {p.relative_to(template_dir).as_posix(): "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in files if p.is_file() and "__pycache__" not in p.parts}
 
 
 # --- rendering ----------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 Triton's Python backend. Written for kiln (not derived from tensorrtllm_backend).
 
 `1/model.yaml` holds the LLM() arguments (the checkpoint path, parallelism, limits, KV cache,
-scheduler). This file binds the instance to its devices (parameter `gpu_device_ids`: one
+scheduler); the tokenizer is the copy in this model's directory (parameter `tokenizer_dir`). This file binds the instance to its devices (parameter `gpu_device_ids`: one
 comma-separated set per instance, ';' between instances; ordinals of the devices the container
 sees) before TensorRT-LLM is imported, so CUDA only ever sees that set.
 
@@ -48,6 +48,8 @@ class TritonPythonModel:
 
         with open(os.path.join(args["model_repository"], params["llm_options"]), encoding="utf-8") as f:
             options = yaml.safe_load(f)
+        # the repository's own tokenizer copy, wherever the repository is mounted
+        options["tokenizer"] = os.path.join(args["model_repository"], params["tokenizer_dir"])
         self.SamplingParams = SamplingParams
         self.llm = LLM(**options)
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)

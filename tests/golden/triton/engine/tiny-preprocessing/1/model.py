@@ -50,6 +50,10 @@ def word_list(words: list) -> np.ndarray:
     return out
 
 
+class RequestError(ValueError):
+    """The client's request is wrong (answered as invalid argument, not as a server fault)."""
+
+
 class TritonPythonModel:
     def initialize(self, args):
         from transformers import AutoTokenizer
@@ -69,13 +73,13 @@ class TritonPythonModel:
     def _one(self, request):
         texts = _strings(request, "text")
         if len(texts) != 1:
-            raise ValueError("text: expected one prompt per request")
+            raise RequestError("text: expected one prompt per request")
         ids = self.tokenizer.encode(texts[0])
         if len(ids) > self.max_input_len:
-            raise ValueError(f"the prompt has {len(ids)} tokens; this model accepts at most {self.max_input_len}")
+            raise RequestError(f"the prompt has {len(ids)} tokens; this model accepts at most {self.max_input_len}")
         max_tokens = int(_scalar(request, "max_tokens", 0))
         if max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
+            raise RequestError("max_tokens must be at least 1")
         end_id = int(_scalar(request, "end_id", self.end_id))
         pad_id = int(_scalar(request, "pad_id", self.pad_id))
         tensors = [
@@ -94,6 +98,9 @@ class TritonPythonModel:
         for request in requests:
             try:
                 responses.append(self._one(request))
-            except Exception as e:  # one bad request must not fail the others in the batch
+            except RequestError as e:  # one bad request must not fail the others in the batch
+                error = pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG)
+                responses.append(pb_utils.InferenceResponse(error=error))
+            except Exception as e:
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))))
         return responses
