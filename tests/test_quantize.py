@@ -300,7 +300,8 @@ def test_changing_the_calibration_file_requantizes_and_nothing_else(fp8, tmp_pat
     out = build(copy / "kiln.yaml", store_copy)
     assert not out.failed, [(r.id, r.error) for r in out.failed]
     # spec-snapshot records every input digest, so it follows any input change
-    assert executed(out) == {"calibration-set/tiny", "quantize/tiny", "quality-gate/tiny", "spec-snapshot"}
+    assert executed(out) == {"calibration-set/tiny", "quantize/tiny", "quality-gate/tiny", "triton-repo/dev-h100",
+                             "spec-snapshot"}  # the repository carries the checkpoint's tokenizer
     old = tree_files(store, outcome, "quantize/tiny")
     new = tree_files(store_copy, out, "quantize/tiny")
     assert old["model.safetensors"] != new["model.safetensors"]  # other activation scales
