@@ -48,7 +48,8 @@ def lower(ctx: LowerContext) -> list[Action]:
 def repository_params(ctx: LowerContext, host: str) -> dict:
     params = repo.repository_params(ctx.spec, ctx.resolved, host)
     params["checkpoints"] = {m["name"]: checkpoint_action_id(ctx.spec, m["name"]) for m in params["models"]}
-    params["tensorrt_llm"] = ctx.spec.toolchain.tensorrt_llm
+    # model.yaml names the TensorRT-LLM pin; the engine target's files do not show it
+    params["tensorrt_llm"] = ctx.spec.toolchain.tensorrt_llm if ctx.spec.target == "llmapi" else None
     return params
 
 
