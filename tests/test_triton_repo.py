@@ -203,8 +203,13 @@ BROKEN = [
                                                     TRT, "max_queue_delay_microseconds: 100",
                                                     "max_queue_delay_microseconds: 100\n  preserve_ordering: true"),
      "tiny-tensorrt_llm/config.pbtxt: a DELAY timeout action cannot be combined with preserve_ordering"),
+    ("parameter-set-twice", lambda f: edit(f, TRT, '{ key: "gpu_device_ids" value: { string_value: "0" } }',
+                                           '{ key: "gpu_device_ids" value: { string_value: "0" } },\n'
+                                           '  { key: "gpu_device_ids" value: { string_value: "1" } }'),
+     "tiny-tensorrt_llm/config.pbtxt: parameter 'gpu_device_ids' is set 2 times"),
     ("oneof-broken", lambda f: edit(f, ENS, "ensemble_scheduling {", "dynamic_batching { }\nensemble_scheduling {"),
-     "tiny/config.pbtxt:"),
+     'tiny/config.pbtxt:104:1: not a valid Triton model configuration: Field "ensemble_scheduling" is specified '
+     'along with field "dynamic_batching", another member of oneof "scheduling_choice"'),
 ]
 
 

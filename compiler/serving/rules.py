@@ -43,6 +43,9 @@ def check_repository(files: dict[str, bytes]) -> list[str]:
     models = {p.model_dir: p for p in parsed}
     for p in parsed:
         problems += [f"{p.path}: {m}" for m in _model_rules(p, files)]
+        keys = [e.key for e in _raw(files[p.path]).parameters]
+        for k in sorted({k for k in keys if keys.count(k) > 1}):  # protobuf would keep the last silently
+            problems.append(f"{p.path}: parameter {k!r} is set {keys.count(k)} times")
     for p in parsed:
         if p.config.platform == ENSEMBLE:
             problems += [f"{p.path}: {m}" for m in _ensemble_rules(p, models, _raw(files[p.path]))]
@@ -166,8 +169,7 @@ def _ensemble_rules(p: ParsedConfig, models: dict[str, ParsedConfig], raw) -> li
         return ["ensemble_scheduling has no step"]
     type_name = mc.DataType.Name
     batching = ens.max_batch_size > 0
-    # ensemble tensor -> (description, producing step or None, decoupled origins)
-    known: dict[str, Tensor] = {}
+    known: dict[str, Tensor] = {}  # ensemble tensor -> what feeds it
     origin: dict[str, frozenset[str]] = {}
     for t in ens.input:
         known[t.name] = Tensor(t.data_type, tuple(t.dims), batching, f"ensemble input {t.name!r}")
@@ -209,7 +211,7 @@ def _ensemble_rules(p: ParsedConfig, models: dict[str, ParsedConfig], raw) -> li
                 continue
             t = inputs[model_in]
             pending.append((label, Tensor(t.data_type, tuple(t.dims), m.max_batch_size > 0,
-                                          f"{name!r} input {model_in!r}"), tensor, i))
+                                          f"{name!r} input {model_in!r}"), tensor))
             consumed.add(tensor)
         decoupled = m.model_transaction_policy.decoupled
         for model_out, tensor in sorted(step.output_map.items()):
@@ -225,7 +227,7 @@ def _ensemble_rules(p: ParsedConfig, models: dict[str, ParsedConfig], raw) -> li
             known[tensor] = Tensor(t.data_type, tuple(t.dims), m.max_batch_size > 0, f"{name!r} output {model_out!r}")
             origin[tensor] = frozenset({name}) if decoupled else frozenset()  # completed below
     # inputs: each tensor must exist, and agree in type and shape with what feeds it
-    for label, want, tensor, _ in pending:
+    for label, want, tensor in pending:
         have = known.get(tensor)
         if have is None:
             out.append(f"{label}: ensemble tensor {tensor!r} is neither an ensemble input nor a step output")
