@@ -255,3 +255,44 @@ def test_triton_refuses_an_ensemble_that_kiln_refuses(tmp_path) -> None:
         assert why and "max_tokens" in " ".join(why) and "TYPE_INT64" in " ".join(why), server.log()[-3000:]
     finally:
         server.stop()
+
+
+STREAMING_STANDIN = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            sender = r.get_response_sender()
+            ids = pb_utils.get_input_tensor_by_name(r, "input_ids").as_numpy().reshape(-1)
+            for token in ids:  # one response per token, as a streaming engine sends them
+                sender.send(pb_utils.InferenceResponse([
+                    pb_utils.Tensor("output_ids", np.array([[[token]]], dtype=np.int32)),
+                    pb_utils.Tensor("sequence_length", np.array([[1]], dtype=np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
+
+def test_triton_accepts_the_streaming_pipeline(tmp_path) -> None:
+    """serving.streaming: the engine model and the BLS are decoupled; Triton loads the ensemble
+    over the decoupled step (its validation includes the decoupled-origin rule)."""
+    spec = quickstart_copy(tmp_path, "engine")
+    text = spec.read_text(encoding="utf-8")
+    spec.write_text(text.replace("queue_timeout_ms: 1000}", "queue_timeout_ms: 1000, streaming: true}", 1),
+                    encoding="utf-8")
+    out = run_action(spec, "dev-h100", QUICK_MODEL, tmp_path)
+    assert "decoupled: true" in (out / "tiny-tensorrt_llm" / "config.pbtxt").read_text(encoding="utf-8")
+    with_standin_engine(out)
+    (out / "tiny-tensorrt_llm" / "1" / "model.py").write_text(STREAMING_STANDIN, encoding="utf-8")
+    server = TritonServer(out, tmp_path)
+    try:
+        server.wait_live()
+        index = server.index()
+        assert all(m.get("state") == "READY" for m in index.values()), (index, server.log()[-4000:])
+        # an ensemble asks for a CUDA stream; on a machine without a GPU that is logged and ignored
+        assert foreign_errors(server.log(), ("CUDA driver version is insufficient",)) == []
+    finally:
+        server.stop()
