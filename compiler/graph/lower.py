@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from compiler.actions import (calibration, capacity, engine, hostplan, hostscript, llmapi, model_source, quality_gate,
-                              quantize, snapshot)
+                              quantize, snapshot, triton_repo)
 from compiler.actions.base import LowerContext
 from compiler.graph.inputs import DigestCache, tree_digests
 from compiler.pipeline import Validation
@@ -47,4 +47,5 @@ def lower(result: Validation, digests: DigestCache) -> tuple[Graph, LowerContext
     actions += hostplan.lower(ctx)
     actions += hostscript.lower(ctx)
     actions += capacity.lower(ctx)
+    actions += triton_repo.lower(ctx)
     return Graph.build(actions), ctx

@@ -1,0 +1,299 @@
+"""The quickstart's Triton repository, as the build writes it, served by a real `tritonserver` (the
+binary and Python backend of the nvidia-pytriton wheel) on 127.0.0.1.
+
+engine target: kiln's preprocessing and postprocessing models load and answer real HTTP requests
+with the model's own tokenizer, the BLS model loads and reaches the engine model; the engine model
+(`tensorrtllm` backend) fails to load for one reason only, its backend library is absent on this
+machine, and the ensemble fails only because that model did.
+llmapi target: the config is accepted and the model fails only because `tensorrt_llm` cannot be
+imported here (no GPU build of TensorRT-LLM).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_triton_repo import QUICK_MODEL, quickstart_copy, run_action
+from tests.tritonserver import TritonServer, TritonUnavailable
+
+PROMPT = "Kiln compiles one reviewed spec into Triton repositories."
+# what may appear in the log only for the reasons asserted below: anything else is a config problem
+CONFIG_ERRORS = ("Error parsing text-format", "failed to read text proto", "unexpected", "invalid argument",
+                 "is not mapped", "inconsistent", "must be", "should be")
+
+
+def serve(target: str, tmp: Path):
+    try:
+        out = run_action(quickstart_copy(tmp, target), "dev-h100", QUICK_MODEL, tmp)  # the quickstart's repository
+        server = TritonServer(out, tmp)
+    except TritonUnavailable as e:
+        pytest.fail(f"{e}: the test extra installs it")
+    try:
+        server.wait_live()  # the server loads every model of --load-model before it listens
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    server = serve("engine", tmp_path_factory.mktemp("triton-engine"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def llmapi(tmp_path_factory):
+    server = serve("llmapi", tmp_path_factory.mktemp("triton-llmapi"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(QUICK_MODEL)
+
+
+def strings(name: str, values: list[str]) -> dict:
+    return {"name": name, "shape": [1, len(values)], "datatype": "BYTES", "data": values}
+
+
+def ints(name: str, values: list[int], shape: list[int] | None = None) -> dict:
+    return {"name": name, "shape": shape or [1, len(values)], "datatype": "INT32", "data": values}
+
+
+def outputs(body: dict) -> dict[str, dict]:
+    return {o["name"]: o for o in body["outputs"]}
+
+
+def foreign_errors(log: str, allowed: tuple[str, ...]) -> list[str]:
+    """Error lines of the server log that none of the allowed reasons explains."""
+    out = []
+    for line in log.splitlines():
+        if re.match(r"^E\d{4} ", line) and "CudaDriverHelper" not in line and not any(a in line for a in allowed):
+            out.append(line)
+    return out
+
+
+# --- engine target ------------------------------------------------------------------------------
+def test_engine_models_load_except_the_engine_for_want_of_its_backend(engine) -> None:
+    index = engine.index()
+    assert set(index) == {f"{m}{part}" for m in ("tiny", "tiny-awq")
+                          for part in ("", "-preprocessing", "-tensorrt_llm", "-postprocessing", "-bls")}
+    for name in ("tiny-preprocessing", "tiny-postprocessing", "tiny-bls"):
+        assert index[name]["state"] == "READY", (name, index[name], engine.log()[-4000:])
+    trt = index["tiny-tensorrt_llm"]
+    assert trt["state"] == "UNAVAILABLE"
+    assert trt["reason"] == ("Invalid argument: unable to find backend library for backend 'tensorrtllm', "
+                             "try specifying runtime on the model configuration."), trt
+    assert index["tiny"].get("state") != "READY"
+    log = engine.log()
+    # the ensemble passed Triton's validation and waits only on its engine step (its reason is logged)
+    why = [line for line in log.splitlines() if "ensemble 'tiny'" in line]
+    assert len(why) == 1, why
+    assert "ensemble 'tiny' depends on 'tiny-tensorrt_llm' which has no loaded version" in why[0]
+    assert "unable to find backend library for backend 'tensorrtllm'" in why[0]
+    # the engine model's failure is the only one: no parse, mapping or shape complaint anywhere
+    assert foreign_errors(log, ("unable to find backend library for backend 'tensorrtllm'",
+                                "failed to load all models")) == []
+    assert not any(e in log for e in CONFIG_ERRORS[:2])
+
+
+def test_preprocessing_tokenizes_with_the_model_tokenizer(engine, tokenizer) -> None:
+    status, body = engine.infer("tiny-preprocessing", [strings("text", [PROMPT]), ints("max_tokens", [7]),
+                                                        strings("stop_words", [" Triton", "."])])
+    assert status == 200, body
+    out = outputs(body)
+    want = tokenizer(PROMPT).input_ids
+    assert out["input_ids"]["data"] == want and out["input_ids"]["shape"] == [1, len(want)]
+    assert out["input_lengths"]["data"] == [len(want)]
+    assert out["request_output_len"]["data"] == [7]
+    assert out["out_end_id"]["data"] == [tokenizer.eos_token_id]
+    stop = [tokenizer.encode(w, add_special_tokens=False) for w in (" Triton", ".")]
+    flat = stop[0] + stop[1]
+    assert out["stop_words_list"]["shape"] == [1, 2, len(flat)]
+    offsets = [len(stop[0]), len(flat)] + [-1] * (len(flat) - 2)
+    assert out["stop_words_list"]["data"] == flat + offsets
+    assert out["bad_words_list"]["data"] == [0, -1]  # no words: one padded column
+
+
+def test_preprocessing_rejects_a_prompt_beyond_max_input_len(engine) -> None:
+    status, body = engine.infer("tiny-preprocessing", [strings("text", ["word " * 400]), ints("max_tokens", [1])])
+    assert status == 400 and "this model accepts at most 256" in body["error"], body
+
+
+def test_postprocessing_decodes_generated_ids(engine, tokenizer) -> None:
+    ids = tokenizer("Generated text, decoded by the server.").input_ids
+    status, body = engine.infer("tiny-postprocessing", [ints("output_ids", ids + [0, 0], [1, 1, len(ids) + 2]),
+                                                         ints("sequence_length", [len(ids)], [1, 1])])
+    assert status == 200, body
+    assert outputs(body)["text"]["data"] == [tokenizer.decode(ids, skip_special_tokens=True)]
+
+
+def test_bls_runs_preprocessing_and_reaches_the_engine_model(engine) -> None:
+    status, body = engine.infer("tiny-bls", [strings("text_input", [PROMPT]), ints("max_tokens", [4])])
+    assert status != 200
+    assert "tiny-tensorrt_llm" in body["error"] and "not ready" in body["error"], body
+    status, body = engine.infer("tiny-bls", [strings("text_input", ["word " * 400]), ints("max_tokens", [4])])
+    assert "tiny-preprocessing" in body["error"] and "at most 256" in body["error"], body
+
+
+# --- llmapi target ------------------------------------------------------------------------------
+def test_llmapi_model_fails_only_for_want_of_tensorrt_llm(llmapi) -> None:
+    index = llmapi.index()
+    assert set(index) == {"tiny", "tiny-awq"}
+    tiny = index["tiny"]
+    assert tiny["state"] == "UNAVAILABLE"
+    assert "ModuleNotFoundError: No module named 'tensorrt_llm'" in tiny["reason"], tiny
+    assert "model.py" in tiny["reason"] and "initialize" in tiny["reason"], tiny  # config accepted, code ran
+    log = llmapi.log()
+    assert foreign_errors(log, ("No module named 'tensorrt_llm'", "failed to load all models")) == []
+    assert not any(e in log for e in CONFIG_ERRORS[:2])
+
+
+# --- the ensemble, with a stand-in for the one model that cannot run here -----------------------
+# Triton validates an ensemble's wiring (types, shapes, mappings) only once every step has loaded.
+# The TensorRT-LLM backend needs a GPU build, so these tests replace that one model's backend with
+# a Python stand-in that keeps its generated interface (inputs, outputs, batching, queue policy)
+# and echoes the prompt's ids, taking 10 ms per requested token. Everything else is as built.
+STANDIN = '''
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            ids = pb_utils.get_input_tensor_by_name(r, "input_ids").as_numpy().reshape(1, 1, -1)
+            n = int(pb_utils.get_input_tensor_by_name(r, "request_output_len").as_numpy().reshape(-1)[0])
+            time.sleep(n / 100)
+            out.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("output_ids", ids.astype(np.int32)),
+                pb_utils.Tensor("sequence_length", np.array([[ids.shape[-1]]], dtype=np.int32))]))
+        return out
+'''
+
+
+def with_standin_engine(repo: Path) -> None:
+    config = repo / "tiny-tensorrt_llm" / "config.pbtxt"
+    text = config.read_text(encoding="utf-8")
+    assert text.count('backend: "tensorrtllm"') == 1
+    config.write_text(text.replace('backend: "tensorrtllm"', 'backend: "python"'), encoding="utf-8")
+    (repo / "tiny-tensorrt_llm" / "1" / "model.py").write_text(STANDIN, encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def ensemble(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("triton-ensemble")
+    out = run_action(quickstart_copy(tmp, "engine", one_model=True), "dev-h100", QUICK_MODEL, tmp)
+    with_standin_engine(out)
+    server = TritonServer(out, tmp)
+    try:
+        server.wait_live()
+    except BaseException:
+        server.stop()
+        raise
+    yield server
+    server.stop()
+
+
+def test_triton_accepts_the_ensemble_and_answers_through_it(ensemble, tokenizer) -> None:
+    index = ensemble.index()
+    assert all(m.get("state") == "READY" for m in index.values()), (index, ensemble.log()[-4000:])
+    status, body = ensemble.infer("tiny", [strings("text_input", [PROMPT]), ints("max_tokens", [3])])
+    assert status == 200, body
+    ids = tokenizer(PROMPT).input_ids
+    assert outputs(body)["text_output"]["data"] == [tokenizer.decode(ids, skip_special_tokens=True)]
+    status, body = ensemble.infer("tiny-bls", [strings("text_input", [PROMPT]), ints("max_tokens", [3])])
+    assert status == 200, body
+    assert outputs(body)["text_output"]["data"] == [tokenizer.decode(ids, skip_special_tokens=True)]
+
+
+def test_queue_timeout_rejects_instead_of_waiting(ensemble) -> None:
+    """Admission control as generated: the engine model's queue rejects a request that waited
+    longer than serving.queue_timeout_ms (1000 ms in the quickstart) behind a busy instance."""
+    import threading
+
+    busy = threading.Thread(target=ensemble.infer, args=("tiny", [strings("text_input", ["busy"]),
+                                                                  ints("max_tokens", [300])]))
+    busy.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    status, body = ensemble.infer("tiny", [strings("text_input", ["queued"]), ints("max_tokens", [1])])
+    waited = time.monotonic() - started
+    busy.join()
+    assert status != 200 and "timeout" in body["error"].lower(), body
+    assert 0.9 < waited < 2.5, waited  # rejected after about the timeout, long before the busy request ends
+
+
+def test_triton_refuses_an_ensemble_that_kiln_refuses(tmp_path) -> None:
+    """The same broken wiring, judged by kiln's rules and by the real server."""
+    from compiler.serving import rules
+
+    out = run_action(quickstart_copy(tmp_path, "engine", one_model=True), "dev-h100", QUICK_MODEL, tmp_path)
+    with_standin_engine(out)
+    ens = out / "tiny" / "config.pbtxt"
+    ens.write_text(ens.read_text(encoding="utf-8").replace(
+        'name: "max_tokens"\n    data_type: TYPE_INT32', 'name: "max_tokens"\n    data_type: TYPE_INT64', 1),
+        encoding="utf-8")
+    files = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert any("input 'max_tokens' is TYPE_INT32 but ensemble input 'max_tokens'" in p
+               for p in rules.check_repository(files))
+    server = TritonServer(out, tmp_path)
+    try:
+        server.wait_live()
+        assert server.index()["tiny"].get("state") != "READY"
+        why = [line for line in server.log().splitlines() if "ensemble 'tiny'" in line or "in ensemble tiny" in line]
+        assert why and "max_tokens" in " ".join(why) and "TYPE_INT64" in " ".join(why), server.log()[-3000:]
+    finally:
+        server.stop()
+
+
+STREAMING_STANDIN = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            sender = r.get_response_sender()
+            ids = pb_utils.get_input_tensor_by_name(r, "input_ids").as_numpy().reshape(-1)
+            for token in ids:  # one response per token, as a streaming engine sends them
+                sender.send(pb_utils.InferenceResponse([
+                    pb_utils.Tensor("output_ids", np.array([[[token]]], dtype=np.int32)),
+                    pb_utils.Tensor("sequence_length", np.array([[1]], dtype=np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
+
+def test_triton_accepts_the_streaming_pipeline(tmp_path) -> None:
+    """serving.streaming: the engine model and the BLS are decoupled; Triton loads the ensemble
+    over the decoupled step (its validation includes the decoupled-origin rule)."""
+    spec = quickstart_copy(tmp_path, "engine", one_model=True)
+    text = spec.read_text(encoding="utf-8")
+    spec.write_text(text.replace("queue_timeout_ms: 1000}", "queue_timeout_ms: 1000, streaming: true}", 1),
+                    encoding="utf-8")
+    out = run_action(spec, "dev-h100", QUICK_MODEL, tmp_path)
+    assert "decoupled: true" in (out / "tiny-tensorrt_llm" / "config.pbtxt").read_text(encoding="utf-8")
+    with_standin_engine(out)
+    (out / "tiny-tensorrt_llm" / "1" / "model.py").write_text(STREAMING_STANDIN, encoding="utf-8")
+    server = TritonServer(out, tmp_path)
+    try:
+        server.wait_live()
+        index = server.index()
+        assert all(m.get("state") == "READY" for m in index.values()), (index, server.log()[-4000:])
+        # an ensemble asks for a CUDA stream; on a machine without a GPU that is logged and ignored
+        assert foreign_errors(server.log(), ("CUDA driver version is insufficient",)) == []
+    finally:
+        server.stop()

@@ -1,0 +1,133 @@
+"""A real `tritonserver` for tests: the binary and Python backend the nvidia-pytriton wheel bundles.
+
+The wheel keeps the Python backend's stub apart, one per Python version; a backend directory of
+the test's own gets libtriton_python.so, its utilities and the stub for this interpreter (the
+wheel's files are never changed). The stub links libpython3.X.so, so this interpreter's LIBDIR
+goes first on LD_LIBRARY_PATH (its stdlib and site-packages, numpy and transformers included,
+are then the stub's), then the wheel's bundled libraries.
+
+The server listens on 127.0.0.1 only, on ports chosen free, and is stopped (by its own pid) when
+the test ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+class TritonUnavailable(Exception):
+    pass
+
+
+def _pytriton_root() -> Path:
+    try:
+        import pytriton
+    except ImportError:
+        raise TritonUnavailable("nvidia-pytriton is not installed (pip install -e '.[test]')") from None
+    return Path(pytriton.__file__).resolve().parent
+
+
+def backend_directory(dest: Path) -> Path:
+    """A `--backend-directory` with the Python backend and this interpreter's stub."""
+    root = _pytriton_root() / "tritonserver"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise TritonUnavailable(f"nvidia-pytriton has no Python backend stub for Python {version}")
+    python = dest / "python"
+    python.mkdir(parents=True, exist_ok=True)
+    for f in (root / "backends" / "python").iterdir():
+        if f.is_file():
+            shutil.copy2(f, python / f.name)
+    shutil.copy2(stub, python / "triton_python_backend_stub")
+    return dest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TritonServer:
+    def __init__(self, repository: Path, workdir: Path):
+        root = _pytriton_root()
+        binary = root / "tritonserver" / "bin" / "tritonserver"
+        backends = backend_directory(workdir / "backends")
+        libs = [sysconfig.get_config_var("LIBDIR") or "", str(root.parent / "nvidia_pytriton.libs")]
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = ":".join([p for p in libs if p] + [env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
+        self.http = _free_port()
+        grpc, metrics = _free_port(), _free_port()
+        self.log_path = workdir / "tritonserver.log"
+        self._log = open(self.log_path, "wb")
+        args = [str(binary), f"--model-repository={repository}", f"--backend-directory={backends}",
+                "--http-address=127.0.0.1", f"--http-port={self.http}", "--grpc-address=127.0.0.1",
+                f"--grpc-port={grpc}", f"--metrics-port={metrics}", "--allow-metrics=false",
+                "--disable-auto-complete-config", "--exit-on-error=false", "--strict-readiness=false",
+                "--model-control-mode=explicit", "--load-model=*"]
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+
+    # --- HTTP/REST (KServe v2) ------------------------------------------------------------------
+    def _request(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.http}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                raw = r.read()
+                return r.status, json.loads(raw) if raw else {}
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            return e.code, json.loads(raw) if raw else {}
+
+    def wait_live(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"tritonserver exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if self._request("GET", "/v2/health/live")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"tritonserver did not come up in {timeout}s:\n{self.log()}")
+
+    def index(self) -> dict[str, dict]:
+        status, body = self._request("POST", "/v2/repository/index", {})
+        assert status == 200, body
+        return {m["name"]: m for m in body}
+
+    def infer(self, model: str, inputs: list[dict], outputs: list[str] | None = None) -> tuple[int, dict]:
+        body: dict = {"inputs": inputs}
+        if outputs:
+            body["outputs"] = [{"name": n} for n in outputs]
+        return self._request("POST", f"/v2/models/{model}/infer", body)
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()
