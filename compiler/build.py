@@ -93,6 +93,15 @@ def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda 
     outcome.results = execute(outcome.graph, store, name, jobs=jobs, progress=progress, digest_of=digests.digest)
     if not outcome.failed:
         trees = {aid: r.tree for aid, r in outcome.results.items()}
-        outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.spec, outcome.validation.resolved)
+        outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.spec, outcome.validation.resolved,
+                                          images=built_images(outcome.graph, trees, store))
         outcome.manifest_digest = store.add_release(name, outcome.manifest)
     return outcome
+
+
+def built_images(graph: Graph, trees: dict[str, str], store: LocalStore) -> dict[str, dict]:
+    """Issue 6: host -> the image/<host> result (reference by digest) for the release manifest."""
+    from compiler.actions import image
+
+    return {graph.actions[aid].params["host"]: image.manifest_entry(store, trees[aid])
+            for aid in graph.order if graph.actions[aid].kind == image.KIND and trees.get(aid)}

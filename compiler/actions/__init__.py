@@ -5,6 +5,8 @@ from __future__ import annotations
 from types import ModuleType
 
 from . import calibration, capacity, hostplan, hostscript, llmapi, quality_gate, quantize, snapshot
+from . import image, image_context, triton_repo  # issue 6
 
 KINDS: dict[str, ModuleType] = {m.KIND: m for m in (snapshot, llmapi, calibration, quantize, quality_gate, hostplan,
                                                      hostscript, capacity)}
+KINDS.update({m.KIND: m for m in (triton_repo, image_context, image)})  # issue 6

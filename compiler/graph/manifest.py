@@ -16,7 +16,7 @@ def spec_digest(spec) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(spec.model_dump(mode="json"))).hexdigest()
 
 
-def build_manifest(graph: Graph, trees: dict[str, str], spec, resolved) -> bytes:
+def build_manifest(graph: Graph, trees: dict[str, str], spec, resolved, images: dict[str, dict] | None = None) -> bytes:
     artifacts = [{"id": aid, "kind": graph.actions[aid].kind, "key": graph.keys[aid], "tree": trees[aid]}
                  for aid in sorted(graph.actions)]
     hosts = {}
@@ -33,4 +33,6 @@ def build_manifest(graph: Graph, trees: dict[str, str], spec, resolved) -> bytes
         "artifacts": artifacts,
         "hosts": hosts,
     }
+    if images:  # issue 6: serving images by host, each pushed by digest (only specs with `image:`)
+        doc["images"] = dict(sorted(images.items()))
     return pretty_json(doc)

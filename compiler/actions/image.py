@@ -1,0 +1,85 @@
+"""`image/<host>`: build the host's serving image from `image-context/<host>` with the Docker Engine
+and push it to `image.repository`; image.json records the pushed manifest digest, which the release
+manifest lists. Needs a Docker daemon (`needs=("docker",)`): where none runs, the executor defers
+it and run() refuses with one line.
+
+Two builds, so that editing the spec does not resend the weights:
+  1. the content image, from the context; tagged locally by its content digest and reused while the
+     daemon still has it (the context only changes when weights, repository or entrypoint do);
+  2. a label-only image on top: `io.kiln.spec.digest`, the spec this release was built from. That
+     label changes with every spec edit, so the pushed image (a new config, no new layers) does too.
+
+The release manifest's own digest cannot be a label: the manifest lists this image's digest, so
+the label would have to contain a hash of itself. The manifest names the image; the image names
+its spec (io.kiln.spec.digest) and its content (io.kiln.content.digest, recomputable from the
+image-context artifact that the manifest also lists).
+"""
+
+from __future__ import annotations
+
+import json
+
+from compiler.graph.manifest import spec_digest
+from compiler.graph.model import Action
+from compiler.store.canonical import pretty_json
+
+from . import dockerbuild, image_context
+from .base import LowerContext, RunContext
+
+KIND, VERSION = "image", 1
+OUTPUT = "image.json"
+SPEC_LABEL = "io.kiln.spec.digest"
+
+
+def lower(ctx: LowerContext) -> list[Action]:
+    out = []
+    for c in image_context.lower(ctx):
+        host = c.params["host"]
+        params = {"host": host, "repository": ctx.spec.image.repository, "spec_digest": spec_digest(ctx.spec)}
+        out.append(Action(f"{KIND}/{host}", KIND, VERSION, params, deps=(c.id,), needs=("docker",)))
+    return out
+
+
+def run(params: dict, ctx: RunContext) -> None:
+    host, repository = params["host"], params["repository"]
+    context = ctx.deps[f"{image_context.KIND}/{host}"]
+    meta = json.loads((context / image_context.METADATA).read_text(encoding="utf-8"))
+    client = dockerbuild.connect()
+    content_hex = meta["content_digest"].split(":", 1)[1][:16]
+    content_tag = f"kiln-content-{host}:{content_hex}"
+    try:
+        content_id = client.images.get(content_tag).id
+        ctx.log.info("content image %s already on this daemon: %s", content_tag, content_id)
+    except Exception:  # docker.errors.ImageNotFound, or an image removed meanwhile: build it
+        names = ["Dockerfile"] + sorted({layer["dir"].split("/")[0] for layer in meta["layers"]})
+        content_id, tar_digest = dockerbuild.build_dir(client, context, names, content_tag, ctx.log)
+        ctx.log.info("built content image %s from a context tar %s", content_id, tar_digest)
+
+    spec_hex = params["spec_digest"].split(":", 1)[1][:16]
+    tag = f"{host}-{content_hex}-{spec_hex}"
+    labelled = f"FROM {content_id}\nLABEL {SPEC_LABEL}={json.dumps(params['spec_digest'])}\n"
+    image_id = dockerbuild.build_dockerfile(client, labelled, f"{repository}:{tag}", ctx.log)
+    result = dockerbuild.push(client, repository, tag, ctx.log)
+    ctx.log.info("pushed %s@%s: %d layers uploaded, %d already there", repository, result.digest,
+                 len(result.pushed), len(result.existing))
+    attrs = client.images.get(image_id).attrs
+    doc = {
+        "host": host,
+        "repository": repository,
+        "tag": tag,
+        "digest": result.digest,
+        "reference": f"{repository}@{result.digest}",
+        "content_digest": meta["content_digest"],
+        "labels": attrs["Config"]["Labels"] or {},
+        "layers": attrs["RootFS"]["Layers"],
+        "entrypoint": meta["entrypoint"],
+        "repository_path": meta["repository"],
+    }
+    (ctx.out / OUTPUT).write_bytes(pretty_json(doc))
+
+
+def manifest_entry(store, tree: str) -> dict:
+    """What the release manifest says about a built image: its reference by digest."""
+    entry = next(e for e in store.tree(tree) if e.path == OUTPUT)
+    doc = json.loads(store.read_bytes(entry.digest))
+    return {"reference": doc["reference"], "digest": doc["digest"], "content_digest": doc["content_digest"]}
