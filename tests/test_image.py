@@ -9,6 +9,7 @@ registry and point the spec's `image.base` at it by digest.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -304,19 +305,39 @@ def _tag(store, outcome) -> str:
 
 
 @needs_docker
-def test_layers_rebuild_to_the_same_bytes(tmp_path: Path, registry, base_image: str) -> None:
-    """Same context, cache off: the layer contents (diff IDs) are identical; only the image config's
-    build times differ, so the image ID does too."""
+def test_rebuilds_give_the_same_layers_and_image_digest(tmp_path: Path, registry, base_image: str) -> None:
+    """Same context, build cache off, twice: the layers are the same bytes (diff IDs); the builder's
+    image IDs differ (its config records build times); normalize() gives both the same config, so
+    the registry stores one manifest digest for the two pushes."""
     params = dict(_context_action(tmp_path / "spec").actions[f"image-context/{HOST}"].params)
     params["base"] = base_image
     ctx_out = _render(tmp_path, "ctx", params)
     client = dockerbuild.connect()
-    names = ["Dockerfile", "layers"]
-    layers = []
+    repository = f"{registry.host}/kiln/repro"
+    built, layers, normalized, digests = [], [], [], []
     for i in range(2):
         with open(tmp_path / f"ctx{i}.tar", "w+b") as f:
-            dockerbuild.write_context_tar(ctx_out, names, f)
+            dockerbuild.write_context_tar(ctx_out, ["Dockerfile", "layers"], f)
             f.seek(0)
-            image_id = dockerbuild.build(client, f, f"kiln-test-repro:{i}", LOG, nocache=True)
-        layers.append(client.images.get(image_id).attrs["RootFS"]["Layers"])
+            built.append(dockerbuild.build(client, f, f"kiln-test-repro:{i}", LOG, nocache=True))
+        layers.append(client.images.get(built[i]).attrs["RootFS"]["Layers"])
+        normalized.append(dockerbuild.normalize(client, built[i], base_image, f"{repository}:build{i}", LOG))
+        digests.append(dockerbuild.push(client, repository, f"build{i}", LOG).digest)
     assert layers[0] == layers[1]
+    assert built[0] != built[1]  # the classic builder's own result is not reproducible
+    assert normalized[0] == normalized[1]
+    assert digests[0] == digests[1]
+    config = _registry_config(registry, "kiln/repro", digests[0])
+    assert normalized[0] == "sha256:" + hashlib.sha256(config).hexdigest()
+    doc = json.loads(config)
+    assert doc["created"] == dockerbuild.FIXED_CREATED and "container" not in doc
+    assert doc["config"]["Labels"]["io.kiln.content.digest"].startswith("sha256:")
+    # the normalized image still runs: its entrypoint and layers are intact
+    out = client.containers.run(normalized[0], remove=True).decode()
+    assert "found /opt/kiln/models/tiny/config.json" in out
+
+
+def _registry_config(registry, name: str, digest: str) -> bytes:
+    config = _registry_manifest(registry, name, digest)["config"]["digest"]
+    with urllib.request.urlopen(f"http://{registry.host}/v2/{name}/blobs/{config}", timeout=10) as r:
+        return r.read()

@@ -5,12 +5,16 @@ The daemon's builder is the classic one: the SDK has no BuildKit session, and De
 docker.io (20.10) ships no buildx, so SOURCE_DATE_EPOCH is not honoured. What the builder still
 gives deterministically is layer content: the context tar built here has fixed times, owners and
 modes, and COPY keeps them (see image_context for the layer layout that makes parents fixed too).
+The image config is the builder's only non-deterministic part (build times, the build container's
+ID, the daemon version); normalize() rewrites it with fixed times and loads it back, so the image
+ID is a function of the layers and settings alone.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import tarfile
 import tempfile
@@ -155,3 +159,75 @@ def push(client, repository: str, tag: str, log) -> PushResult:
     if digest is None:
         raise DockerError(f"docker push {repository}:{tag} reported no digest")
     return PushResult(digest, pushed, existing)
+
+
+FIXED_CREATED = "1970-01-01T00:00:00Z"  # the SOURCE_DATE_EPOCH=0 convention
+
+
+def normalize(client, image_id: str, base: str, tag: str, log) -> str:
+    """Load a copy of the image whose config has fixed build times and no build-machine fields; its
+    image ID (the sha256 of that config). The layers are already on the daemon, so the tar loaded
+    holds only the config and a manifest naming the layers (the loader reads a layer file only for
+    a layer it lacks). Entries of the base's history keep their own times (to the second)."""
+    attrs = client.api.inspect_image(image_id)
+    history = list(reversed(client.api.history(image_id)))
+    n_base = len(client.api.history(base))
+    diff_ids = attrs["RootFS"]["Layers"]
+    entries = []
+    for i, h in enumerate(history):
+        entry: dict = {"created": _rfc3339(h["Created"]) if i < n_base else FIXED_CREATED,
+                       "created_by": h["CreatedBy"]}
+        if h.get("Comment"):
+            entry["comment"] = h["Comment"]
+        # The history API has no empty_layer flag: a metadata step of size 0 had none. Checked
+        # against the layer count below (a zero-byte RUN layer would be miscounted).
+        if h["Size"] == 0 and not _makes_layer(h["CreatedBy"]):
+            entry["empty_layer"] = True
+        entries.append(entry)
+    if sum(1 for e in entries if not e.get("empty_layer")) != len(diff_ids):
+        log.info("normalize: history does not match the %d layers; the image keeps its build times", len(diff_ids))
+        return image_id
+    config = {
+        "architecture": attrs["Architecture"],
+        "os": attrs["Os"],
+        "config": dict(attrs["Config"], Image=""),  # Image: the build's parent ID, itself time-dependent
+        "created": FIXED_CREATED,
+        "history": entries,
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }
+    if attrs.get("Variant"):
+        config["variant"] = attrs["Variant"]
+    raw = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    config_hex = hashlib.sha256(raw).hexdigest()
+    manifest = [{"Config": f"{config_hex}.json", "RepoTags": [tag],
+                 "Layers": [f"{i}/layer.tar" for i in range(len(diff_ids))]}]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in ((f"{config_hex}.json", raw), ("manifest.json", json.dumps(manifest).encode())):
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), FIXED_MTIME, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    try:
+        client.images.load(buf.getvalue())
+    except Exception as e:
+        raise DockerError(f"docker load of the normalized image config failed: {_first_line(e)}") from None
+    log.info("normalized image config: %s (built as %s)", config_hex, image_id)
+    return f"sha256:{config_hex}"
+
+
+METADATA_STEPS = frozenset({"ARG", "CMD", "ENTRYPOINT", "ENV", "EXPOSE", "HEALTHCHECK", "LABEL", "MAINTAINER",
+                            "ONBUILD", "SHELL", "STOPSIGNAL", "USER", "VOLUME", "WORKDIR"})
+
+
+def _makes_layer(created_by: str) -> bool:
+    """Whether a history step can have made a layer: anything but a metadata instruction (classic
+    builder: `/bin/sh -c #(nop)  ENV ...`; BuildKit: `ENV ...`)."""
+    step = created_by.split("#(nop)", 1)[1] if "#(nop)" in created_by else created_by
+    words = step.split()
+    return not words or words[0].upper() not in METADATA_STEPS
+
+
+def _rfc3339(seconds: int) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

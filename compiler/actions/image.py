@@ -58,7 +58,8 @@ def run(params: dict, ctx: RunContext) -> None:
     spec_hex = params["spec_digest"].split(":", 1)[1][:16]
     tag = f"{host}-{content_hex}-{spec_hex}"
     labelled = f"FROM {content_id}\nLABEL {SPEC_LABEL}={json.dumps(params['spec_digest'])}\n"
-    image_id = dockerbuild.build_dockerfile(client, labelled, f"{repository}:{tag}", ctx.log)
+    built = dockerbuild.build_dockerfile(client, labelled, f"{repository}:{tag}", ctx.log)
+    image_id = dockerbuild.normalize(client, built, meta["base"], f"{repository}:{tag}", ctx.log)
     result = dockerbuild.push(client, repository, tag, ctx.log)
     ctx.log.info("pushed %s@%s: %d layers uploaded, %d already there", repository, result.digest,
                  len(result.pushed), len(result.existing))
@@ -69,6 +70,7 @@ def run(params: dict, ctx: RunContext) -> None:
         "tag": tag,
         "digest": result.digest,
         "reference": f"{repository}@{result.digest}",
+        "image_id": image_id,
         "content_digest": meta["content_digest"],
         "labels": attrs["Config"]["Labels"] or {},
         "layers": attrs["RootFS"]["Layers"],
