@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from compiler.actions import calibration, capacity, hostplan, hostscript, llmapi, quality_gate, quantize, snapshot
-from compiler.actions import image, image_context, triton_repo  # issue 6: serving images
+from compiler.actions import image, image_context, model_source, triton_repo  # issue 6: serving images
 from compiler.actions.base import LowerContext
 from compiler.graph.inputs import DigestCache, tree_digests
 from compiler.pipeline import Validation
@@ -45,7 +45,9 @@ def lower(result: Validation, digests: DigestCache) -> tuple[Graph, LowerContext
     actions += hostplan.lower(ctx)
     actions += hostscript.lower(ctx)
     actions += capacity.lower(ctx)
-    # issue 6: serving images (only when the spec has `image:`); triton_repo is a stand-in until merge
+    # issue 6: serving images (only when the spec has `image:`). STAND-INS until merge: triton_repo
+    # (the repository helper's kind) and model_source (the lead's); drop them here when those land.
     if ctx.spec.image is not None:
-        actions += triton_repo.lower(ctx) + image_context.lower(ctx) + image.lower(ctx)
+        actions += triton_repo.lower(ctx) + model_source.lower(ctx)
+        actions += image_context.lower(ctx) + image.lower(ctx)
     return Graph.build(actions), ctx
