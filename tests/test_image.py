@@ -287,6 +287,7 @@ def test_image_build_push_pull_and_weights_layer_reuse(tmp_path: Path, registry,
     repo1, repo2 = m1["layers"][n_base + 1], m2["layers"][n_base + 1]
     assert weights1["digest"] == weights2["digest"]  # the same layer, not re-uploaded
     assert repo1["digest"] != repo2["digest"]
+    assert m1["layers"][n_base + 2] == m2["layers"][n_base + 2]  # entrypoint: rebuilt, same bytes
 
     pushed_first = {d: s for d, s in after_first.items() if d not in before}
     pushed_second = {d: s for d, s in after_second.items() if d not in after_first}
@@ -296,6 +297,11 @@ def test_image_build_push_pull_and_weights_layer_reuse(tmp_path: Path, registry,
     weights_hex = weights1["digest"].split(":", 1)[1]
     assert weights_hex in pushed_first and weights_hex not in pushed_second
     assert second_bytes < weights1["size"] < first_bytes
+
+    # Reverting the edit is a rollback: nothing runs, the first manifest (and image) comes back.
+    spec.write_text(text.replace("max_queue_size: 32", "max_queue_size: 16"))
+    third = build_spec(spec, store)
+    assert not third.executed and third.manifest == first.manifest
 
 
 def _tag(store, outcome) -> str:

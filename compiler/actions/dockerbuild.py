@@ -171,7 +171,7 @@ def normalize(client, image_id: str, base: str, tag: str, log) -> str:
     a layer it lacks). Entries of the base's history keep their own times (to the second)."""
     attrs = client.api.inspect_image(image_id)
     history = list(reversed(client.api.history(image_id)))
-    n_base = len(client.api.history(base))
+    n_base = len(_history(client, base))
     diff_ids = attrs["RootFS"]["Layers"]
     entries = []
     for i, h in enumerate(history):
@@ -217,6 +217,19 @@ def normalize(client, image_id: str, base: str, tag: str, log) -> str:
 
 METADATA_STEPS = frozenset({"ARG", "CMD", "ENTRYPOINT", "ENV", "EXPOSE", "HEALTHCHECK", "LABEL", "MAINTAINER",
                             "ONBUILD", "SHELL", "STOPSIGNAL", "USER", "VOLUME", "WORKDIR"})
+
+
+def _history(client, ref: str) -> list:
+    """An image's history; pulled first when the daemon no longer has it (a cached content image
+    may outlive its base there)."""
+    try:
+        return client.api.history(ref)
+    except Exception:
+        try:
+            client.images.pull(ref)
+            return client.api.history(ref)
+        except Exception as e:
+            raise DockerError(f"cannot read the history of the base image {ref}: {_first_line(e)}") from None
 
 
 def _makes_layer(created_by: str) -> bool:
