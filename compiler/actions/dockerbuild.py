@@ -29,15 +29,16 @@ class DockerError(RuntimeError):
     """The daemon is unreachable or refused a build or push; the message is one line for the user."""
 
 
-def connect(timeout: int = 600):
-    """A client for the daemon that DOCKER_HOST (or the default socket) names, checked with a ping."""
+def connect(timeout: int = 6 * 3600):
+    """A client for the daemon that DOCKER_HOST (or the default socket) names, checked with a ping.
+    The timeout bounds one socket read: a COPY of a large checkpoint prints nothing for minutes."""
     try:
         import docker
     except ImportError:  # a dependency of the package, but say so plainly if it is missing
         raise DockerError("the Docker SDK (Python package `docker`) is not installed") from None
     try:
+        docker.from_env(timeout=10).ping()  # fail fast where nothing answers
         client = docker.from_env(timeout=timeout)
-        client.ping()
     except Exception as e:  # DockerException, connection errors: all mean "no daemon here"
         where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         raise DockerError(f"no Docker daemon reachable at {where} ({_first_line(e)}); the image step needs one, "
