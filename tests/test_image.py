@@ -144,6 +144,20 @@ def test_context_is_deterministic_and_layered(tmp_path: Path) -> None:
     assert _tree_bytes(a / "layers/entrypoint") != _tree_bytes(c / "layers/entrypoint")
 
 
+def test_content_image_tag_names_base_and_content(tmp_path: Path) -> None:
+    """The image action reuses a content image by its local tag, so the tag must change with the
+    base as well as with any file."""
+    params = dict(_context_action(tmp_path / "spec").actions[f"image-context/{HOST}"].params)
+    a = _render(tmp_path, "a", params)
+    other_base = dict(params, base=params["base"].rsplit("@", 1)[0] + "@sha256:" + "2" * 64)
+    b = _render(tmp_path, "b", other_base)
+    assert image.local_content_tag(HOST, a) == image.local_content_tag(HOST, _render(tmp_path, "a2", params))
+    assert image.local_content_tag(HOST, a) != image.local_content_tag(HOST, b)
+    params2 = json.loads(json.dumps(params))
+    params2["units"][0]["ports"]["grpc"] = 9001
+    assert image.local_content_tag(HOST, a) != image.local_content_tag(HOST, _render(tmp_path, "c", params2))
+
+
 def test_context_tar_is_deterministic(tmp_path: Path) -> None:
     params = dict(_context_action(tmp_path / "spec").actions[f"image-context/{HOST}"].params)
     a = _render(tmp_path, "a", params)

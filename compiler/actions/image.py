@@ -4,8 +4,8 @@ manifest lists. Needs a Docker daemon (`needs=("docker",)`): where none runs, th
 it and run() refuses with one line.
 
 Two builds, so that editing the spec does not resend the weights:
-  1. the content image, from the context; tagged locally by its content digest and reused while the
-     daemon still has it (the context only changes when weights, repository or entrypoint do);
+  1. the content image, from the context; tagged locally by its Dockerfile's digest and reused while
+     the daemon still has it (the context only changes when weights, repository or entrypoint do);
   2. a label-only image on top: `io.kiln.spec.digest`, the spec this release was built from. That
      label changes with every spec edit, so the pushed image (a new config, no new layers) does too.
 
@@ -17,6 +17,7 @@ image-context artifact that the manifest also lists).
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from compiler.graph.manifest import spec_digest
@@ -40,13 +41,20 @@ def lower(ctx: LowerContext) -> list[Action]:
     return out
 
 
+def local_content_tag(host: str, context) -> str:
+    """The daemon-local tag of the content image: the Dockerfile's digest, which names the base and
+    (by its content-digest label) every file the layers copy."""
+    digest = hashlib.sha256((context / "Dockerfile").read_bytes()).hexdigest()
+    return f"kiln-content-{host}:{digest[:16]}"
+
+
 def run(params: dict, ctx: RunContext) -> None:
     host, repository = params["host"], params["repository"]
     context = ctx.deps[f"{image_context.KIND}/{host}"]
     meta = json.loads((context / image_context.METADATA).read_text(encoding="utf-8"))
     client = dockerbuild.connect()
-    content_hex = meta["content_digest"].split(":", 1)[1][:16]
-    content_tag = f"kiln-content-{host}:{content_hex}"
+    content_tag = local_content_tag(host, context)
+    content_hex = content_tag.rsplit(":", 1)[1]
     try:
         content_id = client.images.get(content_tag).id
         ctx.log.info("content image %s already on this daemon: %s", content_tag, content_id)
