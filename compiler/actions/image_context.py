@@ -167,7 +167,8 @@ def run(params: dict, ctx: RunContext) -> None:
     }
     dockerfile = env.get_template(DOCKERFILE).render(
         host=Label(host), spec_name=Label(params["spec_name"]), base=Label(base),  # names: [a-z0-9-]
-        model_layers=[{"dir": Label(layer["dir"])} for layer in layers[:-2]], repository_layer=Label(repo_rel),
+        model_layers=[{"dir": Label(layer["dir"])} for layer in layers if layer["path"] != layout.REPOSITORY_DIR
+                      and layer["path"] != ENTRYPOINT_PATH], repository_layer=Label(repo_rel),
         entrypoint_layer=Label(entry_rel), entrypoint=ENTRYPOINT_PATH,
         labels={Label(k): v for k, v in labels.items()})
     (ctx.out / "Dockerfile").write_text(dockerfile, encoding="utf-8")
