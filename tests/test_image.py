@@ -361,3 +361,59 @@ def _registry_config(registry, name: str, digest: str) -> bytes:
     config = _registry_manifest(registry, name, digest)["config"]["digest"]
     with urllib.request.urlopen(f"http://{registry.host}/v2/{name}/blobs/{config}", timeout=10) as r:
         return r.read()
+
+
+@needs_docker
+def test_entrypoint_of_a_host_with_several_units(tmp_path: Path, base_image: str) -> None:
+    """b200-a serves three models on six MIG slices (two GPUs): with no argument the entrypoint names
+    the units and refuses; a unit id starts that unit's server (a model name would be ambiguous, so
+    it is not one); any other command (how provision.sh starts containers) runs as given."""
+    from compiler.graph.inputs import DigestCache
+    from compiler.graph.lower import lower
+    from compiler.pipeline import validate_path
+
+    graph, _ = lower(validate_path(ROOT / "examples" / "b200-mig-three-models" / "kiln.yaml"),
+                     DigestCache(tmp_path / "digests.json"))
+    units = graph.actions["image-context/b200-a"].params["units"]
+    assert len(units) == 6
+    ctx = tmp_path / "ctx"
+    serve = ctx / "entry" / image_context.ENTRYPOINT_PATH.lstrip("/")
+    serve.parent.mkdir(parents=True)
+    serve.write_text(image_context.environment().get_template(image_context.ENTRYPOINT)
+                     .render(**image_context.entrypoint_context("b200-a", units)))
+    serve.chmod(0o755)
+    for u in units:  # a repository with one config per model, as the image holds it
+        p = ctx / "entry" / layout.REPOSITORY_DIR.lstrip("/") / u["model"] / "config.pbtxt"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(f'name: "{u["model"]}"\n')
+    (ctx / "Dockerfile").write_text(f'FROM {base_image}\nCOPY entry/ /\nENTRYPOINT ["{image_context.ENTRYPOINT_PATH}"]\n')
+    client = dockerbuild.connect()
+    with open(tmp_path / "ctx.tar", "w+b") as f:
+        dockerbuild.write_context_tar(ctx, ["Dockerfile", "entry"], f)
+        f.seek(0)
+        image_id = dockerbuild.build(client, f, "kiln-test-entrypoint:b200", LOG)
+
+    def run(*args: str) -> tuple[int, str]:
+        c = client.containers.run(image_id, list(args), detach=True)
+        try:
+            code = c.wait()["StatusCode"]
+            return code, c.logs().decode()
+        finally:
+            c.remove(force=True)
+
+    code, out = run()
+    assert code == 2 and "name one of:" in out and all(u["id"] in out for u in units)
+    chat = [u for u in units if u["model"] == "chat"][1]  # the second replica: ports offset
+    assert chat["ports"]["http"] != 8000
+    for name in (chat["id"],):
+        code, out = run(name, "--log-verbose=1")
+        assert code == 0, out
+        p = chat["ports"]
+        assert f"tritonserver --model-repository={layout.REPOSITORY_DIR} --model-control-mode=explicit " \
+            f"--load-model=chat --http-port={p['http']} --grpc-port={p['grpc']} --metrics-port={p['metrics']} " \
+            "--log-verbose=1" in out
+        assert f"found {layout.REPOSITORY_DIR}/chat/config.pbtxt" in out
+    code, out = run("chat")  # two chat units here: not a name the entrypoint knows, so a command
+    assert code != 0 and "tritonserver" not in out
+    code, out = run("tritonserver", "--model-repository=/elsewhere", "--http-port=1234")
+    assert code == 0 and "tritonserver --model-repository=/elsewhere --http-port=1234" in out
