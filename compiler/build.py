@@ -140,6 +140,15 @@ def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda 
         trees = {aid: r.tree for aid, r in outcome.results.items()}
         pending = {r.id: r.error or "deferred" for r in outcome.deferred}
         outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.spec, outcome.validation.resolved,
-                                          pending, gate_figures(store, outcome.graph, trees))
+                                          pending, gate_figures(store, outcome.graph, trees),
+                                          built_images(outcome.graph, trees, store))
         outcome.manifest_digest = store.add_release(name, outcome.manifest)
     return outcome
+
+
+def built_images(graph: Graph, trees: dict[str, str], store: LocalStore) -> dict[str, dict]:
+    """Issue 6: host -> the image/<host> result (reference by digest) for the release manifest."""
+    from compiler.actions import image
+
+    return {graph.actions[aid].params["host"]: image.manifest_entry(store, trees[aid])
+            for aid in graph.order if graph.actions[aid].kind == image.KIND and trees.get(aid)}

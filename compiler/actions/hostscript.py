@@ -25,6 +25,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 from compiler.checks.refs import unit_ports
 from compiler.graph.model import Action
 
+from . import layout
 from .base import LowerContext, RunContext
 from .yamlout import dump_yaml
 
@@ -132,6 +133,7 @@ def script_context(plan: dict, units: list[dict], spec_name: str) -> dict:
                                "http": u["ports"]["http"], "grpc": u["ports"]["grpc"],
                                "metrics": u["ports"]["metrics"]})
     return {"host": host, "spec_name": spec_name, "gpu_model": plan["gpu"],
+            "model_repository": layout.REPOSITORY_DIR,  # where the serving image holds it
             "driver_op": (m.group(1) or "==") if m else "", "driver_version": m.group(2) if m else "",
             "persistence": 1 if plan.get("persistence", True) else 0,
             "gpus": gpus, "units": rendered_units}

@@ -17,10 +17,12 @@ def spec_digest(spec) -> str:
 
 
 def build_manifest(graph: Graph, trees: dict[str, str | None], spec, resolved,
-                   pending: dict[str, str] | None = None, quality: dict[str, dict] | None = None) -> bytes:
+                   pending: dict[str, str] | None = None, quality: dict[str, dict] | None = None,
+                   images: dict[str, dict] | None = None) -> bytes:
     """`pending`: action id -> why it was deferred. A manifest with pending artifacts says
     `complete: false`; a builder that can run them completes it (same keys, same bytes otherwise).
-    `quality`: model -> the figures its quality gate compared (both models, regression, budget)."""
+    `quality`: model -> the figures its quality gate compared (both models, regression, budget).
+    `images`: host -> its serving image, pushed by digest (specs with `image:`)."""
     pending = pending or {}
     artifacts = []
     for aid in sorted(graph.actions):
@@ -46,4 +48,6 @@ def build_manifest(graph: Graph, trees: dict[str, str | None], spec, resolved,
     }
     if quality:
         doc["quality"] = {m: quality[m] for m in sorted(quality)}
+    if images:  # issue 6: serving images by host, each pushed by digest (only specs with `image:`)
+        doc["images"] = dict(sorted(images.items()))
     return pretty_json(doc)

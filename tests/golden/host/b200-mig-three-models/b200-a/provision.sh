@@ -88,7 +88,7 @@ SMI=${KILN_NVIDIA_SMI:-nvidia-smi}
 DOCKER=${KILN_DOCKER:-docker}
 STATE_DIR=${KILN_STATE_DIR:-/var/lib/kiln/$HOST}
 BOOT_ID_FILE=${KILN_BOOT_ID_FILE:-/proc/sys/kernel/random/boot_id}
-MODEL_REPOSITORY=${KILN_MODEL_REPOSITORY:-/models}
+MODEL_REPOSITORY=${KILN_MODEL_REPOSITORY:-/opt/kiln/repository}
 GPU_ATTACH=${KILN_GPU_ATTACH:-gpus}
 
 MODE=apply

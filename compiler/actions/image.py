@@ -1,0 +1,90 @@
+"""`image/<host>`: build the host's serving image from `image-context/<host>` with the Docker Engine
+and push it to `image.repository`; image.json records the pushed manifest digest, which the release
+manifest lists. Needs a Docker daemon (`needs=("docker",)`): where none runs, the executor defers
+it and run() refuses with one line.
+
+The image is the content image built from the context, tagged locally by its Dockerfile's digest
+and reused while the daemon still has it (the context only changes when weights, repository or
+entrypoint do), with its config normalized (fixed times) so the same context pushes the same digest.
+
+Its labels name its content (io.kiln.content.digest, recomputable from the image-context artifact
+the manifest lists), the spec's name and the host, not the spec's digest: a spec digest label
+would give the image a new digest on every spec edit, clocks or MIG layout included, and every
+serving container would restart for a change that does not concern it. The spec digest ->
+image digest link is in the release manifest and its provenance statement instead. Nor can the
+release manifest's digest be a label: the manifest lists this image's digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from compiler.graph.model import Action
+from compiler.store.canonical import pretty_json
+
+from . import dockerbuild, image_context
+from .base import LowerContext, RunContext
+
+KIND, VERSION = "image", 1
+OUTPUT = "image.json"
+
+
+def lower(ctx: LowerContext) -> list[Action]:
+    out = []
+    for c in image_context.lower(ctx):
+        host = c.params["host"]
+        params = {"host": host, "repository": ctx.spec.image.repository}
+        out.append(Action(f"{KIND}/{host}", KIND, VERSION, params, deps=(c.id,), needs=("docker",)))
+    return out
+
+
+def local_content_tag(host: str, context) -> str:
+    """The daemon-local tag of the content image: the Dockerfile's digest, which names the base and
+    (by its content-digest label) every file the layers copy."""
+    digest = hashlib.sha256((context / "Dockerfile").read_bytes()).hexdigest()
+    return f"kiln-content-{host}:{digest[:16]}"
+
+
+def run(params: dict, ctx: RunContext) -> None:
+    host, repository = params["host"], params["repository"]
+    context = ctx.deps[f"{image_context.KIND}/{host}"]
+    meta = json.loads((context / image_context.METADATA).read_text(encoding="utf-8"))
+    client = dockerbuild.connect()
+    content_tag = local_content_tag(host, context)
+    content_hex = content_tag.rsplit(":", 1)[1]
+    try:
+        content_id = client.images.get(content_tag).id
+        ctx.log.info("content image %s already on this daemon: %s", content_tag, content_id)
+    except Exception:  # docker.errors.ImageNotFound, or an image removed meanwhile: build it
+        names = ["Dockerfile"] + sorted({layer["dir"].split("/")[0] for layer in meta["layers"]})
+        content_id, tar_digest = dockerbuild.build_dir(client, context, names, content_tag, ctx.log)
+        ctx.log.info("built content image %s from a context tar %s", content_id, tar_digest)
+
+    tag = f"{host}-{content_hex}"
+    image_id = dockerbuild.normalize(client, content_id, meta["base"], f"{repository}:{tag}", ctx.log)
+    result = dockerbuild.push(client, repository, tag, ctx.log)
+    ctx.log.info("pushed %s@%s: %d layers uploaded, %d already there", repository, result.digest,
+                 len(result.pushed), len(result.existing))
+    attrs = client.images.get(image_id).attrs
+    doc = {
+        "host": host,
+        "repository": repository,
+        "tag": tag,
+        "digest": result.digest,
+        "reference": f"{repository}@{result.digest}",
+        "image_id": image_id,
+        "content_digest": meta["content_digest"],
+        "labels": attrs["Config"]["Labels"] or {},
+        "layers": attrs["RootFS"]["Layers"],
+        "entrypoint": meta["entrypoint"],
+        "repository_path": meta["repository"],
+    }
+    (ctx.out / OUTPUT).write_bytes(pretty_json(doc))
+
+
+def manifest_entry(store, tree: str) -> dict:
+    """What the release manifest says about a built image: its reference by digest."""
+    entry = next(e for e in store.tree(tree) if e.path == OUTPUT)
+    doc = json.loads(store.read_bytes(entry.digest))
+    return {"reference": doc["reference"], "digest": doc["digest"], "content_digest": doc["content_digest"]}

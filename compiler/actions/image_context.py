@@ -1,0 +1,178 @@
+"""`image-context/<host>`: the Docker build context of one host's serving image. Pure: it needs no
+daemon, so it is produced on every builder; `image/<host>` builds and pushes it where Docker runs.
+
+Output (the context itself, usable with a plain `docker build` too):
+  Dockerfile                        templates/image/Dockerfile.j2
+  layers/model-<m>/opt/kiln/models/<m>/...   the checkpoint of each model served on the host
+  layers/repository/opt/kiln/repository/...  the host's Triton model repository (triton-repo/<host>)
+  layers/entrypoint/opt/kiln/bin/serve       templates/image/serve.sh.j2
+  image-context.json                what the image action reads: base, content digest, labels, layers
+
+Each layer directory is a tree rooted at `/` and copied with `COPY <dir>/ /`: then every directory
+in the layer, `/opt` included, comes from the context with the fixed times and modes the image
+action gives it, instead of being created by the builder at build time (measured: same context,
+`--no-cache` rebuild, same layer digests; with `COPY dir /opt/kiln/...` the parents differ).
+
+The content digest (a label, and the image tag) covers every file of the context but the
+Dockerfile and image-context.json, so it names exactly what the layers hold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
+
+from compiler.checks.refs import unit_ports
+from compiler.graph.model import Action
+from compiler.store.canonical import canonical_json, pretty_json
+
+from . import layout
+from .base import LowerContext, RunContext
+from .hostscript import Shell, shell_quote
+
+KIND, VERSION = "image-context", 1
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "image"
+DOCKERFILE, ENTRYPOINT = "Dockerfile.j2", "serve.sh.j2"
+TEMPLATES = (DOCKERFILE, ENTRYPOINT)
+ENTRYPOINT_PATH = f"{layout.IMAGE_ROOT}/bin/serve"
+METADATA = "image-context.json"
+REPO_ACTION = "triton-repo"
+
+
+class Label(str):
+    """A Dockerfile value already quoted (a JSON string is a valid double-quoted Dockerfile word)."""
+
+
+def _label(value: object) -> Label:
+    return Label(json.dumps(str(value)))
+
+
+def _finalize(value: object) -> object:
+    if isinstance(value, (Shell, Label)):
+        return value
+    raise TemplateError(f"unquoted value {value!r} in an image template: pipe it through |q or |label")
+
+
+def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
+    env = Environment(loader=FileSystemLoader(str(template_dir)), undefined=StrictUndefined,
+                      keep_trailing_newline=True, autoescape=False, finalize=_finalize,
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["q"] = shell_quote
+    env.filters["label"] = _label
+    return env
+
+
+def template_digests(template_dir: Path = TEMPLATE_DIR) -> dict[str, str]:
+    return {name: "sha256:" + hashlib.sha256((template_dir / name).read_bytes()).hexdigest() for name in TEMPLATES}
+
+
+def base_image(spec) -> str:
+    return spec.image.base if spec.image.base is not None else spec.toolchain.triton_image
+
+
+def host_units(ctx: LowerContext, host: str) -> list[dict]:
+    units = []
+    for u in ctx.resolved.units:
+        if u.host == host:
+            units.append({"id": u.id, "model": u.model,
+                          "ports": unit_ports(ctx.spec.models[u.model].serving.ports, u.replica)})
+    return units
+
+
+def lower(ctx: LowerContext) -> list[Action]:
+    if ctx.spec.image is None:
+        return []
+    out = []
+    digests = template_digests()
+    for host in sorted(ctx.resolved.hosts):
+        units = host_units(ctx, host)
+        models = sorted({u["model"] for u in units})
+        if not models:
+            continue  # a host that serves nothing has no serving image
+        checkpoints = {m: layout.checkpoint_action_id(ctx.spec, m) for m in models}
+        params = {"host": host, "spec_name": ctx.spec.name, "base": base_image(ctx.spec), "units": units,
+                  "checkpoints": checkpoints, "templates": digests}
+        deps = tuple(sorted(set(checkpoints.values()) | {f"{REPO_ACTION}/{host}"}))
+        out.append(Action(f"{KIND}/{host}", KIND, VERSION, params, deps=deps))
+    return out
+
+
+def entrypoint_context(host: str, units: list[dict]) -> dict:
+    """Values of serve.sh.j2 (pure). A unit answers to its id, and to its model's name when it is
+    that model's only unit on the host."""
+    per_model: dict[str, int] = {}
+    for u in units:
+        per_model[u["model"]] = per_model.get(u["model"], 0) + 1
+    rendered = []
+    for u in units:
+        names = [u["id"]] + ([u["model"]] if per_model[u["model"]] == 1 else [])
+        rendered.append({"id": u["id"], "pattern": Shell(" | ".join(shell_quote(n) for n in names)), "model": u["model"],
+                         "http": u["ports"]["http"], "grpc": u["ports"]["grpc"], "metrics": u["ports"]["metrics"]})
+    return {"host": host, "repository": layout.REPOSITORY_DIR, "units": rendered,
+            "unit_list": Shell(" ".join(shell_quote(u["id"]) for u in units))}
+
+
+def content_digest(root: Path, exclude: tuple[str, ...] = ("Dockerfile", METADATA)) -> str:
+    """sha256 over the sorted (path, file digest, executable) of every file under `root`."""
+    listing = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_file() and rel not in exclude:
+            listing.append([rel, "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest(), bool(p.stat().st_mode & 0o111)])
+    return "sha256:" + hashlib.sha256(canonical_json(listing)).hexdigest()
+
+
+def _copy_tree(src: Path, dest: Path) -> None:
+    for p in sorted(src.rglob("*")):
+        if p.is_file():
+            target = dest / p.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, target)
+            target.chmod(0o755 if p.stat().st_mode & 0o111 else 0o644)
+
+
+def run(params: dict, ctx: RunContext) -> None:
+    if template_digests() != params["templates"]:
+        raise RuntimeError("an image template changed after the plan was made; run the build again")
+    host, env = params["host"], environment()
+    layers = []
+    for model, action_id in sorted(params["checkpoints"].items()):
+        rel = f"layers/model-{model}"
+        _copy_tree(ctx.deps[action_id], ctx.out / rel / layout.model_dir(model).lstrip("/"))
+        layers.append({"dir": rel, "path": layout.model_dir(model), "from": action_id})
+    repo_rel = "layers/repository"
+    _copy_tree(ctx.deps[f"{REPO_ACTION}/{host}"], ctx.out / repo_rel / layout.REPOSITORY_DIR.lstrip("/"))
+    layers.append({"dir": repo_rel, "path": layout.REPOSITORY_DIR, "from": f"{REPO_ACTION}/{host}"})
+    entry_rel = "layers/entrypoint"
+    serve = ctx.out / entry_rel / ENTRYPOINT_PATH.lstrip("/")
+    serve.parent.mkdir(parents=True)
+    serve.write_text(env.get_template(ENTRYPOINT).render(**entrypoint_context(host, params["units"])),
+                     encoding="utf-8")
+    serve.chmod(0o755)
+    layers.append({"dir": entry_rel, "path": ENTRYPOINT_PATH, "from": "templates/image/serve.sh.j2"})
+
+    content = content_digest(ctx.out)
+    base = params["base"]
+    labels = {
+        "org.opencontainers.image.title": f"{params['spec_name']}/{host}",
+        "org.opencontainers.image.base.name": base,
+        "org.opencontainers.image.base.digest": base.rsplit("@", 1)[1],
+        "io.kiln.spec.name": params["spec_name"],
+        "io.kiln.host": host,
+        "io.kiln.content.digest": content,
+    }
+    dockerfile = env.get_template(DOCKERFILE).render(
+        host=Label(host), spec_name=Label(params["spec_name"]), base=Label(base),  # names: [a-z0-9-]
+        model_layers=[{"dir": Label(layer["dir"])} for layer in layers if layer["path"] != layout.REPOSITORY_DIR
+                      and layer["path"] != ENTRYPOINT_PATH], repository_layer=Label(repo_rel),
+        entrypoint_layer=Label(entry_rel), entrypoint=ENTRYPOINT_PATH,
+        labels={Label(k): v for k, v in labels.items()})
+    (ctx.out / "Dockerfile").write_text(dockerfile, encoding="utf-8")
+    meta = {"host": host, "base": base, "content_digest": content, "labels": labels, "layers": layers,
+            "entrypoint": ENTRYPOINT_PATH, "repository": layout.REPOSITORY_DIR}
+    (ctx.out / METADATA).write_bytes(pretty_json(meta))
+    ctx.log.info("context for %s: %d layers, content %s", host, len(layers), content)
