@@ -84,13 +84,14 @@ def host_disruptions(graph: Graph, store: LocalStore, spec_name: str) -> list:
 
 
 def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda line: None,
-               options: Options | None = None) -> BuildOutcome:
+               options: Options | None = None, remote=None) -> BuildOutcome:
     outcome, digests = _prepare(spec, store, options)
     if outcome.graph is None:
         return outcome
     digests.save()
     name = outcome.validation.spec.name
-    outcome.results = execute(outcome.graph, store, name, jobs=jobs, progress=progress, digest_of=digests.digest)
+    outcome.results = execute(outcome.graph, store, name, jobs=jobs, progress=progress, digest_of=digests.digest,
+                              remote=remote)
     if not outcome.failed:
         trees = {aid: r.tree for aid, r in outcome.results.items()}
         outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.spec, outcome.validation.resolved)

@@ -20,6 +20,10 @@ def register_more(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-profiles", type=Path, metavar="FILE",
                    help="captured `nvidia-smi mig -lgip` output to validate MIG profiles against")
     p.set_defaults(handler=_cmd_plan)
+    # --- GitOps loop (compiler/gitops): plan --base/--matrix/--cache, build --cache, publish, init ---
+    from compiler.gitops import commands as gitops
+
+    gitops.add_plan_args(p)
 
     b = sub.add_parser("build", help="build every artifact that is not cached and write the release manifest")
     b.add_argument("spec", type=Path, metavar="SPEC")
@@ -27,7 +31,11 @@ def register_more(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--jobs", "-j", type=int, default=2, help="actions run in parallel (default 2)")
     b.add_argument("--manifest", type=Path, help="also write the release manifest to this file")
     b.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    b.add_argument("--cache", metavar="REGISTRY", help="fetch artifacts missing from the store from this registry "
+                                                      "(see `kiln publish`) instead of building them")
     b.set_defaults(handler=_cmd_build)
+    gitops.register(sub)
+    # --- end GitOps loop ---
 
     st = sub.add_parser("store", help="inspect and maintain the artifact store")
     st_sub = st.add_subparsers(dest="store_command", metavar="SUBCOMMAND")
@@ -69,6 +77,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from compiler.pipeline import Options
     from compiler.planning import capacity_figures
 
+    if args.base is not None or args.matrix:  # GitOps loop: compiler/gitops/commands.py
+        from compiler.gitops.commands import cmd_plan
+        return cmd_plan(args)
     if not args.spec.is_file():
         raise UsageError(f"no such file: {args.spec}")
     outcome = plan_spec(args.spec, open_store(store_dir(args.store)), Options(gpu_profiles=args.gpu_profiles))
@@ -107,7 +118,11 @@ def _cmd_build(args: argparse.Namespace) -> int:
         raise UsageError("--jobs must be at least 1")
     store = open_store(store_dir(args.store))
     progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    outcome = build_spec(args.spec, store, jobs=args.jobs, progress=progress)
+    remote = None
+    if args.cache:  # GitOps loop: the registry as a shared cache (compiler/gitops/cache.py)
+        from compiler.gitops.cache import remote_for
+        remote = remote_for(args.cache, store)
+    outcome = build_spec(args.spec, store, jobs=args.jobs, progress=progress, remote=remote)
     result = outcome.validation
     if not result.ok:
         sources = {result.file: result.document.text} if result.document else {}

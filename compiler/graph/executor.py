@@ -41,8 +41,11 @@ class InputChanged(Exception):
 
 
 def execute(graph: Graph, store: LocalStore, spec_name: str, *, jobs: int = 2,
-            progress: Progress = lambda line: None, digest_of: Callable[[Path], str] | None = None
+            progress: Progress = lambda line: None, digest_of: Callable[[Path], str] | None = None,
+            remote: Callable[[Graph, str, str], ActionRecord | None] | None = None
             ) -> dict[str, ActionResult]:
+    """`remote` (compiler/gitops/cache.py): on a store miss, may import the action's output from a
+    registry cache and return its record; the action then counts as cached."""
     results: dict[str, ActionResult] = {}
     total = len(graph.order)
     with store.lock(exclusive=False), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -63,9 +66,13 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, *, jobs: int = 2,
                         progress(f"[{len(results)}/{total}] skip   {aid} ({bad[0]} did not build)")
                         continue
                     record = store.get_action(key)
+                    fetched = False
+                    if record is None and remote is not None:  # a registry cache (compiler/gitops/cache.py)
+                        record = remote(graph, aid, spec_name)
+                        fetched = record is not None
                     if record is not None:
                         results[aid] = ActionResult(aid, key, "cached", record.tree, record.duration_s)
-                        progress(f"[{len(results)}/{total}] cached {aid}")
+                        progress(f"[{len(results)}/{total}] {'fetched' if fetched else 'cached'} {aid}")
                         continue
                     running[pool.submit(_run_one, graph, aid, store, spec_name, results, stop, progress,
                                         digest_of)] = aid
