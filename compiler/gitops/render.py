@@ -24,8 +24,10 @@ def _time_line(plan: SemanticPlan) -> str:
     todo = sum(1 for a in plan.actions if a.change != "removed" and not a.cached)
     if todo == 0:
         return "nothing to build"
+    if unknown == todo:
+        return f"{todo} to build, none built in this store before: duration unknown"
     text = f"{todo} to build, expected {_duration(known)} from earlier builds"
-    return text + (f" ({unknown} never built here: unknown)" if unknown else "")
+    return text + (f" (+ {unknown} never built here)" if unknown else "")
 
 
 def _cap_change(d: CapacityDelta) -> str:
