@@ -122,3 +122,23 @@ def test_outside_a_git_repository_base_is_a_usage_error(tmp_path: Path, capsys, 
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
     assert main(["plan", str(tmp_path / "plain" / "kiln.yaml"), "--base", "HEAD"]) == 2
     assert "--base HEAD:" in capsys.readouterr().err
+
+
+def test_the_matrix_fans_out_gpu_actions_left_to_build(tmp_path: Path, capsys) -> None:
+    spec = Path(__file__).parents[1] / "examples" / "nvfp4-moe-blackwell" / "kiln.yaml"  # NVFP4 needs CUDA
+    assert main(["plan", str(spec), "--store", str(tmp_path / "store"), "--matrix"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "include": [{"name": "quantize/qwen-moe", "actions": "quantize/qwen-moe"}]}
+
+
+def test_a_chain_of_gpu_actions_is_one_matrix_job() -> None:
+    from compiler.graph.model import Action, Graph
+    from compiler.gitops.semplan import gpu_matrix
+
+    graph = Graph.build([Action("cal/a", "k", 1, {}), Action("q/a", "k", 1, {}, deps=("cal/a",), needs=("gpu",)),
+                         Action("gate/a", "k", 1, {}, deps=("q/a",), needs=("torch", "gpu")),
+                         Action("q/b", "k", 1, {}, needs=("gpu",)), Action("opts/b", "k", 1, {}, deps=("q/b",))])
+    todo = [graph.actions[a] for a in graph.order]
+    assert gpu_matrix(todo, graph) == {"include": [{"name": "gate/a", "actions": "q/a gate/a"},
+                                                   {"name": "q/b", "actions": "q/b"}]}
+    assert gpu_matrix([graph.actions["cal/a"]], graph) == {"include": []}
