@@ -29,6 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     ini = sub.add_parser("init", help="install the CI workflows (validate, plan comment, build and publish)")
     ini.add_argument("spec", type=Path, metavar="SPEC", help="the spec the workflows build, relative to the repository")
     ini.add_argument("--dir", type=Path, default=Path("."), help="the repository root (default: .)")
+    ini.add_argument("--registry", help="registry the workflows publish to and cache from "
+                                        "(default: the spec's publish.registry)")
+    ini.add_argument("--gpu-runner", default="self-hosted,linux,gpu", metavar="LABELS",
+                     help="runner labels of the GPU jobs, comma-separated (default: self-hosted,linux,gpu)")
+    ini.add_argument("--branch", default="main", help="the branch whose merges release (default: main)")
     ini.add_argument("--force", action="store_true", help="overwrite workflow files that differ")
     ini.set_defaults(handler=cmd_init)
 
@@ -135,7 +140,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     from compiler.gitops.ci import InitConflict, install_workflows
 
     try:
-        written = install_workflows(args.dir, args.spec, force=args.force)
+        labels = tuple(label.strip() for label in args.gpu_runner.split(",") if label.strip())
+        written = install_workflows(args.dir, args.spec, registry=args.registry, force=args.force,
+                                    gpu_runner=labels, branch=args.branch)
     except InitConflict as e:
         raise UsageError(str(e)) from None
     for path, state in written:
