@@ -106,7 +106,7 @@ def _scripts(installed):
 def test_every_run_block_passes_shellcheck(installed) -> None:
     scripts = list(_scripts(installed))
     assert len(scripts) >= 10
-    bad = subprocess.run(["shellcheck", "-s", "bash", "-"], input="kiln build $SPEC\n", capture_output=True)
+    bad = subprocess.run(["shellcheck", "-s", "bash", "-"], input="kiln build $SPEC\n", capture_output=True, text=True)
     assert bad.returncode != 0  # an unquoted variable is caught
     for where, script in scripts:
         # GitHub substitutes expressions before bash runs the script (bash -e -o pipefail)
