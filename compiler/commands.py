@@ -77,7 +77,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from compiler.pipeline import Options
     from compiler.planning import capacity_figures
 
-    if args.base is not None or args.matrix:  # GitOps loop: compiler/gitops/commands.py
+    if args.base is not None or args.matrix or args.cache:  # GitOps loop: compiler/gitops/commands.py
         from compiler.gitops.commands import cmd_plan
         return cmd_plan(args)
     if not args.spec.is_file():

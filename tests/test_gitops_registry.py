@@ -34,8 +34,8 @@ def _build(spec: Path, store: Path, capsys, *extra: str) -> str:
     return capsys.readouterr().out
 
 
-def _publish(spec: Path, store: Path, target: str, capsys, *extra: str) -> str:
-    code = main(["publish", str(spec), "--store", str(store), "--registry", target, *extra])
+def _publish(spec: Path, store: Path, target: str | None, capsys, *extra: str) -> str:
+    code = main(["publish", str(spec), "--store", str(store), *(["--registry", target] if target else []), *extra])
     out = capsys.readouterr()
     assert code == 0, out.err
     return out.out
@@ -177,3 +177,18 @@ def test_the_gpu_matrix_lists_what_the_registry_cache_lacks(tmp_path, registry, 
     spec = light_spec(tmp_path / "spec")
     assert main(["plan", str(spec), "--store", str(tmp_path / "s"), "--matrix", "--cache", registry.host]) == 0
     assert json.loads(capsys.readouterr().out) == {"include": []}  # nothing here needs a GPU
+
+
+def test_the_spec_names_the_default_target_and_an_unreachable_one_is_a_clear_error(tmp_path, registry,
+                                                                                    capsys) -> None:
+    from tests.services import free_port
+
+    spec = light_spec(tmp_path / "spec")
+    with open(spec, "a", encoding="utf-8") as f:
+        f.write(f"publish: {{registry: {registry.host}/from-spec}}\n")
+    _build(spec, tmp_path / "A", capsys)
+    assert "from-spec/quickstart:" + "4" * 40 in _publish(spec, tmp_path / "A", None, capsys, "--commit", "4" * 40)
+    code = main(["publish", str(spec), "--store", str(tmp_path / "A"), "--commit", "4" * 40,
+                 "--registry", f"127.0.0.1:{free_port()}/gone"])
+    err = capsys.readouterr().err
+    assert code == 1 and "cannot reach" in err and "Traceback" not in err

@@ -59,6 +59,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if not args.spec.is_file():
         raise UsageError(f"no such file: {args.spec}")
+    if args.base is None and not args.matrix:
+        raise UsageError("--cache goes with --base or --matrix")
     store = open_store(store_dir(args.store))
     remote = remote_for(args.cache, store) if args.cache else None
     has_remote = remote.has if remote is not None else (lambda key, kind: False)
