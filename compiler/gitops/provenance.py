@@ -35,6 +35,9 @@ def statement(release: bytes, release_ref: str, release_oci_digest: str, spec_pa
                 {"name": "release.json", "digest": _hex(sha256_bytes(release))}]
     subjects += [{"name": a["id"], "digest": _hex(a["tree"]),
                   "annotations": {"kind": a["kind"], "key": a["key"]}} for a in doc["artifacts"]]
+    for host, image in sorted((doc.get("images") or {}).items()):  # serving images, pushed by digest
+        subjects.append({"name": image["reference"].split("@")[0], "digest": _hex(image["digest"]),
+                         "annotations": {"host": host}})
     deps = [{"uri": f"git+{spec_path}@{commit}", "digest": {"gitCommit": commit}}]
     image = doc["toolchain"].get("triton_image")
     if image and "@sha256:" in image:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.build import plan_spec
-from compiler.graph.manifest import build_manifest, spec_digest
+from compiler.build import build_spec, plan_spec
+from compiler.graph.manifest import spec_digest
 from compiler.store.local import LocalStore, sha256_bytes
 
 from . import artifacts as oa
@@ -101,7 +101,12 @@ def publish_spec(spec: Path, store: LocalStore, registry: str | None, commit: st
     if not commit:
         raise NotBuilt("a release needs the spec's git commit")
 
-    release = build_manifest(graph, {aid: r.tree for aid, r in records.items()}, result.spec, result.resolved)
+    # The release manifest exactly as `kiln build` writes it (whatever it comes to list): a build
+    # whose every action is in the store executes nothing and returns those bytes.
+    built = build_spec(spec, store)
+    if built.executed or built.manifest is None:
+        raise NotBuilt(f"{result.file} changed while publishing; run `kiln build` and publish again")
+    release = built.manifest
     release_repo = outcome.registry.repo(result.spec.name)
     for blob in (oa.EMPTY, release):
         outcome.blobs_uploaded += client.push_blob(release_repo, sha256_bytes(blob), len(blob), blob)
