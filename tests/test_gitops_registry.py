@@ -7,8 +7,6 @@ import re
 import shutil
 from pathlib import Path
 
-import pytest
-
 from compiler.build import build_spec
 from compiler.cli import main
 from compiler.gitops import artifacts as oa

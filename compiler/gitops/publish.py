@@ -13,7 +13,7 @@ from compiler.graph.manifest import spec_digest
 from compiler.store.local import LocalStore, sha256_bytes
 
 from . import artifacts as oa
-from .oci import OCI_MANIFEST, Client, Registry, RegistryError
+from .oci import OCI_MANIFEST, Client, Registry
 from .provenance import statement
 
 
@@ -122,5 +122,3 @@ def publish_spec(spec: Path, store: LocalStore, registry: str | None, commit: st
     client.put_manifest(release_repo, oa.provenance_tag(commit), oa.provenance_artifact(outcome.provenance, subject))
     return outcome
 
-
-__all__ = ["NotBuilt", "PublishOutcome", "RegistryError", "publish_spec", "push_artifact"]
