@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compiler.graph.builder import Builder, Selection
 from compiler.graph.executor import ActionResult, execute
 from compiler.graph.inputs import DigestCache
 from compiler.graph.lower import lower
@@ -44,6 +45,14 @@ class BuildOutcome:
         return [r for r in self.results.values() if r.status in ("failed", "skipped")]
 
     @property
+    def deferred(self) -> list[ActionResult]:
+        return [r for r in self.results.values() if r.status == "deferred"]
+
+    @property
+    def complete(self) -> bool:
+        return not self.failed and not self.deferred
+
+    @property
     def executed(self) -> list[ActionResult]:
         return [r for r in self.results.values() if r.status in ("built", "failed")]
 
@@ -56,10 +65,12 @@ def _prepare(spec: Path, store: LocalStore, options: Options | None) -> tuple[Bu
     return outcome, digests
 
 
-def plan_spec(spec: Path, store: LocalStore, options: Options | None = None) -> BuildOutcome:
+def plan_spec(spec: Path, store: LocalStore, options: Options | None = None,
+              builder: Builder | None = None) -> BuildOutcome:
     outcome, digests = _prepare(spec, store, options)
     if outcome.graph is not None:
-        outcome.plan = make_plan(outcome.graph, store, outcome.validation.spec.name)
+        outcome.plan = make_plan(outcome.graph, store, outcome.validation.spec.name,
+                                 builder if builder is not None else Builder())
         outcome.disruptions = host_disruptions(outcome.graph, store, outcome.validation.spec.name)
     digests.save()
     return outcome
@@ -83,17 +94,33 @@ def host_disruptions(graph: Graph, store: LocalStore, spec_name: str) -> list:
     return out
 
 
+class BadSelection(Exception):
+    """An --only/--skip pattern matches no action."""
+
+
 def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda line: None,
-               options: Options | None = None, remote=None) -> BuildOutcome:
+               options: Options | None = None, builder: Builder | None = None,
+               selection: Selection | None = None, remote=None) -> BuildOutcome:
+    """Build what this builder can. Without failures a manifest is written and recorded in the
+    store's release history; one with deferred actions says `complete: false` and lists them."""
     outcome, digests = _prepare(spec, store, options)
     if outcome.graph is None:
         return outcome
     digests.save()
+    selected = None
+    if selection is not None and (selection.only or selection.skip):
+        unmatched = selection.unmatched(outcome.graph)
+        if unmatched:
+            raise BadSelection(f"no action matches {', '.join(map(repr, unmatched))}; actions are: "
+                               + ", ".join(outcome.graph.order))
+        selected = selection.chosen(outcome.graph)
     name = outcome.validation.spec.name
     outcome.results = execute(outcome.graph, store, name, jobs=jobs, progress=progress, digest_of=digests.digest,
-                              remote=remote)
+                              builder=builder, selected=selected, remote=remote)
     if not outcome.failed:
         trees = {aid: r.tree for aid, r in outcome.results.items()}
-        outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.spec, outcome.validation.resolved)
+        pending = {r.id: r.error or "deferred" for r in outcome.deferred}
+        outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.spec, outcome.validation.resolved,
+                                          pending)
         outcome.manifest_digest = store.add_release(name, outcome.manifest)
     return outcome

@@ -14,6 +14,7 @@ from typing import Sequence
 from compiler import __version__
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_INCOMPLETE = 4  # `kiln build`: nothing failed, but some actions were deferred (see compiler/graph/builder.py)
 
 
 class UsageError(Exception):

@@ -31,6 +31,13 @@ def register_more(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--jobs", "-j", type=int, default=2, help="actions run in parallel (default 2)")
     b.add_argument("--manifest", type=Path, help="also write the release manifest to this file")
     b.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    b.add_argument("--only", action="append", default=[], metavar="GLOB",
+                   help="build only the actions whose id or kind matches (and what they depend on); repeatable")
+    b.add_argument("--skip", action="append", default=[], metavar="GLOB",
+                   help="do not build the actions whose id or kind matches (nor what depends on them); repeatable")
+    b.add_argument("--allow-partial", action="store_true",
+                   help="exit 0 when actions are deferred (this builder lacks what they need, or --only/--skip); "
+                        "without it such a build exits 4")
     b.add_argument("--cache", metavar="REGISTRY", help="fetch artifacts missing from the store from this registry "
                                                       "(see `kiln publish`) instead of building them")
     b.set_defaults(handler=_cmd_build)
@@ -108,8 +115,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_build(args: argparse.Namespace) -> int:
     import sys
 
-    from compiler.build import build_spec, open_store, store_dir
+    from compiler.build import BadSelection, build_spec, open_store, store_dir
     from compiler.cli import UsageError
+    from compiler.graph.builder import Selection
     from compiler.diagnostics.render import render_text, summary_line
 
     if not args.spec.is_file():
@@ -122,7 +130,11 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.cache:  # GitOps loop: the registry as a shared cache (compiler/gitops/cache.py)
         from compiler.gitops.cache import remote_for
         remote = remote_for(args.cache, store)
-    outcome = build_spec(args.spec, store, jobs=args.jobs, progress=progress, remote=remote)
+    try:
+        outcome = build_spec(args.spec, store, jobs=args.jobs, progress=progress,
+                             selection=Selection(tuple(args.only), tuple(args.skip)), remote=remote)
+    except BadSelection as e:
+        raise UsageError(str(e)) from None
     result = outcome.validation
     if not result.ok:
         sources = {result.file: result.document.text} if result.document else {}
@@ -143,6 +155,12 @@ def _cmd_build(args: argparse.Namespace) -> int:
         args.manifest.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_bytes(outcome.manifest)
         tmp.replace(args.manifest)
+    if outcome.deferred:
+        for r in sorted(outcome.deferred, key=lambda r: r.id):
+            print(f"deferred: {r.id}: {r.error}", file=sys.stderr)
+        print(f"release {outcome.manifest_digest}: {executed} executed, {cached} cached, {len(outcome.deferred)} "
+              "deferred (incomplete: a builder that has what they need completes it)")
+        return 0 if args.allow_partial else 4
     print(f"release {outcome.manifest_digest}: {executed} executed, {cached} cached")
     return 0
 

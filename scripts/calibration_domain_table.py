@@ -28,7 +28,9 @@ EXAMPLE = ROOT / "examples" / "quickstart"
 DOMAINS = ("prose", "code")
 FORMATS = {  # label -> the quantize params that differ from the quickstart's
     "fp8": {"weights": "fp8", "activations": "fp8"},
+    "int8_sq": {"weights": "int8", "activations": "int8"},  # static per-tensor int8 activations: most sensitive
     "int4_awq": {"weights": "int4_awq", "activations": None},
+    "w4a8_awq": {"weights": "int4_awq", "activations": "fp8"},
     "nvfp4": {"weights": "nvfp4", "activations": "nvfp4"},
 }
 

@@ -17,27 +17,39 @@ from typing import Callable
 
 import pytest
 
-from compiler.build import build_spec, plan_spec
+from compiler.build import build_spec as _build_spec
+from compiler.build import plan_spec as _plan_spec
 from compiler.cli import main
+from compiler.graph.builder import Builder
 from compiler.store.local import LocalStore
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MIG = "b200-mig-three-models"  # models chat, coder, intent on host b200-a
 QUICK = "quickstart"  # model tiny, read from a local directory
 
-MIG_ACTIONS = {
+MIG_ACTIONS = {  # what a builder without torch, GPU or network runs
     "spec-snapshot", "host-plan/b200-a", "host-script/b200-a", "capacity-report/b200-a",
     "calibration-set/chat", "calibration-set/coder", "calibration-set/intent",
     "llmapi-options/chat", "llmapi-options/coder", "llmapi-options/intent",
 }
+MIG_DEFERRED = {"quantize/chat", "quality-gate/chat", "quantize/coder", "quantize/intent"}  # Hugging Face weights
+# These tests are about the graph, keys and store, not about quantization (tests/test_quantize.py):
+# they build as a builder that lacks torch, a GPU and the network, the same on every machine.
+BARE = Builder(fixed=frozenset())
+
+
+def build_spec(spec, store, **kw):
+    return _build_spec(spec, store, builder=BARE, **kw)
+
+
+def plan_spec(spec, store, **kw):
+    return _plan_spec(spec, store, builder=BARE, **kw)
 
 
 # --- helpers ------------------------------------------------------------------------------------
 def copy_example(name: str, dest: Path) -> Path:
-    """A private copy of an example; the quickstart model gets a weights file to hash."""
+    """A private copy of an example."""
     shutil.copytree(EXAMPLES / name, dest)
-    if name == QUICK:
-        (dest / "model" / "model.safetensors").write_bytes(bytes(range(256)) * 64)
     return dest / "kiln.yaml"
 
 
@@ -83,7 +95,12 @@ def new_weights(root: Path) -> None:
 
 
 def to_run(outcome) -> dict[str, list[str]]:
-    return {p.id: p.reasons for p in outcome.plan if not p.cached}
+    """What the plan runs on this builder (deferred actions are never in the store, so never cached)."""
+    return {p.id: p.reasons for p in outcome.plan if not p.cached and not p.deferred}
+
+
+def deferred(outcome) -> set[str]:
+    return {p.id for p in outcome.plan if p.deferred}
 
 
 # --- the table ----------------------------------------------------------------------------------
@@ -92,7 +109,7 @@ class Row:
     id: str
     example: str
     edit: Callable[[Path], None]
-    expect: frozenset[str]  # what must run, from reading the action modules
+    expect: frozenset[str]  # whose key must change, from reading the action modules (deferred ones included)
     reasons: dict[str, str] = field(default_factory=dict)  # action -> text one of its reasons contains
 
 ROWS = [
@@ -108,21 +125,22 @@ ROWS = [
          "spec-snapshot": "hosts.b200-a.clocks.graphics_mhz"}),
     Row("calibration-samples", MIG,
         replace_once("kiln.yaml", "samples: 256", "samples: 128"),
-        frozenset({"calibration-set/intent", "spec-snapshot"}),
+        frozenset({"calibration-set/intent", "quantize/intent", "spec-snapshot"}),
         {"calibration-set/intent": "samples: 256 -> 128",
          "spec-snapshot": "models.intent.quantization.calibration.samples"}),
     Row("calibration-max-seq-len", MIG,  # applied by the quantize step, not by calibration-set
         replace_once("kiln.yaml", "samples: 256, max_seq_len: 512", "samples: 256, max_seq_len: 1024"),
-        frozenset({"spec-snapshot"}),
+        frozenset({"quantize/intent", "spec-snapshot"}),
         {"spec-snapshot": "calibration.max_seq_len: 512 -> 1024"}),
     Row("calibration-data-content", MIG,  # calib-code.jsonl is read by coder only
         append_line("data/calib-code.jsonl", '{"text": "def added_sample(): return 1"}'),
-        frozenset({"calibration-set/coder", "spec-snapshot"}),
+        frozenset({"calibration-set/coder", "quantize/coder", "spec-snapshot"}),
         {"calibration-set/coder": "input data changed",
          "spec-snapshot": "input coder:calibration changed"}),
     Row("shared-calibration-data-content", MIG,  # calib-chat.jsonl is read by chat and intent
         append_line("data/calib-chat.jsonl", '{"text": "one more calibration sample"}'),
-        frozenset({"calibration-set/chat", "calibration-set/intent", "spec-snapshot"}),
+        frozenset({"calibration-set/chat", "calibration-set/intent", "quantize/chat", "quality-gate/chat",
+                   "quantize/intent", "spec-snapshot"}),
         {"calibration-set/chat": "input data changed", "calibration-set/intent": "input data changed",
          "spec-snapshot": "input chat:calibration changed"}),
     Row("calibration-file-renamed", MIG,  # same bytes under a new name: files are hashed, not named
@@ -131,12 +149,13 @@ ROWS = [
         {"spec-snapshot": "models.coder.quantization.calibration.data"}),
     Row("calibration-file-touched", MIG,  # new mtime, same bytes
         touch_calibration, frozenset()),
-    Row("eval-data-content", MIG,  # quality-gate data: nothing but the snapshot reads it today
+    Row("eval-data-content", MIG,  # quantize measures both figures on it; the gate compares them
         append_line("data/eval-chat.jsonl", '{"text": "another evaluation line"}'),
-        frozenset({"spec-snapshot"}),
+        frozenset({"quantize/chat", "quality-gate/chat", "spec-snapshot"}),
         {"spec-snapshot": "input chat:eval changed"}),
     Row("weights-file", QUICK, new_weights,
-        frozenset({"spec-snapshot"}),
+        frozenset({"quantize/tiny", "quality-gate/tiny", "quantize/tiny-awq", "quality-gate/tiny-awq",
+                   "spec-snapshot"}),
         {"spec-snapshot": "input tiny:source/model.safetensors changed"}),
     Row("toolchain-tensorrt-llm", MIG,  # 26.03 is the Triton release that ships TensorRT-LLM 1.2.0
         both(replace_once("kiln.yaml", 'tensorrt_llm: "1.2.1"', 'tensorrt_llm: "1.2.0"'),
@@ -145,9 +164,9 @@ ROWS = [
         {"llmapi-options/chat": 'tensorrt_llm: "1.2.1" -> "1.2.0"',
          "llmapi-options/intent": 'tensorrt_llm: "1.2.1" -> "1.2.0"',
          "spec-snapshot": "toolchain.triton_image"}),
-    Row("toolchain-modelopt", MIG,  # no action quantizes yet, so only the snapshot reads it
+    Row("toolchain-modelopt", MIG,  # a checkpoint is only reused under the ModelOpt that made it
         replace_once("kiln.yaml", 'modelopt: "0.47.0"', 'modelopt: "0.45.0"'),
-        frozenset({"spec-snapshot"}),
+        frozenset({"quantize/chat", "quality-gate/chat", "quantize/coder", "quantize/intent", "spec-snapshot"}),
         {"spec-snapshot": 'toolchain.modelopt: "0.47.0" -> "0.45.0"'}),
     Row("mig-profile", MIG,
         replace_once("kiln.yaml", "{profile: 1g.23gb, serves: intent}", "{profile: 1g.45gb, serves: intent}"),
@@ -180,15 +199,19 @@ def test_one_edit_rebuilds_exactly_what_reads_it(row: Row, tmp_path: Path) -> No
     first = build_spec(spec, store)
     assert not first.failed and first.manifest is not None
     everything = set(first.graph.order)
+    waiting = {r.id for r in first.deferred}
     if row.example == MIG:
-        assert everything == MIG_ACTIONS
+        assert everything == MIG_ACTIONS | MIG_DEFERRED and waiting == MIG_DEFERRED
 
     row.edit(spec.parent)
 
     plan = plan_spec(spec, store)
     assert plan.validation.ok, [d.message for d in plan.validation.diagnostics if d.is_error]
+    changed = {aid for aid in plan.graph.order if first.graph.keys.get(aid) != plan.graph.keys[aid]}
+    assert changed == row.expect
+    assert deferred(plan) == waiting
     runs = to_run(plan)
-    assert set(runs) == row.expect
+    assert set(runs) == row.expect - waiting
     for aid, text in row.reasons.items():
         assert any(text in r for r in runs[aid]), f"{aid}: no reason mentions {text!r}: {runs[aid]}"
     for aid, reasons in runs.items():
@@ -197,8 +220,8 @@ def test_one_edit_rebuilds_exactly_what_reads_it(row: Row, tmp_path: Path) -> No
     second = build_spec(spec, store)
     assert not second.failed
     assert {r.id for r in second.executed} == set(runs)
-    assert {aid for aid, r in second.results.items() if r.status == "cached"} == everything - set(runs)
-    assert (second.manifest == first.manifest) == (not runs)
+    assert {aid for aid, r in second.results.items() if r.status == "cached"} == everything - set(runs) - waiting
+    assert (second.manifest == first.manifest) == (not changed)
     # and the store now holds everything: planning again finds nothing to do
     assert to_run(plan_spec(spec, store)) == {}
 
@@ -210,7 +233,8 @@ def artifact_files(store: LocalStore, manifest: bytes) -> dict[str, dict[str, by
 
     out = {}
     for art in json.loads(manifest)["artifacts"]:
-        out[art["id"]] = {e.path: store.read_bytes(e.digest) for e in store.tree(art["tree"])}
+        if art["tree"] is not None:
+            out[art["id"]] = {e.path: store.read_bytes(e.digest) for e in store.tree(art["tree"])}
     return out
 
 
@@ -244,28 +268,42 @@ def test_manifest_names_every_artifact(tmp_path: Path) -> None:
     spec = copy_example(MIG, tmp_path / "spec")
     out = build_spec(spec, LocalStore(tmp_path / "store"))
     doc = json.loads(out.manifest)
-    assert [a["id"] for a in doc["artifacts"]] == sorted(MIG_ACTIONS)
+    assert [a["id"] for a in doc["artifacts"]] == sorted(MIG_ACTIONS | MIG_DEFERRED)
     assert all(a["key"] == out.graph.keys[a["id"]] for a in doc["artifacts"])
+    # a partial release: what is pending says what it waits for, and nothing pretends to be built
+    assert doc["complete"] is False
+    pending = {a["id"]: a for a in doc["artifacts"] if "pending" in a}
+    assert set(pending) == MIG_DEFERRED and all(a["tree"] is None for a in pending.values())
+    assert "network" in pending["quantize/chat"]["pending"] and "torch" in pending["quantize/chat"]["needs"]
+    assert pending["quality-gate/chat"]["pending"] == "waits for quantize/chat"
+    assert LocalStore(tmp_path / "store").releases(doc["spec"]["name"]) == [out.manifest_digest]
     assert doc["hosts"]["b200-a"]["host_plan"] == out.results["host-plan/b200-a"].tree
 
 
-def test_plan_on_an_empty_store_says_never_built(tmp_path: Path, capsys) -> None:
+def test_plan_on_an_empty_store_says_never_built(tmp_path: Path, capsys, monkeypatch) -> None:
     spec = copy_example(MIG, tmp_path / "spec")
     outcome = plan_spec(spec, LocalStore(tmp_path / "store"))
-    assert {p.id for p in outcome.plan} == MIG_ACTIONS
+    assert {p.id for p in outcome.plan} == MIG_ACTIONS | MIG_DEFERRED
     assert all(not p.cached and p.reasons == ["never built in this store"] for p in outcome.plan)
+    assert deferred(outcome) == MIG_DEFERRED
 
+    monkeypatch.setenv("KILN_BUILDER_HAS", "torch")
     assert main(["plan", str(spec), "--store", str(tmp_path / "store"), "--format", "text"]) == 0
     text = capsys.readouterr().out
-    assert f"Actions: {len(MIG_ACTIONS)} to run, 0 cached" in text
-    assert text.count("never built in this store") == len(MIG_ACTIONS)
+    total = len(MIG_ACTIONS | MIG_DEFERRED)
+    assert f"Actions: {total} to run, 0 cached, {len(MIG_DEFERRED)} of them deferred on this builder" in text
+    assert text.count("never built in this store") == total
+    assert "  defer  quantize/coder" in text and "deferred here: needs network access" in text
+    assert "deferred here: waits for quantize/chat" in text
 
 
-def test_plan_after_a_build_says_all_cached(tmp_path: Path, capsys) -> None:
+def test_plan_after_a_build_says_all_cached(tmp_path: Path, capsys, monkeypatch) -> None:
     import json
 
+    monkeypatch.setenv("KILN_BUILDER_HAS", "")
     spec = copy_example(MIG, tmp_path / "spec")
     build_spec(spec, LocalStore(tmp_path / "store"))
     assert main(["plan", str(spec), "--store", str(tmp_path / "store"), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["actions"]["to_run"] == 0 and doc["actions"]["cached"] == len(MIG_ACTIONS)
+    assert doc["actions"]["cached"] == len(MIG_ACTIONS)
+    assert doc["actions"]["to_run"] == doc["actions"]["deferred"] == len(MIG_DEFERRED)

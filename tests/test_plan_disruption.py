@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import shutil
 from pathlib import Path
 
@@ -10,6 +12,12 @@ from compiler.cli import main
 from compiler.store.local import LocalStore
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "b200-mig-three-models"
+
+@pytest.fixture(autouse=True)
+def _bare_builder(monkeypatch):
+    """These tests are about the store and the graph: build as a builder without torch, a GPU or the
+    network on every machine (model actions are then deferred; tests/test_quantize.py runs them)."""
+    monkeypatch.setenv("KILN_BUILDER_HAS", "")
 
 
 def _built(tmp_path: Path) -> tuple[Path, LocalStore]:

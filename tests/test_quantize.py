@@ -106,16 +106,16 @@ def dequantize(ckpt: Path) -> tuple[dict[str, "torch.Tensor"], dict]:
     return out, qcfg
 
 
-def in_memory_model(spec: Path, store: Path, outcome, calibrate: bool = True):
+def in_memory_model(spec: Path, store: Path, outcome, calibrate: bool = True, model_name: str = "tiny"):
     """The fake-quantized ModelOpt model, made by the action's own code from the same inputs."""
     from compiler.actions import quantize
     from compiler.actions.calibration import read_texts
 
-    params = dict(outcome.graph.actions["quantize/tiny"].params)
+    params = dict(outcome.graph.actions[f"quantize/{model_name}"].params)
     model, tok = quantize.load(spec.parent / "model", params["dtype"], "cpu")
     texts = None
     if calibrate:
-        cal = tree_files(store, outcome, "calibration-set/tiny")["calibration.jsonl"].decode()
+        cal = tree_files(store, outcome, f"calibration-set/{model_name}")["calibration.jsonl"].decode()
         texts = read_texts(cal)
     torch.manual_seed(0)
     threads = torch.get_num_threads()
@@ -163,7 +163,7 @@ def greedy_text(model, tok, prompt: str, n: int = 8) -> str:
     return tok.decode(out[0, ids.shape[1]:])
 
 
-# --- FP8: the quickstart as it is ----------------------------------------------------------------
+# --- the quickstart as it is: `tiny` quantized to FP8, `tiny-awq` to INT4 AWQ ---------------------
 @pytest.fixture(scope="module")
 def fp8(tmp_path_factory):
     root = tmp_path_factory.mktemp("fp8")
@@ -299,8 +299,10 @@ def test_changing_the_calibration_file_requantizes_and_nothing_else(fp8, tmp_pat
     shutil.copytree(store, store_copy)
     out = build(copy / "kiln.yaml", store_copy)
     assert not out.failed, [(r.id, r.error) for r in out.failed]
-    # spec-snapshot records every input digest, so it follows any input change
-    assert executed(out) == {"calibration-set/tiny", "quantize/tiny", "quality-gate/tiny", "spec-snapshot"}
+    # spec-snapshot records every input digest, so it follows any input change; both models
+    # calibrate on this file
+    assert executed(out) == {"calibration-set/tiny", "quantize/tiny", "quality-gate/tiny", "calibration-set/tiny-awq",
+                             "quantize/tiny-awq", "quality-gate/tiny-awq", "spec-snapshot"}
     old = tree_files(store, outcome, "quantize/tiny")
     new = tree_files(store_copy, out, "quantize/tiny")
     assert old["model.safetensors"] != new["model.safetensors"]  # other activation scales
@@ -308,30 +310,32 @@ def test_changing_the_calibration_file_requantizes_and_nothing_else(fp8, tmp_pat
 
 
 # --- INT4 AWQ ------------------------------------------------------------------------------------
-# The gate of this variant evaluates on code from the training text (calib-code.jsonl; calibration
+# Here the INT4 model's gate evaluates on code from the training text (calib-code.jsonl; calibration
 # stays on prose): on held-out text this small, overfitted model gets no measurably worse from
 # 4-bit weights (its held-out perplexity even drops a little; see the calibration-domain table),
-# which would leave the fail case below without a regression to catch.
-INT4 = {"weights: fp8": "weights: int4_awq",
-        "eval: data/eval-prose.jsonl": "eval: data/calib-code.jsonl",
-        "max_regression_pct: 5.0": "max_regression_pct: 50.0, samples: 12"}
+# which would leave the fail case below without a regression to catch. Built on a copy of the
+# quickstart's store, so only `tiny-awq` is quantized again.
+INT4 = {"eval: data/eval-prose.jsonl, metric: perplexity, max_regression_pct: 10.0":
+        "eval: data/calib-code.jsonl, metric: perplexity, max_regression_pct: 50.0, samples: 12"}
 
 
 @pytest.fixture(scope="module")
-def int4(tmp_path_factory):
+def int4(fp8, tmp_path_factory):
     root = tmp_path_factory.mktemp("int4")
     spec = copy_quickstart(root / "spec", INT4)
+    shutil.copytree(fp8[1], root / "store")
     outcome = build(spec, root / "store")
     assert not outcome.failed, [(r.id, r.error) for r in outcome.failed]
+    assert executed(outcome) == {"quantize/tiny-awq", "quality-gate/tiny-awq", "spec-snapshot"}
     return spec, root / "store", outcome
 
 
 def test_int4_awq_checkpoint_dequantizes_to_the_fake_quantized_model(int4, tmp_path: Path) -> None:
     spec, store, outcome = int4
-    ckpt = materialize(store, outcome, "quantize/tiny", tmp_path / "ckpt")
+    ckpt = materialize(store, outcome, "quantize/tiny-awq", tmp_path / "ckpt")
     exported, qcfg = dequantize(ckpt)
     assert qcfg["quant_algo"] == "W4A16_AWQ" and qcfg["group_size"] == 128 and qcfg["pre_quant_scale"] is True
-    model, _ = in_memory_model(spec, store, outcome)
+    model, _ = in_memory_model(spec, store, outcome, model_name="tiny-awq")
     fq = fake_quant_weights(model)
     assert len(fq) == 4 * 7
     state = model.state_dict()
@@ -364,11 +368,11 @@ def test_int4_awq_checkpoint_dequantizes_to_the_fake_quantized_model(int4, tmp_p
 
 def test_int4_awq_dequantized_model_generates_text(int4, tmp_path: Path) -> None:
     spec, store, outcome = int4
-    ckpt = materialize(store, outcome, "quantize/tiny", tmp_path / "ckpt")
+    ckpt = materialize(store, outcome, "quantize/tiny-awq", tmp_path / "ckpt")
     model, tok = dequantized_model(ckpt, spec.parent / "model")
     assert greedy_text(model, tok, PROMPT).strip()
     # weight-only: the dequantized model computes what the fake-quant model computes
-    fq_model, _ = in_memory_model(spec, store, outcome)
+    fq_model, _ = in_memory_model(spec, store, outcome, model_name="tiny-awq")
     ids = tok(PROMPT, return_tensors="pt").input_ids
     with torch.inference_mode():
         a, b = model(ids).logits, fq_model(ids).logits.float()
@@ -377,7 +381,7 @@ def test_int4_awq_dequantized_model_generates_text(int4, tmp_path: Path) -> None
 
 def test_int4_quality_gate_fails_when_the_budget_is_tiny(int4, tmp_path: Path) -> None:
     spec, store, outcome = int4
-    measured = json.loads(tree_files(store, outcome, "quantize/tiny")["quality.json"])
+    measured = json.loads(tree_files(store, outcome, "quantize/tiny-awq")["quality.json"])
     assert measured["regression_pct"] > 0.1, measured  # 4-bit weights cost measurable perplexity here
     copy = tmp_path / "spec"
     shutil.copytree(spec.parent, copy)
@@ -386,8 +390,8 @@ def test_int4_quality_gate_fails_when_the_budget_is_tiny(int4, tmp_path: Path) -
     store_copy = tmp_path / "store"
     shutil.copytree(store, store_copy)
     out = build(copy / "kiln.yaml", store_copy)
-    assert executed(out) == {"quality-gate/tiny", "spec-snapshot"}  # no re-quantization
-    err = {r.id: r.error for r in out.failed}["quality-gate/tiny"]
+    assert executed(out) == {"quality-gate/tiny-awq", "spec-snapshot"}  # no re-quantization
+    err = {r.id: r.error for r in out.failed}["quality-gate/tiny-awq"]
     assert "fails its quality gate" in err and "int4_awq" in err
     assert f"unquantized {measured['unquantized']:g}" in err
     assert f"quantized (int4_awq weights) {measured['quantized']:g}" in err
@@ -468,7 +472,7 @@ def test_nvfp4_needs_a_gpu_builder(tmp_path: Path) -> None:
 def test_huggingface_source_offline_uses_a_verified_local_copy(tmp_path: Path, monkeypatch) -> None:
     import logging
 
-    from compiler.actions.quantize import QuantizeError, directory_digest, fetch_huggingface
+    from compiler.actions.source import SourceError as QuantizeError, directory_digest, fetch_huggingface
 
     mirror = tmp_path / "models"
     shutil.copytree(EXAMPLE / "model", mirror / "kiln" / "tiny")

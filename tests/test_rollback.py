@@ -13,9 +13,15 @@ from pathlib import Path
 import pytest
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "b200-mig-three-models"
-RELEASE_LINE = re.compile(r"^release (sha256:[0-9a-f]{64}): (\d+) executed, (\d+) cached$", re.M)
+RELEASE_LINE = re.compile(r"^release (sha256:[0-9a-f]{64}): (\d+) executed, (\d+) cached\b", re.M)
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+@pytest.fixture(autouse=True)
+def _bare_builder(monkeypatch):
+    """These tests are about the store and the graph: build as a builder without torch, a GPU or the
+    network on every machine (model actions are then deferred; tests/test_quantize.py runs them)."""
+    monkeypatch.setenv("KILN_BUILDER_HAS", "")
 
 
 def git(repo: Path, *args: str) -> str:
@@ -31,7 +37,7 @@ def git(repo: Path, *args: str) -> str:
 def kiln_build(repo: Path, store: Path, manifest: Path) -> tuple[str, int, int]:
     """`kiln build` as a user runs it; returns (release digest, executed, cached)."""
     proc = subprocess.run([sys.executable, "-m", "compiler", "build", "kiln.yaml", "--store", str(store),
-                           "--manifest", str(manifest), "-q"], cwd=repo, capture_output=True, text=True,
+                           "--manifest", str(manifest), "-q", "--allow-partial"], cwd=repo, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     m = RELEASE_LINE.search(proc.stdout)

@@ -1,7 +1,8 @@
 """The store under crashes, concurrency, corruption and garbage collection, with real processes.
 
 Crash tests SIGKILL `python3 -m compiler build` on a generated fleet large enough to interrupt
-(30 models, each with its own calibration data and weights files) and then require that
+(30 models, each with its own calibration data and weights files; their quantization is deferred,
+as on a builder without torch) and then require that
 `kiln store verify` passes and that the next build finishes with the manifest a clean build
 gives. The other tests use the three-model example, in process.
 """
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 IMAGE = ("nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3@sha256:"
          "1c9567411b9b6377df4939d3d8f77723f0dd06505688ba4881833a7661da11e0")
-RELEASE_LINE = re.compile(r"^release (sha256:[0-9a-f]{64}): (\d+) executed, (\d+) cached$", re.M)
+RELEASE_LINE = re.compile(r"^release (sha256:[0-9a-f]{64}): (\d+) executed, (\d+) cached\b", re.M)
 
 FLEET_MODELS = 30
 CALIBRATION_BYTES = 512 * 1024
@@ -39,6 +40,12 @@ WEIGHTS_BYTES = 512 * 1024
 FLEET_ACTIONS = 5 * FLEET_MODELS + 1  # calibration, llmapi, host plan, host script, capacity per model; one snapshot
 # The delays of the random-delay kills come from this seed (set KILN_CRASH_SEED to vary them).
 CRASH_SEED = int(os.environ.get("KILN_CRASH_SEED", "1729"))
+
+@pytest.fixture(autouse=True)
+def _bare_builder(monkeypatch):
+    """These tests are about the store and the graph: build as a builder without torch, a GPU or the
+    network on every machine (model actions are then deferred; tests/test_quantize.py runs them)."""
+    monkeypatch.setenv("KILN_BUILDER_HAS", "")
 
 
 # --- a fleet that takes a few seconds to build ----------------------------------------------------
@@ -76,11 +83,12 @@ def generate_fleet(root: Path, models: int = FLEET_MODELS, calibration_bytes: in
 
 
 def build_cmd(spec: Path, store: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "compiler", "build", str(spec), "--store", str(store), "-q", *extra]
+    return [sys.executable, "-m", "compiler", "build", str(spec), "--store", str(store), "-q", "--allow-partial",
+            *extra]
 
 
 def run_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
+    return {**os.environ, "PYTHONPATH": str(ROOT), "KILN_BUILDER_HAS": ""}
 
 
 def records(store: Path) -> int:
@@ -152,7 +160,7 @@ def test_sigkill_leaves_a_store_that_verifies_and_resumes(fleet, how: str, when:
     rc, out, _ = cli(capsys, "store", "verify", "--store", str(store))
     assert rc == 0, f"{context}: {out}"
 
-    rc, out, err = cli(capsys, "build", str(spec), "--store", str(store), "-q", "--manifest",
+    rc, out, err = cli(capsys, "build", str(spec), "--store", str(store), "-q", "--allow-partial", "--manifest",
                        str(tmp_path / "resumed.json"))
     assert rc == 0, f"{context}: {out}{err}"
     m = RELEASE_LINE.search(out)
@@ -236,7 +244,7 @@ def test_a_missing_object_rebuilds_only_its_action(built, capsys) -> None:
     assert rc == 1 and "action calibration-set/coder" in out and "calibration.jsonl is missing" in out
 
     plan = plan_spec(spec, store)
-    runs = {p.id: p.reasons for p in plan.plan if not p.cached}
+    runs = {p.id: p.reasons for p in plan.plan if not p.cached and not p.deferred}
     assert runs == {"calibration-set/coder": ["built before, but its output is no longer in the store"]}
     again = build_spec(spec, store)
     assert [r.id for r in again.executed] == ["calibration-set/coder"]
@@ -283,7 +291,7 @@ def test_a_corrupt_tree_rebuilds_its_action(built) -> None:
     spec, store, outcome = built
     flip_a_byte(store.blob_path(outcome.results["host-plan/b200-a"].tree))
     plan = plan_spec(spec, store)
-    assert [p.id for p in plan.plan if not p.cached] == ["host-plan/b200-a"]
+    assert [p.id for p in plan.plan if not p.cached and not p.deferred] == ["host-plan/b200-a"]
     again = build_spec(spec, store)
     assert [r.id for r in again.executed] == ["host-plan/b200-a"]
     assert again.manifest == outcome.manifest
@@ -309,6 +317,8 @@ def _reachable(store: LocalStore, manifest: bytes) -> set[str]:
 
     live = {sha256_bytes(manifest)}
     for art in json.loads(manifest)["artifacts"]:
+        if "pending" in art:
+            continue
         record = store.get_action(art["key"])
         assert record is not None, art["id"]
         live |= {record.tree, record.log} | {e.digest for e in store.tree(record.tree)}
@@ -322,8 +332,8 @@ def _objects(store: LocalStore) -> set[str]:
 def test_gc_keeps_the_last_release_and_removes_the_rest(built, capsys) -> None:
     spec, store, _ = built
     first, second, last = _three_releases(spec, store)
-    old_keys = {a["key"] for m in (first, second) for a in json.loads(m)["artifacts"]}
-    last_keys = {a["key"] for a in json.loads(last)["artifacts"]}
+    old_keys = {a["key"] for m in (first, second) for a in json.loads(m)["artifacts"] if "pending" not in a}
+    last_keys = {a["key"] for a in json.loads(last)["artifacts"] if "pending" not in a}
     assert old_keys - last_keys  # something to collect
     (store.root / "tmp" / "work-leftover").mkdir()
     (store.root / "tmp" / "work-leftover" / "action.log").write_text("interrupted")
@@ -362,14 +372,15 @@ def test_a_failing_action_leaves_no_record_and_the_rest_builds(tmp_path: Path, c
     data.write_text('{"text": "fine"}\n{"text": not json}\n', encoding="utf-8")
     store = LocalStore(tmp_path / "store")
 
-    rc, out, err = cli(capsys, "build", str(spec), "--store", str(store.root))
+    rc, out, err = cli(capsys, "build", str(spec), "--store", str(store.root), "--allow-partial")
     assert rc == 1
     m = re.search(r"^failed: calibration-set/coder: CalibrationDataError: line 2: not JSON.*\(log: (.+)\)$",
                   err, re.M)
     assert m, err
     log = Path(m.group(1))
     assert log.is_file() and "CalibrationDataError" in log.read_text(encoding="utf-8")
-    assert "build failed: 1 failed, 0 skipped, 0 cached" in err
+    assert "skipped: quantize/coder: calibration-set/coder did not build" in err
+    assert "build failed: 1 failed, 1 skipped, 0 cached" in err
     assert "release " not in out and store.releases("chat-prod") == []
 
     graph = plan_spec(spec, store).graph
@@ -378,13 +389,14 @@ def test_a_failing_action_leaves_no_record_and_the_rest_builds(tmp_path: Path, c
     assert not store._action_path(failed_key).exists()
     assert log == store.log_path(failed_key)
     built_ids = {aid for aid in graph.order if store.get_action(graph.keys[aid]) is not None}
-    assert built_ids == set(graph.order) - {"calibration-set/coder"}
+    assert built_ids == set(graph.order) - {"calibration-set/coder"} - {a for a in graph.order
+                                                                          if a.startswith(("quantize/", "quality-gate/"))}
     assert verify(store) == []
 
     data.write_bytes(good)
     plan = plan_spec(spec, store)
     # the snapshot records the data file's digest too, so it follows the fix
-    assert {p.id for p in plan.plan if not p.cached} == {"calibration-set/coder", "spec-snapshot"}
-    rc, out, err = cli(capsys, "build", str(spec), "--store", str(store.root), "-q")
+    assert {p.id for p in plan.plan if not p.cached and not p.deferred} == {"calibration-set/coder", "spec-snapshot"}
+    rc, out, err = cli(capsys, "build", str(spec), "--store", str(store.root), "-q", "--allow-partial")
     assert rc == 0, err
-    assert re.search(r"^release sha256:[0-9a-f]{64}: 2 executed, 8 cached$", out, re.M), out
+    assert re.search(r"^release sha256:[0-9a-f]{64}: 2 executed, 8 cached, 4 deferred \(incomplete", out, re.M), out

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import calibration, capacity, hostplan, hostscript, llmapi, quality_gate, quantize, snapshot
+from . import (calibration, capacity, engine, hostplan, hostscript, llmapi, model_source, quality_gate, quantize,
+               snapshot)
 
-KINDS: dict[str, ModuleType] = {m.KIND: m for m in (snapshot, llmapi, calibration, quantize, quality_gate, hostplan,
-                                                     hostscript, capacity)}
+KINDS: dict[str, ModuleType] = {m.KIND: m for m in (snapshot, llmapi, calibration, model_source, quantize, quality_gate,
+                                                     engine, hostplan, hostscript, capacity)}

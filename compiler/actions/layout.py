@@ -16,6 +16,9 @@ def model_dir(model: str) -> str:
 
 
 def checkpoint_action_id(spec, model: str) -> str:
-    """The action whose output tree is the model's servable checkpoint: the ModelOpt export when the
-    model is quantized, else the verified source files."""
+    """The action whose output tree is the model's servable checkpoint: on the engine target the
+    TensorRT engine (its tree holds engine/); on llmapi the ModelOpt export when the model is
+    quantized, else the verified source files."""
+    if spec.target == "engine":
+        return f"engine/{model}"
     return f"quantize/{model}" if spec.models[model].quantization.quantized else f"model-source/{model}"

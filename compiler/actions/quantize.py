@@ -18,33 +18,40 @@ torch, transformers and ModelOpt are imported inside run(): validating and plann
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import fnmatch
-import hashlib
+import io
 import json
 import math
-import os
 import shutil
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 from compiler.checks.precision import effective_activations
 from compiler.graph.model import Action
 from compiler.spec.models import UNQUANTIZED
-from compiler.store.canonical import canonical_json, pretty_json
+from compiler.store.canonical import pretty_json
 
 from .base import LowerContext, RunContext
+from .source import TOKENIZER_FILES, fetch_huggingface, local_source, lower_source, source_needs
+
+
+def src_is_remote(source: dict) -> bool:
+    return not source.get("path")
+
+
+def missing_needs(params: dict, builder) -> list[str]:
+    """What this builder lacks to run the action: torch (ModelOpt), a GPU for the formats ModelOpt
+    only fake-quantizes on CUDA, and the network for a Hugging Face source without a local copy."""
+    out = [] if builder.has("torch") else ["torch"]
+    if needs_gpu(params) and not builder.has("gpu"):
+        out.append("gpu")
+    return out + source_needs(params["source"], builder)
 
 KIND, VERSION = "quantize", 1
 
-# Files of a Hugging Face model directory that a checkpoint needs (weights, config, tokenizer).
-SOURCE_PATTERNS = ("*.json", "*.safetensors", "tokenizer*", "*.model", "*.tiktoken", "merges.txt", "vocab.txt",
-                   "*.jinja")
-# Copied from the source next to the exported weights (the server reads the tokenizer from there).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                   "vocab.json", "merges.txt", "vocab.txt", "added_tokens.json", "chat_template.jinja",
-                   "chat_template.json")
 EVAL_MAX_TOKENS = 2048  # each eval text is cut to this many tokens (or the model's context, if shorter)
 CPU_THREADS = 2  # fixed, so that CPU float reductions round the same on every builder
 GPU_FORMATS = frozenset({"nvfp4", "mxfp4", "mxfp8"})  # ModelOpt fake-quantizes these only on CUDA
@@ -97,24 +104,14 @@ def needs_gpu(params: dict) -> list[str]:
 
 
 def lower(ctx: LowerContext) -> list[Action]:
-    from compiler.graph.inputs import tree_digests
-
+    if ctx.spec.target != "llmapi":
+        return []  # the engine target quantizes inside its engine recipe (engine.py)
     out = []
     for name, model in sorted(ctx.spec.models.items()):
         q = model.quantization
         if not q.quantized:
             continue
-        inputs: dict[str, str] = {}
-        files: dict[str, str] = {}
-        src = model.source
-        if src.path is not None:
-            base = ctx.base_dir / src.path
-            for rel, digest in tree_digests(base, ctx.digests).items():
-                inputs[f"source/{rel}"] = digest
-                files[f"source/{rel}"] = str(base / rel)
-            source = {"path": True}
-        else:
-            source = {"huggingface": src.huggingface, "revision": src.revision, "digest": src.digest}
+        source, inputs, files = lower_source(ctx, model)
         gate = None
         if q.quality_gate is not None:
             g = q.quality_gate
@@ -138,6 +135,8 @@ def lower(ctx: LowerContext) -> list[Action]:
         }
         deps = (f"calibration-set/{name}",) if cal is not None else ()
         needs = ("torch", "gpu") if needs_gpu(params) else ("torch",)
+        if src_is_remote(source):
+            needs += ("network",)
         out.append(Action(f"{KIND}/{name}", KIND, VERSION, params, inputs=inputs, deps=deps, needs=needs,
                           files=files))
     return out
@@ -244,86 +243,6 @@ def build_quant_config(params: dict, mtq=None) -> dict:
         if ow is not None:
             cfg["quant_cfg"].append(_scoped(i2, pattern, "input_quantizer"))
     return cfg
-
-
-# --- source files -------------------------------------------------------------------------------
-def directory_digest(directory: Path) -> str:
-    """Digest of a model directory: sha256 over canonical JSON of {relative path: sha256 of the file}
-    for the files SOURCE_PATTERNS select (symlinks followed, as in a Hugging Face cache snapshot).
-    `source.digest` in a spec is this value."""
-    files = {}
-    for p in sorted(directory.rglob("*")):
-        rel = p.relative_to(directory).as_posix()
-        if p.is_file() and not any(part.startswith(".") for part in Path(rel).parts) and \
-                any(fnmatch.fnmatch(p.name, pat) for pat in SOURCE_PATTERNS):
-            h = hashlib.sha256()
-            with open(p, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-            files[rel] = "sha256:" + h.hexdigest()
-    if not files:
-        raise QuantizeError(f"{directory.name}: no model files (config.json, *.safetensors, tokenizer)")
-    return "sha256:" + hashlib.sha256(canonical_json(files)).hexdigest()
-
-
-def _local_source(ctx: RunContext, scratch: Path) -> Path:
-    """The source files (each verified against its digest by the executor) under their relative paths."""
-    model_dir = scratch / "source"
-    for role, path in sorted(ctx.files.items()):
-        if role.startswith("source/"):
-            dest = model_dir / role[len("source/"):]
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(Path(path).resolve(), dest)
-    if not (model_dir / "config.json").is_file():
-        raise QuantizeError("the model directory has no config.json")
-    return model_dir
-
-
-def fetch_huggingface(source: dict, log) -> Path:
-    """A verified local directory for a pinned Hugging Face source: downloaded where the network
-    allows, else a local copy (the Hugging Face cache, or $KILN_MODELS/<owner>/<name>) whose
-    directory_digest equals `source.digest`."""
-    repo, revision, want = source["huggingface"], source["revision"], source.get("digest")
-    problems = []
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        snapshot_download = None
-        problems.append("huggingface_hub is not installed")
-    if snapshot_download is not None and not os.environ.get("HF_HUB_OFFLINE"):
-        try:
-            path = Path(snapshot_download(repo_id=repo, revision=revision, allow_patterns=list(SOURCE_PATTERNS)))
-            if want is not None and directory_digest(path) != want:
-                raise QuantizeError(f"{repo}@{revision}: the downloaded files do not match source.digest {want}")
-            log.info("downloaded %s@%s", repo, revision)
-            return path
-        except QuantizeError:
-            raise
-        except Exception as e:  # no network, no such repo/revision, authentication
-            problems.append(f"download failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
-    candidates: list[tuple[str, Path]] = []
-    if snapshot_download is not None:
-        try:
-            candidates.append(("the Hugging Face cache", Path(snapshot_download(
-                repo_id=repo, revision=revision, allow_patterns=list(SOURCE_PATTERNS), local_files_only=True))))
-        except Exception:
-            pass
-    if os.environ.get("KILN_MODELS"):
-        candidates.append(("$KILN_MODELS", Path(os.environ["KILN_MODELS"]) / repo))
-    found = [(where, p) for where, p in candidates if p.is_dir()]
-    if not found:
-        problems.append("no local copy in the Hugging Face cache or under $KILN_MODELS/" + repo)
-    elif want is None:
-        problems.append(f"a local copy exists ({found[0][0]}) but the spec sets no `source.digest` to verify it "
-                        "against")
-    else:
-        for where, path in found:
-            got = directory_digest(path)
-            if got == want:
-                log.info("using the local copy of %s@%s from %s (digest verified)", repo, revision, where)
-                return path
-            problems.append(f"the copy in {where} has digest {got}, not {want}")
-    raise QuantizeError(f"cannot get {repo}@{revision}: " + "; ".join(problems))
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -498,10 +417,43 @@ def run(params: dict, ctx: RunContext) -> None:
         torch.set_num_threads(CPU_THREADS)
         torch.use_deterministic_algorithms(True, warn_only=True)
         try:
-            _run(params, ctx, Path(scratch), device)
+            with _into_log(ctx.log):
+                _run(params, ctx, Path(scratch), device)
         finally:
             torch.set_num_threads(prev_threads)
             torch.use_deterministic_algorithms(prev_det)
+
+
+class _LogWriter(io.TextIOBase):
+    def __init__(self, log) -> None:
+        self.log = log
+
+    def write(self, text: str) -> int:
+        if text.strip():
+            self.log.info("%s", text.rstrip())
+        return len(text)
+
+
+@contextlib.contextmanager
+def _into_log(log):
+    """ModelOpt and transformers print, warn and draw progress bars; that belongs in the action's
+    log, not on the user's terminal. Only stdout is redirected: the build's progress goes to stderr."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(_LogWriter(log)):
+            warnings.simplefilter("always")
+            yield
+    finally:
+        for w in caught:
+            log.info("warning: %s: %s", w.category.__name__, w.message)
+        hf_logging.set_verbosity(level)
+        if was:
+            hf_logging.enable_progress_bar()
 
 
 def _run(params: dict, ctx: RunContext, scratch: Path, device: str) -> None:
@@ -512,7 +464,7 @@ def _run(params: dict, ctx: RunContext, scratch: Path, device: str) -> None:
 
     torch.manual_seed(0)
     if params["source"].get("path"):
-        model_dir = _local_source(ctx, scratch)
+        model_dir = local_source(ctx, scratch)
     else:
         model_dir = fetch_huggingface(params["source"], ctx.log)
     model, tokenizer = load(model_dir, params["dtype"], device)

@@ -213,6 +213,31 @@ class LlmapiNeedsNewTrtllm(Check):
                        help="pin tensorrt_llm 1.2.1 (Triton 26.04-26.07), or use `target: engine`")
 
 
+class EngineQualityGate(Check):
+    """A quality gate on the engine target, where Kiln cannot enforce it.
+
+    On the llmapi target Kiln quantizes with ModelOpt itself and measures the unquantized and the
+    quantized model on the gate's eval set before it exports the checkpoint. The engine target's
+    recipe hands quantization to TensorRT-LLM's quantize.py and trtllm-build, which measure
+    nothing, so a gate there would be a promise the build does not keep. Remove the gate, or use
+    the llmapi target.
+    """
+
+    code = "K807"
+    name = "engine-quality-gate"
+    order = 80
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if ctx.spec.target != "engine":
+            return
+        for name, m in sorted(ctx.spec.models.items()):
+            if m.quantization.quality_gate is not None:
+                yield ctx.diag(self, ("models", name, "quantization", "quality_gate"),
+                               f"model {name!r} has a quality gate, but the engine target cannot enforce it: "
+                               "TensorRT-LLM's quantize.py and trtllm-build measure no accuracy", key=True,
+                               help="remove `quality_gate`, or use `target: llmapi`, where Kiln measures both models")
+
+
 _DRIVER = re.compile(r"(>=|<=|==|>|<)?(\d+(?:\.\d+)*)")
 _NUMBER = re.compile(r"\d{3}(?:\.\d+)*")
 

@@ -19,6 +19,7 @@ from compiler.actions import KINDS
 from compiler.actions.base import RunContext
 from compiler.store.local import ActionRecord, LocalStore
 
+from .builder import Builder, describe
 from .model import Graph
 
 Progress = Callable[[str], None]
@@ -29,7 +30,7 @@ TICK_S = 15.0  # how often a long action reports that it is still running
 class ActionResult:
     id: str
     key: str
-    status: str  # "cached", "built", "failed", "skipped"
+    status: str  # "cached", "built", "failed", "skipped" (a dependency failed), "deferred" (see builder.py)
     tree: str | None = None
     duration_s: float = 0.0
     log: Path | None = None
@@ -42,10 +43,13 @@ class InputChanged(Exception):
 
 def execute(graph: Graph, store: LocalStore, spec_name: str, *, jobs: int = 2,
             progress: Progress = lambda line: None, digest_of: Callable[[Path], str] | None = None,
-            remote: Callable[[Graph, str, str], ActionRecord | None] | None = None
-            ) -> dict[str, ActionResult]:
-    """`remote` (compiler/gitops/cache.py): on a store miss, may import the action's output from a
-    registry cache and return its record; the action then counts as cached."""
+            builder: Builder | None = None, selected: set[str] | None = None,
+            remote: Callable[[Graph, str, str], ActionRecord | None] | None = None) -> dict[str, ActionResult]:
+    """Run the graph. Actions outside `selected` (default: all) and actions whose needs `builder`
+    lacks are deferred unless the store already holds them; so are their dependents. `remote`
+    (compiler/gitops/cache.py): on a store miss, may import the action's output from a registry
+    cache and return its record; the action then counts as cached."""
+    builder = builder if builder is not None else Builder()
     results: dict[str, ActionResult] = {}
     total = len(graph.order)
     with store.lock(exclusive=False), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -65,6 +69,7 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, *, jobs: int = 2,
                         results[aid] = ActionResult(aid, key, "skipped", error=f"{bad[0]} did not build")
                         progress(f"[{len(results)}/{total}] skip   {aid} ({bad[0]} did not build)")
                         continue
+                    waiting = [d for d in deps if results[d].status == "deferred"]
                     record = store.get_action(key)
                     fetched = False
                     if record is None and remote is not None:  # a registry cache (compiler/gitops/cache.py)
@@ -73,6 +78,13 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, *, jobs: int = 2,
                     if record is not None:
                         results[aid] = ActionResult(aid, key, "cached", record.tree, record.duration_s)
                         progress(f"[{len(results)}/{total}] {'fetched' if fetched else 'cached'} {aid}")
+                        continue
+                    why = (f"waits for {waiting[0]}" if waiting else
+                           "not selected (--only/--skip)" if selected is not None and aid not in selected else
+                           _lacking(builder, graph.actions[aid]))
+                    if why:
+                        results[aid] = ActionResult(aid, key, "deferred", error=why)
+                        progress(f"[{len(results)}/{total}] defer  {aid} ({why})")
                         continue
                     running[pool.submit(_run_one, graph, aid, store, spec_name, results, stop, progress,
                                         digest_of)] = aid
@@ -93,6 +105,11 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, *, jobs: int = 2,
                 fut.cancel()
             raise
     return results
+
+
+def _lacking(builder: Builder, action) -> str | None:
+    missing = builder.missing(action)
+    return f"needs {describe(missing)}" if missing else None
 
 
 def _run_one(graph: Graph, aid: str, store: LocalStore, spec_name: str, results: dict, stop: threading.Event,

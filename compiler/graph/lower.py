@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from compiler.actions import calibration, capacity, hostplan, hostscript, llmapi, quality_gate, quantize, snapshot
+from compiler.actions import (calibration, capacity, engine, hostplan, hostscript, llmapi, model_source, quality_gate,
+                              quantize, snapshot)
 from compiler.actions.base import LowerContext
 from compiler.graph.inputs import DigestCache, tree_digests
 from compiler.pipeline import Validation
@@ -39,8 +40,10 @@ def lower(result: Validation, digests: DigestCache) -> tuple[Graph, LowerContext
     actions += snapshot.lower(ctx, model_inputs(ctx))
     actions += llmapi.lower(ctx)
     actions += calibration.lower(ctx)
+    actions += model_source.lower(ctx)
     actions += quantize.lower(ctx)
     actions += quality_gate.lower(ctx)
+    actions += engine.lower(ctx)
     actions += hostplan.lower(ctx)
     actions += hostscript.lower(ctx)
     actions += capacity.lower(ctx)

@@ -16,9 +16,18 @@ def spec_digest(spec) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(spec.model_dump(mode="json"))).hexdigest()
 
 
-def build_manifest(graph: Graph, trees: dict[str, str], spec, resolved) -> bytes:
-    artifacts = [{"id": aid, "kind": graph.actions[aid].kind, "key": graph.keys[aid], "tree": trees[aid]}
-                 for aid in sorted(graph.actions)]
+def build_manifest(graph: Graph, trees: dict[str, str | None], spec, resolved,
+                   pending: dict[str, str] | None = None) -> bytes:
+    """`pending`: action id -> why it was deferred. A manifest with pending artifacts says
+    `complete: false`; a builder that can run them completes it (same keys, same bytes otherwise)."""
+    pending = pending or {}
+    artifacts = []
+    for aid in sorted(graph.actions):
+        entry = {"id": aid, "kind": graph.actions[aid].kind, "key": graph.keys[aid], "tree": trees.get(aid)}
+        if aid in pending:
+            entry["pending"] = pending[aid]
+            entry["needs"] = list(graph.actions[aid].needs)
+        artifacts.append(entry)
     hosts = {}
     for name, rh in sorted(resolved.hosts.items()):
         units = [{"id": u.id, "model": u.model, "gpus": list(u.gpu_indexes),
@@ -28,6 +37,7 @@ def build_manifest(graph: Graph, trees: dict[str, str], spec, resolved) -> bytes
                        "host_plan": trees.get(plan_id)}
     doc = {
         "kind": "kiln.release/v1",
+        "complete": not pending,
         "spec": {"name": spec.name, "digest": spec_digest(spec), "target": spec.target},
         "toolchain": spec.toolchain.model_dump(mode="json"),
         "artifacts": artifacts,

@@ -8,6 +8,7 @@ from typing import Any
 
 from compiler.store.local import LocalStore
 
+from .builder import Builder, describe
 from .model import Graph
 
 MAX_CHANGES = 6  # per action; a reviewer needs the first few, not a dump
@@ -22,11 +23,15 @@ class PlannedAction:
     reasons: list[str] = field(default_factory=list)
     needs: tuple[str, ...] = ()
     last_duration_s: float | None = None
+    deferred: str | None = None  # why this builder will not run it (see builder.py)
 
 
-def make_plan(graph: Graph, store: LocalStore, spec_name: str) -> list[PlannedAction]:
+def make_plan(graph: Graph, store: LocalStore, spec_name: str, builder: Builder | None = None) -> list[PlannedAction]:
+    """Each action cached or to run, with the reasons; with a builder, also which ones it would
+    defer (needs it lacks, or a deferred dependency)."""
     out: list[PlannedAction] = []
     will_run: set[str] = set()
+    deferred: set[str] = set()
     for aid in graph.order:
         action, key = graph.actions[aid], graph.keys[aid]
         record = store.get_action(key)
@@ -36,6 +41,15 @@ def make_plan(graph: Graph, store: LocalStore, spec_name: str) -> list[PlannedAc
         else:
             planned.reasons = _reasons(graph, aid, store.get_ref(spec_name, aid), will_run)
             will_run.add(aid)
+            if builder is not None:
+                waiting = [d for d in action.deps if d in deferred]
+                missing = builder.missing(action)
+                if waiting:
+                    planned.deferred = f"waits for {waiting[0]}"
+                elif missing:
+                    planned.deferred = f"needs {describe(missing)}"
+                if planned.deferred:
+                    deferred.add(aid)
         out.append(planned)
     return out
 
@@ -104,19 +118,26 @@ def render_plan(plan: list[PlannedAction], fmt: str) -> str:
     run = [p for p in plan if not p.cached]
     if fmt == "json":
         return json.dumps({"actions": [{"id": p.id, "kind": p.kind, "key": p.key, "cached": p.cached,
-                                        "reasons": p.reasons, "needs": list(p.needs)} for p in plan],
-                           "to_run": len(run), "cached": len(plan) - len(run)}, indent=2, sort_keys=True)
+                                        "reasons": p.reasons, "needs": list(p.needs), "deferred": p.deferred}
+                                       for p in plan],
+                           "to_run": len(run), "cached": len(plan) - len(run),
+                           "deferred": sum(p.deferred is not None for p in plan)}, indent=2, sort_keys=True)
+    deferred = [p for p in plan if p.deferred]
+    tail = f", {len(deferred)} of them deferred on this builder" if deferred else ""
     if fmt == "markdown":
-        lines = ["### Actions", "", f"{len(run)} to run, {len(plan) - len(run)} cached.", ""]
+        lines = ["### Actions", "", f"{len(run)} to run, {len(plan) - len(run)} cached{tail}.", ""]
         if run:
             lines += ["| action | why |", "|---|---|"]
-            lines += [f"| `{p.id}` | {_md_cell(p.reasons)} |" for p in run]
+            lines += [f"| `{p.id}` | {_md_cell(p.reasons + ([f'deferred: {p.deferred}'] if p.deferred else []))} |"
+                      for p in run]
         return "\n".join(lines)
-    lines = [f"Actions: {len(run)} to run, {len(plan) - len(run)} cached"]
+    lines = [f"Actions: {len(run)} to run, {len(plan) - len(run)} cached{tail}"]
     for p in plan:
-        lines.append(f"  {'cached' if p.cached else 'run   '} {p.id}")
+        lines.append(f"  {'cached' if p.cached else 'defer ' if p.deferred else 'run   '} {p.id}")
         for r in p.reasons:
             lines.append(f"           {r}")
+        if p.deferred:
+            lines.append(f"           deferred here: {p.deferred}")
     return "\n".join(lines)
 
 

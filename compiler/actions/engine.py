@@ -1,0 +1,275 @@
+"""`engine`: the legacy TensorRT engine of a model (target `engine`, TensorRT-LLM <= 1.2.x).
+
+The recipe is two commands, both from TensorRT-LLM itself: `examples/quantization/quantize.py`
+(ModelOpt under the hood) turns the Hugging Face model into a TensorRT-LLM checkpoint at the spec's
+format, calibration and parallelism; `trtllm-build` compiles it with the spec's limits and plugins
+(paged KV cache and paged context FMHA, FP8 context FMHA where the format allows). Every flag is
+checked against the flag set of those programs (data/trtllm_cli.json, with its source) before
+anything runs, and the engine's own `config.json` is checked against the recipe afterwards.
+
+It needs a GPU. It runs where `tensorrt_llm` is importable with CUDA (the commands as
+subprocesses, with $KILN_TRTLLM_EXAMPLES pointing at TensorRT-LLM's examples/ directory), or
+else in the TensorRT-LLM release container through the Docker SDK. Elsewhere the executor defers it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+from compiler.graph.model import Action
+from compiler.store.canonical import pretty_json
+
+from .base import LowerContext, RunContext
+from .source import lower_source
+
+KIND, VERSION = "engine", 1
+RELEASE_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:{version}"  # tag only: its digest is not in our facts
+CONTAINER_EXAMPLES = "/app/tensorrt_llm/examples"
+
+# (weights, activations) -> quantize.py --qformat, and the QuantAlgo the checkpoint then records.
+QFORMATS: dict[tuple[str, str | None], tuple[str, str | None]] = {
+    ("bf16", None): ("full_prec", None), ("fp16", None): ("full_prec", None),
+    ("fp8", "fp8"): ("fp8", "FP8"),
+    ("fp8_rowwise", "fp8"): ("fp8_pc_pt", "FP8_PER_CHANNEL_PER_TOKEN"),
+    ("int8", "int8"): ("int8_sq", "W8A8_SQ_PER_CHANNEL"),
+    ("int8", None): ("int8_wo", "W8A16"),
+    ("int4_awq", None): ("int4_awq", "W4A16_AWQ"),
+    ("int4_awq", "fp8"): ("w4a8_awq", "W4A8_AWQ"),
+    ("nvfp4", "nvfp4"): ("nvfp4", "NVFP4"),
+}
+KV_DTYPES = {"fp8": ("fp8", "FP8"), "int8": ("int8", "INT8")}
+FP8_FMHA_FORMATS = {"fp8", "w4a8_awq", "nvfp4"}  # where --use_fp8_context_fmha applies (facts §1)
+DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+class EngineError(Exception):
+    pass
+
+
+@lru_cache(maxsize=1)
+def cli_flags() -> dict[str, dict]:
+    data = json.loads((Path(__file__).parent / "data" / "trtllm_cli.json").read_text(encoding="utf-8"))
+    return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+# --- the recipe (pure) ---------------------------------------------------------------------------
+def recipe(params: dict, model_dir: str, calib_dir: str | None, ckpt_dir: str, engine_dir: str) -> dict:
+    """The two command lines, as argument lists (program first)."""
+    q = params["quant"]
+    quantize = ["quantize.py", "--model_dir", model_dir, "--output_dir", ckpt_dir,
+                "--dtype", DTYPES[params["dtype"]], "--qformat", q["qformat"],
+                "--tp_size", str(params["tp"]), "--pp_size", str(params["pp"])]
+    if q["kv_cache_dtype"] is not None:
+        quantize += ["--kv_cache_dtype", q["kv_cache_dtype"]]
+    if q["awq_block_size"] is not None:
+        quantize += ["--awq_block_size", str(q["awq_block_size"])]
+    cal = params["calibration"]
+    if cal is not None and calib_dir is not None:
+        quantize += ["--calib_dataset", calib_dir, "--calib_size", str(cal["samples"]),
+                     "--calib_max_seq_length", str(cal["max_seq_len"]), "--batch_size", str(cal["batch_size"]),
+                     "--seed", str(cal["seed"])]
+    lim, b = params["limits"], params["build"]
+    build = ["trtllm-build", "--checkpoint_dir", ckpt_dir, "--output_dir", engine_dir,
+             "--max_batch_size", str(lim["max_batch_size"]), "--max_input_len", str(lim["max_input_len"]),
+             "--max_seq_len", str(lim["max_seq_len"]), "--max_num_tokens", str(lim["max_num_tokens"]),
+             "--max_beam_width", str(lim["max_beam_width"]),
+             "--kv_cache_type", "paged", "--tokens_per_block", str(b["tokens_per_block"]),
+             "--gpt_attention_plugin", "auto", "--context_fmha", "enable", "--remove_input_padding", "enable",
+             "--use_paged_context_fmha", "enable",
+             "--use_fp8_context_fmha", "enable" if b["fp8_context_fmha"] else "disable",
+             "--workers", str(params["tp"] * params["pp"])]
+    if q["qformat"] == "full_prec":
+        build += ["--gemm_plugin", "auto"]  # only non-quantized GEMMs use it
+    return {"quantize": quantize, "build": build}
+
+
+def check_flags(argv: list[str]) -> list[str]:
+    """Problems with a command line against the real flag set: unknown flags, values outside a
+    flag's choices, a switch given a value."""
+    program = argv[0]
+    known = cli_flags()[program]
+    problems, i = [], 1
+    while i < len(argv):
+        flag = argv[i]
+        if flag not in known:
+            problems.append(f"{program}: no such flag {flag}")
+            i += 2 if i + 1 < len(argv) and not argv[i + 1].startswith("--") else 1
+            continue
+        spec = known[flag]
+        if spec is True:
+            i += 1
+            continue
+        if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+            problems.append(f"{program}: {flag} needs a value")
+            i += 1
+            continue
+        if isinstance(spec, list) and argv[i + 1] not in spec:
+            problems.append(f"{program}: {flag} {argv[i + 1]!r} is not one of {', '.join(spec)}")
+        i += 2
+    return problems
+
+
+def check_engine_config(config: dict, params: dict) -> list[str]:
+    """What an engine's config.json (`version`, `pretrained_config`, `build_config`, as
+    TensorRT-LLM's Engine.save writes it) says differently from the recipe: the serving config
+    built on it would promise limits the engine does not have."""
+    problems = []
+    bc = config.get("build_config") or {}
+    for key, want in params["limits"].items():
+        if bc.get(key) != want:
+            problems.append(f"build_config.{key} is {bc.get(key)!r}, the spec says {want}")
+    plugin = bc.get("plugin_config") or {}
+    for key, want in (("use_paged_context_fmha", True), ("use_fp8_context_fmha", params["build"]["fp8_context_fmha"]),
+                      ("tokens_per_block", params["build"]["tokens_per_block"])):
+        if plugin.get(key) != want:
+            problems.append(f"build_config.plugin_config.{key} is {plugin.get(key)!r}, the recipe says {want}")
+    kv_type = str(bc.get("kv_cache_type", "")).upper().rsplit(".", 1)[-1]
+    if kv_type != "PAGED":
+        problems.append(f"build_config.kv_cache_type is {bc.get('kv_cache_type')!r}, the recipe builds PAGED")
+    pc = config.get("pretrained_config") or {}
+    mapping = pc.get("mapping") or {}
+    if (mapping.get("tp_size"), mapping.get("pp_size")) != (params["tp"], params["pp"]):
+        problems.append(f"pretrained_config.mapping is tp={mapping.get('tp_size')} pp={mapping.get('pp_size')}, "
+                        f"the spec says tp={params['tp']} pp={params['pp']}")
+    quant = pc.get("quantization") or {}
+    q = params["quant"]
+    if quant.get("quant_algo") != q["quant_algo"]:
+        problems.append(f"pretrained_config.quantization.quant_algo is {quant.get('quant_algo')!r}, "
+                        f"the spec's format is {q['quant_algo']!r}")
+    if quant.get("kv_cache_quant_algo") != q["kv_cache_quant_algo"]:
+        problems.append(f"pretrained_config.quantization.kv_cache_quant_algo is {quant.get('kv_cache_quant_algo')!r}, "
+                        f"the spec says {q['kv_cache_quant_algo']!r}")
+    return problems
+
+
+# --- lowering ----------------------------------------------------------------------------------------
+def lower(ctx: LowerContext) -> list[Action]:
+    from compiler.checks.precision import effective_activations
+    from compiler.spec.models import UNQUANTIZED
+
+    if ctx.spec.target != "engine":
+        return []
+    out = []
+    for name, model in sorted(ctx.spec.models.items()):
+        q = model.quantization
+        acts = effective_activations(model) if q.weights not in UNQUANTIZED else None
+        acts = None if acts in (None, *UNQUANTIZED) else acts
+        weights = model.dtype if q.weights in UNQUANTIZED else q.weights
+        qformat, algo = QFORMATS.get((weights, acts), (None, None))
+        kv = KV_DTYPES.get(q.kv_cache, (None, None))
+        source, inputs, files = lower_source(ctx, model)
+        cal = q.calibration
+        params = {
+            "model": name, "source": source, "dtype": model.dtype,
+            "quant": {"weights": weights, "activations": acts, "qformat": qformat, "quant_algo": algo,
+                      "kv_cache_dtype": kv[0], "kv_cache_quant_algo": kv[1],
+                      "awq_block_size": q.block_size if qformat in ("int4_awq", "w4a8_awq") else None},
+            "calibration": None if cal is None or qformat == "full_prec" else
+            {"samples": cal.samples, "max_seq_len": cal.max_seq_len, "batch_size": cal.batch_size, "seed": cal.seed},
+            "tp": model.parallelism.tp, "pp": model.parallelism.pp,
+            "limits": model.limits.model_dump(mode="json"),
+            "build": {"tokens_per_block": model.runtime.tokens_per_block,
+                      "fp8_context_fmha": bool(model.kernels.fp8_context_fmha is not False
+                                               and qformat in FP8_FMHA_FORMATS)},
+            "tensorrt_llm": ctx.spec.toolchain.tensorrt_llm,
+        }
+        deps = (f"calibration-set/{name}",) if params["calibration"] is not None else ()
+        needs = ("gpu",) + (() if source.get("path") else ("network",))
+        out.append(Action(f"{KIND}/{name}", KIND, VERSION, params, inputs=inputs, deps=deps, needs=needs,
+                          files=files))
+    return out
+
+
+def _has_trtllm() -> bool:
+    return importlib.util.find_spec("tensorrt_llm") is not None
+
+
+def missing_needs(params: dict, builder) -> list[str]:
+    from .source import source_needs
+
+    out = [] if builder.has("gpu") else ["gpu"]
+    if not out and not _has_trtllm() and not builder.has("docker"):
+        out.append("docker")  # no tensorrt_llm here: the release container must run it
+    return out + source_needs(params["source"], builder)
+
+
+# --- running -----------------------------------------------------------------------------------------
+def run(params: dict, ctx: RunContext) -> None:
+    if params["quant"]["qformat"] is None:
+        q = params["quant"]
+        raise EngineError(f"TensorRT-LLM's quantize.py has no format for {q['weights']} weights with "
+                          f"{q['activations'] or 'unquantized'} activations; use the llmapi target")
+    for argv in recipe(params, "MODEL", "CALIB", "CKPT", "ENGINE").values():
+        problems = check_flags(argv)
+        if problems:
+            raise EngineError("; ".join(problems))
+    from .source import fetch_huggingface, local_source
+
+    work = ctx.out.parent / "engine-work"
+    work.mkdir()
+    model_dir = local_source(ctx, work) if params["source"].get("path") else fetch_huggingface(params["source"], ctx.log)
+    calib = None
+    if params["calibration"] is not None:
+        calib = work / "calib"
+        calib.mkdir()
+        shutil.copyfile(ctx.deps[f"calibration-set/{params['model']}"] / "calibration.jsonl", calib / "train.jsonl")
+    engine_dir = ctx.out / "engine"
+    if _has_trtllm():
+        _run_local(params, model_dir, calib, work / "ckpt", engine_dir, ctx)
+    else:
+        _run_container(params, model_dir, calib, work, engine_dir, ctx)
+    config = json.loads((engine_dir / "config.json").read_text(encoding="utf-8"))
+    problems = check_engine_config(config, params)
+    if problems:
+        raise EngineError("the built engine does not match the spec: " + "; ".join(problems))
+    rec = recipe(params, "<model>", "<calibration>" if calib else None, "<checkpoint>", "engine")
+    (ctx.out / "recipe.json").write_bytes(pretty_json(rec))
+
+
+def _run_local(params, model_dir: Path, calib, ckpt: Path, engine_dir: Path, ctx: RunContext) -> None:
+    examples = os.environ.get("KILN_TRTLLM_EXAMPLES")
+    if not examples:
+        raise EngineError("set KILN_TRTLLM_EXAMPLES to TensorRT-LLM's examples/ directory (quantize.py lives there)")
+    rec = recipe(params, str(model_dir), str(calib) if calib else None, str(ckpt), str(engine_dir))
+    for argv in (rec["quantize"], rec["build"]):
+        cmd = ([sys.executable, str(Path(examples) / "quantization" / "quantize.py")] + argv[1:]
+               if argv[0] == "quantize.py" else [shutil.which("trtllm-build") or "trtllm-build"] + argv[1:])
+        ctx.log.info("$ %s", " ".join(cmd))
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        ctx.log.info("%s", proc.stdout[-20000:] + proc.stderr[-20000:])
+        if proc.returncode != 0:
+            raise EngineError(f"{argv[0]} exited {proc.returncode}; see the log")
+
+
+def _run_container(params, model_dir: Path, calib, work: Path, engine_dir: Path, ctx: RunContext) -> None:
+    try:
+        import docker
+    except ImportError:
+        raise EngineError("neither tensorrt_llm nor the Docker SDK (pip install docker) is available") from None
+    engine_dir.mkdir()
+    rec = recipe(params, "/kiln/model", "/kiln/calib" if calib else None, "/kiln/work/ckpt", "/kiln/engine")
+    script = " && ".join([
+        " ".join(["python3", f"{CONTAINER_EXAMPLES}/quantization/quantize.py", *rec["quantize"][1:]]),
+        " ".join(rec["build"])])
+    volumes = {str(Path(model_dir).resolve()): {"bind": "/kiln/model", "mode": "ro"},
+               str(work.resolve()): {"bind": "/kiln/work", "mode": "rw"},
+               str(engine_dir.resolve()): {"bind": "/kiln/engine", "mode": "rw"}}
+    if calib:
+        volumes[str(Path(calib).resolve())] = {"bind": "/kiln/calib", "mode": "ro"}
+    image = RELEASE_IMAGE.format(version=params["tensorrt_llm"])
+    ctx.log.info("docker run %s: %s", image, script)
+    client = docker.from_env()
+    try:
+        logs = client.containers.run(image, ["bash", "-c", script], volumes=volumes, remove=True,
+                                     device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])],
+                                     stdout=True, stderr=True)
+    except docker.errors.DockerException as e:
+        raise EngineError(f"the TensorRT-LLM container failed: {e}") from None
+    ctx.log.info("%s", logs.decode("utf-8", "replace")[-40000:])

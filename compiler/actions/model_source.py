@@ -1,0 +1,53 @@
+"""`model-source`: the servable checkpoint of a model that is not quantized: its source files
+(config, weights, tokenizer; see source.SOURCE_PATTERNS), verified, at the tree root, in the same
+layout as `quantize`'s export. A local directory is keyed file by file; a Hugging Face source by
+repository, pinned revision and expected digest, and it needs the network unless a local copy exists."""
+
+from __future__ import annotations
+
+import fnmatch
+import shutil
+from pathlib import Path
+
+from compiler.graph.model import Action
+
+from .base import LowerContext, RunContext
+from .source import SOURCE_PATTERNS, fetch_huggingface, lower_source, source_needs
+
+KIND, VERSION = "model-source", 1
+
+
+def lower(ctx: LowerContext) -> list[Action]:
+    if ctx.spec.target != "llmapi":
+        return []  # engine/<model> reads the source itself
+    out = []
+    for name, model in sorted(ctx.spec.models.items()):
+        if model.quantization.quantized:
+            continue  # quantize/<model> is its checkpoint
+        source, inputs, files = lower_source(ctx, model)
+        needs = () if source.get("path") else ("network",)
+        out.append(Action(f"{KIND}/{name}", KIND, VERSION, {"model": name, "source": source}, inputs=inputs,
+                          needs=needs, files=files))
+    return out
+
+
+def missing_needs(params: dict, builder) -> list[str]:
+    return source_needs(params["source"], builder)
+
+
+def run(params: dict, ctx: RunContext) -> None:
+    if params["source"].get("path"):
+        picked = {role[len("source/"):]: path for role, path in ctx.files.items() if role.startswith("source/")}
+    else:
+        root = fetch_huggingface(params["source"], ctx.log)
+        picked = {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*")) if p.is_file()}
+    picked = {rel: p for rel, p in picked.items()
+              if not any(part.startswith(".") for part in Path(rel).parts)
+              and any(fnmatch.fnmatch(Path(rel).name, pat) for pat in SOURCE_PATTERNS)}
+    if "config.json" not in picked:
+        raise FileNotFoundError(f"model {params['model']!r}: the source has no config.json")
+    for rel, path in sorted(picked.items()):
+        dest = ctx.out / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dest)
+    ctx.log.info("%d files from the source of %s", len(picked), params["model"])

@@ -1,0 +1,141 @@
+"""What the machine running a build can do, and which actions it therefore cannot run.
+
+An action lists what it needs (`Action.needs`): "torch" (torch, transformers and ModelOpt
+importable), "gpu" (a CUDA device), "docker" (a reachable Docker Engine), "network" (it downloads).
+An action whose needs this builder lacks is *deferred*: not run, not failed, and named in the plan
+and the manifest with what it waits for, so a GPU builder (CI's GPU job) can complete the release
+from the same store or cache. Detection is lazy: a build that needs nothing never imports torch.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from .model import Action
+
+NEED_TEXT = {
+    "torch": "torch, transformers and nvidia-modelopt (pip install torch==2.13.0, then pip install '.[quantize]')",
+    "gpu": "a GPU builder (a CUDA device)",
+    "docker": "a reachable Docker Engine",
+    "network": "network access to the model hub (or a local copy verified by source.digest)",
+}
+
+
+def _has_torch() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "modelopt"))
+
+
+def _has_gpu() -> bool:
+    if shutil.which("nvidia-smi") is None or not _has_torch():
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _has_docker() -> bool:
+    docker = os.environ.get("KILN_DOCKER", "docker")
+    if shutil.which(docker) is None:
+        return False
+    try:
+        return subprocess.run([docker, "info"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _has_network() -> bool:
+    if os.environ.get("HF_HUB_OFFLINE") or os.environ.get("KILN_OFFLINE"):
+        return False
+    host = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").split("://", 1)[-1].split("/", 1)[0]
+    try:
+        socket.getaddrinfo(host.split(":")[0], 443)
+        return True
+    except OSError:
+        return False
+
+
+PROBES = {"torch": _has_torch, "gpu": _has_gpu, "docker": _has_docker, "network": _has_network}
+
+
+ENV_FIXED = "KILN_BUILDER_HAS"  # e.g. "torch,docker": pin the capabilities instead of probing ("" = none)
+
+
+def _fixed_from_env() -> frozenset[str] | None:
+    raw = os.environ.get(ENV_FIXED)
+    if raw is None:
+        return None
+    return frozenset(n.strip() for n in raw.split(",") if n.strip())
+
+
+@dataclass
+class Builder:
+    """The builder's capabilities. `fixed` pins them (tests; $KILN_BUILDER_HAS for a CI job that
+    must not attempt what another job does); otherwise each is probed the first time an action
+    asks for it."""
+
+    fixed: frozenset[str] | None = field(default_factory=_fixed_from_env)
+    _probed: dict[str, bool] = field(default_factory=dict)
+
+    def has(self, need: str) -> bool:
+        if self.fixed is not None:
+            return need in self.fixed
+        if need not in self._probed:
+            probe = PROBES.get(need)
+            self._probed[need] = bool(probe and probe())
+        return self._probed[need]
+
+    def missing(self, action: Action) -> list[str]:
+        """The needs of `action` this builder lacks; a kind may refine them (e.g. a local model copy
+        stands in for the network)."""
+        from compiler.actions import KINDS
+
+        kind = KINDS.get(action.kind)
+        refine = getattr(kind, "missing_needs", None)
+        if refine is not None:
+            return refine(dict(action.params), self)
+        return [n for n in action.needs if not self.has(n)]
+
+
+def describe(needs: Iterable[str]) -> str:
+    return "; ".join(NEED_TEXT.get(n, n) for n in needs)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """`--only` / `--skip`: glob patterns over action ids (or kinds). Dependencies of a selected
+    action are still built: a selected action cannot run without them."""
+
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+
+    @staticmethod
+    def _match(aid: str, kind: str, patterns: tuple[str, ...]) -> bool:
+        return any(fnmatch.fnmatchcase(aid, p) or fnmatch.fnmatchcase(kind, p) for p in patterns)
+
+    def chosen(self, graph) -> set[str]:
+        """The action ids this selection builds."""
+        ids = set(graph.order)
+        if self.only:
+            wanted = {a for a in ids if self._match(a, graph.actions[a].kind, self.only)}
+            frontier = list(wanted)
+            while frontier:  # close over dependencies
+                for dep in graph.actions[frontier.pop()].deps:
+                    if dep not in wanted:
+                        wanted.add(dep)
+                        frontier.append(dep)
+            ids = wanted
+        if self.skip:
+            ids = {a for a in ids if not self._match(a, graph.actions[a].kind, self.skip)}
+        return ids
+
+    def unmatched(self, graph) -> list[str]:
+        """Patterns that select nothing: a typo must not silently build nothing."""
+        return [p for p in (*self.only, *self.skip)
+                if not any(self._match(a, graph.actions[a].kind, (p,)) for a in graph.order)]
