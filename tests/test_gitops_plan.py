@@ -22,6 +22,8 @@ def repo(tmp_path: Path, monkeypatch) -> GitRepo:
     r.commit("base")
     monkeypatch.chdir(r.root)
     monkeypatch.setenv("KILN_STORE", str(tmp_path / "store"))
+    # the plan's job matrix is what this builder cannot run: pin a CPU runner's capabilities
+    monkeypatch.setenv("KILN_BUILDER_HAS", "torch,network,docker")
     return r
 
 
@@ -125,7 +127,8 @@ def test_outside_a_git_repository_base_is_a_usage_error(tmp_path: Path, capsys, 
     assert "--base HEAD:" in capsys.readouterr().err
 
 
-def test_the_matrix_fans_out_gpu_actions_left_to_build(tmp_path: Path, capsys) -> None:
+def test_the_matrix_fans_out_gpu_actions_left_to_build(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("KILN_BUILDER_HAS", "torch,network,docker")  # a CPU runner
     spec = Path(__file__).parents[1] / "examples" / "nvfp4-moe-blackwell" / "kiln.yaml"  # NVFP4 needs CUDA
     assert main(["plan", str(spec), "--store", str(tmp_path / "store"), "--matrix"]) == 0
     assert json.loads(capsys.readouterr().out) == {
@@ -134,12 +137,15 @@ def test_the_matrix_fans_out_gpu_actions_left_to_build(tmp_path: Path, capsys) -
 
 def test_a_chain_of_gpu_actions_is_one_matrix_job() -> None:
     from compiler.graph.model import Action, Graph
-    from compiler.gitops.semplan import gpu_matrix
+    from compiler.gitops.semplan import job_matrix
 
     graph = Graph.build([Action("cal/a", "k", 1, {}), Action("q/a", "k", 1, {}, deps=("cal/a",), needs=("gpu",)),
                          Action("gate/a", "k", 1, {}, deps=("q/a",), needs=("torch", "gpu")),
                          Action("q/b", "k", 1, {}, needs=("gpu",)), Action("opts/b", "k", 1, {}, deps=("q/b",))])
     todo = [graph.actions[a] for a in graph.order]
-    assert gpu_matrix(todo, graph) == {"include": [{"name": "gate/a", "actions": "q/a gate/a"},
+    def gpu(action) -> bool:
+        return "gpu" in action.needs
+
+    assert job_matrix(todo, graph, gpu) == {"include": [{"name": "gate/a", "actions": "q/a gate/a"},
                                                    {"name": "q/b", "actions": "q/b"}]}
-    assert gpu_matrix([graph.actions["cal/a"]], graph) == {"include": []}
+    assert job_matrix([graph.actions["cal/a"]], graph, gpu) == {"include": []}

@@ -171,10 +171,28 @@ def test_publish_needs_a_complete_build_and_a_target(tmp_path, registry, capsys)
     assert "not a registry reference" in capsys.readouterr().err
 
 
-def test_the_gpu_matrix_lists_what_the_registry_cache_lacks(tmp_path, registry, capsys) -> None:
-    spec = light_spec(tmp_path / "spec")
-    assert main(["plan", str(spec), "--store", str(tmp_path / "s"), "--matrix", "--cache", registry.host]) == 0
-    assert json.loads(capsys.readouterr().out) == {"include": []}  # nothing here needs a GPU
+def test_the_job_matrix_leaves_out_what_the_registry_cache_has(tmp_path, registry, capsys, monkeypatch) -> None:
+    from compiler.build import plan_spec
+    from compiler.gitops.publish import push_artifact
+
+    monkeypatch.setenv("KILN_BUILDER_HAS", "torch")  # a runner without network: the HF models wait
+    spec_dir = tmp_path / "spec"
+    shutil.copytree(Path(__file__).parent / "golden" / "plan" / "calibration-and-mig" / "spec", spec_dir)
+    spec, store = spec_dir / "kiln.yaml", LocalStore(tmp_path / "store")
+    target = Registry.parse(f"{registry.host}/matrix")
+
+    def matrix() -> list[str]:
+        assert main(["plan", str(spec), "--store", str(store.root), "--matrix", "--cache", str(target)]) == 0
+        return [e["name"] for e in json.loads(capsys.readouterr().out)["include"]]
+
+    assert matrix() == ["quantize/chat", "quantize/coder", "quantize/intent"]
+    # an artifact published under quantize/coder's key (by a runner that could build it)
+    graph = plan_spec(spec, store).graph
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "config.json").write_text("{}", encoding="utf-8")
+    push_artifact(Client(target), store, target.repo(oa.ARTIFACTS_REPO), "quantize", 1, graph.keys["quantize/coder"],
+                  store.put_tree(tmp_path / "tree"))
+    assert matrix() == ["quantize/chat", "quantize/intent"]
 
 
 def test_the_spec_names_the_default_target_and_an_unreachable_one_is_a_clear_error(tmp_path, registry,

@@ -41,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", metavar="REF", help="compare with the spec at this git revision (exit 5 on changes)")
     p.add_argument("--matrix", action="store_true",
-                   help="print only the GitHub Actions job matrix of the GPU actions left to build")
+                   help="print only the GitHub Actions job matrix of the actions left to build that this "
+                        "builder cannot run (a GPU, or what $KILN_BUILDER_HAS leaves out)")
     p.add_argument("--cache", metavar="REGISTRY", help="count artifacts in this registry cache as built")
 
 
@@ -54,7 +55,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from compiler.gitops.gitrev import GitError
     from compiler.gitops.planbase import plan_against
     from compiler.gitops.render import render_semantic
-    from compiler.gitops.semplan import gpu_matrix
+    from compiler.gitops.semplan import builder_lacks, job_matrix
     from compiler.pipeline import Options
 
     if not args.spec.is_file():
@@ -71,7 +72,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             _print_errors(outcome.validation)
             return 1
         todo = [p for p in outcome.plan if not p.cached and not has_remote(p.key, p.kind)]
-        emit(json.dumps(gpu_matrix(todo, outcome.graph), sort_keys=True, separators=(",", ":")), None)
+        emit(json.dumps(job_matrix(todo, outcome.graph, builder_lacks()), sort_keys=True, separators=(",", ":")), None)
         return 0
     try:
         result = plan_against(args.spec, args.base, store, options, has_remote)

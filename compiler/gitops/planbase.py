@@ -12,7 +12,8 @@ from compiler.planning import capacity_figures
 from compiler.store.local import LocalStore
 
 from . import gitrev
-from .semplan import SemanticPlan, action_changes, capacity_deltas, gpu_matrix, host_disruptions
+from .semplan import (SemanticPlan, action_changes, builder_lacks, capacity_deltas, host_disruptions,
+                      job_matrix)
 
 
 @dataclass
@@ -44,5 +45,5 @@ def plan_against(spec: Path, ref: str, store: LocalStore, options: Options | Non
     todo = [a for a in changes if a.change != "removed" and not a.cached]
     base_figures = capacity_figures(base) if base is not None and base.ok else []
     plan = SemanticPlan(ref, commit, note, changes, unchanged, host_disruptions(base_graph, head_graph),
-                        capacity_deltas(base_figures, capacity_figures(head)), gpu_matrix(todo, head_graph))
+                        capacity_deltas(base_figures, capacity_figures(head)), job_matrix(todo, head_graph, builder_lacks()))
     return BasePlan(head, base, plan)

@@ -141,30 +141,39 @@ def capacity_deltas(base_figures: list, head_figures: list) -> list[CapacityDelt
     return out
 
 
-def gpu_matrix(todo: list[ActionChange] | list, graph: Graph | None) -> dict:
-    """A GitHub Actions `strategy.matrix` with one job per chain of GPU actions to run.
+def job_matrix(todo: list, graph: Graph | None, lacks) -> dict:
+    """A GitHub Actions `strategy.matrix` with one job per chain of actions this builder cannot run.
 
-    Each entry names a GPU action that no other GPU action to run depends on, and in `actions` that
-    action with the GPU actions it waits for (space-separated, dependencies first), so one runner
-    builds the chain with `kiln build --only A --only B`. CPU work is done before the fan-out."""
-    gpu = [a.id for a in todo if "gpu" in a.needs]
-    if graph is None or not gpu:
+    `todo`: actions left to build (anything with `.id`); `lacks(action)`: whether this builder
+    lacks a need of it (a GPU, typically). Each entry names such an action that no other one
+    depends on, and in `actions` that action with the ones it waits for (space-separated,
+    dependencies first), so one runner builds the chain with `kiln build --only A --only B`.
+    What this builder can run is built before the fan-out and shared through the registry."""
+    if graph is None:
         return {"include": []}
-    gpu_set = set(gpu)
+    far = {a.id for a in todo if lacks(graph.actions[a.id])}
 
     def ancestors(aid: str) -> set[str]:
         seen: set[str] = set()
         stack = [aid]
         while stack:
             for d in graph.actions[stack.pop()].deps:
-                if d in gpu_set and d not in seen:
+                if d in far and d not in seen:
                     seen.add(d)
                     stack.append(d)
         return seen
 
-    has_gpu_dependent = {d for aid in gpu for d in ancestors(aid)}
+    has_dependent = {d for aid in far for d in ancestors(aid)}
     include = []
-    for aid in sorted(gpu_set - has_gpu_dependent):
+    for aid in sorted(far - has_dependent):
         chain = [x for x in graph.order if x in ancestors(aid) | {aid}]
         include.append({"name": aid, "actions": " ".join(chain)})
     return {"include": include}
+
+
+def builder_lacks(builder=None):
+    """`lacks` for job_matrix from this machine's builder (or $KILN_BUILDER_HAS)."""
+    from compiler.graph.builder import Builder
+
+    builder = builder if builder is not None else Builder()
+    return lambda action: bool(builder.missing(action))
