@@ -208,3 +208,33 @@ def test_the_spec_names_the_default_target_and_an_unreachable_one_is_a_clear_err
                  "--registry", f"127.0.0.1:{free_port()}/gone"])
     err = capsys.readouterr().err
     assert code == 1 and "cannot reach" in err and "Traceback" not in err
+
+
+def test_a_registry_that_asks_for_credentials_gets_them_from_the_environment(tmp_path, capsys, monkeypatch) -> None:
+    import warnings
+
+    from tests.services import Registry as RegistryProcess
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt  # the standard library's bcrypt (libxcrypt), for the registry's htpasswd file
+    secured = RegistryProcess(htpasswd="kiln:" + crypt.crypt("s3cret", crypt.mksalt(crypt.METHOD_BLOWFISH)))
+    try:
+        spec = light_spec(tmp_path / "spec")
+        target = f"{secured.host}/private"
+        _build(spec, tmp_path / "A", capsys)
+        monkeypatch.delenv("KILN_REGISTRY_USERNAME", raising=False)
+        monkeypatch.delenv("KILN_REGISTRY_PASSWORD", raising=False)
+        assert main(["publish", str(spec), "--store", str(tmp_path / "A"), "--registry", target,
+                     "--commit", "5" * 40]) == 1
+        assert "needs credentials: set KILN_REGISTRY_USERNAME" in capsys.readouterr().err
+        monkeypatch.setenv("KILN_REGISTRY_USERNAME", "kiln")
+        monkeypatch.setenv("KILN_REGISTRY_PASSWORD", "wrong")
+        assert main(["publish", str(spec), "--store", str(tmp_path / "A"), "--registry", target,
+                     "--commit", "5" * 40]) == 1
+        assert "rejected the credentials" in capsys.readouterr().err
+        monkeypatch.setenv("KILN_REGISTRY_PASSWORD", "s3cret")
+        _publish(spec, tmp_path / "A", target, capsys, "--commit", "5" * 40)
+        assert _executed(_build(spec, tmp_path / "B", capsys, "--cache", target)) == 0
+    finally:
+        secured.stop()

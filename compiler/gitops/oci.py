@@ -79,6 +79,9 @@ class Client:
                 if e.code == 401 and attempt == 0:
                     self._authenticate(repo, e.headers.get("WWW-Authenticate", ""))
                     continue
+                if e.code == 401:
+                    raise RegistryError(f"{self.registry.host} rejected the credentials (KILN_REGISTRY_USERNAME, "
+                                        "KILN_REGISTRY_PASSWORD)") from None
                 if e.code == 404 and 404 not in ok:
                     return None
                 detail = e.read(2000).decode("utf-8", "replace").strip()
@@ -89,7 +92,7 @@ class Client:
             if resp.status not in ok:
                 raise RegistryError(f"{method} {url}: unexpected HTTP {resp.status}")
             return resp
-        raise RegistryError(f"{method} {url}: not authorized")
+        raise RegistryError(f"{method} {url}: not authorized")  # not reached: the loop returns or raises
 
     def _authenticate(self, repo: str, challenge: str) -> None:
         user, password = os.environ.get("KILN_REGISTRY_USERNAME"), os.environ.get("KILN_REGISTRY_PASSWORD")
