@@ -84,14 +84,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.matrix:  # output for a workflow step: the exit code says nothing about changes
         emit(json.dumps(result.plan.matrix, sort_keys=True, separators=(",", ":")), None)
         return 0
-    else:
-        text = render_semantic(result.plan, args.format)
-        head = result.head
-        if head.diagnostics and args.format != "json":  # warnings of the new revision stay visible
-            text = render_text(head.diagnostics, {head.file: head.document.text}) + "\n\n" + text
-        if args.format == "text":
-            text += f"\n\n{head.file}: {summary_line(head.diagnostics)}"
-        emit(text, None)
+    text = render_semantic(result.plan, args.format)
+    head = result.head
+    if head.diagnostics and args.format != "json":  # warnings of the new revision stay visible
+        text = render_text(head.diagnostics, {head.file: head.document.text}) + "\n\n" + text
+    if args.format == "text":
+        text += f"\n\n{head.file}: {summary_line(head.diagnostics)}"
+    emit(text, None)
     return EXIT_CHANGES if result.plan.changed else 0
 
 
