@@ -119,7 +119,7 @@ def gate_figures(store: LocalStore, graph: Graph, trees: dict) -> dict[str, dict
 
 def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda line: None,
                options: Options | None = None, builder: Builder | None = None,
-               selection: Selection | None = None) -> BuildOutcome:
+               selection: Selection | None = None, remote=None) -> BuildOutcome:
     """Build what this builder can. Without failures a manifest is written and recorded in the
     store's release history; one with deferred actions says `complete: false` and lists them."""
     outcome, digests = _prepare(spec, store, options)
@@ -135,7 +135,7 @@ def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda 
         selected = selection.chosen(outcome.graph)
     name = outcome.validation.spec.name
     outcome.results = execute(outcome.graph, store, name, jobs=jobs, progress=progress, digest_of=digests.digest,
-                              builder=builder, selected=selected)
+                              builder=builder, selected=selected, remote=remote)
     if not outcome.failed:
         trees = {aid: r.tree for aid, r in outcome.results.items()}
         pending = {r.id: r.error or "deferred" for r in outcome.deferred}

@@ -20,6 +20,10 @@ def register_more(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-profiles", type=Path, metavar="FILE",
                    help="captured `nvidia-smi mig -lgip` output to validate MIG profiles against")
     p.set_defaults(handler=_cmd_plan)
+    # --- GitOps loop (compiler/gitops): plan --base/--matrix/--cache, build --cache, publish, init ---
+    from compiler.gitops import commands as gitops
+
+    gitops.add_plan_args(p)
 
     b = sub.add_parser("build", help="build every artifact that is not cached and write the release manifest")
     b.add_argument("spec", type=Path, metavar="SPEC")
@@ -34,7 +38,11 @@ def register_more(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--allow-partial", action="store_true",
                    help="exit 0 when actions are deferred (this builder lacks what they need, or --only/--skip); "
                         "without it such a build exits 4")
+    b.add_argument("--cache", metavar="REGISTRY", help="fetch artifacts missing from the store from this registry "
+                                                      "(see `kiln publish`) instead of building them")
     b.set_defaults(handler=_cmd_build)
+    gitops.register(sub)
+    # --- end GitOps loop ---
 
     st = sub.add_parser("store", help="inspect and maintain the artifact store")
     st_sub = st.add_subparsers(dest="store_command", metavar="SUBCOMMAND")
@@ -76,6 +84,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from compiler.pipeline import Options
     from compiler.planning import capacity_figures
 
+    if args.base is not None or args.matrix or args.cache:  # GitOps loop: compiler/gitops/commands.py
+        from compiler.gitops.commands import cmd_plan
+        return cmd_plan(args)
     if not args.spec.is_file():
         raise UsageError(f"no such file: {args.spec}")
     outcome = plan_spec(args.spec, open_store(store_dir(args.store)), Options(gpu_profiles=args.gpu_profiles))
@@ -115,9 +126,13 @@ def _cmd_build(args: argparse.Namespace) -> int:
         raise UsageError("--jobs must be at least 1")
     store = open_store(store_dir(args.store))
     progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    remote = None
+    if args.cache:  # GitOps loop: the registry as a shared cache (compiler/gitops/cache.py)
+        from compiler.gitops.cache import remote_for
+        remote = remote_for(args.cache, store)
     try:
         outcome = build_spec(args.spec, store, jobs=args.jobs, progress=progress,
-                             selection=Selection(tuple(args.only), tuple(args.skip)))
+                             selection=Selection(tuple(args.only), tuple(args.skip)), remote=remote)
     except BadSelection as e:
         raise UsageError(str(e)) from None
     result = outcome.validation

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -31,16 +32,21 @@ def free_port() -> int:
 class Registry:
     """A `docker-registry serve` (Distribution 2.x) on 127.0.0.1, no auth, filesystem storage."""
 
-    def __init__(self) -> None:
+    def __init__(self, htpasswd: str | None = None) -> None:
+        """htpasswd: a "user:bcrypt-hash" line to require basic authentication."""
         self.dir = Path(tempfile.mkdtemp(prefix="kiln-registry-"))
         self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
         config = self.dir / "config.yml"
+        auth = ""
+        if htpasswd is not None:
+            (self.dir / "htpasswd").write_text(htpasswd + "\n", encoding="utf-8")
+            auth = f"auth: {{htpasswd: {{realm: kiln-test, path: {self.dir / 'htpasswd'}}}}}\n"
         config.write_text(
             "version: 0.1\n"
             "log: {level: warn}\n"
             f"storage: {{filesystem: {{rootdirectory: {self.dir / 'data'}}}, delete: {{enabled: true}}}}\n"
-            f"http: {{addr: {self.host}}}\n", encoding="utf-8")
+            f"http: {{addr: {self.host}}}\n" + auth, encoding="utf-8")
         self.log = open(self.dir / "registry.log", "wb")
         self.proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=self.log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -50,6 +56,9 @@ class Registry:
                 with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=1) as r:
                     if r.status == 200:
                         break
+            except urllib.error.HTTPError as e:
+                if e.code == 401:  # up, and asking for credentials
+                    break
             except OSError:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:

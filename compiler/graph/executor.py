@@ -43,9 +43,12 @@ class InputChanged(Exception):
 
 def execute(graph: Graph, store: LocalStore, spec_name: str, *, jobs: int = 2,
             progress: Progress = lambda line: None, digest_of: Callable[[Path], str] | None = None,
-            builder: Builder | None = None, selected: set[str] | None = None) -> dict[str, ActionResult]:
+            builder: Builder | None = None, selected: set[str] | None = None,
+            remote: Callable[[Graph, str, str], ActionRecord | None] | None = None) -> dict[str, ActionResult]:
     """Run the graph. Actions outside `selected` (default: all) and actions whose needs `builder`
-    lacks are deferred unless the store already holds them; so are their dependents."""
+    lacks are deferred unless the store already holds them; so are their dependents. `remote`
+    (compiler/gitops/cache.py): on a store miss, may import the action's output from a registry
+    cache and return its record; the action then counts as cached."""
     builder = builder if builder is not None else Builder()
     results: dict[str, ActionResult] = {}
     total = len(graph.order)
@@ -68,9 +71,13 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, *, jobs: int = 2,
                         continue
                     waiting = [d for d in deps if results[d].status == "deferred"]
                     record = store.get_action(key)
+                    fetched = False
+                    if record is None and remote is not None:  # a registry cache (compiler/gitops/cache.py)
+                        record = remote(graph, aid, spec_name)
+                        fetched = record is not None
                     if record is not None:
                         results[aid] = ActionResult(aid, key, "cached", record.tree, record.duration_s)
-                        progress(f"[{len(results)}/{total}] cached {aid}")
+                        progress(f"[{len(results)}/{total}] {'fetched' if fetched else 'cached'} {aid}")
                         continue
                     why = (f"waits for {waiting[0]}" if waiting else
                            "not selected (--only/--skip)" if selected is not None and aid not in selected else

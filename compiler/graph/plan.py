@@ -60,7 +60,13 @@ def _reasons(graph: Graph, aid: str, ref: dict | None, will_run: set[str]) -> li
         return ["never built in this store"]
     if ref["key"] == graph.keys[aid]:
         return ["built before, but its output is no longer in the store"]
-    last = ref["params"]
+    return record_reasons(ref["params"], graph, aid, will_run)
+
+
+def record_reasons(last: dict, graph: Graph, aid: str, will_run: set[str]) -> list[str]:
+    """Field paths and inputs that differ between an earlier record of an action slot
+    ({"params", "inputs", "deps", "version"}: from the store's refs or another graph) and now."""
+    action = graph.actions[aid]
     reasons: list[str] = []
     if last.get("version") != action.version:
         reasons.append(f"{action.kind} changed (v{last.get('version')} -> v{action.version})")

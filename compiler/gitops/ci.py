@@ -1,0 +1,98 @@
+"""`kiln init`: render the CI workflows in templates/ci/ into a repository's .github/workflows/.
+
+The templates are Jinja2 with [[ ]] / [% %] delimiters, because GitHub's own ${{ }} expressions
+must pass through untouched. Values are checked against plain character sets before rendering:
+they land inside YAML and shell, and nothing there may need quoting.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import jinja2
+
+from compiler import __version__
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "ci"
+WORKFLOWS = {"kiln-plan.yml": "kiln-plan.yml.j2", "kiln-release.yml": "kiln-release.yml.j2"}
+_PATH_RE = re.compile(r"[A-Za-z0-9._/-]+")
+_REGISTRY_RE = re.compile(r"[A-Za-z0-9._:/-]+")
+_LABEL_RE = re.compile(r"[A-Za-z0-9._-]+")
+DEFAULT_GPU_RUNNER = ("self-hosted", "linux", "gpu")
+
+
+class InitConflict(Exception):
+    """A value kiln cannot put in a workflow, or a workflow file that differs (without --force)."""
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                              variable_start_string="[[", variable_end_string="]]",
+                              block_start_string="[%", block_end_string="%]",
+                              comment_start_string="[#", comment_end_string="#]",
+                              keep_trailing_newline=True, autoescape=False)
+
+
+def render_workflows(spec: str, registry: str, *, gpu_runner: tuple[str, ...] = DEFAULT_GPU_RUNNER,
+                     branch: str = "main", python: str = "3.11") -> dict[str, str]:
+    """Pure: workflow file name -> text."""
+    if not _PATH_RE.fullmatch(spec) or spec.startswith("/") or ".." in spec.split("/"):
+        raise InitConflict(f"spec path {spec!r}: use a relative path of letters, digits, '.', '_', '-' and '/'")
+    if not _REGISTRY_RE.fullmatch(registry):
+        raise InitConflict(f"registry {registry!r} has characters a workflow cannot carry unquoted")
+    if not gpu_runner or not all(_LABEL_RE.fullmatch(label) for label in gpu_runner):
+        raise InitConflict(f"GPU runner labels {','.join(gpu_runner)!r}: use letters, digits, '.', '_' and '-'")
+    if not _LABEL_RE.fullmatch(branch):
+        raise InitConflict(f"branch {branch!r}: use letters, digits, '.', '_' and '-'")
+    values = {
+        "spec": spec,
+        "spec_dir": spec.rsplit("/", 1)[0] if "/" in spec else ".",
+        "registry": registry,
+        "gpu_runner": "[" + ", ".join(gpu_runner) + "]",
+        "branch": branch,
+        "python": python,
+        "install": f'python -m pip install "kiln=={__version__}"',
+        "install_gpu": f'python -m pip install "kiln[quantize]=={__version__}"',
+    }
+    env = _environment()
+    out = {name: env.get_template(template).render(values) for name, template in WORKFLOWS.items()}
+    if values["spec_dir"] == ".":  # the spec sits at the repository root: any change may touch it
+        out = {name: text.replace('      - "./**"\n', '      - "**"\n') for name, text in out.items()}
+    return out
+
+
+def install_workflows(root: Path, spec: Path, *, registry: str | None = None, force: bool = False,
+                      gpu_runner: tuple[str, ...] = DEFAULT_GPU_RUNNER, branch: str = "main") -> list[tuple[Path, str]]:
+    """Write the workflows under root/.github/workflows; [(path, "wrote"|"unchanged"|"replaced")]."""
+    if not TEMPLATES.is_dir():
+        raise InitConflict(f"the CI templates are not installed ({TEMPLATES} is missing)")
+    if not spec.is_file():
+        raise InitConflict(f"no such file: {spec}")
+    try:
+        rel = spec.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        raise InitConflict(f"{spec} is not inside {root}") from None
+    if registry is None:
+        from compiler.pipeline import validate_path
+
+        parsed = validate_path(spec).spec
+        if parsed is None or parsed.publish is None:
+            raise InitConflict(f"{spec} has no publish.registry: set it or pass --registry")
+        registry = parsed.publish.registry
+    texts = render_workflows(rel, registry, gpu_runner=gpu_runner, branch=branch)
+    target = root / ".github" / "workflows"
+    plan = []
+    for name, text in texts.items():
+        path = target / name
+        old = path.read_text(encoding="utf-8") if path.is_file() else None
+        if old is not None and old != text and not force:
+            raise InitConflict(f"{path} exists and differs; pass --force to replace it")
+        plan.append((path, text, "unchanged" if old == text else "replaced" if old is not None else "wrote"))
+    target.mkdir(parents=True, exist_ok=True)
+    for path, text, state in plan:  # checked all first: nothing half-written
+        if state != "unchanged":
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
+    return [(path, state) for path, _, state in plan]

@@ -1,0 +1,70 @@
+"""A spec as it was at a git revision, read with `git archive`: the working tree is never touched.
+
+Only the spec's own directory is extracted (a spec names its data and model files relative to
+itself); a spec that refers to files outside its directory sees them missing at the base revision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+
+class GitError(Exception):
+    """Not a git repository, an unknown revision, or git itself is missing (a usage problem)."""
+
+
+def _git(cwd: Path, *args: str) -> bytes:
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False)
+    except FileNotFoundError:
+        raise GitError("git is not installed") from None
+    if proc.returncode != 0:
+        msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise GitError(msg[-1] if msg else f"git {' '.join(args)} failed")
+    return proc.stdout
+
+
+def repo_root(path: Path) -> Path:
+    return Path(_git(path.resolve().parent, "rev-parse", "--show-toplevel").decode().strip())
+
+
+def head_commit(spec: Path) -> str:
+    """The commit the spec's repository is at (full hex)."""
+    return _git(spec.resolve().parent, "rev-parse", "HEAD").decode().strip()
+
+
+def resolve_ref(spec: Path, ref: str) -> str:
+    try:
+        return _git(spec.resolve().parent, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").decode().strip()
+    except GitError:
+        raise GitError(f"unknown git revision {ref!r}") from None
+
+
+@contextlib.contextmanager
+def spec_at(spec: Path, ref: str) -> Iterator[Path | None]:
+    """Yield the path of `spec` as extracted from revision `ref` into a temporary directory, or None
+    when the spec did not exist there (a pull request that adds it)."""
+    root = repo_root(spec)
+    commit = resolve_ref(spec, ref)
+    rel_dir = spec.resolve().parent.relative_to(root.resolve()).as_posix()
+    rel_spec = spec.resolve().relative_to(root.resolve()).as_posix()
+    listed = _git(root, "ls-tree", "-r", "--name-only", commit, "--", rel_spec).decode().strip()
+    with tempfile.TemporaryDirectory(prefix="kiln-base-") as tmp:
+        if not listed:
+            yield None
+            return
+        archive = Path(tmp) / "base.tar"  # streamed to disk: a spec directory may hold weights
+        with open(archive, "wb") as f:
+            proc = subprocess.run(["git", "archive", "--format=tar", commit, "--", "." if rel_dir == "." else rel_dir],
+                                  cwd=root, stdout=f, stderr=subprocess.PIPE, check=False)
+        if proc.returncode != 0:
+            raise GitError(proc.stderr.decode("utf-8", "replace").strip() or "git archive failed")
+        with tarfile.open(archive) as tar:
+            tar.extractall(Path(tmp) / "tree", filter="data")
+        archive.unlink()
+        yield Path(tmp) / "tree" / rel_spec

@@ -1,0 +1,124 @@
+"""`kiln publish`: every artifact of a built spec to an OCI registry, then the release manifest
+tagged with the spec's commit and its provenance statement. Blobs and artifacts the registry
+already has are not uploaded again, so publishing an unchanged (or reverted) spec uploads nothing
+but tags and the new commit's provenance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from compiler.build import build_spec, plan_spec
+from compiler.graph.manifest import spec_digest
+from compiler.store.local import LocalStore, sha256_bytes
+
+from . import artifacts as oa
+from .oci import OCI_MANIFEST, Client, Registry
+from .provenance import statement
+
+
+class NotBuilt(Exception):
+    """The store lacks artifacts of the spec (or there is nowhere to publish): a one-line error."""
+
+
+@dataclass
+class PublishOutcome:
+    validation: object
+    registry: Registry | None = None
+    pushed: list[str] = field(default_factory=list)  # action ids whose artifact was pushed now
+    present: list[str] = field(default_factory=list)  # already in the registry
+    missing: list[str] = field(default_factory=list)  # not in the store (--artifacts-only)
+    blobs_uploaded: int = 0
+    release_ref: str | None = None
+    release_digest: str | None = None  # digest of the release's OCI manifest
+    provenance: bytes | None = None
+
+    def summary(self) -> str:
+        text = (f"published to {self.registry}: {len(self.pushed)} artifact(s) pushed, {len(self.present)} already "
+                f"present, {self.blobs_uploaded} blob(s) uploaded")
+        if self.missing:
+            text += f", {len(self.missing)} not built here"
+        if self.release_ref:
+            text += f"\nrelease {self.release_ref}@{self.release_digest}"
+        return text
+
+
+def push_artifact(client: Client, store: LocalStore, repo: str, kind: str, version: int, key: str,
+                  tree: str) -> tuple[bool, int]:
+    """(pushed, blobs uploaded). An artifact is immutable under its key: a tag that exists is kept."""
+    tag = oa.artifact_tag(kind, key)
+    if client.manifest_digest(repo, tag) is not None:
+        return False, 0
+    tree_bytes = store.read_bytes(tree)
+    files = store.tree(tree)
+    uploaded = 0
+    for digest, size in sorted({(f.digest, f.size) for f in files}):
+        # The registry checks each upload against its digest, so a corrupt store object fails here.
+        uploaded += client.push_blob(repo, digest, size, store.blob_path(digest))
+    uploaded += client.push_blob(repo, tree, len(tree_bytes), tree_bytes)
+    client.put_manifest(repo, tag, oa.artifact_manifest(kind, version, key, tree_bytes, files))
+    return True, uploaded
+
+
+def _spec_path(spec: Path) -> str:
+    from .gitrev import GitError, repo_root
+
+    try:
+        return spec.resolve().relative_to(repo_root(spec).resolve()).as_posix()
+    except (GitError, ValueError):
+        return spec.name
+
+
+def publish_spec(spec: Path, store: LocalStore, registry: str | None, commit: str | None, *,
+                 artifacts_only: bool = False) -> PublishOutcome:
+    planned = plan_spec(spec, store)
+    outcome = PublishOutcome(planned.validation)
+    graph, result = planned.graph, planned.validation
+    if graph is None:
+        return outcome
+    target = registry or (result.spec.publish.registry if result.spec.publish else None)
+    if not target:
+        raise NotBuilt(f"{result.file}: no registry to publish to: set publish.registry or pass --registry")
+    outcome.registry = Registry.parse(target)
+    client = Client(outcome.registry)
+    repo = outcome.registry.repo(oa.ARTIFACTS_REPO)
+    records = {aid: store.get_action(graph.keys[aid]) for aid in graph.order}
+    outcome.missing = [aid for aid, r in records.items() if r is None]
+    if outcome.missing and not artifacts_only:
+        raise NotBuilt(f"{len(outcome.missing)} artifact(s) of {result.file} are not in the store "
+                       f"({', '.join(outcome.missing[:3])}{', ...' if len(outcome.missing) > 3 else ''}): "
+                       "run `kiln build` first")
+    for aid in graph.order:
+        record = records[aid]
+        if record is None:
+            continue
+        action = graph.actions[aid]
+        pushed, blobs = push_artifact(client, store, repo, action.kind, action.version, graph.keys[aid], record.tree)
+        (outcome.pushed if pushed else outcome.present).append(aid)
+        outcome.blobs_uploaded += blobs
+    if artifacts_only:
+        return outcome
+    if not commit:
+        raise NotBuilt("a release needs the spec's git commit")
+
+    # The release manifest exactly as `kiln build` writes it (whatever it comes to list): a build
+    # whose every action is in the store executes nothing and returns those bytes.
+    built = build_spec(spec, store)
+    if built.executed or built.manifest is None:
+        raise NotBuilt(f"{result.file} changed while publishing; run `kiln build` and publish again")
+    release = built.manifest
+    release_repo = outcome.registry.repo(result.spec.name)
+    for blob in (oa.EMPTY, release):
+        outcome.blobs_uploaded += client.push_blob(release_repo, sha256_bytes(blob), len(blob), blob)
+    manifest = oa.release_artifact(release, result.spec.name, spec_digest(result.spec),
+                                   result.spec.toolchain.model_dump(mode="json"))
+    outcome.release_digest = client.put_manifest(release_repo, oa.release_tag(commit), manifest)
+    outcome.release_ref = f"{outcome.registry.host}/{release_repo}:{oa.release_tag(commit)}"
+
+    outcome.provenance = statement(release, outcome.release_ref, outcome.release_digest, _spec_path(spec), commit)
+    outcome.blobs_uploaded += client.push_blob(release_repo, sha256_bytes(outcome.provenance),
+                                               len(outcome.provenance), outcome.provenance)
+    subject = oa.descriptor(OCI_MANIFEST, outcome.release_digest, len(manifest))
+    client.put_manifest(release_repo, oa.provenance_tag(commit), oa.provenance_artifact(outcome.provenance, subject))
+    return outcome
+

@@ -1,0 +1,179 @@
+"""The semantic difference between a spec at a base revision and now: what a pull request costs.
+
+Pure over its inputs (two validations, two graphs, what the store recorded): which artifacts are
+rebuilt and why (field paths, input files), how long that is expected to take (durations the store
+recorded), which hosts and GPUs are disrupted, and how capacity changes per serving unit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compiler.graph.model import Graph
+from compiler.graph.plan import record_reasons
+from compiler.store.local import LocalStore
+
+GIB = 1024 ** 3
+
+
+@dataclass
+class ActionChange:
+    id: str
+    kind: str
+    change: str  # "new", "changed", "removed"
+    reasons: list[str] = field(default_factory=list)
+    needs: tuple[str, ...] = ()
+    cached: bool = False  # the new output is already in the store (or the registry cache)
+    expected_s: float | None = None  # from the store's last build of this slot; None: unknown
+
+
+@dataclass
+class CapacityDelta:
+    unit: str
+    change: str  # "new", "changed", "removed"
+    before: dict | None
+    after: dict | None
+
+
+@dataclass
+class SemanticPlan:
+    base: str  # the revision as the user named it
+    base_commit: str
+    base_note: str | None  # e.g. the spec did not exist there
+    actions: list[ActionChange]
+    unchanged: int
+    disruptions: list  # compiler.graph.disruption.Disruption
+    capacity: list[CapacityDelta]
+    matrix: dict = field(default_factory=lambda: {"include": []})  # GPU fan-out of what is left to build
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.actions or self.disruptions or self.capacity)
+
+    @property
+    def expected_build_s(self) -> tuple[float, int]:
+        """(seconds known from earlier builds, number of actions with no recorded duration)."""
+        todo = [a for a in self.actions if a.change != "removed" and not a.cached]
+        return (round(sum(a.expected_s or 0.0 for a in todo), 3), sum(a.expected_s is None for a in todo))
+
+
+
+def _record(graph: Graph, aid: str) -> dict:
+    a = graph.actions[aid]
+    return {"params": dict(a.params), "inputs": dict(a.inputs), "deps": {d: graph.keys[d] for d in a.deps},
+            "version": a.version}
+
+
+def _expected(store: LocalStore, spec_name: str, aid: str, base_key: str | None) -> float | None:
+    """How long the slot took the last time this store built it."""
+    for key in (base_key, (store.get_ref(spec_name, aid) or {}).get("key")):
+        if key:
+            rec = store.get_action(key)
+            if rec is not None:
+                return rec.duration_s
+    return None
+
+
+def action_changes(base: Graph | None, head: Graph, store: LocalStore, spec_name: str,
+                   has_remote=lambda key, kind: False) -> tuple[list[ActionChange], int]:
+    changes: list[ActionChange] = []
+    rebuilt: set[str] = set()
+    unchanged = 0
+    for aid in head.order:
+        action, key = head.actions[aid], head.keys[aid]
+        base_key = base.keys.get(aid) if base is not None else None
+        if base_key == key:
+            unchanged += 1
+            continue
+        if base_key is None:
+            change = ActionChange(aid, action.kind, "new", ["not in the base revision"], action.needs)
+        else:
+            change = ActionChange(aid, action.kind, "changed", record_reasons(_record(base, aid), head, aid, rebuilt),
+                                  action.needs)
+        rebuilt.add(aid)
+        change.cached = store.get_action(key) is not None or has_remote(key, action.kind)
+        change.expected_s = 0.0 if change.cached else _expected(store, spec_name, aid, base_key)
+        changes.append(change)
+    if base is not None:
+        for aid in base.order:
+            if aid not in head.actions:
+                changes.append(ActionChange(aid, base.actions[aid].kind, "removed", ["no longer in the spec"]))
+    return changes, unchanged
+
+
+def host_disruptions(base: Graph | None, head: Graph) -> list:
+    from compiler.actions import hostplan
+    from compiler.graph.disruption import disruptions
+
+    out = []
+    for aid in head.order:
+        action = head.actions[aid]
+        if action.kind != hostplan.KIND:
+            continue
+        old = base.actions.get(aid) if base is not None else None
+        if old is not None and base.keys[aid] == head.keys[aid]:
+            continue
+        before = hostplan.state_from_params(dict(old.params)) if old is not None else None
+        out.extend(disruptions(before, hostplan.state_from_params(dict(action.params))))
+    return out
+
+
+def _unit_row(fig) -> dict:
+    cap = fig.capacity
+    return {
+        "host": fig.host, "model": fig.model, "slice": fig.slice,
+        "headroom_gib": round(cap.headroom_bytes / GIB, 2),
+        "max_sequences": cap.max_sequences,
+        "decode_tok_s": None if fig.decode is None else round(fig.decode.tokens_per_s_at_batch, 1),
+        "cost_per_mtok": None if fig.cost_per_mtok is None else round(fig.cost_per_mtok, 4),
+    }
+
+
+def capacity_deltas(base_figures: list, head_figures: list) -> list[CapacityDelta]:
+    before = {f.unit_id: _unit_row(f) for f, _ in base_figures}
+    after = {f.unit_id: _unit_row(f) for f, _ in head_figures}
+    out = []
+    for unit in sorted(set(before) | set(after)):
+        b, a = before.get(unit), after.get(unit)
+        if b == a:
+            continue
+        out.append(CapacityDelta(unit, "new" if b is None else "removed" if a is None else "changed", b, a))
+    return out
+
+
+def job_matrix(todo: list, graph: Graph | None, lacks) -> dict:
+    """A GitHub Actions `strategy.matrix` with one job per chain of actions this builder cannot run.
+
+    `todo`: actions left to build (anything with `.id`); `lacks(action)`: whether this builder
+    lacks a need of it (a GPU, typically). Each entry names such an action that no other one
+    depends on, and in `actions` that action with the ones it waits for (space-separated,
+    dependencies first), so one runner builds the chain with `kiln build --only A --only B`.
+    What this builder can run is built before the fan-out and shared through the registry."""
+    if graph is None:
+        return {"include": []}
+    far = {a.id for a in todo if lacks(graph.actions[a.id])}
+
+    def ancestors(aid: str) -> set[str]:
+        seen: set[str] = set()
+        stack = [aid]
+        while stack:
+            for d in graph.actions[stack.pop()].deps:
+                if d in far and d not in seen:
+                    seen.add(d)
+                    stack.append(d)
+        return seen
+
+    has_dependent = {d for aid in far for d in ancestors(aid)}
+    include = []
+    for aid in sorted(far - has_dependent):
+        chain = [x for x in graph.order if x in ancestors(aid) | {aid}]
+        include.append({"name": aid, "actions": " ".join(chain)})
+    return {"include": include}
+
+
+def builder_lacks(builder=None):
+    """`lacks` for job_matrix from this machine's builder (or $KILN_BUILDER_HAS)."""
+    from compiler.graph.builder import Builder
+
+    builder = builder if builder is not None else Builder()
+    return lambda action: bool(builder.missing(action))

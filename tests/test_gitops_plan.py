@@ -1,0 +1,151 @@
+"""`kiln plan --base REF`: the semantic difference between a spec at a git revision and now."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from compiler.cli import main
+from tests.gitrepo import GitRepo
+
+GOLDEN = Path(__file__).parent / "golden" / "plan" / "calibration-and-mig"
+EXT = {"text": "txt", "markdown": "md", "json": "json"}
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch) -> GitRepo:
+    r = GitRepo(tmp_path / "repo")
+    shutil.copytree(GOLDEN / "spec", r.root / "deploy")
+    r.commit("base")
+    monkeypatch.chdir(r.root)
+    monkeypatch.setenv("KILN_STORE", str(tmp_path / "store"))
+    # the plan's job matrix is what this builder cannot run: pin a CPU runner's capabilities
+    monkeypatch.setenv("KILN_BUILDER_HAS", "torch,network,docker")
+    return r
+
+
+def _plan(capsys, *args: str) -> tuple[int, str]:
+    code = main(["plan", "deploy/kiln.yaml", *args])
+    return code, capsys.readouterr().out
+
+
+def _change_calibration_and_one_layout(repo: GitRepo) -> None:
+    # coder's calibration set (the file's content, under the same name) and GPU 1's MIG layout
+    with open(repo.root / "deploy/data/calib-code.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"text": "def add(a, b):\\n    return a + b\\n"}\n')
+    text = (repo.root / "deploy/kiln.yaml").read_text(encoding="utf-8")
+    marker = "      - index: 1\n"
+    head, tail = text.split(marker)
+    tail = tail.replace("{profile: 1g.23gb, serves: intent}", "{profile: 1g.45gb, serves: intent}", 1)
+    (repo.root / "deploy/kiln.yaml").write_text(head + marker + tail, encoding="utf-8")
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "json"])
+def test_golden_plan_of_a_calibration_and_mig_change(repo: GitRepo, capsys, fmt: str, update_expectations) -> None:
+    _change_calibration_and_one_layout(repo)
+    code, out = _plan(capsys, "--base", "main", "--format", fmt)
+    assert code == 5
+    golden = GOLDEN / f"plan.{EXT[fmt]}"
+    if update_expectations:
+        golden.write_text(out, encoding="utf-8")
+    assert out == golden.read_text(encoding="utf-8")
+
+
+def test_the_plan_names_exactly_those_rebuilds_and_the_one_disrupted_gpu(repo: GitRepo, capsys) -> None:
+    _change_calibration_and_one_layout(repo)
+    code, out = _plan(capsys, "--base", "main", "--format", "json")
+    doc = json.loads(out)
+    assert code == 5 and doc["changed"]
+    rebuilt = {a["id"]: a for a in doc["actions"]}
+    assert set(rebuilt) == {"calibration-set/coder", "quantize/coder", "spec-snapshot", "host-plan/b200-a",
+                            "host-script/b200-a", "capacity-report/b200-a"}
+    assert all(a["change"] == "changed" for a in doc["actions"])
+    assert rebuilt["calibration-set/coder"]["reasons"] == ["input data changed"]
+    assert rebuilt["quantize/coder"]["reasons"] == ["depends on calibration-set/coder, which changes"]
+    assert rebuilt["host-plan/b200-a"]["reasons"] == ['spec.gpus[1].mig[2].profile: "1g.23gb" -> "1g.45gb"']
+    assert [(d["host"], d["gpu"], d["kind"]) for d in doc["disruptions"]] == [("b200-a", 1, "mig-reslice")]
+    assert [c["unit"] for c in doc["capacity"]] == ["b200-a/gpu1/mig2"]
+    assert doc["matrix"] == {"include": []}  # FP8 quantization runs without a GPU
+
+
+def test_no_change_exits_zero_and_says_so(repo: GitRepo, capsys) -> None:
+    repo.edit("deploy/kiln.yaml", "# The commit ids", "# Reviewed. The commit ids")  # a comment only
+    code, out = _plan(capsys, "--base", "HEAD")
+    assert code == 0
+    assert "no change" in out and "0 differ" in out
+
+
+def test_a_spec_added_by_the_change_is_all_new(repo: GitRepo, capsys) -> None:
+    shutil.copytree(GOLDEN / "spec", repo.root / "other")
+    code = main(["plan", "other/kiln.yaml", "--base", "HEAD", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 5
+    assert "does not exist at HEAD" in doc["base"]["note"]
+    assert {a["change"] for a in doc["actions"]} == {"new"}
+
+
+def test_expected_build_time_comes_from_durations_recorded_in_the_store(repo: GitRepo, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("KILN_BUILDER_HAS", "")  # never download the 70B model: its actions are deferred
+    assert main(["build", "deploy/kiln.yaml", "-q"]) == 4  # everything else builds
+    capsys.readouterr()
+    repo.edit("deploy/kiln.yaml", "max_queue_delay_us: 50", "max_queue_delay_us: 75")
+    code, out = _plan(capsys, "--base", "HEAD", "--format", "json")
+    doc = json.loads(out)
+    assert code == 5
+    snapshot = next(a for a in doc["actions"] if a["id"] == "spec-snapshot")
+    assert snapshot["expected_s"] is not None and snapshot["expected_s"] >= 0
+    assert doc["unknown_durations"] == 0
+
+
+def test_a_removed_model_lists_its_artifacts_as_removed(repo: GitRepo, capsys) -> None:
+    text = (repo.root / "deploy/kiln.yaml").read_text(encoding="utf-8")
+    text = text.replace("          - {profile: 1g.23gb, serves: intent}\n", "")
+    start = text.index("  intent:\n")
+    end = text.index("hosts:")
+    (repo.root / "deploy/kiln.yaml").write_text(text[:start] + text[end:], encoding="utf-8")
+    code, out = _plan(capsys, "--base", "HEAD", "--format", "json")
+    assert code == 5, out
+    removed = {a["id"] for a in json.loads(out)["actions"] if a["change"] == "removed"}
+    assert removed == {"calibration-set/intent", "llmapi-options/intent", "quantize/intent"}
+
+
+def test_bad_revisions_and_bad_specs_are_clear_errors(repo: GitRepo, capsys) -> None:
+    assert main(["plan", "deploy/kiln.yaml", "--base", "no-such-branch"]) == 2
+    assert "unknown git revision 'no-such-branch'" in capsys.readouterr().err
+    repo.edit("deploy/kiln.yaml", "max_batch_size: 16", "max_batch_szie: 16")
+    assert main(["plan", "deploy/kiln.yaml", "--base", "HEAD"]) == 1
+    assert "K101" in capsys.readouterr().err
+
+
+def test_outside_a_git_repository_base_is_a_usage_error(tmp_path: Path, capsys, monkeypatch) -> None:
+    shutil.copytree(GOLDEN / "spec", tmp_path / "plain")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    assert main(["plan", str(tmp_path / "plain" / "kiln.yaml"), "--base", "HEAD"]) == 2
+    assert "--base HEAD:" in capsys.readouterr().err
+
+
+def test_the_matrix_fans_out_gpu_actions_left_to_build(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("KILN_BUILDER_HAS", "torch,network,docker")  # a CPU runner
+    spec = Path(__file__).parents[1] / "examples" / "nvfp4-moe-blackwell" / "kiln.yaml"  # NVFP4 needs CUDA
+    assert main(["plan", str(spec), "--store", str(tmp_path / "store"), "--matrix"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "include": [{"name": "quantize/qwen-moe", "actions": "quantize/qwen-moe"}]}
+
+
+def test_a_chain_of_gpu_actions_is_one_matrix_job() -> None:
+    from compiler.graph.model import Action, Graph
+    from compiler.gitops.semplan import job_matrix
+
+    graph = Graph.build([Action("cal/a", "k", 1, {}), Action("q/a", "k", 1, {}, deps=("cal/a",), needs=("gpu",)),
+                         Action("gate/a", "k", 1, {}, deps=("q/a",), needs=("torch", "gpu")),
+                         Action("q/b", "k", 1, {}, needs=("gpu",)), Action("opts/b", "k", 1, {}, deps=("q/b",))])
+    todo = [graph.actions[a] for a in graph.order]
+    def gpu(action) -> bool:
+        return "gpu" in action.needs
+
+    assert job_matrix(todo, graph, gpu) == {"include": [{"name": "gate/a", "actions": "q/a gate/a"},
+                                                   {"name": "q/b", "actions": "q/b"}]}
+    assert job_matrix([graph.actions["cal/a"]], graph, gpu) == {"include": []}
