@@ -13,6 +13,8 @@ and evaluates it on data/eval-<domain>.jsonl. Formats ModelOpt fake-quantizes on
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import random
 import sys
 import time
@@ -50,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7, help="calibration selection seed (the quickstart uses 7)")
     ap.add_argument("--max-seq-len", type=int, default=128)
     ap.add_argument("--eval-samples", type=int, default=40)
+    ap.add_argument("--formats", nargs="*", help=f"only these ({', '.join(FORMATS)}); default all")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(quantize.CPU_THREADS)
@@ -62,30 +65,33 @@ def main(argv: list[str] | None = None) -> int:
     def ppl(model, tok, d: str) -> float:
         return quantize.evaluate(model, tok, evals[d], "perplexity", 1024)
 
+    head = ("format", "calibration", *(f"eval {d} ppl" for d in DOMAINS), "quantize time")
+    widths = (18, 11, *(13 for _ in DOMAINS), 13)
+
+    def emit(cells) -> None:  # one row as soon as it is measured: a long run shows progress
+        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |", flush=True)
+
+    print(f"calibration: {args.samples} samples x <= {args.max_seq_len} tokens; eval: {args.eval_samples} samples "
+          "per domain; quantize time = calibration + export preprocessing, CPU", flush=True)
+    emit(head)
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|", flush=True)
     model, tok = quantize.load(EXAMPLE / "model", "bf16", "cpu")
-    rows = [("unquantized (bf16)", "-", {d: f"{ppl(model, tok, d):.2f}" for d in DOMAINS}, "")]
+    emit(("unquantized (bf16)", "-", *(f"{ppl(model, tok, d):.2f}" for d in DOMAINS), ""))
     for label, fmt in FORMATS.items():
+        if args.formats and label not in args.formats:
+            continue
         params = {**base_params, **fmt}
         for cd in DOMAINS:
             if quantize.needs_gpu(params) and not torch.cuda.is_available():
-                rows.append((label, cd, {d: "needs GPU" for d in DOMAINS}, ""))
+                emit((label, cd, *("needs GPU" for _ in DOMAINS), ""))
                 continue
             model, tok = quantize.load(EXAMPLE / "model", "bf16", "cpu")
             torch.manual_seed(0)
             start = time.monotonic()
-            model = quantize.quantize_in_memory(model, tok, params, calib[cd])
+            with contextlib.redirect_stdout(io.StringIO()):  # ModelOpt prints its progress
+                model = quantize.quantize_in_memory(model, tok, params, calib[cd])
             took = time.monotonic() - start
-            rows.append((label, cd, {d: f"{ppl(model, tok, d):.2f}" for d in DOMAINS}, f"{took:.1f}s"))
-
-    head = ("format", "calibration", *(f"eval {d} ppl" for d in DOMAINS), "quantize time")
-    table = [head] + [(f, c, *(cells[d] for d in DOMAINS), t) for f, c, cells, t in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    print(f"calibration: {args.samples} samples x <= {args.max_seq_len} tokens; eval: {args.eval_samples} samples "
-          "per domain; quantize time = calibration + export preprocessing, CPU")
-    for i, r in enumerate(table):
-        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
-        if i == 0:
-            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+            emit((label, cd, *(f"{ppl(model, tok, d):.2f}" for d in DOMAINS), f"{took:.1f}s"))
     return 0
 
 

@@ -33,7 +33,8 @@ MIG_ACTIONS = {  # what a builder without torch, GPU or network runs
     "llmapi-options/chat", "llmapi-options/coder", "llmapi-options/intent",
 }
 MIG_DEFERRED = {"quantize/chat", "quality-gate/chat", "quantize/coder", "quantize/intent",  # Hugging Face weights
-                "triton-repo/b200-a",  # copies the checkpoints' tokenizers
+                "tokenizer/chat", "tokenizer/coder", "tokenizer/intent",
+                "triton-repo/b200-a",  # carries the tokenizers
                 "image-context/b200-a", "image/b200-a"}  # carry the checkpoints and the repository
 # These tests are about the graph, keys and store, not about quantization (tests/test_quantize.py):
 # they build as a builder that lacks torch, a GPU and the network, the same on every machine.
@@ -127,21 +128,21 @@ ROWS = [
          "spec-snapshot": "hosts.b200-a.clocks.graphics_mhz"}),
     Row("calibration-samples", MIG,
         replace_once("kiln.yaml", "samples: 256", "samples: 128"),
-        frozenset({"triton-repo/b200-a", "image-context/b200-a", "image/b200-a", "calibration-set/intent", "quantize/intent", "spec-snapshot"}),
+        frozenset({"image-context/b200-a", "image/b200-a", "calibration-set/intent", "quantize/intent", "spec-snapshot"}),
         {"calibration-set/intent": "samples: 256 -> 128",
          "spec-snapshot": "models.intent.quantization.calibration.samples"}),
     Row("calibration-max-seq-len", MIG,  # applied by the quantize step, not by calibration-set
         replace_once("kiln.yaml", "samples: 256, max_seq_len: 512", "samples: 256, max_seq_len: 1024"),
-        frozenset({"triton-repo/b200-a", "image-context/b200-a", "image/b200-a", "quantize/intent", "spec-snapshot"}),
+        frozenset({"image-context/b200-a", "image/b200-a", "quantize/intent", "spec-snapshot"}),
         {"spec-snapshot": "calibration.max_seq_len: 512 -> 1024"}),
     Row("calibration-data-content", MIG,  # calib-code.jsonl is read by coder only
         append_line("data/calib-code.jsonl", '{"text": "def added_sample(): return 1"}'),
-        frozenset({"triton-repo/b200-a", "image-context/b200-a", "image/b200-a", "calibration-set/coder", "quantize/coder", "spec-snapshot"}),
+        frozenset({"image-context/b200-a", "image/b200-a", "calibration-set/coder", "quantize/coder", "spec-snapshot"}),
         {"calibration-set/coder": "input data changed",
          "spec-snapshot": "input coder:calibration changed"}),
     Row("shared-calibration-data-content", MIG,  # calib-chat.jsonl is read by chat and intent
         append_line("data/calib-chat.jsonl", '{"text": "one more calibration sample"}'),
-        frozenset({"triton-repo/b200-a", "image-context/b200-a", "image/b200-a", "calibration-set/chat", "calibration-set/intent", "quantize/chat", "quality-gate/chat",
+        frozenset({"image-context/b200-a", "image/b200-a", "calibration-set/chat", "calibration-set/intent", "quantize/chat", "quality-gate/chat",
                    "quantize/intent", "spec-snapshot"}),
         {"calibration-set/chat": "input data changed", "calibration-set/intent": "input data changed",
          "spec-snapshot": "input chat:calibration changed"}),
@@ -153,10 +154,10 @@ ROWS = [
         touch_calibration, frozenset()),
     Row("eval-data-content", MIG,  # quantize measures both figures on it; the gate compares them
         append_line("data/eval-chat.jsonl", '{"text": "another evaluation line"}'),
-        frozenset({"triton-repo/b200-a", "image-context/b200-a", "image/b200-a", "quantize/chat", "quality-gate/chat", "spec-snapshot"}),
+        frozenset({"image-context/b200-a", "image/b200-a", "quantize/chat", "quality-gate/chat", "spec-snapshot"}),
         {"spec-snapshot": "input chat:eval changed"}),
     Row("weights-file", QUICK, new_weights,
-        frozenset({"triton-repo/dev-h100", "quantize/tiny", "quality-gate/tiny", "quantize/tiny-awq", "quality-gate/tiny-awq",
+        frozenset({"quantize/tiny", "quality-gate/tiny", "quantize/tiny-awq", "quality-gate/tiny-awq",
                    "spec-snapshot"}),
         {"spec-snapshot": "input tiny:source/model.safetensors changed"}),
     Row("toolchain-tensorrt-llm", MIG,  # 26.03 is the Triton release that ships TensorRT-LLM 1.2.0
@@ -168,7 +169,7 @@ ROWS = [
          "spec-snapshot": "toolchain.triton_image"}),
     Row("toolchain-modelopt", MIG,  # a checkpoint is only reused under the ModelOpt that made it
         replace_once("kiln.yaml", 'modelopt: "0.47.0"', 'modelopt: "0.45.0"'),
-        frozenset({"triton-repo/b200-a", "image-context/b200-a", "image/b200-a", "quantize/chat", "quality-gate/chat", "quantize/coder", "quantize/intent", "spec-snapshot"}),
+        frozenset({"image-context/b200-a", "image/b200-a", "quantize/chat", "quality-gate/chat", "quantize/coder", "quantize/intent", "spec-snapshot"}),
         {"spec-snapshot": 'toolchain.modelopt: "0.47.0" -> "0.45.0"'}),
     Row("mig-profile", MIG,
         replace_once("kiln.yaml", "{profile: 1g.23gb, serves: intent}", "{profile: 1g.45gb, serves: intent}"),

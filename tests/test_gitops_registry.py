@@ -185,14 +185,15 @@ def test_the_job_matrix_leaves_out_what_the_registry_cache_has(tmp_path, registr
         assert main(["plan", str(spec), "--store", str(store.root), "--matrix", "--cache", str(target)]) == 0
         return [e["name"] for e in json.loads(capsys.readouterr().out)["include"]]
 
-    assert matrix() == ["quantize/chat", "quantize/coder", "quantize/intent"]
+    tokenizers = ["tokenizer/chat", "tokenizer/coder", "tokenizer/intent"]  # fetched from the hub too
+    assert matrix() == ["quantize/chat", "quantize/coder", "quantize/intent"] + tokenizers
     # an artifact published under quantize/coder's key (by a runner that could build it)
     graph = plan_spec(spec, store).graph
     (tmp_path / "tree").mkdir()
     (tmp_path / "tree" / "config.json").write_text("{}", encoding="utf-8")
     push_artifact(Client(target), store, target.repo(oa.ARTIFACTS_REPO), "quantize", 1, graph.keys["quantize/coder"],
                   store.put_tree(tmp_path / "tree"))
-    assert matrix() == ["quantize/chat", "quantize/intent"]
+    assert matrix() == ["quantize/chat", "quantize/intent"] + tokenizers
 
 
 def test_the_spec_names_the_default_target_and_an_unreachable_one_is_a_clear_error(tmp_path, registry,

@@ -37,7 +37,9 @@ RELEASE_LINE = re.compile(r"^release (sha256:[0-9a-f]{64}): (\d+) executed, (\d+
 FLEET_MODELS = 30
 CALIBRATION_BYTES = 512 * 1024
 WEIGHTS_BYTES = 512 * 1024
-FLEET_ACTIONS = 5 * FLEET_MODELS + 1  # calibration, llmapi, host plan, host script, capacity per model; one snapshot
+# per model: calibration, llmapi options, tokenizer, Triton repository, host plan, host script, capacity;
+# one snapshot (quantize is deferred: these builds run as a builder without torch)
+FLEET_ACTIONS = 7 * FLEET_MODELS + 1
 # The delays of the random-delay kills come from this seed (set KILN_CRASH_SEED to vary them).
 CRASH_SEED = int(os.environ.get("KILN_CRASH_SEED", "1729"))
 
@@ -63,6 +65,8 @@ def generate_fleet(root: Path, models: int = FLEET_MODELS, calibration_bytes: in
         model_dir = root / "models" / name
         model_dir.mkdir(parents=True)
         (model_dir / "config.json").write_bytes(config)
+        for tok in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(EXAMPLES / "quickstart" / "model" / tok, model_dir / tok)
         seed = hashlib.sha256(name.encode()).digest()
         (model_dir / "model.safetensors").write_bytes(seed * (weights_bytes // len(seed)))
         block = "".join(f'{{"text": "{name} sample {j}: the quick brown fox jumps over the lazy dog"}}\n'
@@ -380,8 +384,8 @@ def test_a_failing_action_leaves_no_record_and_the_rest_builds(tmp_path: Path, c
     log = Path(m.group(1))
     assert log.is_file() and "CalibrationDataError" in log.read_text(encoding="utf-8")
     assert "skipped: quantize/coder: calibration-set/coder did not build" in err
-    # and what needs quantize/coder's checkpoint: the host's repository, the image context, the image
-    assert "build failed: 1 failed, 4 skipped, 0 cached" in err
+    # and what needs quantize/coder's checkpoint: the image context, and the image
+    assert "build failed: 1 failed, 3 skipped, 0 cached" in err
     assert "release " not in out and store.releases("chat-prod") == []
 
     graph = plan_spec(spec, store).graph
@@ -391,7 +395,7 @@ def test_a_failing_action_leaves_no_record_and_the_rest_builds(tmp_path: Path, c
     assert log == store.log_path(failed_key)
     built_ids = {aid for aid in graph.order if store.get_action(graph.keys[aid]) is not None}
     assert built_ids == set(graph.order) - {"calibration-set/coder"} - {
-        a for a in graph.order if a.startswith(("quantize/", "quality-gate/", "triton-repo/", "image"))}
+        a for a in graph.order if a.startswith(("quantize/", "quality-gate/", "tokenizer/", "triton-repo/", "image"))}
     assert verify(store) == []
 
     data.write_bytes(good)
@@ -400,4 +404,4 @@ def test_a_failing_action_leaves_no_record_and_the_rest_builds(tmp_path: Path, c
     assert {p.id for p in plan.plan if not p.cached and not p.deferred} == {"calibration-set/coder", "spec-snapshot"}
     rc, out, err = cli(capsys, "build", str(spec), "--store", str(store.root), "-q", "--allow-partial")
     assert rc == 0, err
-    assert re.search(r"^release sha256:[0-9a-f]{64}: 2 executed, 8 cached, 7 deferred \(incomplete", out, re.M), out
+    assert re.search(r"^release sha256:[0-9a-f]{64}: 2 executed, 8 cached, 10 deferred \(incomplete", out, re.M), out

@@ -4,8 +4,9 @@
 
 The files come from compiler.serving.triton (pure: parameters -> files); this module adds what
 other actions produced: the LLM-API options (`llmapi-options/<model>`, as `<model>/1/model.yaml`)
-and the tokenizer files, copied from the model's checkpoint (`checkpoint_action_id`) so the
-repository carries the tokenizer its Python models load. Before anything is written, every
+and the tokenizer files (`tokenizer/<model>`, from the model's source, not its checkpoint: a new
+quantization leaves the repository alone), so the repository carries the tokenizer its Python
+models load. Before anything is written, every
 config.pbtxt is parsed with Triton's own schema and the repository is checked against Triton's
 cross-model rules (compiler.serving.rules); a repository Triton would refuse fails the build.
 
@@ -20,8 +21,8 @@ from compiler.serving import rules
 from compiler.serving import triton as repo
 
 from .base import LowerContext, RunContext
-from .layout import checkpoint_action_id
-from .quantize import TOKENIZER_FILES
+from .source import TOKENIZER_FILES
+from .tokenizer import KIND as TOKENIZER
 
 KIND, VERSION = "triton-repo", 1
 
@@ -38,7 +39,7 @@ def lower(ctx: LowerContext) -> list[Action]:
             continue  # a host that serves nothing has no repository
         deps = []
         for m in params["models"]:
-            deps.append(checkpoint_action_id(ctx.spec, m["name"]))
+            deps.append(f"{TOKENIZER}/{m['name']}")
             if params["target"] == "llmapi":
                 deps.append(f"llmapi-options/{m['name']}")
         out.append(Action(f"{KIND}/{host}", KIND, VERSION, params, deps=tuple(sorted(deps))))
@@ -47,7 +48,7 @@ def lower(ctx: LowerContext) -> list[Action]:
 
 def repository_params(ctx: LowerContext, host: str) -> dict:
     params = repo.repository_params(ctx.spec, ctx.resolved, host)
-    params["checkpoints"] = {m["name"]: checkpoint_action_id(ctx.spec, m["name"]) for m in params["models"]}
+    params["tokenizers"] = {m["name"]: f"{TOKENIZER}/{m['name']}" for m in params["models"]}
     # model.yaml names the TensorRT-LLM pin; the engine target's files do not show it
     params["tensorrt_llm"] = ctx.spec.toolchain.tensorrt_llm if ctx.spec.target == "llmapi" else None
     return params
@@ -63,9 +64,9 @@ def _llm_options(params: dict, ctx: RunContext) -> dict[str, dict]:
     return out
 
 
-def tokenizer_files(checkpoint) -> list:
-    """The tokenizer files at the root of a checkpoint tree."""
-    return [checkpoint / n for n in TOKENIZER_FILES if (checkpoint / n).is_file()]
+def tokenizer_files(directory) -> list:
+    """The tokenizer files at the root of a tree (a tokenizer artifact, or a model directory)."""
+    return [directory / n for n in TOKENIZER_FILES if (directory / n).is_file()]
 
 
 def run(params: dict, ctx: RunContext) -> None:
@@ -74,9 +75,9 @@ def run(params: dict, ctx: RunContext) -> None:
     options = _llm_options(params, ctx) if params["target"] == "llmapi" else None
     files = repo.render(params, options, params["tensorrt_llm"])
     for where, model in sorted(repo.tokenizer_dirs(params).items()):
-        found = tokenizer_files(ctx.deps[params["checkpoints"][model]])
+        found = tokenizer_files(ctx.deps[params["tokenizers"][model]])
         if not found:
-            raise RepositoryError(f"the checkpoint of model {model!r} ({params['checkpoints'][model]}) has no "
+            raise RepositoryError(f"the tokenizer of model {model!r} ({params['tokenizers'][model]}) has no "
                                   "tokenizer files (tokenizer.json, tokenizer.model, vocab files)")
         for f in found:
             files[f"{where}/{f.name}"] = f.read_bytes()

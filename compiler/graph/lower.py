@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from compiler.actions import (calibration, capacity, engine, hostplan, hostscript, llmapi, model_source, quality_gate,
-                              quantize, snapshot, triton_repo)
+                              quantize, snapshot, tokenizer, triton_repo)
 from compiler.actions import image, image_context
 from compiler.actions.base import LowerContext
 from compiler.graph.inputs import DigestCache, tree_digests
@@ -48,6 +48,7 @@ def lower(result: Validation, digests: DigestCache) -> tuple[Graph, LowerContext
     actions += hostplan.lower(ctx)
     actions += hostscript.lower(ctx)
     actions += capacity.lower(ctx)
+    actions += tokenizer.lower(ctx)
     actions += triton_repo.lower(ctx)
     if ctx.spec.image is not None:  # serving images only when the spec names a repository
         actions += image_context.lower(ctx) + image.lower(ctx)

@@ -1,0 +1,50 @@
+"""`tokenizer`: a model's tokenizer files (source.TOKENIZER_FILES), taken from its source.
+
+The Triton repository carries them (its Python models tokenize), and it takes them from here
+rather than from the checkpoint: quantizing again (new calibration data, a new recipe) leaves the
+tokenizer, and so the repository and its image layer, untouched. A local source enters the key
+by the digests of its tokenizer files only; a Hugging Face source by its pinned revision.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from compiler.graph.model import Action
+
+from .base import LowerContext, RunContext
+from .source import TOKENIZER_FILES, fetch_huggingface, lower_source, source_needs
+
+KIND, VERSION = "tokenizer", 1
+
+
+def lower(ctx: LowerContext) -> list[Action]:
+    out = []
+    for name, model in sorted(ctx.spec.models.items()):
+        source, inputs, files = lower_source(ctx, model)
+        keep = {f"source/{n}" for n in TOKENIZER_FILES}
+        inputs = {r: d for r, d in inputs.items() if r in keep}
+        files = {r: p for r, p in files.items() if r in keep}
+        needs = () if source.get("path") else ("network",)
+        out.append(Action(f"{KIND}/{name}", KIND, VERSION, {"model": name, "source": source}, inputs=inputs,
+                          needs=needs, files=files))
+    return out
+
+
+def missing_needs(params: dict, builder) -> list[str]:
+    return source_needs(params["source"], builder)
+
+
+def run(params: dict, ctx: RunContext) -> None:
+    if params["source"].get("path"):
+        found = {role[len("source/"):]: Path(p) for role, p in ctx.files.items()}
+    else:
+        root = fetch_huggingface(params["source"], ctx.log)
+        found = {n: root / n for n in TOKENIZER_FILES if (root / n).is_file()}
+    if not found:
+        raise FileNotFoundError(f"model {params['model']!r}: its source has no tokenizer files "
+                                f"({', '.join(TOKENIZER_FILES[:3])}, ...)")
+    for name, path in sorted(found.items()):
+        shutil.copyfile(path, ctx.out / name)
+    ctx.log.info("tokenizer of %s: %s", params["model"], ", ".join(sorted(found)))
