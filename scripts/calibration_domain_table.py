@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         return quantize.evaluate(model, tok, evals[d], "perplexity", 1024)
 
     head = ("format", "calibration", *(f"eval {d} ppl" for d in DOMAINS), "quantize time")
-    widths = (18, 11, *(13 for _ in DOMAINS), 13)
+    widths = tuple(max(len(h), w) for h, w in zip(head, (18, 11, *(9 for _ in DOMAINS), 9)))
 
     def emit(cells) -> None:  # one row as soon as it is measured: a long run shows progress
         print("| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |", flush=True)
