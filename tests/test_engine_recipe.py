@@ -31,10 +31,9 @@ FORMATS = [
 def engine_actions(tmp_path: Path, weights_line: str = "weights: fp8", extra: dict[str, str] | None = None):
     shutil.copytree(EXAMPLES / "quickstart", tmp_path / "spec", ignore=shutil.ignore_patterns(".kiln"))
     spec = tmp_path / "spec" / "kiln.yaml"
-    import re
+    from tests.quickstart import on_engine_target
 
-    text = spec.read_text(encoding="utf-8").replace("kiln: v1\n", "kiln: v1\ntarget: engine\n", 1)
-    text = re.sub(r"\n +quality_gate: \{[^}]*\}", "", text)  # K807: the engine target cannot enforce a gate
+    text = on_engine_target(spec.read_text(encoding="utf-8"))
     text = text.replace("      weights: fp8\n", f"      {weights_line}\n", 1)
     if weights_line == "weights: bf16":  # an unquantized model takes no calibration
         text = text.replace("      calibration: {data: data/calib-prose.jsonl, samples: 16, max_seq_len: 128, seed: 7}\n",

@@ -50,14 +50,11 @@ exit 0
 # --- the context, without a daemon --------------------------------------------------------------
 def _spec_copy(tmp: Path, image_yaml: str) -> Path:
     """The quickstart with `image_yaml` appended, and one model (`tiny`): one unit, one layer of weights."""
-    import re
+    from tests.quickstart import only_tiny
 
     spec_dir = tmp / "quickstart"
     shutil.copytree(QUICKSTART, spec_dir)
-    text = (spec_dir / "kiln.yaml").read_text(encoding="utf-8")
-    text, n = re.subn(r"\n  tiny-awq:\n(?:    .*\n|              .*\n)+", "\n", text)
-    text = text.replace("          - {profile: 1g.10gb, serves: tiny-awq}\n", "")
-    assert n == 1 and "tiny-awq" not in text
+    text = only_tiny((spec_dir / "kiln.yaml").read_text(encoding="utf-8"))
     (spec_dir / "kiln.yaml").write_text(text + image_yaml, encoding="utf-8")
     return spec_dir / "kiln.yaml"
 

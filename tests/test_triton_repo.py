@@ -255,23 +255,16 @@ def run_action(spec_path: Path, host: str, checkpoint: Path, tmp: Path) -> Path:
 
 def quickstart_copy(tmp: Path, target: str, one_model: bool = False) -> Path:
     """A copy of the quickstart on `target`; `one_model` keeps only `tiny` (the server tests)."""
+    from tests.quickstart import on_engine_target, only_tiny
+
     dest = tmp / "spec"
     shutil.copytree(EXAMPLES / "quickstart", dest, ignore=shutil.ignore_patterns("*.safetensors"))
+    text = (dest / "kiln.yaml").read_text(encoding="utf-8")
     if one_model:
-        import re
-
-        text = (dest / "kiln.yaml").read_text(encoding="utf-8")
-        text, n = re.subn(r"\n  tiny-awq:\n(?:    .*\n|              .*\n)+", "\n", text)
-        text = text.replace("          - {profile: 1g.10gb, serves: tiny-awq}\n", "")
-        assert n == 1 and "tiny-awq" not in text, text
-        (dest / "kiln.yaml").write_text(text, encoding="utf-8")
-    if target != "llmapi":
-        import re
-
-        text = (dest / "kiln.yaml").read_text(encoding="utf-8")
-        text = re.sub(r"\n +quality_gate: \{[^}]*\}", "", text)  # K807: the engine target cannot enforce a gate
-        (dest / "kiln.yaml").write_text(text.replace("\nmodels:\n", f"\ntarget: {target}\nmodels:\n", 1),
-                                        encoding="utf-8")
+        text = only_tiny(text)
+    if target == "engine":
+        text = on_engine_target(text)
+    (dest / "kiln.yaml").write_text(text, encoding="utf-8")
     return dest / "kiln.yaml"
 
 

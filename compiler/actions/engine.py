@@ -32,6 +32,8 @@ from .source import lower_source
 KIND, VERSION = "engine", 1
 RELEASE_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:{version}"  # tag only: its digest is not in our facts
 CONTAINER_EXAMPLES = "/app/tensorrt_llm/examples"
+# Where the recipe's directories are mounted inside the release container.
+MOUNTS = {"model": "/mnt/model", "calib": "/mnt/calibration", "scratch": "/mnt/scratch", "engine": "/mnt/engine"}
 
 # (weights, activations) -> quantize.py --qformat, and the QuantAlgo the checkpoint then records.
 QFORMATS: dict[tuple[str, str | None], tuple[str, str | None]] = {
@@ -254,15 +256,16 @@ def _run_container(params, model_dir: Path, calib, work: Path, engine_dir: Path,
     except ImportError:
         raise EngineError("neither tensorrt_llm nor the Docker SDK (pip install docker) is available") from None
     engine_dir.mkdir()
-    rec = recipe(params, "/kiln/model", "/kiln/calib" if calib else None, "/kiln/work/ckpt", "/kiln/engine")
+    rec = recipe(params, MOUNTS["model"], MOUNTS["calib"] if calib else None, f"{MOUNTS['scratch']}/ckpt",
+                 MOUNTS["engine"])
     script = " && ".join([
         " ".join(["python3", f"{CONTAINER_EXAMPLES}/quantization/quantize.py", *rec["quantize"][1:]]),
         " ".join(rec["build"])])
-    volumes = {str(Path(model_dir).resolve()): {"bind": "/kiln/model", "mode": "ro"},
-               str(work.resolve()): {"bind": "/kiln/work", "mode": "rw"},
-               str(engine_dir.resolve()): {"bind": "/kiln/engine", "mode": "rw"}}
+    volumes = {str(Path(model_dir).resolve()): {"bind": MOUNTS["model"], "mode": "ro"},
+               str(work.resolve()): {"bind": MOUNTS["scratch"], "mode": "rw"},
+               str(engine_dir.resolve()): {"bind": MOUNTS["engine"], "mode": "rw"}}
     if calib:
-        volumes[str(Path(calib).resolve())] = {"bind": "/kiln/calib", "mode": "ro"}
+        volumes[str(Path(calib).resolve())] = {"bind": MOUNTS["calib"], "mode": "ro"}
     image = RELEASE_IMAGE.format(version=params["tensorrt_llm"])
     ctx.log.info("docker run %s: %s", image, script)
     client = docker.from_env()
