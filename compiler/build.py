@@ -6,14 +6,16 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compiler.actions import REGISTRY
 from compiler.graph.builder import Builder, Selection
 from compiler.graph.executor import ActionResult, execute
 from compiler.graph.inputs import DigestCache
-from compiler.graph.lower import lower
-from compiler.graph.manifest import build_manifest
+from compiler.graph.kinds import Disruption, KindRegistry
 from compiler.graph.model import Graph
 from compiler.graph.plan import PlannedAction, make_plan
+from compiler.lower import lower
 from compiler.pipeline import Options, Validation, validate_path
+from compiler.release import build_manifest, manifest_sections
 from compiler.store.local import LocalStore
 
 DEFAULT_STORE = Path(".kiln/store")
@@ -38,7 +40,7 @@ class BuildOutcome:
     results: dict[str, ActionResult] = field(default_factory=dict)
     manifest: bytes | None = None
     manifest_digest: str | None = None
-    disruptions: list = field(default_factory=list)  # compiler.graph.disruption.Disruption
+    disruptions: list[Disruption] = field(default_factory=list)
 
     @property
     def failed(self) -> list[ActionResult]:
@@ -57,72 +59,61 @@ class BuildOutcome:
         return [r for r in self.results.values() if r.status in ("built", "failed")]
 
 
-def _prepare(spec: Path, store: LocalStore, options: Options | None) -> tuple[BuildOutcome, DigestCache]:
+def _prepare(spec: Path, store: LocalStore, options: Options | None,
+             kinds: KindRegistry) -> tuple[BuildOutcome, DigestCache]:
     outcome = BuildOutcome(validate_path(spec, options))
     digests = DigestCache(store.root / "digest-cache.json")
     if outcome.validation.ok:
-        outcome.graph, _ = lower(outcome.validation, digests)
+        outcome.graph = lower(outcome.validation, digests, kinds)
     return outcome, digests
 
 
 def plan_spec(spec: Path, store: LocalStore, options: Options | None = None,
-              builder: Builder | None = None) -> BuildOutcome:
-    outcome, digests = _prepare(spec, store, options)
+              builder: Builder | None = None, kinds: KindRegistry = REGISTRY) -> BuildOutcome:
+    outcome, digests = _prepare(spec, store, options, kinds)
     if outcome.graph is not None:
-        outcome.plan = make_plan(outcome.graph, store, outcome.validation.spec.name,
+        outcome.plan = make_plan(outcome.graph, store, outcome.validation.spec.name, kinds,
                                  builder if builder is not None else Builder())
-        outcome.disruptions = host_disruptions(outcome.graph, store, outcome.validation.spec.name)
+        outcome.disruptions = store_disruptions(outcome.graph, store, outcome.validation.spec.name, kinds)
     digests.save()
     return outcome
 
 
-def host_disruptions(graph: Graph, store: LocalStore, spec_name: str) -> list:
-    """What applying this build to each host disrupts, against the host plan last built in this store."""
-    from compiler.actions import hostplan
-    from compiler.graph.disruption import disruptions
-
-    out = []
+def graph_disruptions(graph: Graph, earlier, kinds: KindRegistry) -> list[Disruption]:
+    """What replacing earlier builds by this graph's artifacts disrupts on the hosts. `earlier(aid)`
+    gives the record ({"key", "params", "version", ...}) of the slot's earlier build, or None."""
+    out: list[Disruption] = []
     for aid in graph.order:
         action = graph.actions[aid]
-        if action.kind != hostplan.KIND:
+        kind = kinds[action.kind]
+        if not kind.affects_hosts():
             continue
-        ref = store.get_ref(spec_name, aid)
-        if ref is not None and ref["key"] == graph.keys[aid]:
+        record = earlier(aid)
+        if record is not None and record.get("key") == graph.keys[aid]:
             continue
-        old = hostplan.state_from_params(ref["params"]["params"]) if ref is not None else None
-        out.extend(disruptions(old, hostplan.state_from_params(dict(action.params))))
+        out.extend(kind.disruptions(kind.params_from_record(record), action.params))
     return out
+
+
+def store_disruptions(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry) -> list[Disruption]:
+    """Against what this store last built for the spec."""
+    def earlier(aid: str) -> dict | None:
+        ref = store.get_ref(spec_name, aid)
+        return None if not isinstance(ref, dict) else {"key": ref.get("key"), **(ref.get("params") or {})}
+
+    return graph_disruptions(graph, earlier, kinds)
 
 
 class BadSelection(Exception):
     """An --only/--skip pattern matches no action."""
 
 
-def gate_figures(store: LocalStore, graph: Graph, trees: dict) -> dict[str, dict]:
-    """model -> the quality gate's figures, read from each built quality-gate artifact."""
-    import json
-
-    from compiler.actions import quality_gate
-
-    out = {}
-    for aid in graph.order:
-        action = graph.actions[aid]
-        if action.kind != quality_gate.KIND or not trees.get(aid):
-            continue
-        for entry in store.tree(trees[aid]):
-            if entry.path == "quality.json":
-                doc = json.loads(store.read_bytes(entry.digest))
-                out[action.params["model"]] = {k: doc[k] for k in (
-                    "metric", "samples", "unquantized", "quantized", "regression_pct", "max_regression_pct", "passed")}
-    return out
-
-
 def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda line: None,
                options: Options | None = None, builder: Builder | None = None,
-               selection: Selection | None = None, remote=None) -> BuildOutcome:
+               selection: Selection | None = None, remote=None, kinds: KindRegistry = REGISTRY) -> BuildOutcome:
     """Build what this builder can. Without failures a manifest is written and recorded in the
     store's release history; one with deferred actions says `complete: false` and lists them."""
-    outcome, digests = _prepare(spec, store, options)
+    outcome, digests = _prepare(spec, store, options, kinds)
     if outcome.graph is None:
         return outcome
     digests.save()
@@ -134,21 +125,12 @@ def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda 
                                + ", ".join(outcome.graph.order))
         selected = selection.chosen(outcome.graph)
     name = outcome.validation.spec.name
-    outcome.results = execute(outcome.graph, store, name, jobs=jobs, progress=progress, digest_of=digests.digest,
-                              builder=builder, selected=selected, remote=remote)
+    outcome.results = execute(outcome.graph, store, name, kinds, jobs=jobs, progress=progress,
+                              digest_of=digests.digest, builder=builder, selected=selected, remote=remote)
     if not outcome.failed:
         trees = {aid: r.tree for aid, r in outcome.results.items()}
         pending = {r.id: r.error or "deferred" for r in outcome.deferred}
-        outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.spec, outcome.validation.resolved,
-                                          pending, gate_figures(store, outcome.graph, trees),
-                                          built_images(outcome.graph, trees, store))
+        outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.resolved, pending,
+                                          manifest_sections(outcome.graph, trees, store, kinds))
         outcome.manifest_digest = store.add_release(name, outcome.manifest)
     return outcome
-
-
-def built_images(graph: Graph, trees: dict[str, str], store: LocalStore) -> dict[str, dict]:
-    """Issue 6: host -> the image/<host> result (reference by digest) for the release manifest."""
-    from compiler.actions import image
-
-    return {graph.actions[aid].params["host"]: image.manifest_entry(store, trees[aid])
-            for aid in graph.order if graph.actions[aid].kind == image.KIND and trees.get(aid)}

@@ -125,7 +125,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from compiler.diagnostics import all_rules, get_rule
+    from compiler.checks import all_rules, get_rule
 
     if not args.code:
         for rule in all_rules():

@@ -82,7 +82,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from compiler.diagnostics.render import diagnostic_dict, render_text, summary_line
     from compiler.graph.plan import render_disruptions, render_plan
     from compiler.pipeline import Options
-    from compiler.planning import capacity_figures
 
     if args.base is not None or args.matrix or args.cache:  # GitOps loop: compiler/gitops/commands.py
         from compiler.gitops.commands import cmd_plan
@@ -91,7 +90,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError(f"no such file: {args.spec}")
     outcome = plan_spec(args.spec, open_store(store_dir(args.store)), Options(gpu_profiles=args.gpu_profiles))
     result = outcome.validation
-    figures = capacity_figures(result) if result.resolved is not None else []
+    figures = result.resolved.capacity_rows() if result.resolved is not None else []
     if args.format == "json":
         emit(json.dumps({"diagnostics": [diagnostic_dict(d) for d in result.diagnostics],
                          "actions": json.loads(render_plan(outcome.plan, "json")) if outcome.graph else None,

@@ -1,11 +1,14 @@
-"""The front half of the compiler: load -> parse -> resolve -> check, as one pure call per file."""
+"""The front half of the compiler, as one pure call per file:
+load -> parse -> resolve -> analysis passes -> checks."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compiler.checks import CheckContext, run_checks
 from compiler.diagnostics import Diagnostic, sort_diagnostics
+from compiler.ir import Resolved, analyse, resolve
 from compiler.spec.loader import Document, load_file
 from compiler.spec.models import Spec
 from compiler.spec.parse import parse_document
@@ -23,7 +26,7 @@ class Validation:
     file: str
     document: Document | None
     spec: Spec | None
-    resolved: object | None = None
+    resolved: Resolved | None = None  # the analysed IR; None when the spec did not parse
     diagnostics: list[Diagnostic] = field(default_factory=list)
     base_dir: Path = Path(".")  # relative paths in the spec are relative to this directory
 
@@ -48,10 +51,10 @@ def validate_path(path: str | Path, options: Options | None = None, display: str
     result.diagnostics.extend(d for d in parsed.diagnostics if (d.span.line, d.span.column) not in reported)
     result.spec = parsed.spec
     if parsed.spec is not None and not result.diagnostics:
-        from compiler.semantic import analyse  # the semantic half needs the catalogs; import lazily
-
-        resolved, diags = analyse(parsed.spec, loaded.document, result.base_dir, options)
-        result.resolved = resolved
+        ir, diags = resolve(parsed.spec, loaded.document, result.base_dir, options.gpu_profiles)
+        ir = analyse(ir)
+        result.resolved = ir
         result.diagnostics.extend(diags)
+        result.diagnostics.extend(run_checks(CheckContext(ir)))
     result.diagnostics = sort_diagnostics(result.diagnostics)
     return result

@@ -114,7 +114,7 @@ def test_a_huggingface_source_needs_the_network_unless_a_local_copy_exists(tmp_p
     assert coder.deferred and "network" in coder.deferred
 
     # a local copy under $KILN_MODELS satisfies the need (it is verified against source.digest when used)
-    repo = plan.graph.actions["quantize/coder"].params["source"]["huggingface"]
+    repo = plan.graph.actions["quantize/coder"].params.source.huggingface
     mirror = tmp_path / "models"
     shutil.copytree(EXAMPLES / "quickstart" / "model", mirror / repo)
     assert directory_digest(mirror / repo).startswith("sha256:")

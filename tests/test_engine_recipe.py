@@ -50,8 +50,8 @@ def engine_actions(tmp_path: Path, weights_line: str = "weights: fp8", extra: di
 @pytest.mark.parametrize("weights_line,qformat,algo", FORMATS, ids=[f[1] for f in FORMATS])
 def test_recipe_uses_only_real_flags_and_values(weights_line: str, qformat: str, algo, tmp_path: Path) -> None:
     out = engine_actions(tmp_path, weights_line)
-    params = dict(out.graph.actions["engine/tiny"].params)
-    assert params["quant"]["qformat"] == qformat and params["quant"]["quant_algo"] == algo
+    params = out.graph.actions["engine/tiny"].params
+    assert params.quant.qformat == qformat and params.quant.quant_algo == algo
     rec = engine.recipe(params, "/m", "/c", "/ckpt", "/engine")
     assert engine.check_flags(rec["quantize"]) == []
     assert engine.check_flags(rec["build"]) == []
@@ -76,8 +76,9 @@ def test_flag_check_rejects_invented_flags_and_values() -> None:
     assert engine.check_flags(["trtllm-build", "--max_batch_size"]) == ["trtllm-build: --max_batch_size needs a value"]
 
 
-def engine_config(params: dict) -> dict:
+def engine_config(params) -> dict:
     """A config.json laid out as TensorRT-LLM's Engine.save writes it (facts §1, engine output layout)."""
+    params = params.to_json()
     return {
         "version": params["tensorrt_llm"],
         "pretrained_config": {"architecture": "LlamaForCausalLM", "dtype": "bfloat16",
@@ -94,7 +95,7 @@ def engine_config(params: dict) -> dict:
 
 def test_engine_config_is_checked_against_the_serving_config(tmp_path: Path) -> None:
     out = engine_actions(tmp_path, "weights: fp8", {"      weights: int4_awq\n": "      weights: fp8\n      kv_cache: fp8\n"})
-    params = dict(out.graph.actions["engine/tiny-awq"].params)
+    params = out.graph.actions["engine/tiny-awq"].params
     good = engine_config(params)
     assert engine.check_engine_config(good, params) == []
 
@@ -124,11 +125,11 @@ def test_engine_target_waits_for_a_gpu_builder_and_lowers_no_llmapi_artifacts(tm
 def test_a_format_quantize_py_lacks_fails_with_a_clear_error(tmp_path: Path) -> None:
     import logging
 
-    from compiler.actions.base import RunContext
+    from compiler.graph.kinds import RunContext
 
     out = engine_actions(tmp_path, "weights: fp8_block")
-    params = dict(out.graph.actions["engine/tiny"].params)
-    assert params["quant"]["qformat"] is None
+    params = out.graph.actions["engine/tiny"].params
+    assert params.quant.qformat is None
     (tmp_path / "out").mkdir()
     with pytest.raises(engine.EngineError, match="quantize.py has no format for fp8_block weights"):
         engine.run(params, RunContext(tmp_path / "out", {}, {}, logging.getLogger("test")))

@@ -21,11 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from compiler.actions import KINDS, hostscript
-from compiler.actions.base import RunContext
-from compiler.graph.disruption import Disruption, disruptions
+from compiler.actions import REGISTRY, hostplan, hostscript
 from compiler.graph.inputs import DigestCache
-from compiler.graph.lower import lower
+from compiler.graph.kinds import Disruption, RunContext
+from compiler.lower import lower
 from compiler.pipeline import validate_path
 from tests.fakes import fake_host
 
@@ -42,24 +41,24 @@ def generate(spec: Path) -> dict[str, dict[str, bytes]]:
     """host -> {file name: bytes}, by lowering the spec and running host-plan then host-script."""
     result = validate_path(spec)
     assert result.ok, [d.message for d in result.diagnostics if d.is_error]
-    graph, _ = lower(result, DigestCache(None))
+    graph = lower(result, DigestCache(None))
     out: dict[str, dict[str, bytes]] = {}
     log = logging.getLogger("test-host-scripts")
     for aid, action in sorted(graph.actions.items()):
-        if action.kind != hostscript.KIND:
+        if action.kind != hostscript.KIND.kind:
             continue
-        assert action.deps == (f"host-plan/{action.params['host']}",)
+        assert action.deps == (f"host-plan/{action.params.host}",)
         with tempfile.TemporaryDirectory() as tmp:
             plan_dir, script_dir = Path(tmp, "plan"), Path(tmp, "script")
             plan_dir.mkdir()
             script_dir.mkdir()
             plan_action = graph.actions[action.deps[0]]
-            KINDS[plan_action.kind].run(dict(plan_action.params), RunContext(plan_dir, {}, {}, log))
-            hostscript.run(dict(action.params), RunContext(script_dir, {}, {action.deps[0]: plan_dir}, log))
+            REGISTRY[plan_action.kind].run(plan_action.params, RunContext(plan_dir, {}, {}, log))
+            hostscript.KIND.run(action.params, RunContext(script_dir, {}, {action.deps[0]: plan_dir}, log))
             files = {p.name: p.read_bytes() for p in sorted(script_dir.iterdir())}
             assert os.access(script_dir / "provision.sh", os.X_OK)
             assert files["desired-state.json"] == (plan_dir / "host-plan.json").read_bytes()
-            out[action.params["host"]] = files
+            out[action.params.host] = files
     return out
 
 
@@ -237,11 +236,11 @@ def test_unquoted_template_value_is_an_error(tmp_path: Path) -> None:
 
 def test_lowering_keys_on_templates_and_depends_on_the_host_plan(tmp_path: Path, monkeypatch) -> None:
     result = validate_path(EXAMPLES / MIG / "kiln.yaml")
-    graph, _ = lower(result, DigestCache(None))
+    graph = lower(result, DigestCache(None))
     action = graph.actions["host-script/b200-a"]
     assert action.deps == ("host-plan/b200-a",)
-    assert set(action.params["templates"]) == set(hostscript.TEMPLATES)
-    assert [u["ports"] for u in action.params["units"]][:2] == [
+    assert set(action.params.templates) == set(hostscript.TEMPLATES)
+    assert [u.ports for u in action.params.units][:2] == [
         {"http": 8000, "grpc": 8001, "metrics": 8002}, {"http": 8100, "grpc": 8101, "metrics": 8102}]
     copy_dir = tmp_path / "templates"
     shutil.copytree(hostscript.TEMPLATE_DIR, copy_dir)
@@ -249,7 +248,7 @@ def test_lowering_keys_on_templates_and_depends_on_the_host_plan(tmp_path: Path,
         (copy_dir / hostscript.SCRIPT_TEMPLATE).read_text() + "# changed\n")
     monkeypatch.setattr(hostscript, "TEMPLATE_DIR", copy_dir)
     monkeypatch.setattr(hostscript.template_digests, "__defaults__", (copy_dir,))
-    graph2, _ = lower(result, DigestCache(None))
+    graph2 = lower(result, DigestCache(None))
     assert graph2.keys["host-script/b200-a"] != graph.keys["host-script/b200-a"]
     assert graph2.keys["host-plan/b200-a"] == graph.keys["host-plan/b200-a"]
 
@@ -614,6 +613,12 @@ def test_hostile_names_stay_data(tmp_path: Path) -> None:
 
 
 # --- disruptions ------------------------------------------------------------------------------
+def disruptions(old: dict | None, new: dict) -> list[Disruption]:
+    """The host-plan kind's comparison, on two desired-state documents as provision.sh gets them."""
+    state = hostplan.HostState.model_validate
+    return hostplan.disruptions(None if old is None else state(old), state(new))
+
+
 def test_disruptions_of_an_unchanged_plan_are_none() -> None:
     plan, _ = b200()
     assert disruptions(plan, copy.deepcopy(plan)) == []

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from compiler.actions import dockerbuild, image, image_context, layout
-from compiler.actions.base import RunContext
+from compiler.graph.kinds import RunContext
 from compiler.build import build_spec, open_store, plan_spec
-from compiler.graph.manifest import spec_digest
+from compiler.release import spec_digest
 from tests.services import docker_reachable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,12 +72,11 @@ def _context_inputs(tmp: Path) -> dict[str, Path]:
 
 def _context_action(tmp: Path):
     from compiler.graph.inputs import DigestCache
-    from compiler.graph.lower import lower
+    from compiler.lower import lower
     from compiler.pipeline import validate_path
 
     spec = _spec_copy(tmp, "image: {repository: 127.0.0.1:5000/kiln/quickstart}\n")
-    graph, _ = lower(validate_path(spec), DigestCache(tmp / "digests.json"))
-    return graph
+    return lower(validate_path(spec), DigestCache(tmp / "digests.json"))
 
 
 def test_lowering_adds_context_and_image_only_with_image(tmp_path: Path) -> None:
@@ -88,20 +87,21 @@ def test_lowering_adds_context_and_image_only_with_image(tmp_path: Path) -> None
     assert ctx_action.needs == ()  # the context is produced on every builder
     assert img_action.deps == (ctx_action.id,) and img_action.needs == ("docker",)
     # default base: the toolchain's Triton image, pinned by digest
-    assert ctx_action.params["base"].startswith("nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3@sha256:")
+    assert ctx_action.params.base.startswith("nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3@sha256:")
     # Without `image:` there is no image work at all.
     from compiler.graph.inputs import DigestCache
-    from compiler.graph.lower import lower
+    from compiler.lower import lower
     from compiler.pipeline import validate_path
 
-    plain, _ = lower(validate_path(QUICKSTART / "kiln.yaml"), DigestCache(tmp_path / "d2.json"))
+    plain = lower(validate_path(QUICKSTART / "kiln.yaml"), DigestCache(tmp_path / "d2.json"))
     assert not [a for a in plain.actions if a.startswith("image")]
 
 
 def _render(tmp: Path, out_name: str, params: dict) -> Path:
     out = tmp / out_name
     out.mkdir()
-    image_context.run(dict(params), RunContext(out, {}, _context_inputs(tmp / (out_name + "-in")), LOG))
+    image_context.KIND.run(image_context.ImageContextParams.model_validate(params),
+                           RunContext(out, {}, _context_inputs(tmp / (out_name + "-in")), LOG))
     return out
 
 
@@ -111,7 +111,7 @@ def _tree_bytes(root: Path) -> dict[str, tuple[bytes, int]]:
 
 
 def test_context_is_deterministic_and_layered(tmp_path: Path) -> None:
-    params = dict(_context_action(tmp_path / "spec").actions[f"image-context/{HOST}"].params)
+    params = dict(_context_action(tmp_path / "spec").actions[f"image-context/{HOST}"].params.to_json())
     a = _render(tmp_path, "a", params)
     b = _render(tmp_path, "b", params)
     assert _tree_bytes(a) == _tree_bytes(b)
@@ -150,7 +150,7 @@ def test_context_is_deterministic_and_layered(tmp_path: Path) -> None:
 def test_content_image_tag_names_base_and_content(tmp_path: Path) -> None:
     """The image action reuses a content image by its local tag, so the tag must change with the
     base as well as with any file."""
-    params = dict(_context_action(tmp_path / "spec").actions[f"image-context/{HOST}"].params)
+    params = dict(_context_action(tmp_path / "spec").actions[f"image-context/{HOST}"].params.to_json())
     a = _render(tmp_path, "a", params)
     other_base = dict(params, base=params["base"].rsplit("@", 1)[0] + "@sha256:" + "2" * 64)
     b = _render(tmp_path, "b", other_base)
@@ -162,7 +162,7 @@ def test_content_image_tag_names_base_and_content(tmp_path: Path) -> None:
 
 
 def test_context_tar_is_deterministic(tmp_path: Path) -> None:
-    params = dict(_context_action(tmp_path / "spec").actions[f"image-context/{HOST}"].params)
+    params = dict(_context_action(tmp_path / "spec").actions[f"image-context/{HOST}"].params.to_json())
     a = _render(tmp_path, "a", params)
     bufs = []
     for _ in range(2):
@@ -178,13 +178,13 @@ def test_context_tar_is_deterministic(tmp_path: Path) -> None:
 
 def test_image_step_without_a_daemon_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Real SDK, real socket path that has no daemon behind it: one clear line, no traceback text."""
-    params = dict(_context_action(tmp_path / "spec").actions[f"image-context/{HOST}"].params)
+    params = dict(_context_action(tmp_path / "spec").actions[f"image-context/{HOST}"].params.to_json())
     ctx_out = _render(tmp_path, "ctx", params)
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(dockerbuild.DockerError) as e:
-        image.run({"host": HOST, "repository": "127.0.0.1:5000/x"},
+        image.KIND.run(image.ImageParams(host=HOST, repository="127.0.0.1:5000/x"),
                   RunContext(out, {}, {f"image-context/{HOST}": ctx_out}, LOG))
     msg = str(e.value)
     assert "\n" not in msg and "no Docker daemon reachable" in msg and "no-docker.sock" in msg
@@ -339,7 +339,7 @@ def test_rebuilds_give_the_same_layers_and_image_digest(tmp_path: Path, registry
     """Same context, build cache off, twice: the layers are the same bytes (diff IDs); the builder's
     image IDs differ (its config records build times); normalize() gives both the same config, so
     the registry stores one manifest digest for the two pushes."""
-    params = dict(_context_action(tmp_path / "spec").actions[f"image-context/{HOST}"].params)
+    params = dict(_context_action(tmp_path / "spec").actions[f"image-context/{HOST}"].params.to_json())
     params["base"] = base_image
     ctx_out = _render(tmp_path, "ctx", params)
     client = dockerbuild.connect()
@@ -379,18 +379,19 @@ def test_entrypoint_of_a_host_with_several_units(tmp_path: Path, base_image: str
     the units and refuses; a unit id starts that unit's server (a model name would be ambiguous, so
     it is not one); any other command (how provision.sh starts containers) runs as given."""
     from compiler.graph.inputs import DigestCache
-    from compiler.graph.lower import lower
+    from compiler.lower import lower
     from compiler.pipeline import validate_path
 
-    graph, _ = lower(validate_path(ROOT / "examples" / "b200-mig-three-models" / "kiln.yaml"),
-                     DigestCache(tmp_path / "digests.json"))
-    units = graph.actions["image-context/b200-a"].params["units"]
+    graph = lower(validate_path(ROOT / "examples" / "b200-mig-three-models" / "kiln.yaml"),
+                  DigestCache(tmp_path / "digests.json"))
+    typed_units = graph.actions["image-context/b200-a"].params.units
+    units = [u.to_json() for u in typed_units]
     assert len(units) == 6
     ctx = tmp_path / "ctx"
     serve = ctx / "entry" / image_context.ENTRYPOINT_PATH.lstrip("/")
     serve.parent.mkdir(parents=True)
     serve.write_text(image_context.environment().get_template(image_context.ENTRYPOINT)
-                     .render(**image_context.entrypoint_context("b200-a", units)))
+                     .render(**image_context.entrypoint_context("b200-a", typed_units)))
     serve.chmod(0o755)
     for u in units:  # a repository with one config per model, as the image holds it
         p = ctx / "entry" / layout.REPOSITORY_DIR.lstrip("/") / u["model"] / "config.pbtxt"

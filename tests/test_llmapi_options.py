@@ -12,8 +12,13 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from compiler.actions.llmapi import options
+from compiler.actions import llmapi
+from compiler.ir import ResolvedModel
 from compiler.spec.models import Model
+
+
+def options(model: Model) -> dict:
+    return llmapi.options(ResolvedModel("m", model, None, ""))
 
 TOP_LEVEL = {
     "tensor_parallel_size": int, "pipeline_parallel_size": int, "moe_expert_parallel_size": int,

@@ -111,8 +111,8 @@ def in_memory_model(spec: Path, store: Path, outcome, calibrate: bool = True, mo
     from compiler.actions import quantize
     from compiler.actions.calibration import read_texts
 
-    params = dict(outcome.graph.actions[f"quantize/{model_name}"].params)
-    model, tok = quantize.load(spec.parent / "model", params["dtype"], "cpu")
+    params = outcome.graph.actions[f"quantize/{model_name}"].params
+    model, tok = quantize.load(spec.parent / "model", params.dtype, "cpu")
     texts = None
     if calibrate:
         cal = tree_files(store, outcome, f"calibration-set/{model_name}")["calibration.jsonl"].decode()
@@ -418,7 +418,7 @@ def test_recipe_maps_exclusions_overrides_and_kv_cache_onto_modelopt_entries(tmp
         "weights: fp8": "weights: int4_awq\n      kv_cache: fp8\n      exclude: [lm_head, 'model.layers.0.*']\n"
                         "      overrides: [{match: '*mlp.down_proj', block_size: 64},"
                         " {match: 'model.layers.3.self_attn.o_proj', weights: bf16}]"})
-    cfg = build_quant_config(dict(action.params))
+    cfg = build_quant_config(action.params)
     entries = cfg["quant_cfg"]
     assert cfg["algorithm"]["method"] == "awq_lite"
     assert {"quantizer_name": "*[kv]_bmm_quantizer", "cfg": {"num_bits": (4, 3), "axis": None}} in entries
@@ -452,17 +452,17 @@ def test_key_follows_what_quantize_reads(tmp_path: Path) -> None:
     assert base.needs == ("torch",)
     assert set(base.inputs) == {"eval", "source/config.json", "source/model.safetensors", "source/tokenizer.json",
                                 "source/tokenizer_config.json"}
-    assert "max_regression_pct" not in json.dumps(base.params)  # the threshold belongs to quality-gate
-    assert base.params["calibration"] == {"max_seq_len": 128, "batch_size": 1}
-    assert base.params["activations"] == "fp8" and base.params["modelopt"] == "0.47.0"
+    assert "max_regression_pct" not in json.dumps(base.params_json)  # the threshold belongs to quality-gate
+    assert base.params_json["calibration"] == {"max_seq_len": 128, "batch_size": 1}
+    assert base.params.activations == "fp8" and base.params.modelopt == "0.47.0"
 
 
 def test_nvfp4_needs_a_gpu_builder(tmp_path: Path) -> None:
     from compiler.actions import quantize
-    from compiler.actions.base import RunContext
+    from compiler.graph.kinds import RunContext
 
     action = lowered(tmp_path, {})
-    params = {**action.params, "weights": "nvfp4", "activations": "nvfp4"}
+    params = action.params.model_copy(update={"weights": "nvfp4", "activations": "nvfp4"})
     assert quantize.needs_gpu(params) == ["nvfp4 weights", "nvfp4 activations"]
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the refusal is for CPU-only builders")
@@ -470,7 +470,7 @@ def test_nvfp4_needs_a_gpu_builder(tmp_path: Path) -> None:
 
     (tmp_path / "out").mkdir()
     with pytest.raises(quantize.QuantizeError, match="need a GPU builder"):
-        quantize.run(params, RunContext(tmp_path / "out", {}, {}, logging.getLogger("test")))
+        quantize.KIND.run(params, RunContext(tmp_path / "out", {}, {}, logging.getLogger("test")))
     assert not list((tmp_path / "out").iterdir())
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from compiler.catalog import load_gpu_catalog
 from compiler.checks.base import CheckContext
 from compiler.checks.mig import MigUnsupported
-from compiler.diagnostics import all_rules, get_rule
+from compiler.checks import all_rules, get_rule
 from compiler.pipeline import validate_path
 
 from .expectations import case_files, parse_expectations
@@ -41,7 +41,7 @@ def test_mig_on_a_gpu_without_mig_is_an_error() -> None:
     host = result.resolved.hosts["dev-h100"]
     no_mig = dataclasses.replace(host.gpu, mig=dataclasses.replace(host.gpu.mig, supported=False))
     resolved = dataclasses.replace(result.resolved, hosts={"dev-h100": dataclasses.replace(host, gpu=no_mig)})
-    ctx = CheckContext(result.spec, result.document, result.base_dir, resolved)
+    ctx = CheckContext(resolved)
     diags = list(MigUnsupported().run(ctx))
     assert [d.code for d in diags] == ["K201"]
     assert diags[0].span.line == result.document.span_of(("hosts", "dev-h100", "gpus", 0, "mig"), key=True).line

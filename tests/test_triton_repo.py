@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from compiler.actions import KINDS, llmapi, triton_repo
-from compiler.actions.base import RunContext
+from compiler.actions import REGISTRY, llmapi, triton_repo
 from compiler.graph.inputs import DigestCache
-from compiler.graph.lower import lower
+from compiler.graph.kinds import RunContext
+from compiler.lower import lower
 from compiler.pipeline import validate_path
 from compiler.serving import rules
 from compiler.serving import triton as tr
@@ -39,14 +39,12 @@ def validated(example: str):
 def rendered(example: str, host: str, target: str) -> tuple[dict, dict[str, bytes]]:
     """The repository's rendered files (no tokenizers) for the example, its target set to `target`."""
     r = validated(example)
-    params = tr.repository_params(r.spec, r.resolved, host)
-    params["target"] = target
-    params["templates"] = tr.template_digests(target)
-    options = {m: llmapi.options(r.spec.models[m]) for m in r.spec.models}
-    return params, tr.render(params, options, r.spec.toolchain.tensorrt_llm)
+    params = tr.repository_params(r.resolved, host, target)
+    options = {m: llmapi.options(rm) for m, rm in r.resolved.models.items()}
+    return params, tr.render(params, options)
 
 
-def with_tokenizers(params: dict, files: dict[str, bytes]) -> dict[str, bytes]:
+def with_tokenizers(params, files: dict[str, bytes]) -> dict[str, bytes]:
     out = dict(files)
     for where in tr.tokenizer_dirs(params):
         for f in triton_repo.tokenizer_files(QUICK_MODEL):
@@ -65,20 +63,20 @@ def test_every_config_parses_strictly_and_passes_triton_rules(example: str, host
     configs = parse_repository(files)
     spec = validated(example).spec
     per_model = 1 if target == "llmapi" else 5
-    assert len(configs) == per_model * len(params["models"])
+    assert len(configs) == per_model * len(params.models)
     assert all(b"${" not in data for data in files.values())
     assert rules.check_repository(with_tokenizers(params, files)) == []
 
     mc = __import__("tritonclient.grpc.model_config_pb2", fromlist=["x"])
     by_name = {c.model_dir: c.config for c in configs}
     units = [u for u in validated(example).resolved.units if u.host == host]
-    for m in params["models"]:
-        model = spec.models[m["name"]]
+    for m in params.models:
+        model = spec.models[m.name]
         s = model.serving
         width = model.parallelism.tp * model.parallelism.pp
-        assert {len(u.gpu_indexes) for u in units if u.model == m["name"]} == {width}
+        assert {len(u.gpu_indexes) for u in units if u.model == m.name} == {width}
         # the model that meets the engine (or the LLM API) carries batching and admission control
-        front = by_name[m["name"] if target == "llmapi" else f"{m['name']}-tensorrt_llm"]
+        front = by_name[m.name if target == "llmapi" else f"{m.name}-tensorrt_llm"]
         assert front.max_batch_size == model.limits.max_batch_size
         db = front.dynamic_batching
         assert db.max_queue_delay_microseconds == s.max_queue_delay_us
@@ -93,20 +91,20 @@ def test_every_config_parses_strictly_and_passes_triton_rules(example: str, host
         assert ids == ";".join([",".join(map(str, range(width)))] * s.instances)
         assert sum(g.count for g in front.instance_group) == s.instances
         if target == "llmapi":
-            yaml_text = files[f"{m['name']}/1/model.yaml"].decode()
-            assert f"model: /opt/kiln/models/{m['name']}\n" in yaml_text
+            yaml_text = files[f"{m.name}/1/model.yaml"].decode()
+            assert f"model: /opt/kiln/models/{m.name}\n" in yaml_text
             assert f"max_num_tokens: {model.limits.max_num_tokens}\n" in yaml_text
             assert f"tensor_parallel_size: {model.parallelism.tp}\n" in yaml_text
         else:
             p = {k: v.string_value for k, v in front.parameters.items()}
-            assert p["gpt_model_path"] == f"/opt/kiln/models/{m['name']}"
+            assert p["gpt_model_path"] == f"/opt/kiln/models/{m.name}"
             assert p["kv_cache_free_gpu_mem_fraction"] == str(model.runtime.kv_cache_memory_fraction)
             # build-time limits are the engine's: config.pbtxt would ignore them (tensorrtllm_backend#402)
             assert not {"max_num_tokens", "max_input_len", "max_seq_len"} & set(p)
-            ens = by_name[m["name"]]
+            ens = by_name[m.name]
             assert ens.platform == "ensemble" and ens.max_batch_size == model.limits.max_batch_size
             assert [st.model_name for st in ens.ensemble_scheduling.step] == \
-                [f"{m['name']}-preprocessing", f"{m['name']}-tensorrt_llm", f"{m['name']}-postprocessing"]
+                [f"{m.name}-preprocessing", f"{m.name}-tensorrt_llm", f"{m.name}-postprocessing"]
 
 
 def test_rendering_is_deterministic_and_machine_independent() -> None:
@@ -118,13 +116,18 @@ def test_rendering_is_deterministic_and_machine_independent() -> None:
 
 def test_a_missing_template_value_is_an_error_not_a_blank() -> None:
     params, _ = rendered("quickstart", "dev-h100", "engine")
-    del params["models"][0]["max_queue_delay_us"]
+
+    def with_model(**values) -> tr.RepositoryParams:
+        # model_construct skips validation: the template must catch what the parameters lack
+        m = tr.TritonModel.model_construct(**values)
+        return params.model_copy(update={"models": [m, *params.models[1:]]})
+
+    first = params.models[0].to_json()
+    del first["max_queue_delay_us"]
     with pytest.raises(Exception, match="max_queue_delay_us"):
-        tr.render(params)
-    params, _ = rendered("quickstart", "dev-h100", "engine")
-    params["models"][0]["gpt_model_type"] = None
+        tr.render(with_model(**first))
     with pytest.raises(Exception, match="None"):
-        tr.render(params)
+        tr.render(with_model(**{**params.models[0].to_json(), "gpt_model_type": None}))
 
 
 # --- each rule fires ----------------------------------------------------------------------------
@@ -235,7 +238,7 @@ def run_action(spec_path: Path, host: str, checkpoint: Path, tmp: Path) -> Path:
     checkpoint dependency is a directory holding the checkpoint's tokenizer files."""
     result = validate_path(spec_path)
     assert result.ok, [d.message for d in result.diagnostics if d.is_error]
-    graph, _ = lower(result, DigestCache(None))
+    graph = lower(result, DigestCache(None))
     action = graph.actions[f"triton-repo/{host}"]
     log = logging.getLogger("test-triton-repo")
     deps = {}
@@ -243,13 +246,13 @@ def run_action(spec_path: Path, host: str, checkpoint: Path, tmp: Path) -> Path:
         if dep.startswith("llmapi-options/"):
             d = tmp / dep.replace("/", "_")
             d.mkdir(parents=True)
-            KINDS["llmapi-options"].run(dict(graph.actions[dep].params), RunContext(d, {}, {}, log))
+            REGISTRY["llmapi-options"].run(graph.actions[dep].params, RunContext(d, {}, {}, log))
             deps[dep] = d
         else:
             deps[dep] = checkpoint
     out = tmp / "out"
     out.mkdir()
-    KINDS[action.kind].run(dict(action.params), RunContext(out, {}, deps, log))
+    REGISTRY[action.kind].run(action.params, RunContext(out, {}, deps, log))
     return out
 
 
@@ -297,10 +300,10 @@ def test_action_refuses_a_checkpoint_without_tokenizer(tmp_path: Path) -> None:
 
 def test_a_serving_change_moves_only_the_repository_key(tmp_path: Path) -> None:
     spec = quickstart_copy(tmp_path, "llmapi")
-    before, _ = lower(validate_path(spec), DigestCache(None))
+    before = lower(validate_path(spec), DigestCache(None))
     text = spec.read_text(encoding="utf-8")
     spec.write_text(text.replace("max_queue_size: 16", "max_queue_size: 32"), encoding="utf-8")
-    after, _ = lower(validate_path(spec), DigestCache(None))
+    after = lower(validate_path(spec), DigestCache(None))
     changed = {a for a in before.keys if before.keys[a] != after.keys.get(a)}
     assert changed == {"triton-repo/dev-h100", "spec-snapshot"}
 
@@ -323,11 +326,11 @@ def test_golden_repository(target: str, update_expectations: bool) -> None:
 
 def test_action_refuses_templates_edited_after_planning(tmp_path: Path) -> None:
     result = validate_path(quickstart_copy(tmp_path, "engine"))
-    graph, _ = lower(result, DigestCache(None))
-    params = dict(graph.actions["triton-repo/dev-h100"].params)
-    params["templates"] = {**params["templates"], "engine/bls.py": "sha256:" + "0" * 64}
+    graph = lower(result, DigestCache(None))
+    params = graph.actions["triton-repo/dev-h100"].params
+    params = params.model_copy(update={"templates": {**params.templates, "engine/bls.py": "sha256:" + "0" * 64}})
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(triton_repo.RepositoryError, match="template changed"):
-        triton_repo.run(params, RunContext(out, {}, {}, logging.getLogger("t")))
-    assert "engine/preprocessing.py" in params["templates"] and "llmapi/model.py" not in params["templates"]
+        triton_repo.KIND.run(params, RunContext(out, {}, {}, logging.getLogger("t")))
+    assert "engine/preprocessing.py" in params.templates and "llmapi/model.py" not in params.templates

@@ -1,12 +1,17 @@
-"""Artifact kinds: each module lowers the spec into actions of its kind and runs them."""
+"""Artifact kinds: one module per kind, each lowering the IR into actions of its kind and running them.
+
+`REGISTRY` is what a build gives the planner and the executor; its order is the lowering order.
+"""
 
 from __future__ import annotations
 
-from types import ModuleType
+from compiler.graph.kinds import KindRegistry
 
 from . import (calibration, capacity, engine, hostplan, hostscript, image, image_context, llmapi, model_source,
                quality_gate, quantize, snapshot, tokenizer, triton_repo)
 
-KINDS: dict[str, ModuleType] = {m.KIND: m for m in (snapshot, llmapi, calibration, model_source, quantize, quality_gate,
-                                                     engine, tokenizer, triton_repo, image_context, image, hostplan, hostscript,
-                                                     capacity)}
+REGISTRY = KindRegistry([snapshot.KIND, llmapi.KIND, calibration.KIND, model_source.KIND, quantize.KIND,
+                         quality_gate.KIND, engine.KIND, hostplan.KIND, hostscript.KIND, capacity.KIND,
+                         tokenizer.KIND, triton_repo.KIND, image_context.KIND, image.KIND])
+
+__all__ = ["REGISTRY"]

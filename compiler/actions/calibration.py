@@ -10,25 +10,11 @@ import random
 from compiler.graph.model import Action
 from compiler.store.canonical import canonical_json
 
-from .base import LowerContext, RunContext
-
-KIND, VERSION = "calibration-set", 1
+from .base import ActionKind, LowerContext, Params, RunContext
 
 
 class CalibrationDataError(Exception):
     pass
-
-
-def lower(ctx: LowerContext) -> list[Action]:
-    out = []
-    for name, model in sorted(ctx.spec.models.items()):
-        cal = model.quantization.calibration
-        if cal is None:
-            continue
-        params = {"model": name, "samples": cal.samples, "seed": cal.seed}
-        out.append(Action(f"{KIND}/{name}", KIND, VERSION, params, inputs={"data": ctx.file_digest(cal.data)},
-                          files={"data": str(ctx.base_dir / cal.data)}))
-    return out
 
 
 def read_texts(raw: str) -> list[str]:
@@ -48,16 +34,41 @@ def read_texts(raw: str) -> list[str]:
     return lines
 
 
-def run(params: dict, ctx: RunContext) -> None:
-    texts = read_texts(ctx.files["data"].read_text(encoding="utf-8"))
-    if not texts:
-        raise CalibrationDataError("the calibration data holds no samples")
-    n = params["samples"]
-    if len(texts) > n:
-        picked = sorted(random.Random(params["seed"]).sample(range(len(texts)), n))
-        texts = [texts[i] for i in picked]
-    else:
-        ctx.log.info("data has %d samples, fewer than the %d asked for: using all", len(texts), n)
-    body = b"".join(canonical_json({"text": t}) + b"\n" for t in texts)
-    (ctx.out / "calibration.jsonl").write_bytes(body)
-    ctx.log.info("selected %d samples", len(texts))
+class CalibrationSetParams(Params):
+    model: str
+    samples: int
+    seed: int
+
+
+class CalibrationSet(ActionKind[CalibrationSetParams]):
+    kind, version, Params = "calibration-set", 1, CalibrationSetParams
+
+    def lower(self, ctx: LowerContext) -> list[Action]:
+        out = []
+        for name, model in sorted(ctx.spec.models.items()):
+            cal = model.quantization.calibration
+            if cal is None:
+                continue
+            out.append(self.action(f"{self.kind}/{name}", CalibrationSetParams(model=name, samples=cal.samples,
+                                                                               seed=cal.seed),
+                                   inputs={"data": ctx.file_digest(cal.data)},
+                                   files={"data": str(ctx.base_dir / cal.data)}))
+        return out
+
+    def run(self, params: CalibrationSetParams, ctx: RunContext) -> None:
+        texts = read_texts(ctx.files["data"].read_text(encoding="utf-8"))
+        if not texts:
+            raise CalibrationDataError("the calibration data holds no samples")
+        n = params.samples
+        if len(texts) > n:
+            picked = sorted(random.Random(params.seed).sample(range(len(texts)), n))
+            texts = [texts[i] for i in picked]
+        else:
+            ctx.log.info("data has %d samples, fewer than the %d asked for: using all", len(texts), n)
+        body = b"".join(canonical_json({"text": t}) + b"\n" for t in texts)
+        (ctx.out / OUTPUT).write_bytes(body)
+        ctx.log.info("selected %d samples", len(texts))
+
+
+OUTPUT = "calibration.jsonl"
+KIND = CalibrationSet()

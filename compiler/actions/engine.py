@@ -26,10 +26,8 @@ from pathlib import Path
 from compiler.graph.model import Action
 from compiler.store.canonical import pretty_json
 
-from .base import LowerContext, RunContext
-from .source import lower_source
-
-KIND, VERSION = "engine", 1
+from .base import ActionKind, LowerContext, Params, RunContext
+from .source import SourceRef, fetch_huggingface, local_source, lower_source, source_needs
 RELEASE_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:{version}"  # tag only: its digest is not in our facts
 CONTAINER_EXAMPLES = "/app/tensorrt_llm/examples"
 # Where the recipe's directories are mounted inside the release container.
@@ -62,32 +60,75 @@ def cli_flags() -> dict[str, dict]:
 
 
 # --- the recipe (pure) ---------------------------------------------------------------------------
-def recipe(params: dict, model_dir: str, calib_dir: str | None, ckpt_dir: str, engine_dir: str) -> dict:
+class EngineQuant(Params):
+    weights: str
+    activations: str | None
+    qformat: str | None  # quantize.py --qformat; None: quantize.py has no such format
+    quant_algo: str | None  # the QuantAlgo the checkpoint then records
+    kv_cache_dtype: str | None
+    kv_cache_quant_algo: str | None
+    awq_block_size: int | None
+
+
+class EngineCalibration(Params):
+    samples: int
+    max_seq_len: int
+    batch_size: int
+    seed: int
+
+
+class EngineLimits(Params):
+    max_batch_size: int
+    max_input_len: int
+    max_seq_len: int
+    max_num_tokens: int
+    max_beam_width: int
+
+
+class EngineBuild(Params):
+    tokens_per_block: int
+    fp8_context_fmha: bool
+
+
+class EngineParams(Params):
+    model: str
+    source: SourceRef
+    dtype: str
+    quant: EngineQuant
+    calibration: EngineCalibration | None
+    tp: int
+    pp: int
+    limits: EngineLimits
+    build: EngineBuild
+    tensorrt_llm: str
+
+
+def recipe(params: EngineParams, model_dir: str, calib_dir: str | None, ckpt_dir: str, engine_dir: str) -> dict:
     """The two command lines, as argument lists (program first)."""
-    q = params["quant"]
+    q = params.quant
     quantize = ["quantize.py", "--model_dir", model_dir, "--output_dir", ckpt_dir,
-                "--dtype", DTYPES[params["dtype"]], "--qformat", q["qformat"],
-                "--tp_size", str(params["tp"]), "--pp_size", str(params["pp"])]
-    if q["kv_cache_dtype"] is not None:
-        quantize += ["--kv_cache_dtype", q["kv_cache_dtype"]]
-    if q["awq_block_size"] is not None:
-        quantize += ["--awq_block_size", str(q["awq_block_size"])]
-    cal = params["calibration"]
+                "--dtype", DTYPES[params.dtype], "--qformat", q.qformat,
+                "--tp_size", str(params.tp), "--pp_size", str(params.pp)]
+    if q.kv_cache_dtype is not None:
+        quantize += ["--kv_cache_dtype", q.kv_cache_dtype]
+    if q.awq_block_size is not None:
+        quantize += ["--awq_block_size", str(q.awq_block_size)]
+    cal = params.calibration
     if cal is not None and calib_dir is not None:
-        quantize += ["--calib_dataset", calib_dir, "--calib_size", str(cal["samples"]),
-                     "--calib_max_seq_length", str(cal["max_seq_len"]), "--batch_size", str(cal["batch_size"]),
-                     "--seed", str(cal["seed"])]
-    lim, b = params["limits"], params["build"]
+        quantize += ["--calib_dataset", calib_dir, "--calib_size", str(cal.samples),
+                     "--calib_max_seq_length", str(cal.max_seq_len), "--batch_size", str(cal.batch_size),
+                     "--seed", str(cal.seed)]
+    lim, b = params.limits, params.build
     build = ["trtllm-build", "--checkpoint_dir", ckpt_dir, "--output_dir", engine_dir,
-             "--max_batch_size", str(lim["max_batch_size"]), "--max_input_len", str(lim["max_input_len"]),
-             "--max_seq_len", str(lim["max_seq_len"]), "--max_num_tokens", str(lim["max_num_tokens"]),
-             "--max_beam_width", str(lim["max_beam_width"]),
-             "--kv_cache_type", "paged", "--tokens_per_block", str(b["tokens_per_block"]),
+             "--max_batch_size", str(lim.max_batch_size), "--max_input_len", str(lim.max_input_len),
+             "--max_seq_len", str(lim.max_seq_len), "--max_num_tokens", str(lim.max_num_tokens),
+             "--max_beam_width", str(lim.max_beam_width),
+             "--kv_cache_type", "paged", "--tokens_per_block", str(b.tokens_per_block),
              "--gpt_attention_plugin", "auto", "--context_fmha", "enable", "--remove_input_padding", "enable",
              "--use_paged_context_fmha", "enable",
-             "--use_fp8_context_fmha", "enable" if b["fp8_context_fmha"] else "disable",
-             "--workers", str(params["tp"] * params["pp"])]
-    if q["qformat"] == "full_prec":
+             "--use_fp8_context_fmha", "enable" if b.fp8_context_fmha else "disable",
+             "--workers", str(params.tp * params.pp)]
+    if q.qformat == "full_prec":
         build += ["--gemm_plugin", "auto"]  # only non-quantized GEMMs use it
     return {"quantize": quantize, "build": build}
 
@@ -118,18 +159,18 @@ def check_flags(argv: list[str]) -> list[str]:
     return problems
 
 
-def check_engine_config(config: dict, params: dict) -> list[str]:
+def check_engine_config(config: dict, params: EngineParams) -> list[str]:
     """What an engine's config.json (`version`, `pretrained_config`, `build_config`, as
     TensorRT-LLM's Engine.save writes it) says differently from the recipe: the serving config
     built on it would promise limits the engine does not have."""
     problems = []
     bc = config.get("build_config") or {}
-    for key, want in params["limits"].items():
+    for key, want in params.limits.to_json().items():
         if bc.get(key) != want:
             problems.append(f"build_config.{key} is {bc.get(key)!r}, the spec says {want}")
     plugin = bc.get("plugin_config") or {}
-    for key, want in (("use_paged_context_fmha", True), ("use_fp8_context_fmha", params["build"]["fp8_context_fmha"]),
-                      ("tokens_per_block", params["build"]["tokens_per_block"])):
+    for key, want in (("use_paged_context_fmha", True), ("use_fp8_context_fmha", params.build.fp8_context_fmha),
+                      ("tokens_per_block", params.build.tokens_per_block)):
         if plugin.get(key) != want:
             problems.append(f"build_config.plugin_config.{key} is {plugin.get(key)!r}, the recipe says {want}")
     kv_type = str(bc.get("kv_cache_type", "")).upper().rsplit(".", 1)[-1]
@@ -137,91 +178,78 @@ def check_engine_config(config: dict, params: dict) -> list[str]:
         problems.append(f"build_config.kv_cache_type is {bc.get('kv_cache_type')!r}, the recipe builds PAGED")
     pc = config.get("pretrained_config") or {}
     mapping = pc.get("mapping") or {}
-    if (mapping.get("tp_size"), mapping.get("pp_size")) != (params["tp"], params["pp"]):
+    if (mapping.get("tp_size"), mapping.get("pp_size")) != (params.tp, params.pp):
         problems.append(f"pretrained_config.mapping is tp={mapping.get('tp_size')} pp={mapping.get('pp_size')}, "
-                        f"the spec says tp={params['tp']} pp={params['pp']}")
+                        f"the spec says tp={params.tp} pp={params.pp}")
     quant = pc.get("quantization") or {}
-    q = params["quant"]
-    if quant.get("quant_algo") != q["quant_algo"]:
+    q = params.quant
+    if quant.get("quant_algo") != q.quant_algo:
         problems.append(f"pretrained_config.quantization.quant_algo is {quant.get('quant_algo')!r}, "
-                        f"the spec's format is {q['quant_algo']!r}")
-    if quant.get("kv_cache_quant_algo") != q["kv_cache_quant_algo"]:
+                        f"the spec's format is {q.quant_algo!r}")
+    if quant.get("kv_cache_quant_algo") != q.kv_cache_quant_algo:
         problems.append(f"pretrained_config.quantization.kv_cache_quant_algo is {quant.get('kv_cache_quant_algo')!r}, "
-                        f"the spec says {q['kv_cache_quant_algo']!r}")
+                        f"the spec says {q.kv_cache_quant_algo!r}")
     return problems
 
 
 # --- lowering ----------------------------------------------------------------------------------------
-def lower(ctx: LowerContext) -> list[Action]:
-    from compiler.checks.precision import effective_activations
-    from compiler.spec.models import UNQUANTIZED
-
-    if ctx.spec.target != "engine":
-        return []
-    out = []
-    for name, model in sorted(ctx.spec.models.items()):
-        q = model.quantization
-        acts = effective_activations(model) if q.weights not in UNQUANTIZED else None
-        acts = None if acts in (None, *UNQUANTIZED) else acts
-        weights = model.dtype if q.weights in UNQUANTIZED else q.weights
-        qformat, algo = QFORMATS.get((weights, acts), (None, None))
-        kv = KV_DTYPES.get(q.kv_cache, (None, None))
-        source, inputs, files = lower_source(ctx, model)
-        cal = q.calibration
-        params = {
-            "model": name, "source": source, "dtype": model.dtype,
-            "quant": {"weights": weights, "activations": acts, "qformat": qformat, "quant_algo": algo,
-                      "kv_cache_dtype": kv[0], "kv_cache_quant_algo": kv[1],
-                      "awq_block_size": q.block_size if qformat in ("int4_awq", "w4a8_awq") else None},
-            "calibration": None if cal is None or qformat == "full_prec" else
-            {"samples": cal.samples, "max_seq_len": cal.max_seq_len, "batch_size": cal.batch_size, "seed": cal.seed},
-            "tp": model.parallelism.tp, "pp": model.parallelism.pp,
-            "limits": model.limits.model_dump(mode="json"),
-            "build": {"tokens_per_block": model.runtime.tokens_per_block,
-                      "fp8_context_fmha": bool(model.kernels.fp8_context_fmha is not False
-                                               and qformat in FP8_FMHA_FORMATS)},
-            "tensorrt_llm": ctx.spec.toolchain.tensorrt_llm,
-        }
-        deps = (f"calibration-set/{name}",) if params["calibration"] is not None else ()
-        needs = ("gpu",) + (() if source.get("path") else ("network",))
-        out.append(Action(f"{KIND}/{name}", KIND, VERSION, params, inputs=inputs, deps=deps, needs=needs,
-                          files=files))
-    return out
+def lower_model(ctx: LowerContext, name: str) -> Action:
+    rm = ctx.ir.models[name]
+    model, f = rm.spec, rm.formats
+    weights = f.storage_weights
+    qformat, algo = QFORMATS.get((weights, f.act_quant), (None, None))
+    kv = KV_DTYPES.get(f.kv_cache, (None, None))
+    source, inputs, files = lower_source(ctx, model)
+    cal = model.quantization.calibration
+    lim = model.limits
+    params = EngineParams(
+        model=name, source=source, dtype=f.dtype,
+        quant=EngineQuant(weights=weights, activations=f.act_quant, qformat=qformat, quant_algo=algo,
+                          kv_cache_dtype=kv[0], kv_cache_quant_algo=kv[1],
+                          awq_block_size=f.block_size if qformat in ("int4_awq", "w4a8_awq") else None),
+        calibration=None if cal is None or qformat == "full_prec" else
+        EngineCalibration(samples=cal.samples, max_seq_len=cal.max_seq_len, batch_size=cal.batch_size, seed=cal.seed),
+        tp=model.parallelism.tp, pp=model.parallelism.pp,
+        limits=EngineLimits(max_batch_size=lim.max_batch_size, max_input_len=lim.max_input_len,
+                            max_seq_len=lim.max_seq_len, max_num_tokens=lim.max_num_tokens,
+                            max_beam_width=lim.max_beam_width),
+        build=EngineBuild(tokens_per_block=model.runtime.tokens_per_block,
+                          fp8_context_fmha=bool(model.kernels.fp8_context_fmha is not False
+                                                and qformat in FP8_FMHA_FORMATS)),
+        tensorrt_llm=ctx.spec.toolchain.tensorrt_llm)
+    deps = (f"calibration-set/{name}",) if params.calibration is not None else ()
+    needs = ("gpu",) + (() if source.path else ("network",))
+    return ENGINE.action(f"engine/{name}", params, inputs=inputs, deps=deps, needs=needs, files=files)
 
 
 def _has_trtllm() -> bool:
     return importlib.util.find_spec("tensorrt_llm") is not None
 
 
-def missing_needs(params: dict, builder) -> list[str]:
-    from .source import source_needs
-
-    out = [] if builder.has("gpu") else ["gpu"]
-    if not out and not _has_trtllm() and not builder.has("docker"):
-        out.append("docker")  # no tensorrt_llm here: the release container must run it
-    return out + source_needs(params["source"], builder)
-
-
 # --- running -----------------------------------------------------------------------------------------
-def run(params: dict, ctx: RunContext) -> None:
-    if params["quant"]["qformat"] is None:
-        q = params["quant"]
-        raise EngineError(f"TensorRT-LLM's quantize.py has no format for {q['weights']} weights with "
-                          f"{q['activations'] or 'unquantized'} activations; use the llmapi target")
+def preflight(params: EngineParams) -> None:
+    """Everything `run` refuses before it touches a model: a format quantize.py does not have, a
+    flag or value the pinned programs do not accept."""
+    if params.quant.qformat is None:
+        q = params.quant
+        raise EngineError(f"TensorRT-LLM's quantize.py has no format for {q.weights} weights with "
+                          f"{q.activations or 'unquantized'} activations; use the llmapi target")
     for argv in recipe(params, "MODEL", "CALIB", "CKPT", "ENGINE").values():
         problems = check_flags(argv)
         if problems:
             raise EngineError("; ".join(problems))
-    from .source import fetch_huggingface, local_source
 
+
+def run(params: EngineParams, ctx: RunContext) -> None:
+    preflight(params)
     work = ctx.out.parent / "engine-work"
     work.mkdir()
-    model_dir = local_source(ctx, work) if params["source"].get("path") else fetch_huggingface(params["source"], ctx.log)
+    model_dir = local_source(ctx, work) if params.source.path else fetch_huggingface(params.source, ctx.log)
     calib = None
-    if params["calibration"] is not None:
+    if params.calibration is not None:
         calib = work / "calib"
         calib.mkdir()
-        shutil.copyfile(ctx.deps[f"calibration-set/{params['model']}"] / "calibration.jsonl", calib / "train.jsonl")
+        shutil.copyfile(ctx.deps[f"calibration-set/{params.model}"] / "calibration.jsonl", calib / "train.jsonl")
     engine_dir = ctx.out / "engine"
     if _has_trtllm():
         _run_local(params, model_dir, calib, work / "ckpt", engine_dir, ctx)
@@ -266,7 +294,7 @@ def _run_container(params, model_dir: Path, calib, work: Path, engine_dir: Path,
                str(engine_dir.resolve()): {"bind": MOUNTS["engine"], "mode": "rw"}}
     if calib:
         volumes[str(Path(calib).resolve())] = {"bind": MOUNTS["calib"], "mode": "ro"}
-    image = RELEASE_IMAGE.format(version=params["tensorrt_llm"])
+    image = RELEASE_IMAGE.format(version=params.tensorrt_llm)
     ctx.log.info("docker run %s: %s", image, script)
     client = docker.from_env()
     try:
@@ -276,3 +304,24 @@ def _run_container(params, model_dir: Path, calib, work: Path, engine_dir: Path,
     except docker.errors.DockerException as e:
         raise EngineError(f"the TensorRT-LLM container failed: {e}") from None
     ctx.log.info("%s", logs.decode("utf-8", "replace")[-40000:])
+
+
+class Engine(ActionKind[EngineParams]):
+    kind, version, Params = "engine", 1, EngineParams
+
+    def lower(self, ctx: LowerContext) -> list[Action]:
+        if ctx.ir.target != "engine":
+            return []
+        return [lower_model(ctx, name) for name in sorted(ctx.ir.models)]
+
+    def missing(self, params: EngineParams, needs, builder) -> list[str]:
+        out = [] if builder.has("gpu") else ["gpu"]
+        if not out and not _has_trtllm() and not builder.has("docker"):
+            out.append("docker")  # no tensorrt_llm here: the release container must run it
+        return out + source_needs(params.source, builder)
+
+    def run(self, params: EngineParams, ctx: RunContext) -> None:
+        run(params, ctx)
+
+
+ENGINE = KIND = Engine()

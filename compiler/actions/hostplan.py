@@ -1,84 +1,229 @@
 """`host-plan`: the desired state of one host as JSON: per physical GPU its clocks, power limit and
 either the model it serves or its MIG instances with explicit placements (`-cgi <id>:<start>`).
-Host provisioning scripts and drift checks are generated from it; it reads only the host's own
-section and its GPU's MIG facts, so a change elsewhere never disturbs a host."""
+Host provisioning scripts and drift checks are generated from it.
+
+The state is computed when the spec is lowered, from the host's section of the IR and the
+placements the analysis found; it is the action's parameters, so its key changes exactly when
+the state does (a price or a model's settings elsewhere never disturb a host), and comparing two
+builds' parameters says what applying the new state disrupts (`disruptions`)."""
 
 from __future__ import annotations
 
-from compiler.capacity.placement import creation_commands, search_placement
-from compiler.catalog.serial import to_data
+from typing import Literal
+
+from compiler.capacity.placement import creation_commands
 from compiler.graph.model import Action
+from compiler.ir import ResolvedHost
 from compiler.store.canonical import pretty_json
 
-from .base import LowerContext, RunContext
+from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 
-KIND, VERSION = "host-plan", 1
+OUTPUT = "host-plan.json"
 
 
-def desired_state(name: str, host, gpu) -> dict:
-    """Pure: the host section plus catalog facts -> the desired state document."""
+class LockedClocks(Params):
+    graphics_mhz: tuple[int, int]  # min, max (equal for a fixed lock)
+    memory_mhz: int | None
+
+
+class AppClocks(Params):
+    memory_mhz: int
+    graphics_mhz: int
+
+
+class MigInstanceState(Params):
+    profile: str
+    profile_id: int
+    start: int
+    serves: str
+    slot: int  # position in the spec's `mig` list
+
+
+class MigState(Params):
+    instances: list[MigInstanceState]
+    create: list[str]  # `<id>:<start>` in creation order
+
+
+class GpuState(Params):
+    index: int
+    locked_clocks: LockedClocks | None
+    application_clocks: AppClocks | None
+    power_limit_w: int | None
+    mig: MigState | None
+    serves: str | None
+    group: list[int] | None  # the tensor/pipeline-parallel group a whole GPU belongs to
+
+
+class HostState(Params):
+    kind: Literal["kiln.host-plan/v1"] = "kiln.host-plan/v1"
+    host: str
+    gpu: str
+    gpu_count: int
+    driver: str | None
+    persistence: bool
+    gpus: list[GpuState]
+
+
+class HostPlanParams(Params):
+    state: HostState
+
+
+def desired_state(host: ResolvedHost) -> HostState:
+    """Pure: the host section of the IR (with its placements) -> the desired state."""
+    spec = host.spec
     gpus = []
-    for a in host.gpus:
-        clocks = a.clocks or host.clocks
+    for a_idx, a in enumerate(spec.gpus):
+        clocks = a.clocks or spec.clocks
         for index in a.indexes:
-            entry: dict = {
-                "index": index,
-                "locked_clocks": None if clocks is None else {
-                    "graphics_mhz": clocks.graphics_mhz if isinstance(clocks.graphics_mhz, list)
-                    else [clocks.graphics_mhz, clocks.graphics_mhz],
-                    "memory_mhz": clocks.memory_mhz},
-                "application_clocks": None if host.application_clocks is None or a.clocks is not None else {
-                    "memory_mhz": host.application_clocks.memory_mhz,
-                    "graphics_mhz": host.application_clocks.graphics_mhz},
-                "power_limit_w": a.power_limit_w or host.power_limit_w,
-                "mig": None,
-                "serves": a.serves,
-                "group": list(a.indexes) if a.serves else None,
-            }
+            mig = None
             if a.mig is not None:
-                profiles = [gpu.mig.profile(i.profile) for i in a.mig]
-                fixed = {i: inst.placement for i, inst in enumerate(a.mig) if inst.placement is not None}
-                result = search_placement(gpu.mig, profiles, fixed)
-                entry["mig"] = {
-                    "instances": [{"profile": p.profile.name, "profile_id": p.profile.id, "start": p.start,
-                                   "serves": a.mig[p.request_index].serves, "slot": p.request_index}
-                                  for p in result.placed],
-                    "create": creation_commands(result),
-                }
-            gpus.append(entry)
-    gpus.sort(key=lambda g: g["index"])
-    return {"kind": "kiln.host-plan/v1", "host": name, "gpu": gpu.name, "gpu_count": host.count,
-            "driver": host.driver, "persistence": host.persistence, "gpus": gpus}
+                result = host.placements[a_idx]
+                mig = MigState(instances=[MigInstanceState(profile=p.profile.name, profile_id=p.profile.id,
+                                                           start=p.start, serves=a.mig[p.request_index].serves,
+                                                           slot=p.request_index) for p in result.placed],
+                               create=creation_commands(result))
+            g = clocks.graphics_mhz if clocks is not None else None
+            gpus.append(GpuState(
+                index=index,
+                locked_clocks=None if clocks is None else LockedClocks(
+                    graphics_mhz=(g[0], g[-1]) if isinstance(g, list) else (g, g), memory_mhz=clocks.memory_mhz),
+                application_clocks=None if spec.application_clocks is None or a.clocks is not None else AppClocks(
+                    memory_mhz=spec.application_clocks.memory_mhz, graphics_mhz=spec.application_clocks.graphics_mhz),
+                power_limit_w=a.power_limit_w or spec.power_limit_w,
+                mig=mig, serves=a.serves, group=list(a.indexes) if a.serves else None))
+    gpus.sort(key=lambda g: g.index)
+    return HostState(host=host.name, gpu=host.gpu.name, gpu_count=spec.count, driver=spec.driver,
+                     persistence=spec.persistence, gpus=gpus)
 
 
-def lower(ctx: LowerContext) -> list[Action]:
-    out = []
-    for name, rh in sorted(ctx.resolved.hosts.items()):
-        gpu = rh.gpu
-        params = {"host": name, "spec": rh.spec.model_dump(mode="json"),
-                  "mig_profiles": [to_data(p) for p in gpu.mig.profiles],
-                  "mig_geometry": {k: v for k, v in to_data(gpu.mig).items() if k != "profiles"},
-                  "gpu": gpu.name}
-        out.append(Action(f"{KIND}/{name}", KIND, VERSION, params))
+class HostPlan(ActionKind[HostPlanParams]):
+    kind, version, Params = "host-plan", 2, HostPlanParams
+
+    def lower(self, ctx: LowerContext) -> list[Action]:
+        return [self.action(f"{self.kind}/{name}", HostPlanParams(state=desired_state(host)),
+                            cause={"spec": host.spec.model_dump(mode="json")})
+                for name, host in sorted(ctx.ir.hosts.items())]
+
+    def run(self, params: HostPlanParams, ctx: RunContext) -> None:
+        (ctx.out / OUTPUT).write_bytes(pretty_json(params.state.to_json()))
+
+    def disruptions(self, old: HostPlanParams | None, new: HostPlanParams) -> list[Disruption]:
+        return disruptions(old.state if old is not None else None, new.state)
+
+
+KIND = HostPlan()
+
+
+# --- what a change of desired state disrupts --------------------------------------------------------
+# Kinds, per physical GPU:
+#   mig-reslice     GPU instances are destroyed or created, or the MIG mode changes. Destroying a GPU
+#                   instance needs its clients stopped; a MIG mode change needs an idle GPU and may
+#                   need a GPU reset. Instances that keep their profile and placement are not touched
+#                   by provision.sh, so a layout that only grows says "creates only".
+#   clocks          locked or application clocks change (per physical GPU, shared by its MIG
+#                   instances; applied while serving).
+#   power           the power limit changes (applied while serving).
+#   serving-change  the model a GPU, a GPU instance or a parallel group serves changes, or a GPU
+#                   joins or leaves the plan: its containers are replaced.
+_ORDER = {"mig-reslice": 0, "serving-change": 1, "container-restart": 2, "clocks": 3, "power": 4}
+
+
+def _instances(gpu: GpuState | None) -> dict[int, MigInstanceState]:
+    """Placement start -> instance, for a MIG GPU; {} otherwise."""
+    if gpu is None or gpu.mig is None:
+        return {}
+    return {i.start: i for i in gpu.mig.instances}
+
+
+def _label(inst: MigInstanceState) -> str:
+    return f"{inst.profile}@{inst.start}"
+
+
+def _clock_text(gpu: GpuState | None) -> str:
+    if gpu is None:
+        return "not managed"
+    parts = []
+    locked, app = gpu.locked_clocks, gpu.application_clocks
+    if locked:
+        gr = locked.graphics_mhz
+        parts.append(f"locked graphics {gr[0]}-{gr[1]} MHz" if gr[0] != gr[1] else f"locked graphics {gr[0]} MHz")
+        if locked.memory_mhz:
+            parts.append(f"locked memory {locked.memory_mhz} MHz")
+    if app:
+        parts.append(f"application clocks {app.memory_mhz},{app.graphics_mhz} MHz")
+    return ", ".join(parts) or "not locked"
+
+
+def _serving(gpu: GpuState | None) -> dict:
+    """What the GPU serves: {placement start: model} for MIG, {"gpu": (model, group)} otherwise."""
+    if gpu is None:
+        return {}
+    if gpu.mig is not None:
+        return {i.start: i.serves for i in gpu.mig.instances}
+    if gpu.serves:
+        return {"gpu": (gpu.serves, tuple(gpu.group or [gpu.index]))}
+    return {}
+
+
+def _serving_text(serving: dict) -> str:
+    if not serving:
+        return "nothing"
+    if "gpu" in serving:
+        model, group = serving["gpu"]
+        return model if len(group) == 1 else f"{model} (GPUs {','.join(map(str, group))})"
+    return ", ".join(f"{model}@{start}" for start, model in sorted(serving.items()))
+
+
+def disruptions(old_state: HostState | None, new_state: HostState) -> list[Disruption]:
+    """Per physical GPU, what applying `new_state` over `old_state` (None: nothing applied before)
+    disrupts, so a plan can say which GPUs to drain first. Pure."""
+    host = new_state.host
+    old_gpus = {g.index: g for g in (old_state.gpus if old_state is not None else [])}
+    new_gpus = {g.index: g for g in new_state.gpus}
+    out: list[Disruption] = []
+    for index in sorted(set(old_gpus) | set(new_gpus)):
+        old, new = old_gpus.get(index), new_gpus.get(index)
+
+        def add(kind, detail: str) -> None:
+            out.append(Disruption(host, index, kind, detail))
+
+        if new is None:  # provision.sh leaves GPUs outside its plan alone, but their containers go
+            if _serving(old):
+                add("serving-change", f"leaves the plan: stops serving {_serving_text(_serving(old))}")
+            continue
+
+        old_mig, new_mig = bool(old and old.mig), new.mig is not None
+        if old is not None and old_mig != new_mig:
+            add("mig-reslice", f"MIG mode {'enabled' if new_mig else 'disabled'}: needs an idle GPU, "
+                               "may need a GPU reset")
+        elif new_mig or old_mig:
+            before, after = _instances(old), _instances(new)
+            kept = {s for s in before if s in after and before[s].profile_id == after[s].profile_id}
+            destroyed = [_label(before[s]) for s in sorted(before) if s not in kept]
+            created = [_label(after[s]) for s in sorted(after) if s not in kept]
+            if destroyed or created:
+                parts = []
+                if destroyed:
+                    parts.append("destroys " + ", ".join(destroyed))
+                if created:
+                    parts.append("creates " + ", ".join(created))
+                detail = "; ".join(parts)
+                if not destroyed:
+                    detail = detail.replace("creates", "creates only", 1)
+                add("mig-reslice", detail)
+
+        if _serving(old) != _serving(new):
+            add("serving-change", f"{_serving_text(_serving(old))} -> {_serving_text(_serving(new))}")
+
+        old_clocks = (old.locked_clocks, old.application_clocks) if old is not None else None
+        if old_clocks != (new.locked_clocks, new.application_clocks):
+            if not (old is None and not new.locked_clocks and not new.application_clocks):
+                add("clocks", f"{_clock_text(old)} -> {_clock_text(new)}")
+
+        old_pl = old.power_limit_w if old else None
+        if old_pl != new.power_limit_w and not (old is None and new.power_limit_w is None):
+            def watts(v: int | None) -> str:
+                return "default" if v is None else f"{v} W"
+            add("power", f"{watts(old_pl)} -> {watts(new.power_limit_w)}")
+    out.sort(key=lambda d: (d.gpu_index, _ORDER[d.kind]))
     return out
-
-
-def state_from_params(params: dict) -> dict:
-    """The desired state an action with these params writes (the plan compares two of them)."""
-    from compiler.catalog.serial import profile_from_data
-    from compiler.catalog.types import MigGeometry
-    from compiler.spec.models import Host
-
-    host = Host.model_validate(params["spec"])
-    geometry = MigGeometry(**params["mig_geometry"],
-                           profiles=tuple(profile_from_data(p) for p in params["mig_profiles"]))
-
-    class _Gpu:  # only the facts the plan reads travel in params
-        name = params["gpu"]
-        mig = geometry
-
-    return desired_state(params["host"], host, _Gpu)
-
-
-def run(params: dict, ctx: RunContext) -> None:
-    (ctx.out / "host-plan.json").write_bytes(pretty_json(state_from_params(params)))

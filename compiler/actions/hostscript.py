@@ -22,14 +22,11 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
-from compiler.checks.refs import unit_ports
 from compiler.graph.model import Action
+from compiler.serving import layout
+from compiler.serving.yamlout import dump_yaml
 
-from . import layout
-from .base import LowerContext, RunContext
-from .yamlout import dump_yaml
-
-KIND, VERSION = "host-script", 1
+from .base import ActionKind, LowerContext, Params, RunContext
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "host"
 SCRIPT_TEMPLATE, UNIT_TEMPLATE = "provision.sh.j2", "kiln-host.service.j2"
 TEMPLATES = (SCRIPT_TEMPLATE, UNIT_TEMPLATE)
@@ -86,20 +83,47 @@ def container_name(host: str, unit_id: str) -> str:
     return f"kiln-{host}-{local.replace('/', '-').replace('+', '_')}"
 
 
-def lower(ctx: LowerContext) -> list[Action]:
-    out = []
-    digests = template_digests()
-    for name in sorted(ctx.resolved.hosts):
-        units = []
-        for u in ctx.resolved.units:
-            if u.host != name:
-                continue
-            ports = unit_ports(ctx.spec.models[u.model].serving.ports, u.replica)
-            units.append({"id": u.id, "model": u.model, "gpus": list(u.gpu_indexes),
-                          "mig_slot": u.mig.instance_index if u.mig else None, "ports": ports})
-        params = {"host": name, "spec_name": ctx.spec.name, "templates": digests, "units": units}
-        out.append(Action(f"{KIND}/{name}", KIND, VERSION, params, deps=(f"host-plan/{name}",)))
-    return out
+class HostUnit(Params):
+    id: str
+    model: str
+    gpus: list[int]
+    mig_slot: int | None  # position in the GPU's `mig` list
+    ports: dict[str, int]  # http, grpc, metrics
+
+
+class HostScriptParams(Params):
+    host: str
+    spec_name: str
+    templates: dict[str, str]  # template file -> digest
+    units: list[HostUnit]
+
+
+class HostScript(ActionKind[HostScriptParams]):
+    kind, version, Params = "host-script", 1, HostScriptParams
+
+    def lower(self, ctx: LowerContext) -> list[Action]:
+        out = []
+        digests = template_digests()
+        for name in sorted(ctx.ir.hosts):
+            units = [HostUnit(id=u.id, model=u.model, gpus=list(u.gpu_indexes),
+                              mig_slot=u.mig.instance_index if u.mig else None, ports=u.ports.as_dict())
+                     for u in ctx.ir.host_units(name)]
+            params = HostScriptParams(host=name, spec_name=ctx.spec.name, templates=digests, units=units)
+            out.append(self.action(f"{self.kind}/{name}", params, deps=(f"host-plan/{name}",)))
+        return out
+
+    def run(self, params: HostScriptParams, ctx: RunContext) -> None:
+        if template_digests() != params.templates:
+            raise RuntimeError("a host template changed after the plan was made; run the build again")
+        plan_bytes = (ctx.deps[f"host-plan/{params.host}"] / "host-plan.json").read_bytes()
+        plan = json.loads(plan_bytes)
+        units = [u.to_json() for u in params.units]
+        for name, data in render(plan, units, params.spec_name, plan_bytes).items():
+            path = ctx.out / name
+            path.write_bytes(data)
+            if name == "provision.sh":
+                path.chmod(0o755)
+        ctx.log.info("%d GPUs, %d serving units", len(plan["gpus"]), len(params.units))
 
 
 def script_context(plan: dict, units: list[dict], spec_name: str) -> dict:
@@ -177,14 +201,4 @@ def render(plan: dict, units: list[dict], spec_name: str, plan_bytes: bytes,
     }
 
 
-def run(params: dict, ctx: RunContext) -> None:
-    if template_digests() != params["templates"]:
-        raise RuntimeError("a host template changed after the plan was made; run the build again")
-    plan_bytes = (ctx.deps[f"host-plan/{params['host']}"] / "host-plan.json").read_bytes()
-    plan = json.loads(plan_bytes)
-    for name, data in render(plan, params["units"], params["spec_name"], plan_bytes).items():
-        path = ctx.out / name
-        path.write_bytes(data)
-        if name == "provision.sh":
-            path.chmod(0o755)
-    ctx.log.info("%d GPUs, %d serving units", len(plan["gpus"]), len(params["units"]))
+KIND = HostScript()

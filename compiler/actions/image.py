@@ -24,19 +24,14 @@ from compiler.graph.model import Action
 from compiler.store.canonical import pretty_json
 
 from . import dockerbuild, image_context
-from .base import LowerContext, RunContext
+from .base import ActionKind, LowerContext, Params, RunContext
 
-KIND, VERSION = "image", 1
 OUTPUT = "image.json"
 
 
-def lower(ctx: LowerContext) -> list[Action]:
-    out = []
-    for c in image_context.lower(ctx):
-        host = c.params["host"]
-        params = {"host": host, "repository": ctx.spec.image.repository}
-        out.append(Action(f"{KIND}/{host}", KIND, VERSION, params, deps=(c.id,), needs=("docker",)))
-    return out
+class ImageParams(Params):
+    host: str
+    repository: str
 
 
 def local_content_tag(host: str, context) -> str:
@@ -46,9 +41,9 @@ def local_content_tag(host: str, context) -> str:
     return f"kiln-content-{host}:{digest[:16]}"
 
 
-def run(params: dict, ctx: RunContext) -> None:
-    host, repository = params["host"], params["repository"]
-    context = ctx.deps[f"{image_context.KIND}/{host}"]
+def run(params: ImageParams, ctx: RunContext) -> None:
+    host, repository = params.host, params.repository
+    context = ctx.deps[f"{image_context.KIND.kind}/{host}"]
     meta = json.loads((context / image_context.METADATA).read_text(encoding="utf-8"))
     client = dockerbuild.connect()
     content_tag = local_content_tag(host, context)
@@ -83,8 +78,26 @@ def run(params: dict, ctx: RunContext) -> None:
     (ctx.out / OUTPUT).write_bytes(pretty_json(doc))
 
 
-def manifest_entry(store, tree: str) -> dict:
-    """What the release manifest says about a built image: its reference by digest."""
-    entry = next(e for e in store.tree(tree) if e.path == OUTPUT)
-    doc = json.loads(store.read_bytes(entry.digest))
-    return {"reference": doc["reference"], "digest": doc["digest"], "content_digest": doc["content_digest"]}
+class Image(ActionKind[ImageParams]):
+    kind, version, Params = "image", 1, ImageParams
+
+    def lower(self, ctx: LowerContext) -> list[Action]:
+        return [self.action(f"{self.kind}/{c.params.host}",
+                            ImageParams(host=c.params.host, repository=ctx.spec.image.repository),
+                            deps=(c.id,), needs=("docker",))
+                for c in image_context.KIND.lower(ctx)]
+
+    def run(self, params: ImageParams, ctx: RunContext) -> None:
+        run(params, ctx)
+
+    def manifest_entry(self, params: ImageParams, tree) -> tuple[str, str, dict] | None:
+        """The release manifest lists the image by reference and digest."""
+        data = tree.read(OUTPUT)
+        if data is None:
+            return None
+        doc = json.loads(data)
+        return "images", params.host, {"reference": doc["reference"], "digest": doc["digest"],
+                                       "content_digest": doc["content_digest"]}
+
+
+KIND = Image()

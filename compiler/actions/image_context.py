@@ -26,15 +26,12 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
-from compiler.checks.refs import unit_ports
 from compiler.graph.model import Action
+from compiler.serving import layout
 from compiler.store.canonical import canonical_json, pretty_json
 
-from . import layout
-from .base import LowerContext, RunContext
+from .base import ActionKind, LowerContext, Params, RunContext, checkpoint_action_id
 from .hostscript import Shell, shell_quote
-
-KIND, VERSION = "image-context", 1
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "image"
 DOCKERFILE, ENTRYPOINT = "Dockerfile.j2", "serve.sh.j2"
 TEMPLATES = (DOCKERFILE, ENTRYPOINT)
@@ -74,46 +71,34 @@ def base_image(spec) -> str:
     return spec.image.base if spec.image.base is not None else spec.toolchain.triton_image
 
 
-def host_units(ctx: LowerContext, host: str) -> list[dict]:
-    units = []
-    for u in ctx.resolved.units:
-        if u.host == host:
-            units.append({"id": u.id, "model": u.model,
-                          "ports": unit_ports(ctx.spec.models[u.model].serving.ports, u.replica)})
-    return units
+class ImageUnit(Params):
+    id: str
+    model: str
+    ports: dict[str, int]
 
 
-def lower(ctx: LowerContext) -> list[Action]:
-    if ctx.spec.image is None:
-        return []
-    out = []
-    digests = template_digests()
-    for host in sorted(ctx.resolved.hosts):
-        units = host_units(ctx, host)
-        models = sorted({u["model"] for u in units})
-        if not models:
-            continue  # a host that serves nothing has no serving image
-        checkpoints = {m: layout.checkpoint_action_id(ctx.spec, m) for m in models}
-        params = {"host": host, "spec_name": ctx.spec.name, "base": base_image(ctx.spec), "units": units,
-                  "checkpoints": checkpoints, "templates": digests}
-        deps = tuple(sorted(set(checkpoints.values()) | {f"{REPO_ACTION}/{host}"}))
-        out.append(Action(f"{KIND}/{host}", KIND, VERSION, params, deps=deps))
-    return out
+class ImageContextParams(Params):
+    host: str
+    spec_name: str
+    base: str  # base image, pinned by digest
+    units: list[ImageUnit]
+    checkpoints: dict[str, str]  # model -> the action whose tree is its servable checkpoint
+    templates: dict[str, str]
 
 
-def entrypoint_context(host: str, units: list[dict]) -> dict:
+def entrypoint_context(host: str, units: list[ImageUnit]) -> dict:
     """Values of serve.sh.j2 (pure). A unit answers to its id, and to its model's name when it is
     that model's only unit on the host."""
     per_model: dict[str, int] = {}
     for u in units:
-        per_model[u["model"]] = per_model.get(u["model"], 0) + 1
+        per_model[u.model] = per_model.get(u.model, 0) + 1
     rendered = []
     for u in units:
-        names = [u["id"]] + ([u["model"]] if per_model[u["model"]] == 1 else [])
-        rendered.append({"id": u["id"], "pattern": Shell(" | ".join(shell_quote(n) for n in names)), "model": u["model"],
-                         "http": u["ports"]["http"], "grpc": u["ports"]["grpc"], "metrics": u["ports"]["metrics"]})
+        names = [u.id] + ([u.model] if per_model[u.model] == 1 else [])
+        rendered.append({"id": u.id, "pattern": Shell(" | ".join(shell_quote(n) for n in names)), "model": u.model,
+                         "http": u.ports["http"], "grpc": u.ports["grpc"], "metrics": u.ports["metrics"]})
     return {"host": host, "repository": layout.REPOSITORY_DIR, "units": rendered,
-            "unit_list": Shell(" ".join(shell_quote(u["id"]) for u in units))}
+            "unit_list": Shell(" ".join(shell_quote(u.id) for u in units))}
 
 
 def content_digest(root: Path, exclude: tuple[str, ...] = ("Dockerfile", METADATA)) -> str:
@@ -135,12 +120,12 @@ def _copy_tree(src: Path, dest: Path) -> None:
             target.chmod(0o755 if p.stat().st_mode & 0o111 else 0o644)
 
 
-def run(params: dict, ctx: RunContext) -> None:
-    if template_digests() != params["templates"]:
+def run(params: ImageContextParams, ctx: RunContext) -> None:
+    if template_digests() != params.templates:
         raise RuntimeError("an image template changed after the plan was made; run the build again")
-    host, env = params["host"], environment()
+    host, env = params.host, environment()
     layers = []
-    for model, action_id in sorted(params["checkpoints"].items()):
+    for model, action_id in sorted(params.checkpoints.items()):
         rel = f"layers/model-{model}"
         _copy_tree(ctx.deps[action_id], ctx.out / rel / layout.model_dir(model).lstrip("/"))
         layers.append({"dir": rel, "path": layout.model_dir(model), "from": action_id})
@@ -150,23 +135,23 @@ def run(params: dict, ctx: RunContext) -> None:
     entry_rel = "layers/entrypoint"
     serve = ctx.out / entry_rel / ENTRYPOINT_PATH.lstrip("/")
     serve.parent.mkdir(parents=True)
-    serve.write_text(env.get_template(ENTRYPOINT).render(**entrypoint_context(host, params["units"])),
+    serve.write_text(env.get_template(ENTRYPOINT).render(**entrypoint_context(host, params.units)),
                      encoding="utf-8")
     serve.chmod(0o755)
     layers.append({"dir": entry_rel, "path": ENTRYPOINT_PATH, "from": "templates/image/serve.sh.j2"})
 
     content = content_digest(ctx.out)
-    base = params["base"]
+    base = params.base
     labels = {
-        "org.opencontainers.image.title": f"{params['spec_name']}/{host}",
+        "org.opencontainers.image.title": f"{params.spec_name}/{host}",
         "org.opencontainers.image.base.name": base,
         "org.opencontainers.image.base.digest": base.rsplit("@", 1)[1],
-        "io.kiln.spec.name": params["spec_name"],
+        "io.kiln.spec.name": params.spec_name,
         "io.kiln.host": host,
         "io.kiln.content.digest": content,
     }
     dockerfile = env.get_template(DOCKERFILE).render(
-        host=Label(host), spec_name=Label(params["spec_name"]), base=Label(base),  # names: [a-z0-9-]
+        host=Label(host), spec_name=Label(params.spec_name), base=Label(base),  # names: [a-z0-9-]
         model_layers=[{"dir": Label(layer["dir"])} for layer in layers if layer["path"] != layout.REPOSITORY_DIR
                       and layer["path"] != ENTRYPOINT_PATH], repository_layer=Label(repo_rel),
         entrypoint_layer=Label(entry_rel), entrypoint=ENTRYPOINT_PATH,
@@ -176,3 +161,30 @@ def run(params: dict, ctx: RunContext) -> None:
             "entrypoint": ENTRYPOINT_PATH, "repository": layout.REPOSITORY_DIR}
     (ctx.out / METADATA).write_bytes(pretty_json(meta))
     ctx.log.info("context for %s: %d layers, content %s", host, len(layers), content)
+
+
+class ImageContext(ActionKind[ImageContextParams]):
+    kind, version, Params = "image-context", 1, ImageContextParams
+
+    def lower(self, ctx: LowerContext) -> list[Action]:
+        if ctx.spec.image is None:
+            return []  # serving images only when the spec names a repository
+        out = []
+        digests = template_digests()
+        for host in sorted(ctx.ir.hosts):
+            units = [ImageUnit(id=u.id, model=u.model, ports=u.ports.as_dict()) for u in ctx.ir.host_units(host)]
+            models = sorted({u.model for u in units})
+            if not models:
+                continue  # a host that serves nothing has no serving image
+            checkpoints = {m: checkpoint_action_id(ctx.ir, m) for m in models}
+            params = ImageContextParams(host=host, spec_name=ctx.spec.name, base=base_image(ctx.spec), units=units,
+                                        checkpoints=checkpoints, templates=digests)
+            deps = sorted(set(checkpoints.values()) | {f"{REPO_ACTION}/{host}"})
+            out.append(self.action(f"{self.kind}/{host}", params, deps=deps))
+        return out
+
+    def run(self, params: ImageContextParams, ctx: RunContext) -> None:
+        run(params, ctx)
+
+
+KIND = ImageContext()

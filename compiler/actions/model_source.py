@@ -11,43 +11,49 @@ from pathlib import Path
 
 from compiler.graph.model import Action
 
-from .base import LowerContext, RunContext
-from .source import SOURCE_PATTERNS, fetch_huggingface, lower_source, source_needs
-
-KIND, VERSION = "model-source", 1
+from .base import ActionKind, LowerContext, Params, RunContext
+from .source import SOURCE_PATTERNS, SourceRef, fetch_huggingface, lower_source, source_needs
 
 
-def lower(ctx: LowerContext) -> list[Action]:
-    if ctx.spec.target != "llmapi":
-        return []  # engine/<model> reads the source itself
-    out = []
-    for name, model in sorted(ctx.spec.models.items()):
-        if model.quantization.quantized:
-            continue  # quantize/<model> is its checkpoint
-        source, inputs, files = lower_source(ctx, model)
-        needs = () if source.get("path") else ("network",)
-        out.append(Action(f"{KIND}/{name}", KIND, VERSION, {"model": name, "source": source}, inputs=inputs,
-                          needs=needs, files=files))
-    return out
+class ModelSourceParams(Params):
+    model: str
+    source: SourceRef
 
 
-def missing_needs(params: dict, builder) -> list[str]:
-    return source_needs(params["source"], builder)
+class ModelSource(ActionKind[ModelSourceParams]):
+    kind, version, Params = "model-source", 1, ModelSourceParams
+
+    def lower(self, ctx: LowerContext) -> list[Action]:
+        if ctx.ir.target != "llmapi":
+            return []  # engine/<model> reads the source itself
+        out = []
+        for name, rm in sorted(ctx.ir.models.items()):
+            if rm.formats.quantized:
+                continue  # quantize/<model> is its checkpoint
+            source, inputs, files = lower_source(ctx, rm.spec)
+            out.append(self.action(f"{self.kind}/{name}", ModelSourceParams(model=name, source=source),
+                                   inputs=inputs, needs=() if source.path else ("network",), files=files))
+        return out
+
+    def missing(self, params: ModelSourceParams, needs, builder) -> list[str]:
+        return source_needs(params.source, builder)
+
+    def run(self, params: ModelSourceParams, ctx: RunContext) -> None:
+        if params.source.path:
+            picked = {role[len("source/"):]: path for role, path in ctx.files.items() if role.startswith("source/")}
+        else:
+            root = fetch_huggingface(params.source, ctx.log)
+            picked = {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*")) if p.is_file()}
+        picked = {rel: p for rel, p in picked.items()
+                  if not any(part.startswith(".") for part in Path(rel).parts)
+                  and any(fnmatch.fnmatch(Path(rel).name, pat) for pat in SOURCE_PATTERNS)}
+        if "config.json" not in picked:
+            raise FileNotFoundError(f"model {params.model!r}: the source has no config.json")
+        for rel, path in sorted(picked.items()):
+            dest = ctx.out / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dest)
+        ctx.log.info("%d files from the source of %s", len(picked), params.model)
 
 
-def run(params: dict, ctx: RunContext) -> None:
-    if params["source"].get("path"):
-        picked = {role[len("source/"):]: path for role, path in ctx.files.items() if role.startswith("source/")}
-    else:
-        root = fetch_huggingface(params["source"], ctx.log)
-        picked = {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*")) if p.is_file()}
-    picked = {rel: p for rel, p in picked.items()
-              if not any(part.startswith(".") for part in Path(rel).parts)
-              and any(fnmatch.fnmatch(Path(rel).name, pat) for pat in SOURCE_PATTERNS)}
-    if "config.json" not in picked:
-        raise FileNotFoundError(f"model {params['model']!r}: the source has no config.json")
-    for rel, path in sorted(picked.items()):
-        dest = ctx.out / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, dest)
-    ctx.log.info("%d files from the source of %s", len(picked), params["model"])
+KIND = ModelSource()

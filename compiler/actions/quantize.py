@@ -29,28 +29,12 @@ import threading
 import warnings
 from pathlib import Path
 
-from compiler.checks.precision import effective_activations
 from compiler.graph.model import Action
 from compiler.spec.models import UNQUANTIZED
 from compiler.store.canonical import pretty_json
 
-from .base import LowerContext, RunContext
-from .source import TOKENIZER_FILES, fetch_huggingface, local_source, lower_source, source_needs
-
-
-def src_is_remote(source: dict) -> bool:
-    return not source.get("path")
-
-
-def missing_needs(params: dict, builder) -> list[str]:
-    """What this builder lacks to run the action: torch (ModelOpt), a GPU for the formats ModelOpt
-    only fake-quantizes on CUDA, and the network for a Hugging Face source without a local copy."""
-    out = [] if builder.has("torch") else ["torch"]
-    if needs_gpu(params) and not builder.has("gpu"):
-        out.append("gpu")
-    return out + source_needs(params["source"], builder)
-
-KIND, VERSION = "quantize", 1
+from .base import ActionKind, LowerContext, Params, RunContext
+from .source import TOKENIZER_FILES, SourceRef, fetch_huggingface, local_source, lower_source, source_needs
 
 EVAL_MAX_TOKENS = 2048  # each eval text is cut to this many tokens (or the model's context, if shorter)
 CPU_THREADS = 2  # fixed, so that CPU float reductions round the same on every builder
@@ -83,63 +67,77 @@ class QuantizeError(Exception):
     pass
 
 
-# --- lowering -----------------------------------------------------------------------------------
-def _acts_key(acts: str | None) -> str | None:
-    return None if acts in (None, *UNQUANTIZED) else acts
+# --- parameters and lowering ----------------------------------------------------------------------
+class OverrideParams(Params):
+    match: str
+    weights: str | None = None
+    block_size: int | None = None
 
 
-def needs_gpu(params: dict) -> list[str]:
+class CalibrationParams(Params):
+    max_seq_len: int
+    batch_size: int
+
+
+class EvalParams(Params):
+    metric: str
+    samples: int | None
+    max_tokens: int
+
+
+class QuantizeParams(Params):
+    model: str
+    source: SourceRef
+    dtype: str
+    weights: str
+    activations: str | None  # quantized activation format; None = the model dtype
+    kv_cache: str
+    block_size: int | None
+    exclude: list[str]
+    overrides: list[OverrideParams]
+    calibration: CalibrationParams | None
+    quality: EvalParams | None  # the eval the quality gate compares (its threshold is quality-gate's)
+    modelopt: str | None
+
+
+def needs_gpu(params: QuantizeParams) -> list[str]:
     """The parts of the recipe ModelOpt can only fake-quantize on CUDA."""
     out = []
-    if params["weights"] in GPU_FORMATS:
-        out.append(f"{params['weights']} weights")
-    if params["activations"] in GPU_FORMATS:
-        out.append(f"{params['activations']} activations")
-    if params["kv_cache"] in GPU_FORMATS:
-        out.append(f"an {params['kv_cache']} KV cache")
-    for o in params["overrides"]:
-        if o.get("weights") in GPU_FORMATS:
-            out.append(f"{o['weights']} weights for {o['match']!r}")
+    if params.weights in GPU_FORMATS:
+        out.append(f"{params.weights} weights")
+    if params.activations in GPU_FORMATS:
+        out.append(f"{params.activations} activations")
+    if params.kv_cache in GPU_FORMATS:
+        out.append(f"an {params.kv_cache} KV cache")
+    for o in params.overrides:
+        if o.weights in GPU_FORMATS:
+            out.append(f"{o.weights} weights for {o.match!r}")
     return out
 
 
-def lower(ctx: LowerContext) -> list[Action]:
-    if ctx.spec.target != "llmapi":
-        return []  # the engine target quantizes inside its engine recipe (engine.py)
-    out = []
-    for name, model in sorted(ctx.spec.models.items()):
-        q = model.quantization
-        if not q.quantized:
-            continue
-        source, inputs, files = lower_source(ctx, model)
-        gate = None
-        if q.quality_gate is not None:
-            g = q.quality_gate
-            inputs["eval"] = ctx.file_digest(g.eval)
-            files["eval"] = str(ctx.base_dir / g.eval)
-            gate = {"metric": g.metric, "samples": g.samples, "max_tokens": EVAL_MAX_TOKENS}
-        cal = q.calibration
-        params = {
-            "model": name,
-            "source": source,
-            "dtype": model.dtype,
-            "weights": q.weights,
-            "activations": _acts_key(effective_activations(model)) if q.weights not in UNQUANTIZED else None,
-            "kv_cache": q.kv_cache,
-            "block_size": q.block_size,
-            "exclude": list(q.exclude),
-            "overrides": [o.model_dump(mode="json") for o in q.overrides],
-            "calibration": None if cal is None else {"max_seq_len": cal.max_seq_len, "batch_size": cal.batch_size},
-            "quality": gate,
-            "modelopt": ctx.spec.toolchain.modelopt,
-        }
-        deps = (f"calibration-set/{name}",) if cal is not None else ()
-        needs = ("torch", "gpu") if needs_gpu(params) else ("torch",)
-        if src_is_remote(source):
-            needs += ("network",)
-        out.append(Action(f"{KIND}/{name}", KIND, VERSION, params, inputs=inputs, deps=deps, needs=needs,
-                          files=files))
-    return out
+def lower_model(ctx: LowerContext, name: str) -> Action:
+    rm = ctx.ir.models[name]
+    model, f = rm.spec, rm.formats
+    q = model.quantization
+    source, inputs, files = lower_source(ctx, model)
+    gate = None
+    if q.quality_gate is not None:
+        g = q.quality_gate
+        inputs["eval"] = ctx.file_digest(g.eval)
+        files["eval"] = str(ctx.base_dir / g.eval)
+        gate = EvalParams(metric=g.metric, samples=g.samples, max_tokens=EVAL_MAX_TOKENS)
+    cal = q.calibration
+    params = QuantizeParams(
+        model=name, source=source, dtype=f.dtype, weights=f.weights, activations=f.act_quant, kv_cache=f.kv_cache,
+        block_size=f.block_size, exclude=list(f.exclude),
+        overrides=[OverrideParams(match=o.match, weights=o.weights, block_size=o.block_size) for o in q.overrides],
+        calibration=None if cal is None else CalibrationParams(max_seq_len=cal.max_seq_len, batch_size=cal.batch_size),
+        quality=gate, modelopt=ctx.spec.toolchain.modelopt)
+    needs = ("torch", "gpu") if needs_gpu(params) else ("torch",)
+    if not source.path:
+        needs += ("network",)
+    deps = (f"calibration-set/{name}",) if cal is not None else ()
+    return QUANTIZE.action(f"quantize/{name}", params, inputs=inputs, deps=deps, needs=needs, files=files)
 
 
 # --- the ModelOpt configuration -----------------------------------------------------------------
@@ -194,20 +192,20 @@ def _scoped(entry: dict, pattern: str, quantizer: str) -> dict:
     return out
 
 
-def build_quant_config(params: dict, mtq=None) -> dict:
+def build_quant_config(params: QuantizeParams, mtq=None) -> dict:
     """The spec's recipe as a ModelOpt quantize config: the pair's named config, its weight entry
     re-blocked when block_size is set, the KV-cache entries, then the spec's exclusions and
     overrides as entries scoped to the matching modules (ModelOpt applies entries in order, later
     ones win: overrides in spec order, so the last match wins as the spec says)."""
     if mtq is None:
         import modelopt.torch.quantization as mtq
-    weights, acts = params["weights"], params["activations"]
+    weights, acts = params.weights, params.activations
     if weights in UNQUANTIZED:  # only the KV cache is quantized
         cfg = {"quant_cfg": [{"quantizer_name": "*", "enable": False}], "algorithm": "max"}
     else:
         base, w, i = _pair(mtq, weights, acts)
-        if params["block_size"] is not None:
-            w = _with_block(w, params["block_size"], f"{weights} weights")
+        if params.block_size is not None:
+            w = _with_block(w, params.block_size, f"{weights} weights")
         entries = []
         for e in base["quant_cfg"]:
             if e.get("quantizer_name") == "*weight_quantizer" and "parent_class" not in e:
@@ -216,23 +214,23 @@ def build_quant_config(params: dict, mtq=None) -> dict:
                 e = i
             entries.append(e)
         cfg = {"quant_cfg": entries, "algorithm": base.get("algorithm", "max")}
-    kv = params["kv_cache"]
+    kv = params.kv_cache
     if kv in KV_CONFIGS:
         cfg["quant_cfg"] += _named(mtq, KV_CONFIGS[kv])["quant_cfg"]
     elif kv == "int8":
         cfg["quant_cfg"].append({"quantizer_name": "*[kv]_bmm_quantizer", "cfg": {"num_bits": 8, "axis": None}})
-    for pattern in params["exclude"]:
+    for pattern in params.exclude:
         cfg["quant_cfg"].append({"quantizer_name": f"{pattern}.*", "enable": False})
-    for o in params["overrides"]:
-        pattern, ow, ob = o["match"], o.get("weights"), o.get("block_size")
+    for o in params.overrides:
+        pattern, ow, ob = o.match, o.weights, o.block_size
         if ow in UNQUANTIZED:
             cfg["quant_cfg"] += [{"quantizer_name": f"{pattern}.weight_quantizer", "enable": False},
                                  {"quantizer_name": f"{pattern}.input_quantizer", "enable": False}]
             continue
         if ow is not None:
-            from compiler.checks.precision import DEFAULT_ACTIVATIONS
+            from compiler.catalog.formats import load_format_table
 
-            _, w2, i2 = _pair(mtq, ow, _acts_key(DEFAULT_ACTIVATIONS.get(ow)))
+            _, w2, i2 = _pair(mtq, ow, load_format_table().default_act_quant(ow))
         else:
             w2, i2 = (_pair(mtq, weights, acts)[1:] if weights not in UNQUANTIZED else (None, None))
             if w2 is None:
@@ -353,7 +351,7 @@ def calibration_batches(tokenizer, texts: list[str], max_seq_len: int, batch_siz
     return batches
 
 
-def quantize_in_memory(model, tokenizer, params: dict, calibration_texts: list[str] | None, log=None):
+def quantize_in_memory(model, tokenizer, params: QuantizeParams, calibration_texts: list[str] | None, log=None):
     """Calibrate and fake-quantize `model` in place, then apply ModelOpt's export preprocessing
     (shared scales of fused layers, AWQ scales folded into norms): afterwards the model computes
     what the exported checkpoint encodes."""
@@ -363,8 +361,8 @@ def quantize_in_memory(model, tokenizer, params: dict, calibration_texts: list[s
     cfg = build_quant_config(params, mtq)
     forward_loop = None
     if calibration_texts:
-        c = params["calibration"]
-        batches = calibration_batches(tokenizer, calibration_texts, c["max_seq_len"], c["batch_size"])
+        c = params.calibration
+        batches = calibration_batches(tokenizer, calibration_texts, c.max_seq_len, c.batch_size)
         device = next(model.parameters()).device
 
         def forward_loop(m) -> None:
@@ -374,7 +372,7 @@ def quantize_in_memory(model, tokenizer, params: dict, calibration_texts: list[s
 
         if log:
             log.info("calibrating on %d samples (%d batches, <= %d tokens each)", len(calibration_texts),
-                     len(batches), params["calibration"]["max_seq_len"])
+                     len(batches), params.calibration.max_seq_len)
     model = mtq.quantize(model, cfg, forward_loop)
     try:
         from modelopt.torch.export.unified_export_hf import requantize_resmooth_fused_llm_layers
@@ -387,10 +385,10 @@ def quantize_in_memory(model, tokenizer, params: dict, calibration_texts: list[s
     return model
 
 
-def _check_modelopt(params: dict) -> None:
+def _check_modelopt(params: QuantizeParams) -> None:
     import modelopt
 
-    pinned = params["modelopt"]
+    pinned = params.modelopt
     if pinned is None:
         raise QuantizeError("toolchain.modelopt is not pinned; quantized checkpoints need it")
     if modelopt.__version__ != pinned:
@@ -399,7 +397,7 @@ def _check_modelopt(params: dict) -> None:
                             "made it)")
 
 
-def run(params: dict, ctx: RunContext) -> None:
+def run(params: QuantizeParams, ctx: RunContext) -> None:
     try:
         import torch
     except ImportError:
@@ -456,48 +454,48 @@ def _into_log(log):
             hf_logging.enable_progress_bar()
 
 
-def _run(params: dict, ctx: RunContext, scratch: Path, device: str) -> None:
+def _run(params: QuantizeParams, ctx: RunContext, scratch: Path, device: str) -> None:
     import time
 
     import torch
     from modelopt.torch.export import export_hf_checkpoint
 
     torch.manual_seed(0)
-    if params["source"].get("path"):
+    if params.source.path:
         model_dir = local_source(ctx, scratch)
     else:
-        model_dir = fetch_huggingface(params["source"], ctx.log)
-    model, tokenizer = load(model_dir, params["dtype"], device)
+        model_dir = fetch_huggingface(params.source, ctx.log)
+    model, tokenizer = load(model_dir, params.dtype, device)
 
     texts = None
-    if params["calibration"] is not None:
+    if params.calibration is not None:
         from .calibration import read_texts
 
-        dep = ctx.deps[f"calibration-set/{params['model']}"]
+        dep = ctx.deps[f"calibration-set/{params.model}"]
         texts = read_texts((dep / "calibration.jsonl").read_text(encoding="utf-8"))
 
     quality = None
-    if params["quality"] is not None:
-        g = params["quality"]
-        items = read_eval(ctx.files["eval"], g["metric"], g["samples"])
-        max_tokens = min(g["max_tokens"], getattr(model.config, "max_position_embeddings", None) or g["max_tokens"])
+    if params.quality is not None:
+        g = params.quality
+        items = read_eval(ctx.files["eval"], g.metric, g.samples)
+        max_tokens = min(g.max_tokens, getattr(model.config, "max_position_embeddings", None) or g.max_tokens)
         start = time.monotonic()
-        base = evaluate(model, tokenizer, items, g["metric"], max_tokens)
-        ctx.log.info("unquantized %s: %.6g on %d eval samples (%.1fs)", g["metric"], base, len(items),
+        base = evaluate(model, tokenizer, items, g.metric, max_tokens)
+        ctx.log.info("unquantized %s: %.6g on %d eval samples (%.1fs)", g.metric, base, len(items),
                      time.monotonic() - start)
 
     start = time.monotonic()
     model = quantize_in_memory(model, tokenizer, params, texts, ctx.log)
     ctx.log.info("quantized in %.1fs on %s", time.monotonic() - start, device)
 
-    if params["quality"] is not None:
-        quant = evaluate(model, tokenizer, items, g["metric"], max_tokens)
-        quality = {"metric": g["metric"], "samples": len(items), "max_tokens": max_tokens,
+    if params.quality is not None:
+        quant = evaluate(model, tokenizer, items, g.metric, max_tokens)
+        quality = {"metric": g.metric, "samples": len(items), "max_tokens": max_tokens,
                    "unquantized": _round(base), "quantized": _round(quant),
-                   "regression_pct": _round(regression_pct(g["metric"], base, quant)),
-                   "recipe": {k: params[k] for k in ("weights", "activations", "kv_cache", "block_size")},
+                   "regression_pct": _round(regression_pct(g.metric, base, quant)),
+                   "recipe": {k: getattr(params, k) for k in ("weights", "activations", "kv_cache", "block_size")},
                    "device": device}
-        ctx.log.info("quantized %s: %.6g (regression %.3f%%)", g["metric"], quant, quality["regression_pct"])
+        ctx.log.info("quantized %s: %.6g (regression %.3f%%)", g.metric, quant, quality["regression_pct"])
 
     export_hf_checkpoint(model, dtype=next(p.dtype for p in model.parameters() if p.is_floating_point()),
                          export_dir=ctx.out)
@@ -514,3 +512,26 @@ def _round(x: float) -> float | None:
     if math.isinf(x) or math.isnan(x):
         return None
     return float(f"{x:.6g}")
+
+
+class Quantize(ActionKind[QuantizeParams]):
+    kind, version, Params = "quantize", 1, QuantizeParams
+
+    def lower(self, ctx: LowerContext) -> list[Action]:
+        if ctx.ir.target != "llmapi":
+            return []  # the engine target quantizes inside its engine recipe (engine.py)
+        return [lower_model(ctx, name) for name, rm in sorted(ctx.ir.models.items()) if rm.formats.quantized]
+
+    def missing(self, params: QuantizeParams, needs, builder) -> list[str]:
+        """torch (ModelOpt), a GPU for the formats ModelOpt only fake-quantizes on CUDA, and the
+        network for a Hugging Face source without a local copy."""
+        out = [] if builder.has("torch") else ["torch"]
+        if needs_gpu(params) and not builder.has("gpu"):
+            out.append("gpu")
+        return out + source_needs(params.source, builder)
+
+    def run(self, params: QuantizeParams, ctx: RunContext) -> None:
+        run(params, ctx)
+
+
+QUANTIZE = KIND = Quantize()

@@ -4,29 +4,47 @@ rebuilds it; reviewers and later stages diff it instead of YAML text."""
 
 from __future__ import annotations
 
+from typing import Any
 
 from compiler.catalog.serial import to_data
 from compiler.graph.model import Action
 from compiler.store.canonical import pretty_json
 
-from .base import LowerContext, RunContext
-
-KIND, VERSION = "spec-snapshot", 1
+from .base import ActionKind, LowerContext, Params, RunContext
 
 
-def lower(ctx: LowerContext, inputs_by_model: dict[str, dict[str, str]]) -> list[Action]:
-    resolved = ctx.resolved
-    params = {
-        "spec": ctx.spec.model_dump(mode="json"),
-        "architectures": {n: to_data(m.arch) for n, m in sorted(resolved.models.items()) if m.arch is not None},
-        "gpus": {n: h.gpu.name for n, h in sorted(resolved.hosts.items()) if h.gpu is not None},
-        "units": [{"id": u.id, "model": u.model, "gpus": list(u.gpu_indexes),
-                   "profile": u.mig.instance.profile if u.mig else None} for u in resolved.units],
-    }
-    inputs = {f"{model}:{role}": d for model, roles in sorted(inputs_by_model.items()) for role, d in roles.items()}
-    return [Action(KIND, KIND, VERSION, params, inputs)]
+class SnapshotUnit(Params):
+    id: str
+    model: str
+    gpus: list[int]
+    profile: str | None
 
 
-def run(params: dict, ctx: RunContext) -> None:
-    (ctx.out / "resolved-spec.json").write_bytes(pretty_json(params))
-    ctx.log.info("wrote resolved-spec.json (%d models)", len(params["spec"]["models"]))
+class SnapshotParams(Params):
+    spec: dict[str, Any]  # the parsed spec, defaults filled in (its own JSON form)
+    architectures: dict[str, dict[str, Any]]  # model -> the architecture facts resolved for it
+    gpus: dict[str, str]  # host -> catalog GPU
+    units: list[SnapshotUnit]
+
+
+class Snapshot(ActionKind[SnapshotParams]):
+    kind, version, Params = "spec-snapshot", 1, SnapshotParams
+
+    def lower(self, ctx: LowerContext) -> list[Action]:
+        ir = ctx.ir
+        params = SnapshotParams(
+            spec=ctx.spec.model_dump(mode="json"),
+            architectures={n: to_data(m.arch) for n, m in sorted(ir.models.items()) if m.arch is not None},
+            gpus={n: h.gpu.name for n, h in sorted(ir.hosts.items()) if h.gpu is not None},
+            units=[SnapshotUnit(id=u.id, model=u.model, gpus=list(u.gpu_indexes),
+                                profile=u.mig.instance.profile if u.mig else None) for u in ir.units])
+        inputs = {f"{model}:{role}": d for model, roles in sorted(ctx.model_inputs().items())
+                  for role, d in roles.items()}
+        return [self.action(self.kind, params, inputs=inputs)]
+
+    def run(self, params: SnapshotParams, ctx: RunContext) -> None:
+        (ctx.out / "resolved-spec.json").write_bytes(pretty_json(params.to_json()))
+        ctx.log.info("wrote resolved-spec.json (%d models)", len(params.spec["models"]))
+
+
+KIND = Snapshot()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from compiler.store.canonical import canonical_json
 
-from .base import LowerContext, RunContext
+from .base import LowerContext, Params, RunContext
 
 # Files of a Hugging Face model directory that a checkpoint needs (weights, config, tokenizer).
 SOURCE_PATTERNS = ("*.json", "*.safetensors", "tokenizer*", "*.model", "*.tiktoken", "merges.txt", "vocab.txt",
@@ -27,7 +27,17 @@ class SourceError(Exception):
     pass
 
 
-def lower_source(ctx: LowerContext, model) -> tuple[dict, dict[str, str], dict[str, str]]:
+class SourceRef(Params):
+    """A model's source as an action's parameters: a local directory (whose files are the action's
+    inputs, by digest) or a Hugging Face repository pinned to a revision."""
+
+    path: bool = False  # a local directory; its files enter the key as inputs
+    huggingface: str | None = None
+    revision: str | None = None
+    digest: str | None = None  # expected directory_digest of a local copy
+
+
+def lower_source(ctx: LowerContext, model) -> tuple[SourceRef, dict[str, str], dict[str, str]]:
     """(the `source` params, input digests by role, input paths by role) of one model. A local
     directory enters the key file by file (hashed once per content, cached by size and mtime); a
     Hugging Face source by repository, revision and expected digest."""
@@ -41,13 +51,13 @@ def lower_source(ctx: LowerContext, model) -> tuple[dict, dict[str, str], dict[s
         for rel, digest in tree_digests(base, ctx.digests).items():
             inputs[f"source/{rel}"] = digest
             files[f"source/{rel}"] = str(base / rel)
-        return {"path": True}, inputs, files
-    return {"huggingface": src.huggingface, "revision": src.revision, "digest": src.digest}, inputs, files
+        return SourceRef(path=True), inputs, files
+    return SourceRef(huggingface=src.huggingface, revision=src.revision, digest=src.digest), inputs, files
 
 
-def local_copies(source: dict) -> list[tuple[str, Path]]:
+def local_copies(source: SourceRef) -> list[tuple[str, Path]]:
     """Where a local copy of a Hugging Face source may be: (description, directory) that exist."""
-    repo, revision = source["huggingface"], source["revision"]
+    repo, revision = source.huggingface, source.revision
     out: list[tuple[str, Path]] = []
     try:
         from huggingface_hub import snapshot_download
@@ -61,9 +71,9 @@ def local_copies(source: dict) -> list[tuple[str, Path]]:
     return [(where, p) for where, p in out if p.is_dir()]
 
 
-def source_needs(source: dict, builder) -> list[str]:
+def source_needs(source: SourceRef, builder) -> list[str]:
     """A Hugging Face source needs the network unless a local copy exists (verified when used)."""
-    if source.get("path") or builder.has("network"):
+    if source.path or builder.has("network"):
         return []
     return [] if local_copies(source) else ["network"]
 
@@ -100,11 +110,11 @@ def local_source(ctx: RunContext, scratch: Path) -> Path:
     return model_dir
 
 
-def fetch_huggingface(source: dict, log) -> Path:
+def fetch_huggingface(source: SourceRef, log) -> Path:
     """A verified local directory for a pinned Hugging Face source: downloaded where the network
     allows, else a local copy (the Hugging Face cache, or $KILN_MODELS/<owner>/<name>) whose
     directory_digest equals `source.digest`."""
-    repo, revision, want = source["huggingface"], source["revision"], source.get("digest")
+    repo, revision, want = source.huggingface, source.revision, source.digest
     problems = []
     try:
         from huggingface_hub import snapshot_download

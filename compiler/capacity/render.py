@@ -1,4 +1,8 @@
-"""The capacity section of `kiln plan`: per host, GPU and instance, as text, markdown or JSON."""
+"""The capacity section of `kiln plan` and the capacity report: per host, GPU and instance.
+
+Figures are first turned into rows (`unit_row`, plain JSON data); text, markdown and JSON are
+all rendered from rows, so `kiln plan`, the capacity-report artifact and the plan comment show
+the same numbers."""
 
 from __future__ import annotations
 
@@ -11,47 +15,8 @@ _COLS = ["Unit", "Model", "Slice", "Memory", "Weights", "Reserve", "KV pool", "H
          "Decode tok/s (b=1 / b=N)", "$/Mtok"]
 
 
-def _row(f: UnitFigures, max_batch: int) -> list[str]:
-    c = f.capacity
-    if f.decode is not None:
-        decode = f"{f.decode.tokens_per_s_batch1:,.0f} / {f.decode.tokens_per_s_at_batch:,.0f} (N={f.decode.batch})"
-    else:
-        decode = "-"
-    cost = f"{f.cost_per_mtok:,.2f}" if f.cost_per_mtok is not None and math.isfinite(f.cost_per_mtok) else "-"
-    seqs = f"{c.max_sequences}" + ("" if c.batch_reachable else f" (< {max_batch})")
-    return [f.unit_id, f.model, f.slice, gib(c.gpu_memory_bytes), gib(c.weight_bytes), gib(c.reserve_bytes),
-            gib(c.kv_pool_bytes), gib(c.headroom_bytes), seqs if c.fits else "does not fit", decode, cost]
-
-
-def render_capacity(figures: list[tuple[UnitFigures, int]], fmt: str = "text") -> str:
-    """`figures` pairs each unit's figures with its model's max_batch_size."""
-    if fmt == "json":
-        return json.dumps({"units": [_json(f, mb) for f, mb in figures]}, indent=2, sort_keys=True)
-    rows = [_row(f, mb) for f, mb in figures]
-    weak = sorted({w for f, _ in figures for w in f.weak_facts})
-    if fmt == "markdown":
-        out = ["### Capacity", "", "| " + " | ".join(_COLS) + " |", "|" + "---|" * len(_COLS)]
-        out += ["| " + " | ".join(r) + " |" for r in rows]
-        if weak:
-            out += ["", "Figures rest on facts that are not verified: " + "; ".join(weak) + "."]
-        out += ["", _FOOTNOTE]
-        return "\n".join(out)
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(_COLS)]
-    line = "  ".join("{:<%d}" % w for w in widths)
-    out = ["Capacity (per GPU of each serving unit)", line.format(*_COLS).rstrip(),
-           "  ".join("-" * w for w in widths)]
-    out += [line.format(*r).rstrip() for r in rows]
-    if weak:
-        out += ["", "Not verified: " + "; ".join(weak)]
-    out += ["", _FOOTNOTE]
-    return "\n".join(out)
-
-
-_FOOTNOTE = ("Decode figures are a memory-bandwidth roofline (an upper bound); MIG instances get their memory "
-             "slices' share of bandwidth, derated 10% when they share a GPU. The reserve is an estimate.")
-
-
-def _json(f: UnitFigures, max_batch: int) -> dict:
+def unit_row(f: UnitFigures, max_batch: int) -> dict:
+    """One unit's figures as JSON data (bytes rounded to integers)."""
     c = f.capacity
     d = {
         "unit": f.unit_id, "host": f.host, "model": f.model, "gpu": f.gpu, "slice": f.slice, "gpus": f.gpus,
@@ -68,3 +33,43 @@ def _json(f: UnitFigures, max_batch: int) -> dict:
     if f.cost_per_mtok is not None and math.isfinite(f.cost_per_mtok):
         d["cost_per_million_tokens"] = round(f.cost_per_mtok, 4)
     return d
+
+
+def _cells(r: dict) -> list[str]:
+    if r["decode"] is not None:
+        dec = r["decode"]
+        decode = f"{dec['tokens_per_s_batch1']:,.0f} / {dec['tokens_per_s_at_batch']:,.0f} (N={dec['batch']})"
+    else:
+        decode = "-"
+    cost = f"{r['cost_per_million_tokens']:,.2f}" if r["cost_per_million_tokens"] is not None else "-"
+    seqs = f"{r['max_sequences']}" + ("" if r["batch_reachable"] else f" (< {r['max_batch_size']})")
+    return [r["unit"], r["model"], r["slice"], gib(r["memory_bytes"]), gib(r["weight_bytes"]), gib(r["reserve_bytes"]),
+            gib(r["kv_pool_bytes"]), gib(r["headroom_bytes"]), seqs if r["fits"] else "does not fit", decode, cost]
+
+
+def render_capacity(rows: list[dict], fmt: str = "text") -> str:
+    """`rows` from `unit_row`, in spec order."""
+    if fmt == "json":
+        return json.dumps({"units": rows}, indent=2, sort_keys=True)
+    cells = [_cells(r) for r in rows]
+    weak = sorted({w for r in rows for w in r["weak_facts"]})
+    if fmt == "markdown":
+        out = ["### Capacity", "", "| " + " | ".join(_COLS) + " |", "|" + "---|" * len(_COLS)]
+        out += ["| " + " | ".join(c) + " |" for c in cells]
+        if weak:
+            out += ["", "Figures rest on facts that are not verified: " + "; ".join(weak) + "."]
+        out += ["", _FOOTNOTE]
+        return "\n".join(out)
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(_COLS)]
+    line = "  ".join("{:<%d}" % w for w in widths)
+    out = ["Capacity (per GPU of each serving unit)", line.format(*_COLS).rstrip(),
+           "  ".join("-" * w for w in widths)]
+    out += [line.format(*c).rstrip() for c in cells]
+    if weak:
+        out += ["", "Not verified: " + "; ".join(weak)]
+    out += ["", _FOOTNOTE]
+    return "\n".join(out)
+
+
+_FOOTNOTE = ("Decode figures are a memory-bandwidth roofline (an upper bound); MIG instances get their memory "
+             "slices' share of bandwidth, derated 10% when they share a GPU. The reserve is an estimate.")

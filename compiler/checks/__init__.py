@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from compiler.diagnostics import Diagnostic
+import importlib
+
+from compiler.diagnostics import Diagnostic, Rule, registered_rules
 
 from .base import Check, CheckContext
 
@@ -10,11 +12,13 @@ _FAMILY_MODULES: tuple[str, ...] = ("refs", "mig", "memory", "precision", "clock
                                      "toolchain")
 
 
-def all_checks() -> list[type[Check]]:
-    import importlib
-
+def _load() -> None:
     for mod in _FAMILY_MODULES:
         importlib.import_module(f"{__name__}.{mod}")
+
+
+def all_checks() -> list[type[Check]]:
+    _load()
     found: list[type[Check]] = []
     stack = list(Check.__subclasses__())
     while stack:
@@ -25,6 +29,20 @@ def all_checks() -> list[type[Check]]:
     return sorted(found, key=lambda c: (c.order, c.code))
 
 
+def all_rules() -> list[type[Rule]]:
+    """Every diagnostic code Kiln can raise: the loader's and parser's (compiler.spec.rules),
+    resolution's (compiler.ir.resolve) and the checks'."""
+    import compiler.ir.resolve  # noqa: F401  (registers K901-K903, K910)
+    import compiler.spec.rules  # noqa: F401
+
+    _load()
+    return registered_rules()
+
+
+def get_rule(code: str) -> type[Rule] | None:
+    return {r.code: r for r in all_rules()}.get(code.upper())
+
+
 def run_checks(ctx: CheckContext) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     for check in all_checks():
@@ -32,4 +50,4 @@ def run_checks(ctx: CheckContext) -> list[Diagnostic]:
     return out
 
 
-__all__ = ["Check", "CheckContext", "all_checks", "run_checks"]
+__all__ = ["Check", "CheckContext", "all_checks", "all_rules", "get_rule", "run_checks"]

@@ -3,33 +3,48 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Iterable
+from typing import ClassVar, Iterable
 
 from compiler.diagnostics import Diagnostic, Rule, Severity
+from compiler.ir import Resolved
 from compiler.spec.loader import Document
 from compiler.spec.models import Spec
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckContext:
-    """A parsed spec with its source document and the resolved facts checks need."""
+    """The analysed IR, and how a check turns a spec path into a positioned diagnostic."""
 
-    spec: Spec
-    doc: Document
-    base_dir: Path
-    resolved: Any  # compiler.resolve.Resolved; typed loosely to keep this module import-light
-    extra: dict[str, Any] = field(default_factory=dict)
+    ir: Resolved
+
+    @property
+    def spec(self) -> Spec:
+        return self.ir.spec
+
+    @property
+    def doc(self) -> Document:
+        return self.ir.document
+
+    @property
+    def base_dir(self) -> Path:
+        return self.ir.base_dir
 
     def diag(self, rule: type[Rule], path: tuple, message: str, *, help: str | None = None, key: bool = False,
-             notes: Iterable[str] = (), severity: Severity | None = None) -> Diagnostic:
+             notes: Iterable[str] = (), severity: Severity | None = None, file: str | None = None) -> Diagnostic:
+        """A diagnostic at `path` of the spec; `file` names another file the finding rests on (a
+        capture), whose position is then unknown."""
+        if file is not None:
+            from compiler.diagnostics import Span
+            return Diagnostic(rule.code, severity or rule.severity, message, file, Span.unknown(), help,
+                              tuple(notes))
         return Diagnostic(rule.code, severity or rule.severity, message, self.doc.file,
                           self.doc.span_of(path, key=key), help, tuple(notes))
 
 
 class Check(Rule, ABC):
-    """A rule that inspects a resolved spec. Subclasses implement `run`."""
+    """A rule that inspects the analysed IR. Subclasses implement `run`."""
 
     #: Checks run in ascending order; resolution-type checks first.
     order: ClassVar[int] = 100

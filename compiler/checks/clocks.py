@@ -21,7 +21,7 @@ SUPPORTED_CLOCKS_HELP = "`nvidia-smi -q -d SUPPORTED_CLOCKS` on the host lists t
 def _scopes(ctx: CheckContext) -> Iterator[tuple[str, GpuSpec, tuple, object, str]]:
     """(host name, GPU, spec path, host-or-entry spec, description) for every host and gpus entry
     on a GPU that the catalog knows."""
-    for hname, host in ctx.resolved.hosts.items():
+    for hname, host in ctx.ir.hosts.items():
         if host.gpu is None:
             continue
         yield hname, host.gpu, ("hosts", hname), host.spec, f"host {hname!r}"
@@ -169,7 +169,7 @@ class MigClocksNotLocked(Check):
     order = 50
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for hname, host in ctx.resolved.hosts.items():
+        for hname, host in ctx.ir.hosts.items():
             if host.gpu is None or host.spec.clocks is not None:
                 continue
             for a_idx, a in enumerate(host.spec.gpus):

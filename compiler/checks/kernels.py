@@ -33,7 +33,7 @@ class MoeBackendOnDenseModel(Check):
         if ctx.spec.target == "engine":
             return  # on engines the knob is refused altogether (K604)
         for name, m in ctx.spec.models.items():
-            rm = ctx.resolved.models.get(name)
+            rm = ctx.ir.models.get(name)
             if m.kernels.moe is None or rm is None or rm.arch is None or rm.arch.is_moe:
                 continue
             yield ctx.diag(self, _mpath(name, "kernels", "moe"),

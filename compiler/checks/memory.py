@@ -4,25 +4,19 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from compiler.capacity.report import gib, unit_figures
+from compiler.capacity.report import gib
 from compiler.diagnostics import Diagnostic, Severity
 
 from .base import Check, CheckContext, weak_fact_note
 
 
 def _figures(ctx: CheckContext):
-    """UnitFigures for every sizable unit; one per spec location (replicas of a layout share it)."""
-    from compiler.planning import sizable_units
-
-    cache = ctx.extra.setdefault("unit_figures", {})
+    """(unit, figures) for every sized unit; one per spec location (replicas of a layout share it)."""
     seen_paths: set[tuple] = set()
-    for unit, rm, host in sizable_units(ctx.resolved):
-        if unit.path in seen_paths:
-            continue
-        seen_paths.add(unit.path)
-        if unit.id not in cache:
-            cache[unit.id] = unit_figures(unit, rm.spec, rm.arch, host.gpu, host.spec.price_per_gpu_hour)
-        yield unit, cache[unit.id]
+    for unit in ctx.ir.sized_units():
+        if unit.path not in seen_paths:
+            seen_paths.add(unit.path)
+            yield unit, unit.figures
 
 
 def _notes(fig) -> list[str]:

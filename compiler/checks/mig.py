@@ -7,7 +7,6 @@ import re
 from collections import Counter
 from typing import Iterable
 
-from compiler.capacity.placement import search_placement
 from compiler.catalog.types import WEAK_STATUSES
 from compiler.diagnostics import Diagnostic
 
@@ -16,7 +15,7 @@ from .base import Check, CheckContext, weak_fact_note
 
 def _mig_assignments(ctx: CheckContext):
     """(host name, resolved host, assignment index, slots) for every MIG assignment on a known GPU."""
-    for hname, host in ctx.resolved.hosts.items():
+    for hname, host in ctx.ir.hosts.items():
         if host.gpu is None:
             continue
         for a_idx, slots in host.assignment_slots.items():
@@ -202,15 +201,10 @@ class Unplaceable(_LayoutCheck):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for hname, host, a_idx, slots in self.layouts(ctx):
-            mig = host.gpu.mig
-            if (len(slots) > mig.max_instances or sum(s.profile.compute_slices for s in slots) > mig.compute_slices
-                    or sum(s.profile.has_media_extensions for s in slots) > 1
-                    or any(c > mig.profile(n).max_count for n, c in Counter(s.profile.name for s in slots).items())):
-                continue  # reported by K203-K206 with a more specific message
+            result = host.placements.get(a_idx)
+            if result is None or result.ok:
+                continue  # no result: K203-K206 report the layout with a more specific message
             fixed = {i: s.instance.placement for i, s in enumerate(slots) if s.instance.placement is not None}
-            result = search_placement(mig, [s.profile for s in slots], fixed)
-            if result.ok:
-                continue
             notes = []
             weak = sorted({s.profile.placement_status for s in slots} & WEAK_STATUSES)
             if weak:

@@ -21,7 +21,7 @@ def _ppath(name: str, field: str) -> tuple:
 def _arch_models(ctx: CheckContext):
     """(name, model spec, arch) for every model whose architecture resolved."""
     for name, m in ctx.spec.models.items():
-        rm = ctx.resolved.models.get(name)
+        rm = ctx.ir.models.get(name)
         if rm is not None and rm.arch is not None:
             yield name, m, rm.arch
 
@@ -110,7 +110,7 @@ class ExpertParallelInvalid(Check):
             par = m.parallelism
             if par.ep == 1:
                 continue
-            rm = ctx.resolved.models.get(name)
+            rm = ctx.ir.models.get(name)
             arch = rm.arch if rm is not None else None
             if arch is not None and not arch.is_moe:
                 yield ctx.diag(self, _ppath(name, "ep"),
@@ -184,7 +184,7 @@ class ParallelOnMig(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         seen: set[tuple] = set()
-        for unit in ctx.resolved.units:
+        for unit in ctx.ir.units:
             m = ctx.spec.models.get(unit.model)
             if unit.mig is None or m is None or unit.path in seen:
                 continue
@@ -216,7 +216,7 @@ class ExpertParallelNotInTp(Check):
             par = m.parallelism
             if par.ep == 1 or (par.tp * par.pp) % par.ep or par.tp % par.ep == 0:
                 continue  # dense models and other ep faults are K703's
-            rm = ctx.resolved.models.get(name)
+            rm = ctx.ir.models.get(name)
             if rm is not None and rm.arch is not None and not rm.arch.is_moe:
                 continue
             yield ctx.diag(self, _ppath(name, "ep"),

@@ -95,9 +95,9 @@ class Pair:
 def served_pairs(ctx: CheckContext) -> list[Pair]:
     """Each (model, GPU model) pair where some host serves the model, in spec order."""
     pairs: dict[tuple[str, str], Pair] = {}
-    for unit in ctx.resolved.units:
+    for unit in ctx.ir.units:
         model = ctx.spec.models.get(unit.model)
-        host = ctx.resolved.hosts.get(unit.host)
+        host = ctx.ir.hosts.get(unit.host)
         if model is None or host is None or host.gpu is None:
             continue
         pair = pairs.setdefault((unit.model, host.gpu.name), Pair(unit.model, model, host.gpu))
@@ -540,7 +540,7 @@ class PatternMatchesNothing(Check):
         from compiler.capacity.modules import inventory
 
         for name, m in ctx.spec.models.items():
-            rm = ctx.resolved.models.get(name)
+            rm = ctx.ir.models.get(name)
             arch = rm.arch if rm is not None else None
             if arch is None:
                 continue

@@ -1,59 +1,16 @@
-"""K9xx: names and files the spec refers to: GPUs, architectures, models, data files, GPU indexes, ports."""
+"""K9xx: names and files the spec refers to: models, data files, GPU indexes, ports.
+
+The references resolution itself follows (GPUs, architectures, captures: K901-K903, K910) are
+raised, and defined, in compiler/ir/resolve.py.
+"""
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from compiler.diagnostics import Diagnostic, Rule, Severity
+from compiler.diagnostics import Diagnostic, Severity
 
 from .base import Check, CheckContext
-
-PORT_STRIDE = 3  # replica n of a model on one host uses its base ports + 3*n
-
-
-def unit_ports(ports, replica: int) -> dict[str, int]:
-    """The ports one serving unit listens on (see PortConflict)."""
-    off = PORT_STRIDE * replica
-    return {"http": ports.http + off, "grpc": ports.grpc + off, "metrics": ports.metrics + off}
-
-
-class UnknownGpu(Rule):
-    """A host names a GPU model that is not in the catalog.
-
-    Kiln checks MIG profiles, clocks, precision support and memory against the catalog entry, so
-    the GPU must be one it knows. `kiln catalog` lists them (aliases such as `H100` resolve to the
-    SXM5 80GB part).
-    """
-
-    code = "K901"
-    name = "unknown-gpu"
-
-
-class UnknownArchitecture(Rule):
-    """A model's architecture cannot be determined.
-
-    Give a catalog name (`kiln catalog --models`), or `{config: path/to/config.json}`; a local
-    source's own config.json is used when neither is given. Validation never downloads weights,
-    so a Hugging Face source needs one of the two.
-    """
-
-    code = "K902"
-    name = "unknown-architecture"
-
-
-class ArchitectureConfigInvalid(Rule):
-    """The model's config.json is missing, not JSON, or lacks a field the capacity planner needs."""
-
-    code = "K903"
-    name = "architecture-config-invalid"
-
-
-class GpuProfilesInvalid(Rule):
-    """The file given with `--gpu-profiles` cannot be read or is not `nvidia-smi mig -lgip` output."""
-
-    code = "K910"
-    name = "gpu-profiles-invalid"
-
 
 class UnknownModel(Check):
     """A GPU or MIG instance `serves` a model that the spec does not define under `models`."""
@@ -64,7 +21,7 @@ class UnknownModel(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         known = sorted(ctx.spec.models)
-        for unit in ctx.resolved.units:
+        for unit in ctx.ir.units:
             if unit.model not in ctx.spec.models:
                 yield ctx.diag(self, unit.path + ("serves",), f"`serves: {unit.model}` names no model in `models`",
                                help=_choices(unit.model, known))
@@ -134,7 +91,7 @@ class ModelNotServed(Check):
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         if not ctx.spec.hosts:
             return  # a spec without hosts only builds artifacts (the CPU quickstart style)
-        served = {u.model for u in ctx.resolved.units}
+        served = {u.model for u in ctx.ir.units}
         for name in ctx.spec.models:
             if name not in served:
                 yield ctx.diag(self, ("models", name), f"model {name!r} is not served by any host", key=True,
@@ -156,12 +113,11 @@ class PortConflict(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for hname in ctx.spec.hosts:
-            units = [u for u in ctx.resolved.units if u.host == hname and u.model in ctx.spec.models]
+            units = [u for u in ctx.ir.units if u.host == hname and u.model in ctx.spec.models]
             seen: dict[int, str] = {}
             reported: set[tuple[str, int]] = set()
             for u in units:
-                ports = unit_ports(ctx.spec.models[u.model].serving.ports, u.replica)
-                for kind, port in ports.items():
+                for kind, port in u.ports.as_dict().items():
                     if port in seen and seen[port] != u.id and (u.model, port) not in reported:
                         reported.add((u.model, port))
                         yield ctx.diag(self, u.path + ("serves",),

@@ -269,7 +269,7 @@ class DriverTooOld(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for hname, host in ctx.resolved.hosts.items():
+        for hname, host in ctx.ir.hosts.items():
             gpu, constraint = host.gpu, host.spec.driver
             if gpu is None or constraint is None:
                 continue

@@ -6,7 +6,7 @@ import json
 from typing import Callable, Mapping
 
 from .model import Diagnostic, Severity
-from .rules import get_rule
+from .rules import registered_rule
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
@@ -86,7 +86,7 @@ def render_sarif(diags: list[Diagnostic], version: str) -> str:
     codes = sorted({d.code for d in diags})
     rules = []
     for code in codes:
-        rule = get_rule(code)
+        rule = registered_rule(code)
         doc = rule.doc() if rule else ""
         first = doc.split("\n\n")[0].replace("\n", " ") if doc else code
         rules.append({

@@ -53,19 +53,11 @@ class Rule:
         return inspect.cleandoc(cls.__doc__ or "")
 
 
-def all_rules() -> list[type[Rule]]:
-    _load_rule_modules()
+def registered_rules() -> list[type[Rule]]:
+    """The rules whose modules have been imported, by code (compiler.checks.all_rules imports them all)."""
     return [_REGISTRY[c] for c in sorted(_REGISTRY)]
 
 
-def get_rule(code: str) -> type[Rule] | None:
-    _load_rule_modules()
+def registered_rule(code: str) -> type[Rule] | None:
+    """The rule of a code whose module is imported (every code a diagnostic carries is)."""
     return _REGISTRY.get(code.upper())
-
-
-def _load_rule_modules() -> None:
-    # Importing the modules registers their rules; done lazily to keep imports acyclic.
-    from compiler.spec import rules as _spec_rules  # noqa: F401
-    from compiler.checks import all_checks
-
-    all_checks()

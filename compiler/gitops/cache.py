@@ -42,9 +42,7 @@ class RemoteCache:
             self.warn(f"cache {self.registry}: {aid}: {e}; building it here")
             return None
         if record is not None:
-            self.store.set_ref(spec_name, aid, key, {"params": action.params, "inputs": dict(action.inputs),
-                                                     "deps": {d: graph.keys[d] for d in action.deps},
-                                                     "version": action.version})
+            self.store.set_ref(spec_name, aid, key, action.record(graph.keys))
             self.fetched.append(aid)
         return record
 

@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compiler.graph.inputs import DigestCache
-from compiler.graph.lower import lower
+from compiler.lower import lower
 from compiler.pipeline import Options, Validation, validate_path
-from compiler.planning import capacity_figures
 from compiler.store.local import LocalStore
 
 from . import gitrev
@@ -30,11 +29,11 @@ def plan_against(spec: Path, ref: str, store: LocalStore, options: Options | Non
     # Base files live in a temporary directory: digest them without the store's path-keyed cache.
     with gitrev.spec_at(spec, commit) as base_spec:
         base = validate_path(base_spec, options, display=f"{ref}:{spec.name}") if base_spec else None
-        base_graph = lower(base, DigestCache(None))[0] if base is not None and base.ok else None
+        base_graph = lower(base, DigestCache(None)) if base is not None and base.ok else None
     if not head.ok:
         return BasePlan(head, base, None)
     digests = DigestCache(store.root / "digest-cache.json")
-    head_graph, _ = lower(head, digests)
+    head_graph = lower(head, digests)
     digests.save()
     note = None
     if base is None:
@@ -43,7 +42,8 @@ def plan_against(spec: Path, ref: str, store: LocalStore, options: Options | Non
         note = f"{spec.name} has errors at {ref}: every artifact counts as new"
     changes, unchanged = action_changes(base_graph, head_graph, store, head.spec.name, has_remote)
     todo = [a for a in changes if a.change != "removed" and not a.cached]
-    base_figures = capacity_figures(base) if base is not None and base.ok else []
+    base_rows = base.resolved.capacity_rows() if base is not None and base.ok else []
     plan = SemanticPlan(ref, commit, note, changes, unchanged, host_disruptions(base_graph, head_graph),
-                        capacity_deltas(base_figures, capacity_figures(head)), job_matrix(todo, head_graph, builder_lacks()))
+                        capacity_deltas(base_rows, head.resolved.capacity_rows()),
+                        job_matrix(todo, head_graph, builder_lacks()))
     return BasePlan(head, base, plan)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.build import build_spec, plan_spec
-from compiler.graph.manifest import spec_digest
+from compiler.release import spec_digest
 from compiler.store.local import LocalStore, sha256_bytes
 
 from . import artifacts as oa

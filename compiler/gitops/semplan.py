@@ -59,9 +59,7 @@ class SemanticPlan:
 
 
 def _record(graph: Graph, aid: str) -> dict:
-    a = graph.actions[aid]
-    return {"params": dict(a.params), "inputs": dict(a.inputs), "deps": {d: graph.keys[d] for d in a.deps},
-            "version": a.version}
+    return graph.actions[aid].record(graph.keys)
 
 
 def _expected(store: LocalStore, spec_name: str, aid: str, base_key: str | None) -> float | None:
@@ -101,37 +99,35 @@ def action_changes(base: Graph | None, head: Graph, store: LocalStore, spec_name
     return changes, unchanged
 
 
-def host_disruptions(base: Graph | None, head: Graph) -> list:
-    from compiler.actions import hostplan
-    from compiler.graph.disruption import disruptions
+def host_disruptions(base: Graph | None, head: Graph, kinds=None) -> list:
+    """What applying the head revision's artifacts over the base revision's disrupts on the hosts."""
+    from compiler.actions import REGISTRY
+    from compiler.build import graph_disruptions
 
-    out = []
-    for aid in head.order:
-        action = head.actions[aid]
-        if action.kind != hostplan.KIND:
-            continue
-        old = base.actions.get(aid) if base is not None else None
-        if old is not None and base.keys[aid] == head.keys[aid]:
-            continue
-        before = hostplan.state_from_params(dict(old.params)) if old is not None else None
-        out.extend(disruptions(before, hostplan.state_from_params(dict(action.params))))
-    return out
+    def earlier(aid: str) -> dict | None:
+        if base is None or aid not in base.actions:
+            return None
+        return {"key": base.keys[aid], **_record(base, aid)}
+
+    return graph_disruptions(head, earlier, kinds or REGISTRY)
 
 
-def _unit_row(fig) -> dict:
-    cap = fig.capacity
+def _unit_row(row: dict) -> dict:
+    """The capacity figures a reviewer compares, from a capacity row (compiler.capacity.render)."""
+    decode = row["decode"]
     return {
-        "host": fig.host, "model": fig.model, "slice": fig.slice,
-        "headroom_gib": round(cap.headroom_bytes / GIB, 2),
-        "max_sequences": cap.max_sequences,
-        "decode_tok_s": None if fig.decode is None else round(fig.decode.tokens_per_s_at_batch, 1),
-        "cost_per_mtok": None if fig.cost_per_mtok is None else round(fig.cost_per_mtok, 4),
+        "host": row["host"], "model": row["model"], "slice": row["slice"],
+        "headroom_gib": round(row["headroom_bytes"] / GIB, 2),
+        "max_sequences": row["max_sequences"],
+        "decode_tok_s": None if decode is None else round(decode["tokens_per_s_at_batch"], 1),
+        "cost_per_mtok": row["cost_per_million_tokens"],
     }
 
 
-def capacity_deltas(base_figures: list, head_figures: list) -> list[CapacityDelta]:
-    before = {f.unit_id: _unit_row(f) for f, _ in base_figures}
-    after = {f.unit_id: _unit_row(f) for f, _ in head_figures}
+def capacity_deltas(base_rows: list[dict], head_rows: list[dict]) -> list[CapacityDelta]:
+    """Units whose figures differ between two revisions (rows from Resolved.capacity_rows)."""
+    before = {r["unit"]: _unit_row(r) for r in base_rows}
+    after = {r["unit"]: _unit_row(r) for r in head_rows}
     out = []
     for unit in sorted(set(before) | set(after)):
         b, a = before.get(unit), after.get(unit)
@@ -171,9 +167,11 @@ def job_matrix(todo: list, graph: Graph | None, lacks) -> dict:
     return {"include": include}
 
 
-def builder_lacks(builder=None):
+def builder_lacks(builder=None, kinds=None):
     """`lacks` for job_matrix from this machine's builder (or $KILN_BUILDER_HAS)."""
+    from compiler.actions import REGISTRY
     from compiler.graph.builder import Builder
 
     builder = builder if builder is not None else Builder()
-    return lambda action: bool(builder.missing(action))
+    kinds = kinds or REGISTRY
+    return lambda action: bool(kinds.missing(action, builder))

@@ -18,7 +18,6 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .model import Action
 
 NEED_TEXT = {
     "torch": "torch, transformers and nvidia-modelopt (pip install torch==2.13.0, then pip install '.[quantize]')",
@@ -91,16 +90,6 @@ class Builder:
             self._probed[need] = bool(probe and probe())
         return self._probed[need]
 
-    def missing(self, action: Action) -> list[str]:
-        """The needs of `action` this builder lacks; a kind may refine them (e.g. a local model copy
-        stands in for the network)."""
-        from compiler.actions import KINDS
-
-        kind = KINDS.get(action.kind)
-        refine = getattr(kind, "missing_needs", None)
-        if refine is not None:
-            return refine(dict(action.params), self)
-        return [n for n in action.needs if not self.has(n)]
 
 
 def describe(needs: Iterable[str]) -> str:

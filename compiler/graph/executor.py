@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from compiler.actions import KINDS
-from compiler.actions.base import RunContext
 from compiler.store.local import ActionRecord, LocalStore
 
 from .builder import Builder, describe
+from .kinds import KindRegistry, RunContext
 from .model import Graph
 
 Progress = Callable[[str], None]
@@ -41,7 +40,7 @@ class InputChanged(Exception):
     """An input file changed between planning and running."""
 
 
-def execute(graph: Graph, store: LocalStore, spec_name: str, *, jobs: int = 2,
+def execute(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry, *, jobs: int = 2,
             progress: Progress = lambda line: None, digest_of: Callable[[Path], str] | None = None,
             builder: Builder | None = None, selected: set[str] | None = None,
             remote: Callable[[Graph, str, str], ActionRecord | None] | None = None) -> dict[str, ActionResult]:
@@ -81,12 +80,12 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, *, jobs: int = 2,
                         continue
                     why = (f"waits for {waiting[0]}" if waiting else
                            "not selected (--only/--skip)" if selected is not None and aid not in selected else
-                           _lacking(builder, graph.actions[aid]))
+                           _lacking(kinds, builder, graph.actions[aid]))
                     if why:
                         results[aid] = ActionResult(aid, key, "deferred", error=why)
                         progress(f"[{len(results)}/{total}] defer  {aid} ({why})")
                         continue
-                    running[pool.submit(_run_one, graph, aid, store, spec_name, results, stop, progress,
+                    running[pool.submit(_run_one, graph, kinds, aid, store, spec_name, results, stop, progress,
                                         digest_of)] = aid
                 if not running:
                     continue
@@ -107,16 +106,16 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, *, jobs: int = 2,
     return results
 
 
-def _lacking(builder: Builder, action) -> str | None:
-    missing = builder.missing(action)
+def _lacking(kinds: KindRegistry, builder: Builder, action) -> str | None:
+    missing = kinds.missing(action, builder)
     return f"needs {describe(missing)}" if missing else None
 
 
-def _run_one(graph: Graph, aid: str, store: LocalStore, spec_name: str, results: dict, stop: threading.Event,
-             progress: Progress, digest_of) -> ActionResult:
+def _run_one(graph: Graph, kinds: KindRegistry, aid: str, store: LocalStore, spec_name: str, results: dict,
+             stop: threading.Event, progress: Progress, digest_of) -> ActionResult:
     action = graph.actions[aid]
     key = graph.keys[aid]
-    kind = KINDS[action.kind]
+    kind = kinds[action.kind]
     log_path = store.log_path(key)
     logger = logging.getLogger(f"kiln.action.{aid}.{key[7:19]}")
     logger.propagate = False
@@ -144,7 +143,7 @@ def _run_one(graph: Graph, aid: str, store: LocalStore, spec_name: str, results:
             out = work / "out"
             out.mkdir()
             ticker.start()
-            kind.run(dict(action.params), RunContext(out, files, deps, logger))
+            kind.run(action.params, RunContext(out, files, deps, logger))
             tree = store.put_tree(out)
             duration = round(time.monotonic() - start, 3)
             logger.info("done in %.3fs, tree %s", duration, tree)
@@ -152,9 +151,7 @@ def _run_one(graph: Graph, aid: str, store: LocalStore, spec_name: str, results:
             log_digest = store.put_file(work / "action.log")
             _copy_log(work / "action.log", log_path)
             store.put_action(ActionRecord(key, action.kind, aid, tree, duration, log_digest))
-            store.set_ref(spec_name, aid, key, {"params": action.params, "inputs": dict(action.inputs),
-                                                "deps": {d: graph.keys[d] for d in action.deps},
-                                                "version": action.version})
+            store.set_ref(spec_name, aid, key, action.record(graph.keys))
             return ActionResult(aid, key, "built", tree, duration, log_path)
         except Exception as e:  # an action's failure is reported, never raised past the build
             logger.exception("failed: %s", e)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping
 
 from compiler.store.canonical import canonical_json
@@ -21,12 +22,29 @@ class Action:
     id: str  # stable slot name, e.g. "llmapi-options/chat"
     kind: str
     version: int  # bump when the action's output format or logic changes
-    params: Mapping[str, Any]
+    params: Any  # the kind's typed Params (compiler.graph.kinds); their JSON form enters the key
     inputs: Mapping[str, str] = field(default_factory=dict)  # role -> "sha256:..."
     deps: tuple[str, ...] = ()
     gpu_arch: str | None = None  # set when the output depends on the GPU architecture
     needs: tuple[str, ...] = ()  # what the executing machine must have, e.g. ("gpu",) ("docker",)
     files: Mapping[str, str] = field(default_factory=dict, compare=False)  # role -> path; not in the key
+    # The spec values the params are derived from, when the params are a derived document (a host's
+    # desired state, capacity figures): not in the key, recorded so a plan can name the edit that
+    # changed the artifact rather than everything the edit changed in it.
+    cause: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @cached_property
+    def params_json(self) -> dict[str, Any]:
+        """The parameters as plain JSON data (what the key covers, and what the store records)."""
+        return self.params.to_json() if hasattr(self.params, "to_json") else dict(self.params)
+
+    def record(self, dep_keys: Mapping[str, str]) -> dict[str, Any]:
+        """What the store remembers about the slot, so a later plan can say what changed."""
+        out = {"params": self.params_json, "inputs": dict(self.inputs),
+               "deps": {d: dep_keys[d] for d in self.deps}, "version": self.version}
+        if self.cause:
+            out["cause"] = dict(self.cause)
+        return out
 
 
 def action_key(action: Action, dep_keys: Mapping[str, str]) -> str:
@@ -34,7 +52,7 @@ def action_key(action: Action, dep_keys: Mapping[str, str]) -> str:
     body = {
         "kind": action.kind,
         "version": action.version,
-        "params": action.params,
+        "params": action.params_json,
         "inputs": dict(action.inputs),
         "deps": {d: dep_keys[d] for d in action.deps},
         "gpu_arch": action.gpu_arch,

@@ -9,6 +9,7 @@ from typing import Any
 from compiler.store.local import LocalStore
 
 from .builder import Builder, describe
+from .kinds import KindRegistry
 from .model import Graph
 
 MAX_CHANGES = 6  # per action; a reviewer needs the first few, not a dump
@@ -26,7 +27,8 @@ class PlannedAction:
     deferred: str | None = None  # why this builder will not run it (see builder.py)
 
 
-def make_plan(graph: Graph, store: LocalStore, spec_name: str, builder: Builder | None = None) -> list[PlannedAction]:
+def make_plan(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry,
+              builder: Builder | None = None) -> list[PlannedAction]:
     """Each action cached or to run, with the reasons; with a builder, also which ones it would
     defer (needs it lacks, or a deferred dependency)."""
     out: list[PlannedAction] = []
@@ -43,7 +45,7 @@ def make_plan(graph: Graph, store: LocalStore, spec_name: str, builder: Builder 
             will_run.add(aid)
             if builder is not None:
                 waiting = [d for d in action.deps if d in deferred]
-                missing = builder.missing(action)
+                missing = kinds.missing(action, builder)
                 if waiting:
                     planned.deferred = f"waits for {waiting[0]}"
                 elif missing:
@@ -70,7 +72,10 @@ def record_reasons(last: dict, graph: Graph, aid: str, will_run: set[str]) -> li
     reasons: list[str] = []
     if last.get("version") != action.version:
         reasons.append(f"{action.kind} changed (v{last.get('version')} -> v{action.version})")
-    for path, old, new in _diff(last.get("params", {}), dict(action.params)):
+    # What the user changed (an action's `cause`) explains a rebuild better than what it changes in
+    # the artifact (its params); params speak when the cause did not move (a catalog correction).
+    changes = _diff(last.get("cause") or {}, dict(action.cause)) or _diff(last.get("params", {}), action.params_json)
+    for path, old, new in changes:
         reasons.append(f"{path}: {_short(old)} -> {_short(new)}")
     old_inputs, new_inputs = last.get("inputs", {}), dict(action.inputs)
     for role in sorted(set(old_inputs) | set(new_inputs)):
@@ -101,7 +106,8 @@ def _diff(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
             else:
                 out.extend(_diff(old[k], new[k], sub))
         return out
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new) and \
+            any(isinstance(v, (dict, list)) for v in old + new):  # a list of plain values reads best whole
         out = []
         for i, (a, b) in enumerate(zip(old, new)):
             out.extend(_diff(a, b, f"{path}[{i}]"))

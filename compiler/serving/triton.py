@@ -25,8 +25,11 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
-from compiler.actions.layout import REPOSITORY_DIR, model_dir
-from compiler.actions.yamlout import dump_yaml
+from compiler.graph.kinds import Params
+from compiler.ir import Resolved, ResolvedModel
+
+from .layout import REPOSITORY_DIR, model_dir
+from .yamlout import dump_yaml
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "triton"
 TARGETS = ("llmapi", "engine")
@@ -39,51 +42,78 @@ class RenderError(Exception):
 
 
 # --- parameters ---------------------------------------------------------------------------------
-def _devices_per_unit(resolved, host: str, model: str) -> int:
-    counts = {len(u.gpu_indexes) for u in resolved.units if u.host == host and u.model == model}
+class QueuePolicy(Params):
+    max_queue_size: int | None
+    timeout_us: int | None
+
+
+class TritonModel(Params):
+    """The values one model's part of the repository shows."""
+
+    name: str
+    max_batch_size: int
+    max_input_len: int
+    max_beam_width: int
+    max_queue_delay_us: int
+    queue: QueuePolicy | None
+    decoupled: bool
+    instances: int
+    gpu_device_ids: str
+    # engine runtime knobs the inflight_batcher_llm backend reads from its parameters
+    gpt_model_type: str
+    batch_scheduler_policy: str
+    kv_cache_free_gpu_mem_fraction: float
+    enable_kv_cache_reuse: bool
+    enable_chunked_context: bool
+    cuda_graph_mode: bool
+
+
+class RepositoryParams(Params):
+    """Everything the repository of one host depends on, except the LLM-API options (a dependency)
+    and the tokenizer files (copied from the tokenizer artifacts)."""
+
+    host: str
+    target: str
+    models: list[TritonModel]
+    templates: dict[str, str]  # template file -> digest
+    tokenizers: dict[str, str] = {}  # model -> the action whose tree holds its tokenizer files
+    tensorrt_llm: str | None = None  # shown in model.yaml (llmapi target only)
+
+
+def _devices_per_unit(ir: Resolved, host: str, model: str) -> int:
+    counts = {len(u.gpu_indexes) for u in ir.host_units(host) if u.model == model}
     if len(counts) != 1:  # validation (K7xx) makes every unit of a model as wide as tp * pp
         raise RenderError(f"model {model!r} on host {host!r}: serving units of different widths {sorted(counts)}")
     return counts.pop()
 
 
-def model_params(name: str, model, devices: int) -> dict:
+def model_params(rm: ResolvedModel, devices: int) -> TritonModel:
     """The values one model's part of the repository shows (pure)."""
-    s, lim, rt = model.serving, model.limits, model.runtime
+    s, lim, rt = rm.spec.serving, rm.spec.limits, rm.spec.runtime
     one = ",".join(str(i) for i in range(devices))
     queue = None
     if s.max_queue_size is not None or s.queue_timeout_ms is not None:
-        queue = {"max_queue_size": s.max_queue_size,
-                 "timeout_us": None if s.queue_timeout_ms is None else s.queue_timeout_ms * 1000}
-    return {
-        "name": name,
-        "max_batch_size": lim.max_batch_size,
-        "max_input_len": lim.max_input_len,
-        "max_beam_width": lim.max_beam_width,
-        "max_queue_delay_us": s.max_queue_delay_us,
-        "queue": queue,
-        "decoupled": s.streaming,
-        "instances": s.instances,
-        "gpu_device_ids": ";".join([one] * s.instances),
-        # engine runtime knobs the inflight_batcher_llm backend reads from its parameters
-        "gpt_model_type": "V1" if rt.scheduler == "static_batch" else "inflight_fused_batching",
-        "batch_scheduler_policy": "max_utilization" if rt.scheduler == "max_utilization" else "guaranteed_no_evict",
-        "kv_cache_free_gpu_mem_fraction": rt.kv_cache_memory_fraction,
-        "enable_kv_cache_reuse": rt.block_reuse,
-        "enable_chunked_context": rt.chunked_prefill,
-        "cuda_graph_mode": rt.cuda_graph_batch_sizes is not None,
-    }
+        queue = QueuePolicy(max_queue_size=s.max_queue_size,
+                            timeout_us=None if s.queue_timeout_ms is None else s.queue_timeout_ms * 1000)
+    return TritonModel(
+        name=rm.name, max_batch_size=lim.max_batch_size, max_input_len=lim.max_input_len,
+        max_beam_width=lim.max_beam_width, max_queue_delay_us=s.max_queue_delay_us, queue=queue,
+        decoupled=s.streaming, instances=s.instances, gpu_device_ids=";".join([one] * s.instances),
+        gpt_model_type="V1" if rt.scheduler == "static_batch" else "inflight_fused_batching",
+        batch_scheduler_policy="max_utilization" if rt.scheduler == "max_utilization" else "guaranteed_no_evict",
+        kv_cache_free_gpu_mem_fraction=rt.kv_cache_memory_fraction, enable_kv_cache_reuse=rt.block_reuse,
+        enable_chunked_context=rt.chunked_prefill, cuda_graph_mode=rt.cuda_graph_batch_sizes is not None)
 
 
-def repository_params(spec, resolved, host: str) -> dict:
-    """Everything the repository of `host` depends on, except the LLM-API options (a dependency)
-    and the tokenizer files (copied from the checkpoint)."""
-    served = sorted({u.model for u in resolved.units if u.host == host})
-    return {
-        "host": host,
-        "target": spec.target,
-        "models": [model_params(m, spec.models[m], _devices_per_unit(resolved, host, m)) for m in served],
-        "templates": template_digests(spec.target),
-    }
+def repository_params(ir: Resolved, host: str, target: str | None = None) -> RepositoryParams:
+    """The repository of `host` for the spec's target (or `target`)."""
+    target = target or ir.target
+    served = sorted({u.model for u in ir.host_units(host)})
+    return RepositoryParams(
+        host=host, target=target,
+        models=[model_params(ir.models[m], _devices_per_unit(ir, host, m)) for m in served],
+        templates=template_digests(target),
+        tensorrt_llm=ir.spec.toolchain.tensorrt_llm if target == "llmapi" else None)
 
 
 def template_digests(target: str, template_dir: Path = TEMPLATE_DIR) -> dict[str, str]:
@@ -134,13 +164,13 @@ def llm_api_yaml(name: str, options: dict, tensorrt_llm: str | None = None) -> b
     return (header + dump_yaml(doc)).encode()
 
 
-def render(params: dict, llm_options: dict[str, dict] | None = None, tensorrt_llm: str | None = None,
+def render(params: RepositoryParams, llm_options: dict[str, dict] | None = None,
            template_dir: Path = TEMPLATE_DIR) -> dict[str, bytes]:
     """The repository's files, tokenizers excepted. `llm_options`: model -> LLM-API options (llmapi)."""
     env = environment(template_dir)
     files: dict[str, bytes] = {}
-    if params["target"] not in TARGETS:
-        raise RenderError(f"unknown serving target {params['target']!r}")
+    if params.target not in TARGETS:
+        raise RenderError(f"unknown serving target {params.target!r}")
 
     def put(path: str, template: str, **ctx) -> None:
         files[path] = env.get_template(template).render(**ctx).encode()
@@ -148,14 +178,14 @@ def render(params: dict, llm_options: dict[str, dict] | None = None, tensorrt_ll
     def copy(path: str, source: str) -> None:
         files[path] = (template_dir / source).read_bytes()
 
-    for m in params["models"]:
-        name = m["name"]
-        if params["target"] == "llmapi":
+    for m in params.models:
+        name = m.name
+        if params.target == "llmapi":
             if llm_options is None or name not in llm_options:
                 raise RenderError(f"no LLM-API options for model {name!r}")
             put(f"{name}/config.pbtxt", "llmapi/config.pbtxt.j2", m=m, tokenizer_dir=TOKENIZER_DIR)
             copy(f"{name}/1/model.py", "llmapi/model.py")
-            files[f"{name}/1/model.yaml"] = llm_api_yaml(name, llm_options[name], tensorrt_llm)
+            files[f"{name}/1/model.yaml"] = llm_api_yaml(name, llm_options[name], params.tensorrt_llm)
             continue
         names = engine_names(name)
         ctx = {"m": m, "names": names, "tokenizer_dir": TOKENIZER_DIR, "model_path": model_dir(name)}
@@ -175,9 +205,9 @@ def render(params: dict, llm_options: dict[str, dict] | None = None, tensorrt_ll
 def tokenizer_dirs(params: dict) -> dict[str, str]:
     """Repository directory -> the model whose tokenizer files go there."""
     out = {}
-    for m in params["models"]:
-        name = m["name"]
-        if params["target"] == "llmapi":
+    for m in params.models:
+        name = m.name
+        if params.target == "llmapi":
             out[f"{name}/{TOKENIZER_DIR}"] = name
         else:
             names = engine_names(name)

@@ -1,93 +1,77 @@
-"""Resolution: attach catalog facts to a parsed spec and enumerate its serving units.
+"""Resolution: attach catalog facts to a parsed spec, giving the IR that the passes complete.
 
-Pure except for reading the files a spec names (config.json, a captured -lgip); faults become
-diagnostics, and whatever cannot be resolved is left as None so that later checks skip it.
+Pure except for reading the files a spec names (a model's config.json, a captured -lgip/-lgipp);
+faults become diagnostics of the rules below, which are raised here and nowhere else, and
+whatever cannot be resolved is left as None so that later passes and checks skip it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.catalog import (ConfigError, GpuSpec, LgipParseError, MigProfile, ModelArch, arch_from_hf_config,
-                              gpu_from_lgip, load_gpu_catalog, load_model_catalog)
-from compiler.checks.refs import (ArchitectureConfigInvalid, GpuProfilesInvalid, UnknownArchitecture,
-                                  UnknownGpu)
-from compiler.diagnostics import Diagnostic, Span
+from compiler.catalog import (ConfigError, LgipParseError, arch_from_hf_config, gpu_from_lgip, load_gpu_catalog,
+                              load_model_catalog)
+from compiler.diagnostics import Diagnostic, Rule, Span
 from compiler.spec.loader import Document
-from compiler.spec.models import ArchitectureFile, Host, MigInstance, Model, Spec
+from compiler.spec.models import ArchitectureFile, Host, Model, Spec
+
+from .types import MigSlot, Resolved, ResolvedHost, ResolvedModel
 
 
-@dataclass(frozen=True)
-class ResolvedModel:
-    name: str
-    spec: Model
-    arch: ModelArch | None
-    arch_origin: str  # "catalog", "config", or "" when unresolved
+class UnknownGpu(Rule):
+    """A host names a GPU model that is not in the catalog.
+
+    Kiln checks MIG profiles, clocks, precision support and memory against the catalog entry, so
+    the GPU must be one it knows. `kiln catalog` lists them (aliases such as `H100` resolve to the
+    SXM5 80GB part; a known variant such as the H800 is pointed at its base part).
+    """
+
+    code = "K901"
+    name = "unknown-gpu"
 
 
-@dataclass(frozen=True)
-class MigSlot:
-    """One MIG instance of one physical GPU."""
+class UnknownArchitecture(Rule):
+    """A model's architecture cannot be determined.
 
-    instance_index: int  # position in the `mig` list
-    instance: MigInstance
-    profile: MigProfile | None
+    Give a catalog name (`kiln catalog --models`), or `{config: path/to/config.json}`; a local
+    source's own config.json is used when neither is given. Validation never downloads weights,
+    so a Hugging Face source needs one of the two.
+    """
 
-
-@dataclass(frozen=True)
-class ServingUnit:
-    """What serves one model replica: a MIG instance, a GPU, or a tensor/pipeline-parallel group."""
-
-    id: str  # e.g. "b200-a/gpu0/mig1" or "h200-node/gpu0-7"
-    host: str
-    model: str
-    gpu_indexes: tuple[int, ...]
-    mig: MigSlot | None
-    path: tuple  # spec path of the assignment (or MIG instance) for diagnostics
-    instances_on_gpu: int = 1  # MIG instances sharing the physical GPU
-    replica: int = 0  # n-th unit of this model on this host, in GPU order (offsets its ports)
+    code = "K902"
+    name = "unknown-architecture"
 
 
-@dataclass(frozen=True)
-class ResolvedHost:
-    name: str
-    spec: Host
-    gpu: GpuSpec | None
-    # assignment index -> its MIG slots (the same layout applies to each GPU the assignment lists)
-    assignment_slots: dict[int, tuple[MigSlot, ...]] = field(default_factory=dict)
+class ArchitectureConfigInvalid(Rule):
+    """The model's config.json is missing, not JSON, or lacks a field the capacity planner needs."""
 
-    def mig_gpus(self) -> dict[int, list[int]]:
-        """Physical GPU index -> the MIG assignments that claim it (more than one is an error)."""
-        out: dict[int, list[int]] = {}
-        for a_idx in self.assignment_slots:
-            for g in self.spec.gpus[a_idx].indexes:
-                out.setdefault(g, []).append(a_idx)
-        return out
+    code = "K903"
+    name = "architecture-config-invalid"
 
 
-@dataclass
-class Resolved:
-    models: dict[str, ResolvedModel]
-    hosts: dict[str, ResolvedHost]
-    units: list[ServingUnit]
+class GpuProfilesInvalid(Rule):
+    """The file given with `--gpu-profiles` cannot be read or is not `nvidia-smi mig -lgip` output."""
+
+    code = "K910"
+    name = "gpu-profiles-invalid"
 
 
 def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: Path | None = None
             ) -> tuple[Resolved, list[Diagnostic]]:
+    """The IR before its passes: models with architectures, hosts with GPUs and MIG slots."""
     diags: list[Diagnostic] = []
     override_profiles = _read_profiles(gpu_profiles, diags)
     models = {name: _resolve_model(name, m, doc, base_dir, diags) for name, m in spec.models.items()}
     capture = (str(gpu_profiles), override_profiles) if override_profiles is not None else None
     hosts = {name: _resolve_host(name, h, doc, capture, diags) for name, h in spec.hosts.items()}
-    units = [u for h in hosts.values() for u in _number_replicas(_units(h))]
-    return Resolved(models, hosts, units), diags
+    return Resolved(spec, doc, base_dir, models, hosts,
+                    capture=str(gpu_profiles) if gpu_profiles is not None else None), diags
 
 
-def _diag(rule, doc: Document, path: tuple, message: str, help: str | None = None, key: bool = False,
-          notes: tuple[str, ...] = ()) -> Diagnostic:
-    return Diagnostic(rule.code, rule.severity, message, doc.file, doc.span_of(path, key=key), help, notes)
+def _diag(rule: type[Rule], doc: Document, path: tuple, message: str, help: str | None = None,
+          key: bool = False) -> Diagnostic:
+    return Diagnostic(rule.code, rule.severity, message, doc.file, doc.span_of(path, key=key), help)
 
 
 def _read_profiles(path: Path | None, diags: list[Diagnostic]) -> str | None:
@@ -123,7 +107,7 @@ def _resolve_model(name: str, m: Model, doc: Document, base_dir: Path, diags: li
         diags.append(_diag(UnknownArchitecture, doc, ("models", name, "source"),
                            f"model {name!r} comes from Hugging Face but names no architecture",
                            "add `architecture: <catalog name>` or `architecture: {config: path/to/config.json}`; "
-                           "validation never downloads weights", key=False))
+                           "validation never downloads weights"))
         return ResolvedModel(name, m, None, "")
     if not isinstance(arch_ref, ArchitectureFile) and not config_path.parent.is_dir():
         return ResolvedModel(name, m, None, "")  # the missing model directory is reported by K905
@@ -155,6 +139,7 @@ def _resolve_host(name: str, h: Host, doc: Document, capture: tuple[str, str] | 
                   diags: list[Diagnostic]) -> ResolvedHost:
     catalog = load_gpu_catalog()
     gpu = catalog.get(h.gpu)
+    source = "catalog"
     if gpu is None:
         close = catalog.suggest(h.gpu)
         help = (f"did you mean {close[0]!r}? " if close else "") + "known GPUs: " + ", ".join(catalog.names)
@@ -162,6 +147,7 @@ def _resolve_host(name: str, h: Host, doc: Document, capture: tuple[str, str] | 
     elif capture is not None:
         try:
             gpu = gpu_from_lgip(capture[1], gpu)
+            source = capture[0]
         except LgipParseError as e:
             diags.append(Diagnostic(GpuProfilesInvalid.code, GpuProfilesInvalid.severity,
                                     f"cannot parse the `nvidia-smi mig -lgip` capture: {e.message}",
@@ -172,35 +158,4 @@ def _resolve_host(name: str, h: Host, doc: Document, capture: tuple[str, str] | 
             slots_by_assignment[a_idx] = tuple(
                 MigSlot(i, inst, gpu.mig.profile(inst.profile) if gpu is not None else None)
                 for i, inst in enumerate(assignment.mig))
-    return ResolvedHost(name, h, gpu, slots_by_assignment)
-
-
-def _units(host: ResolvedHost) -> list[ServingUnit]:
-    out: list[ServingUnit] = []
-    for a_idx, a in enumerate(host.spec.gpus):
-        idx = tuple(a.indexes)
-        if a.serves is not None:
-            label = f"gpu{idx[0]}" if len(idx) == 1 else f"gpu{'+'.join(map(str, idx))}"
-            out.append(ServingUnit(f"{host.name}/{label}", host.name, a.serves, idx, None,
-                                   ("hosts", host.name, "gpus", a_idx)))
-            continue
-        slots = host.assignment_slots.get(a_idx, ())
-        for gpu_index in idx:
-            for slot in slots:
-                out.append(ServingUnit(f"{host.name}/gpu{gpu_index}/mig{slot.instance_index}", host.name,
-                                       slot.instance.serves, (gpu_index,), slot,
-                                       ("hosts", host.name, "gpus", a_idx, "mig", slot.instance_index),
-                                       instances_on_gpu=len(slots)))
-    return out
-
-
-def _number_replicas(units: list[ServingUnit]) -> list[ServingUnit]:
-    import dataclasses
-
-    count: dict[str, int] = {}
-    out = []
-    for u in sorted(units, key=lambda u: (u.gpu_indexes, u.mig.instance_index if u.mig else -1)):
-        n = count.get(u.model, 0)
-        count[u.model] = n + 1
-        out.append(dataclasses.replace(u, replica=n))
-    return out
+    return ResolvedHost(name, h, gpu, slots_by_assignment, gpu_source=source)

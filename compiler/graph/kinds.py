@@ -1,0 +1,149 @@
+"""The protocol every action kind implements, and the registry the executor and planner are given.
+
+The graph, the planner and the executor know no kind by name: they call these methods on the kind
+the registry returns for an action. A kind declares
+  - `kind`, `version`: its name and the version of its output format (both enter every key);
+  - `Params`: the typed parameters (a frozen pydantic model) its actions carry, which are exactly
+    what it reads; their canonical JSON enters the key;
+  - `lower(ctx)`: the actions of this kind for an analysed spec (compiler.actions.base.LowerContext);
+  - `missing(params, builder)`: what this builder lacks to run it (default: the action's `needs`);
+  - `run(params, ctx)`: produce the artifact in `ctx.out`;
+  - `manifest_entry(params, tree)`: what the release manifest says about a built artifact beyond
+    its key and tree (a quality gate's figures, an image's digest), as (section, name, value);
+  - `disruptions(old, new)`: what replacing an artifact built with `old` params by one built with
+    `new` does to serving GPUs (host plans); `old` is None when nothing was built before.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Generic, Iterable, Iterator, Literal, Mapping, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .model import Action
+
+
+class Params(BaseModel):
+    """Base of every kind's typed parameters: immutable, strict about unknown keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+P = TypeVar("P", bound=Params)
+
+DisruptionKind = Literal["mig-reslice", "clocks", "power", "serving-change", "container-restart"]
+
+
+@dataclass(frozen=True)
+class Disruption:
+    """What applying an artifact does to one serving GPU of a host (drain it first)."""
+
+    host: str
+    gpu_index: int
+    kind: DisruptionKind
+    detail: str
+
+
+@dataclass
+class RunContext:
+    """Where an action writes its output, and what it may read."""
+
+    out: Path  # empty directory; everything written here becomes the artifact
+    files: dict[str, Path]  # role -> input file (its digest was checked before the run)
+    deps: dict[str, Path]  # upstream action id -> its materialized output directory
+    log: logging.Logger
+
+
+class TreeReader(Protocol):
+    """Read access to a built artifact's files (a store tree)."""
+
+    def read(self, path: str) -> bytes | None: ...
+
+
+class Capabilities(Protocol):
+    def has(self, need: str) -> bool: ...
+
+
+class ActionKind(Generic[P]):
+    """Base of the action kinds (compiler/actions/*). Subclasses set the class attributes and
+    implement `lower` and `run`; the other hooks have defaults."""
+
+    kind: ClassVar[str]
+    version: ClassVar[int]
+    Params: ClassVar[type[Params]]
+
+    def lower(self, ctx: Any) -> list[Action]:
+        raise NotImplementedError
+
+    def run(self, params: P, ctx: RunContext) -> None:
+        raise NotImplementedError
+
+    def missing(self, params: P, needs: tuple[str, ...], builder: Capabilities) -> list[str]:
+        return [n for n in needs if not builder.has(n)]
+
+    def manifest_entry(self, params: P, tree: TreeReader) -> tuple[str, str, Any] | None:
+        return None
+
+    def disruptions(self, old: P | None, new: P) -> list[Disruption]:
+        return []
+
+    def affects_hosts(self) -> bool:
+        """Whether `disruptions` can report anything (the planner asks only those kinds)."""
+        return type(self).disruptions is not ActionKind.disruptions
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def action(self, id: str, params: P, *, inputs: Mapping[str, str] | None = None, deps: Iterable[str] = (),
+               needs: tuple[str, ...] = (), files: Mapping[str, str] | None = None,
+               cause: Mapping[str, Any] | None = None) -> Action:
+        """An action of this kind (its params are checked to be this kind's Params)."""
+        if not isinstance(params, self.Params):
+            raise TypeError(f"{self.kind}: params must be {self.Params.__name__}, got {type(params).__name__}")
+        return Action(id, self.kind, self.version, params, inputs=dict(inputs or {}), deps=tuple(deps),
+                      needs=needs, files=dict(files or {}), cause=dict(cause or {}))
+
+    def params_from_record(self, record: Mapping[str, Any] | None) -> P | None:
+        """The typed params of an earlier build of this kind (a store ref or another graph's
+        action), or None when they are of another version or no longer parse."""
+        if record is None or record.get("version") != self.version:
+            return None
+        try:
+            return self.Params.model_validate(record.get("params"))  # type: ignore[return-value]
+        except ValidationError:
+            return None
+
+
+class KindRegistry:
+    """The action kinds a build knows, in lowering order."""
+
+    def __init__(self, kinds: Iterable[ActionKind]) -> None:
+        self._kinds: dict[str, ActionKind] = {}
+        for k in kinds:
+            if k.kind in self._kinds:
+                raise ValueError(f"action kind {k.kind!r} registered twice")
+            self._kinds[k.kind] = k
+
+    def __getitem__(self, kind: str) -> ActionKind:
+        try:
+            return self._kinds[kind]
+        except KeyError:
+            raise KeyError(f"no action kind {kind!r} is registered") from None
+
+    def __iter__(self) -> Iterator[ActionKind]:
+        return iter(self._kinds.values())
+
+    def __contains__(self, kind: str) -> bool:
+        return kind in self._kinds
+
+    def missing(self, action: Action, builder: Capabilities) -> list[str]:
+        """The needs of `action` this builder lacks (its kind may refine them: a local model copy
+        stands in for the network)."""
+        return self[action.kind].missing(action.params, action.needs, builder)
+
+
+Remote = Callable[[Any, str, str], Any]

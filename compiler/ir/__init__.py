@@ -1,0 +1,9 @@
+"""The Resolved IR (types.py), how it is built (resolve.py) and completed (passes.py)."""
+
+from .passes import PASSES, analyse
+from .resolve import resolve
+from .types import (Formats, MigSlot, ModuleFormat, Ports, Resolved, ResolvedHost, ResolvedModel,
+                    ServingUnit)
+
+__all__ = ["PASSES", "Formats", "MigSlot", "ModuleFormat", "Ports", "Resolved", "ResolvedHost", "ResolvedModel",
+           "ServingUnit", "analyse", "resolve"]

@@ -1,0 +1,188 @@
+"""The analysis passes: each adds one kind of derived fact to the IR, in a fixed order.
+
+Every pass is a pure function `Resolved -> Resolved`. Later passes may read what earlier ones
+added (capacity reads formats, units and placements); nothing after `analyse` computes these
+facts again. Passes never raise for bad input and produce no diagnostics: a fact that cannot be
+derived stays None, and the check that explains why reads the same IR.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Callable
+
+from compiler.capacity.placement import search_placement
+from compiler.capacity.report import unit_figures
+from compiler.catalog.formats import load_format_table
+
+from .types import Formats, ModuleFormat, Ports, Resolved, ResolvedHost, ServingUnit
+
+Pass = Callable[[Resolved], Resolved]
+
+PORT_STRIDE = 3  # replica n of a model on one host listens on its base ports + 3*n (K908)
+
+
+# --- formats ---------------------------------------------------------------------------------------
+def formats_pass(ir: Resolved) -> Resolved:
+    """Each model's effective formats from the format table (recipe row, KV row, overrides)."""
+    table = load_format_table()
+    models = {}
+    for name, rm in ir.models.items():
+        q, dtype = rm.spec.quantization, rm.spec.dtype
+        acts = table.effective_activations(q.weights, q.activations, dtype)
+        quantized_weights = q.weights not in ("bf16", "fp16")
+        act_quant = acts if quantized_weights and acts not in ("bf16", "fp16") else None
+        recipe = table.recipe(q.weights, act_quant) if quantized_weights else None
+        overrides = []
+        for i, o in enumerate(q.overrides):
+            if o.weights is None:
+                w, row = (q.weights if quantized_weights else None), recipe
+            elif o.weights in ("bf16", "fp16"):
+                w, row = None, None
+            else:
+                w = o.weights
+                row = table.recipe(o.weights, table.default_act_quant(o.weights))
+            overrides.append(ModuleFormat(o.match, w, o.block_size, row, i))
+        formats = Formats(dtype=dtype, weights=q.weights, activations=acts, act_quant=act_quant,
+                          kv_cache=q.kv_cache, recipe=recipe, kv=table.kv(q.kv_cache), block_size=q.block_size,
+                          exclude=tuple(q.exclude), overrides=tuple(overrides))
+        models[name] = dataclasses.replace(rm, formats=formats)
+    return dataclasses.replace(ir, models=models)
+
+
+# --- serving units ---------------------------------------------------------------------------------
+def units_pass(ir: Resolved) -> Resolved:
+    """One unit per MIG instance, whole-GPU assignment or tensor/pipeline-parallel group; the n-th
+    unit of a model on a host (in GPU order) is its replica n."""
+    units: list[ServingUnit] = []
+    for host in ir.hosts.values():
+        units.extend(_number_replicas(_host_units(host)))
+    return dataclasses.replace(ir, units=tuple(units))
+
+
+def _host_units(host: ResolvedHost) -> list[ServingUnit]:
+    out: list[ServingUnit] = []
+    for a_idx, a in enumerate(host.spec.gpus):
+        idx = tuple(a.indexes)
+        if a.serves is not None:
+            label = f"gpu{idx[0]}" if len(idx) == 1 else f"gpu{'+'.join(map(str, idx))}"
+            out.append(ServingUnit(f"{host.name}/{label}", host.name, a.serves, idx, None,
+                                   ("hosts", host.name, "gpus", a_idx)))
+            continue
+        slots = host.assignment_slots.get(a_idx, ())
+        for gpu_index in idx:
+            for slot in slots:
+                out.append(ServingUnit(f"{host.name}/gpu{gpu_index}/mig{slot.instance_index}", host.name,
+                                       slot.instance.serves, (gpu_index,), slot,
+                                       ("hosts", host.name, "gpus", a_idx, "mig", slot.instance_index),
+                                       instances_on_gpu=len(slots)))
+    return out
+
+
+def _number_replicas(units: list[ServingUnit]) -> list[ServingUnit]:
+    count: dict[str, int] = {}
+    out = []
+    for u in sorted(units, key=lambda u: (u.gpu_indexes, u.mig.instance_index if u.mig else -1)):
+        n = count.get(u.model, 0)
+        count[u.model] = n + 1
+        out.append(dataclasses.replace(u, replica=n))
+    return out
+
+
+# --- ports -----------------------------------------------------------------------------------------
+def ports_pass(ir: Resolved) -> Resolved:
+    """Each unit's container ports: its model's `serving.ports` plus PORT_STRIDE per replica."""
+    units = []
+    for u in ir.units:
+        rm = ir.models.get(u.model)
+        if rm is None:
+            units.append(u)
+            continue
+        p, off = rm.spec.serving.ports, PORT_STRIDE * u.replica
+        units.append(dataclasses.replace(u, ports=Ports(p.http + off, p.grpc + off, p.metrics + off)))
+    return dataclasses.replace(ir, units=tuple(units))
+
+
+# --- MIG placements --------------------------------------------------------------------------------
+def layout_within_budget(host: ResolvedHost, a_idx: int) -> bool:
+    """Whether a MIG layout's profiles all exist and its counts, instances, slices and media
+    extensions fit the GPU (K202-K206 report the rest); only such layouts are placed."""
+    gpu, slots = host.gpu, host.assignment_slots.get(a_idx, ())
+    if gpu is None or not gpu.mig.supported or any(s.profile is None for s in slots):
+        return False
+    mig = gpu.mig
+    counts = Counter(s.profile.name for s in slots)
+    return (len(slots) <= mig.max_instances
+            and sum(s.profile.compute_slices for s in slots) <= mig.compute_slices
+            and sum(s.profile.has_media_extensions for s in slots) <= 1
+            and all(c <= mig.profile(n).max_count for n, c in counts.items()))
+
+
+def placements_pass(ir: Resolved) -> Resolved:
+    """The exact placement (`-cgi <id>:<start>`) of every MIG layout that fits its budget."""
+    hosts = {}
+    starts: dict[tuple[str, int, int], int] = {}  # (host, assignment, instance index) -> start slot
+    for name, host in ir.hosts.items():
+        placements = {}
+        for a_idx, slots in host.assignment_slots.items():
+            if not layout_within_budget(host, a_idx):
+                continue
+            fixed = {i: s.instance.placement for i, s in enumerate(slots) if s.instance.placement is not None}
+            result = search_placement(host.gpu.mig, [s.profile for s in slots], fixed)
+            placements[a_idx] = result
+            for p in result.placed:
+                starts[(name, a_idx, p.request_index)] = p.start
+        hosts[name] = dataclasses.replace(host, placements=placements)
+    units = []
+    for u in ir.units:
+        if u.mig is not None:
+            a_idx = u.path[3]
+            u = dataclasses.replace(u, mig_start=starts.get((u.host, a_idx, u.mig.instance_index)))
+        units.append(u)
+    return dataclasses.replace(ir, hosts=hosts, units=tuple(units))
+
+
+# --- capacity --------------------------------------------------------------------------------------
+def unsizable_reason(ir: Resolved, unit: ServingUnit) -> str | None:
+    """Why a unit gets no capacity figures, or None when it can be sized.
+
+    Units whose shape is itself an error (tensor parallelism on a MIG slice, a GPU count that is
+    not tp*pp) are left out: their own diagnostics say why, and figures would mislead."""
+    rm = ir.models.get(unit.model)
+    host = ir.hosts[unit.host]
+    if rm is None or rm.arch is None or rm.formats is None:
+        return "its model or architecture is unknown"
+    if host.gpu is None:
+        return "its GPU is unknown"
+    group = rm.spec.parallelism.tp * rm.spec.parallelism.pp
+    if unit.mig is not None and unit.mig.profile is None:
+        return "its MIG profile is unknown"
+    if unit.mig is not None and group > 1:
+        return "a MIG instance cannot hold a parallel group"
+    if unit.mig is None and len(unit.gpu_indexes) != group:
+        return "its GPU count is not tp*pp"
+    return None
+
+
+def capacity_pass(ir: Resolved) -> Resolved:
+    """Per-unit capacity figures: memory breakdown, KV pool, sequences, decode bound, cost."""
+    units = []
+    for u in ir.units:
+        why = unsizable_reason(ir, u)
+        if why is not None:
+            units.append(dataclasses.replace(u, unsized=why))
+            continue
+        rm, host = ir.models[u.model], ir.hosts[u.host]
+        fig = unit_figures(u, rm.spec, rm.arch, host.gpu, host.spec.price_per_gpu_hour)
+        units.append(dataclasses.replace(u, figures=fig))
+    return dataclasses.replace(ir, units=tuple(units))
+
+
+PASSES: tuple[Pass, ...] = (formats_pass, units_pass, ports_pass, placements_pass, capacity_pass)
+
+
+def analyse(ir: Resolved, passes: tuple[Pass, ...] = PASSES) -> Resolved:
+    for p in passes:
+        ir = p(ir)
+    return ir
