@@ -72,10 +72,12 @@ class RemoteCache:
         return record
 
 
-def remote_for(target: str, store: LocalStore) -> RemoteCache:
-    from compiler.cli import UsageError
+class CacheSpecError(ValueError):
+    """The cache target is not a registry reference (host[:port][/namespace])."""
 
+
+def remote_for(target: str, store: LocalStore) -> RemoteCache:
     try:
         return RemoteCache(Registry.parse(target), store)
     except RegistryError as e:
-        raise UsageError(f"--cache: {e}") from None
+        raise CacheSpecError(str(e)) from None

@@ -1,0 +1,63 @@
+"""`kiln` command line: parse arguments, call the library, format output. Nothing else lives here.
+
+One module per command group registers its subcommands (`register(sub)`); each handler takes the
+parsed arguments and returns an ExitCode (exitcodes.py). Diagnostics are printed by output.py.
+The library never imports this package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from compiler import __version__
+
+from . import build, catalog, plan, release, store, validate
+from .errors import UsageError
+from .exitcodes import ExitCode
+
+__all__ = ["ExitCode", "UsageError", "build_parser", "main"]
+
+# `kiln --help` lists the commands in this order.
+COMMAND_MODULES = (validate, catalog, plan, build, release, store)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kiln", description="Declarative compiler for LLM inference deployments.")
+    p.add_argument("--version", action="version", version=f"kiln {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    return p
+
+
+_parser = build_parser  # the name tests/test_gitops_ci.py imports
+
+
+def main(argv: Sequence[str] | None = None) -> ExitCode:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse exits 2 on usage errors, 0 on --help and --version
+        return ExitCode.USAGE if e.code else ExitCode.OK
+    if not getattr(args, "handler", None):
+        parser.print_help(sys.stderr)
+        return ExitCode.USAGE
+    try:
+        return args.handler(args)
+    except UsageError as e:
+        print(f"kiln: error: {e}", file=sys.stderr)
+        return ExitCode.USAGE
+    except BrokenPipeError:
+        return ExitCode.OK
+    except KeyboardInterrupt:
+        print("kiln: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except Exception as e:  # never show a traceback for a bug unless asked to
+        if os.environ.get("KILN_DEBUG"):
+            raise
+        print(f"kiln: internal error: {type(e).__name__}: {e}\n"
+              "This is a bug in kiln; rerun with KILN_DEBUG=1 for details.", file=sys.stderr)
+        return ExitCode.INTERNAL

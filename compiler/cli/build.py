@@ -1,0 +1,74 @@
+"""`kiln build`: run what is not cached, store it, write the release manifest."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .common import STORE_HELP, remote_cache, require_file
+from .errors import UsageError
+from .exitcodes import ExitCode
+from .output import print_diagnostics
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    b = sub.add_parser("build", help="build every artifact that is not cached and write the release manifest")
+    b.add_argument("spec", type=Path, metavar="SPEC")
+    b.add_argument("--store", type=Path, help=STORE_HELP)
+    b.add_argument("--jobs", "-j", type=int, default=2, help="actions run in parallel (default 2)")
+    b.add_argument("--manifest", type=Path, help="also write the release manifest to this file")
+    b.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    b.add_argument("--only", action="append", default=[], metavar="GLOB",
+                   help="build only the actions whose id or kind matches (and what they depend on); repeatable")
+    b.add_argument("--skip", action="append", default=[], metavar="GLOB",
+                   help="do not build the actions whose id or kind matches (nor what depends on them); repeatable")
+    b.add_argument("--allow-partial", action="store_true",
+                   help="exit 0 when actions are deferred (this builder lacks what they need, or --only/--skip); "
+                        "without it such a build exits 4")
+    b.add_argument("--cache", metavar="REGISTRY", help="fetch artifacts missing from the store from this registry "
+                                                      "(see `kiln publish`) instead of building them")
+    b.set_defaults(handler=cmd_build)
+
+
+def cmd_build(args: argparse.Namespace) -> ExitCode:
+    from compiler.build import BadSelection, build_spec, open_store, store_dir
+    from compiler.graph.builder import Selection
+
+    require_file(args.spec)
+    if args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    store = open_store(store_dir(args.store))
+    progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    remote = remote_cache(args.cache, store) if args.cache else None  # the registry as a shared cache
+    try:
+        outcome = build_spec(args.spec, store, jobs=args.jobs, progress=progress,
+                             selection=Selection(tuple(args.only), tuple(args.skip)), remote=remote)
+    except BadSelection as e:
+        raise UsageError(str(e)) from None
+    result = outcome.validation
+    if not result.ok:
+        print_diagnostics([result], stream=sys.stderr, suffix="; nothing built")
+        return ExitCode.ERRORS
+    executed = len(outcome.executed)
+    cached = sum(r.status == "cached" for r in outcome.results.values())
+    if outcome.failed:
+        for r in outcome.failed:
+            where = f" (log: {r.log})" if r.log else ""
+            print(f"{r.status}: {r.id}: {r.error}{where}", file=sys.stderr)
+        print(f"build failed: {len([r for r in outcome.failed if r.status == 'failed'])} failed, "
+              f"{len([r for r in outcome.failed if r.status == 'skipped'])} skipped, {cached} cached", file=sys.stderr)
+        return ExitCode.ERRORS
+    if args.manifest is not None:
+        tmp = args.manifest.with_name(args.manifest.name + ".tmp")
+        args.manifest.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(outcome.manifest)
+        tmp.replace(args.manifest)
+    if outcome.deferred:
+        for r in sorted(outcome.deferred, key=lambda r: r.id):
+            print(f"deferred: {r.id}: {r.error}", file=sys.stderr)
+        print(f"release {outcome.manifest_digest}: {executed} executed, {cached} cached, {len(outcome.deferred)} "
+              "deferred (incomplete: a builder that has what they need completes it)")
+        return ExitCode.OK if args.allow_partial else ExitCode.INCOMPLETE
+    print(f"release {outcome.manifest_digest}: {executed} executed, {cached} cached")
+    return ExitCode.OK

@@ -1,0 +1,108 @@
+"""`kiln plan`: what a build would do and the capacity; with --base the semantic difference from a
+git revision (compiler/gitops/planbase.py), with --matrix the CI job matrix of what is left to build."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .common import GPU_PROFILES_HELP, STORE_HELP, remote_cache, require_file
+from .errors import UsageError
+from .exitcodes import ExitCode
+from .output import diagnostic_records, emit, footer_line, print_diagnostics, render_diagnostics
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="show what a build would do (cached or to run, and why) and the capacity")
+    p.add_argument("spec", type=Path, metavar="SPEC")
+    p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
+    p.add_argument("--store", type=Path, help=STORE_HELP)
+    p.add_argument("--gpu-profiles", type=Path, metavar="FILE", help=GPU_PROFILES_HELP)
+    # the GitOps loop (compiler/gitops)
+    p.add_argument("--base", metavar="REF", help="compare with the spec at this git revision (exit 5 on changes)")
+    p.add_argument("--matrix", action="store_true",
+                   help="print only the GitHub Actions job matrix of the actions left to build that this "
+                        "builder cannot run (a GPU, or what $KILN_BUILDER_HAS leaves out)")
+    p.add_argument("--cache", metavar="REGISTRY", help="count artifacts in this registry cache as built")
+    p.set_defaults(handler=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> ExitCode:
+    require_file(args.spec)
+    if args.base is not None or args.matrix or args.cache:
+        return _plan_gitops(args)
+    return _plan_store(args)
+
+
+def _plan_store(args: argparse.Namespace) -> ExitCode:
+    """Plain `kiln plan`: each action cached or to run (and why), disruptions, capacity."""
+    from compiler.build import open_store, plan_spec, store_dir
+    from compiler.capacity.render import render_capacity
+    from compiler.graph.plan import render_disruptions, render_plan
+    from compiler.pipeline import Options
+
+    outcome = plan_spec(args.spec, open_store(store_dir(args.store)), Options(gpu_profiles=args.gpu_profiles))
+    result = outcome.validation
+    figures = result.resolved.capacity_rows() if result.resolved is not None else []
+    if args.format == "json":
+        emit(json.dumps({"diagnostics": diagnostic_records([result]),
+                         "actions": json.loads(render_plan(outcome.plan, "json")) if outcome.graph else None,
+                         "disruptions": json.loads(render_disruptions(outcome.disruptions, "json")),
+                         "capacity": json.loads(render_capacity(figures, "json"))}, indent=2, sort_keys=True), None)
+    else:
+        parts = []
+        if result.diagnostics:
+            parts.append(render_diagnostics([result], footer=False))
+        if outcome.graph is not None:
+            parts.append(render_plan(outcome.plan, args.format))
+            parts.append(render_disruptions(outcome.disruptions, args.format))
+        if figures:
+            parts.append(render_capacity(figures, args.format))
+        parts.append(footer_line([result]))
+        emit("\n\n".join(parts), None)
+    return ExitCode.OK if result.ok else ExitCode.ERRORS
+
+
+def _plan_gitops(args: argparse.Namespace) -> ExitCode:
+    """`kiln plan` with --base or --matrix (and --cache)."""
+    from compiler.build import open_store, plan_spec, store_dir
+    from compiler.gitops.gitrev import GitError
+    from compiler.gitops.planbase import plan_against
+    from compiler.gitops.render import render_semantic
+    from compiler.gitops.semplan import builder_lacks, job_matrix
+    from compiler.pipeline import Options
+
+    if args.base is None and not args.matrix:
+        raise UsageError("--cache goes with --base or --matrix")
+    store = open_store(store_dir(args.store))
+    remote = remote_cache(args.cache, store) if args.cache else None
+    has_remote = remote.has if remote is not None else (lambda key, kind: False)
+    options = Options(gpu_profiles=args.gpu_profiles)
+    if args.base is None:  # --matrix against the store (and the registry cache)
+        outcome = plan_spec(args.spec, store, options)
+        if outcome.graph is None:
+            print_diagnostics([outcome.validation], stream=sys.stderr)
+            return ExitCode.ERRORS
+        todo = [p for p in outcome.plan if not p.cached and not has_remote(p.key, p.kind)]
+        emit(json.dumps(job_matrix(todo, outcome.graph, builder_lacks()), sort_keys=True, separators=(",", ":")), None)
+        return ExitCode.OK
+    try:
+        result = plan_against(args.spec, args.base, store, options, has_remote)
+    except GitError as e:
+        raise UsageError(f"--base {args.base}: {e}") from None
+    if result.plan is None:
+        print_diagnostics([result.head], stream=sys.stderr)
+        return ExitCode.ERRORS
+    if args.matrix:  # output for a workflow step: the exit code says nothing about changes
+        emit(json.dumps(result.plan.matrix, sort_keys=True, separators=(",", ":")), None)
+        return ExitCode.OK
+    text = render_semantic(result.plan, args.format)
+    head = result.head
+    if head.diagnostics and args.format != "json":  # warnings of the new revision stay visible
+        text = render_diagnostics([head], footer=False) + "\n\n" + text
+    if args.format == "text":
+        text += "\n\n" + footer_line([head])
+    emit(text, None)
+    return ExitCode.CHANGES if result.plan.changed else ExitCode.OK

@@ -1,0 +1,84 @@
+"""`kiln publish` (artifacts, release manifest and provenance to an OCI registry) and `kiln init`
+(the CI workflows): the release half of the GitOps loop (compiler/gitops)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .common import STORE_HELP, require_file
+from .errors import UsageError
+from .exitcodes import ExitCode
+from .output import emit, print_diagnostics
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    pub = sub.add_parser("publish", help="push the built artifacts, the release manifest and its provenance "
+                                         "to an OCI registry")
+    pub.add_argument("spec", type=Path, metavar="SPEC")
+    pub.add_argument("--registry", help="registry and namespace, e.g. 127.0.0.1:5000/inference "
+                                        "(default: the spec's publish.registry)")
+    pub.add_argument("--store", type=Path, help=STORE_HELP)
+    pub.add_argument("--commit", help="git commit to tag the release with (default: the spec repository's HEAD)")
+    pub.add_argument("--artifacts-only", action="store_true",
+                     help="push the artifacts the store holds and no release (CI jobs that build part of a graph)")
+    pub.add_argument("--provenance", type=Path, metavar="FILE", help="also write the provenance statement here")
+    pub.set_defaults(handler=cmd_publish)
+
+    ini = sub.add_parser("init", help="install the CI workflows (validate, plan comment, build and publish)")
+    ini.add_argument("spec", type=Path, metavar="SPEC", help="the spec the workflows build, relative to the repository")
+    ini.add_argument("--dir", type=Path, default=Path("."), help="the repository root (default: .)")
+    ini.add_argument("--registry", help="registry the workflows publish to and cache from "
+                                        "(default: the spec's publish.registry)")
+    ini.add_argument("--gpu-runner", default="self-hosted,linux,gpu", metavar="LABELS",
+                     help="runner labels of the GPU jobs, comma-separated (default: self-hosted,linux,gpu)")
+    ini.add_argument("--branch", default="main", help="the branch whose merges release (default: main)")
+    ini.add_argument("--force", action="store_true", help="overwrite workflow files that differ")
+    ini.set_defaults(handler=cmd_init)
+
+
+def cmd_publish(args: argparse.Namespace) -> ExitCode:
+    from compiler.build import open_store, store_dir
+    from compiler.gitops.gitrev import GitError, head_commit
+    from compiler.gitops.oci import RegistryError
+    from compiler.gitops.publish import NotBuilt, publish_spec
+
+    require_file(args.spec)
+    commit = args.commit
+    if commit is None and not args.artifacts_only:
+        try:
+            commit = head_commit(args.spec)
+        except GitError as e:
+            raise UsageError(f"cannot tag the release: {e}; pass --commit") from None
+    store = open_store(store_dir(args.store))
+    try:
+        outcome = publish_spec(args.spec, store, args.registry, commit, artifacts_only=args.artifacts_only)
+    except NotBuilt as e:
+        print(f"kiln: error: {e}", file=sys.stderr)
+        return ExitCode.ERRORS
+    except RegistryError as e:
+        print(f"kiln: error: registry: {e}", file=sys.stderr)
+        return ExitCode.ERRORS
+    if outcome.validation is not None and not outcome.validation.ok:
+        print_diagnostics([outcome.validation], stream=sys.stderr)
+        return ExitCode.ERRORS
+    if args.provenance is not None and outcome.provenance is not None:
+        args.provenance.parent.mkdir(parents=True, exist_ok=True)
+        emit(outcome.provenance.decode("utf-8"), args.provenance)
+    print(outcome.summary())
+    return ExitCode.OK
+
+
+def cmd_init(args: argparse.Namespace) -> ExitCode:
+    from compiler.gitops.ci import InitConflict, install_workflows
+
+    try:
+        labels = tuple(label.strip() for label in args.gpu_runner.split(",") if label.strip())
+        written = install_workflows(args.dir, args.spec, registry=args.registry, force=args.force,
+                                    gpu_runner=labels, branch=args.branch)
+    except InitConflict as e:
+        raise UsageError(str(e)) from None
+    for path, state in written:
+        print(f"{state}: {path}")
+    return ExitCode.OK

@@ -1,0 +1,50 @@
+"""`kiln store verify` and `kiln store gc`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .errors import UsageError
+from .exitcodes import ExitCode
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    st = sub.add_parser("store", help="inspect and maintain the artifact store")
+    st_sub = st.add_subparsers(dest="store_command", metavar="SUBCOMMAND")
+    v = st_sub.add_parser("verify", help="check every object, record and release in the store")
+    v.add_argument("--store", type=Path)
+    v.add_argument("--repair", action="store_true",
+                   help="remove corrupt objects and the records that need them; the next build rebuilds them")
+    v.set_defaults(handler=cmd_store_verify)
+    g = st_sub.add_parser("gc", help="remove what the last N releases of each spec do not reference")
+    g.add_argument("--store", type=Path)
+    g.add_argument("--keep", type=int, default=5, help="releases to keep per spec (default 5)")
+    g.set_defaults(handler=cmd_store_gc)
+
+
+def cmd_store_verify(args: argparse.Namespace) -> ExitCode:
+    from compiler.build import open_store, store_dir
+    from compiler.store.maintenance import verify
+
+    store = open_store(store_dir(args.store))
+    problems = verify(store, repair=args.repair)
+    for p in problems:
+        print(f"store: {p}")
+    if args.repair and problems:
+        print(f"{store.root}: removed what was corrupt; the next build rebuilds it")
+        return ExitCode.ERRORS
+    print(f"{store.root}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+    return ExitCode.ERRORS if problems else ExitCode.OK
+
+
+def cmd_store_gc(args: argparse.Namespace) -> ExitCode:
+    from compiler.build import open_store, store_dir
+    from compiler.store.maintenance import gc
+
+    if args.keep < 1:
+        raise UsageError("--keep must be at least 1")
+    stats = gc(open_store(store_dir(args.store)), args.keep)
+    print(f"kept {stats.kept_releases} release(s); removed {stats.removed_actions} action(s), "
+          f"{stats.removed_objects} object(s), {stats.removed_tmp} temporary file(s)")
+    return ExitCode.OK

@@ -1,0 +1,80 @@
+"""`kiln validate`, `kiln explain`, `kiln schema`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .common import GPU_PROFILES_HELP
+from .errors import UsageError
+from .exitcodes import ExitCode
+from .output import print_diagnostics, use_color
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    v = sub.add_parser("validate", help="check specs against the schema and the hardware facts")
+    v.add_argument("specs", nargs="+", type=Path, metavar="SPEC")
+    v.add_argument("--format", choices=["text", "json", "sarif"], default="text")
+    v.add_argument("--output", "-o", type=Path, help="write the report to this file instead of stdout")
+    v.add_argument("--gpu-profiles", type=Path, metavar="FILE", help=GPU_PROFILES_HELP)
+    v.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    v.set_defaults(handler=cmd_validate)
+
+    e = sub.add_parser("explain", help="print the documentation of a diagnostic code")
+    e.add_argument("code", nargs="?", help="e.g. K101; without a code, list all codes")
+    e.set_defaults(handler=cmd_explain)
+
+    s = sub.add_parser("schema", help="write the JSON Schema of the spec")
+    s.add_argument("--output-dir", type=Path, default=Path("schemas"))
+    s.add_argument("--check", action="store_true", help="exit 1 if the schema on disk is stale")
+    s.add_argument("--stdout", action="store_true", help="print the schema instead of writing it")
+    s.set_defaults(handler=cmd_schema)
+
+
+def cmd_validate(args: argparse.Namespace) -> ExitCode:
+    from compiler.pipeline import Options, validate_path
+
+    if args.gpu_profiles is not None and not args.gpu_profiles.is_file():
+        raise UsageError(f"--gpu-profiles: no such file: {args.gpu_profiles}")
+    for spec in args.specs:
+        if not spec.exists():
+            raise UsageError(f"no such file: {spec}")
+    options = Options(gpu_profiles=args.gpu_profiles)
+    results = [validate_path(spec, options) for spec in args.specs]
+    color = args.format == "text" and args.output is None and use_color(args.color, sys.stdout)
+    print_diagnostics(results, args.format, output=args.output, color=color)
+    return ExitCode.ERRORS if any(not r.ok for r in results) else ExitCode.OK
+
+
+def cmd_explain(args: argparse.Namespace) -> ExitCode:
+    from compiler.checks import all_rules, get_rule
+
+    if not args.code:
+        for rule in all_rules():
+            first = rule.doc().split("\n")[0]
+            print(f"{rule.code}  {rule.severity.value:<7}  {rule.name:<34} {first}")
+        return ExitCode.OK
+    rule = get_rule(args.code)
+    if rule is None:
+        raise UsageError(f"unknown diagnostic code {args.code!r}; `kiln explain` lists them")
+    print(f"{rule.code} {rule.name} ({rule.severity.value}, {rule.family()})\n")
+    print(rule.doc())
+    return ExitCode.OK
+
+
+def cmd_schema(args: argparse.Namespace) -> ExitCode:
+    from compiler.spec.schema import SCHEMA_FILE, schema_is_current, schema_text, write_schema
+
+    if args.stdout:
+        sys.stdout.write(schema_text())
+        return ExitCode.OK
+    if args.check:
+        if schema_is_current(args.output_dir):
+            print(f"{args.output_dir / SCHEMA_FILE} is up to date")
+            return ExitCode.OK
+        print(f"{args.output_dir / SCHEMA_FILE} is stale; run `kiln schema` and commit the result", file=sys.stderr)
+        return ExitCode.ERRORS
+    path = write_schema(args.output_dir)
+    print(f"wrote {path}")
+    return ExitCode.OK
