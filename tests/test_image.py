@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.actions import dockerbuild, image, image_context, layout
+from compiler.actions import dockerbuild, image, image_context
+from compiler.serving import layout
 from compiler.graph.kinds import RunContext
 from compiler.build import build_spec, open_store, plan_spec
 from compiler.release import spec_digest

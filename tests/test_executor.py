@@ -1,0 +1,139 @@
+"""The scheduler, on stub action kinds: the executor and planner know kinds only through the
+registry they are given, so these tests need no model, template or tool."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from compiler.graph.builder import Builder
+from compiler.graph.executor import execute
+from compiler.graph.kinds import ActionKind, KindRegistry, Params, RunContext
+from compiler.graph.model import Graph
+from compiler.graph.plan import make_plan
+from compiler.store.local import LocalStore
+
+
+class StepParams(Params):
+    name: str
+    seconds: float = 0.0
+    fail: bool = False
+
+
+class Step(ActionKind[StepParams]):
+    """Writes its name and its dependencies' outputs; records when it ran."""
+
+    kind, version, Params = "step", 1, StepParams
+
+    def __init__(self) -> None:
+        self.spans: dict[str, tuple[float, float]] = {}
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most_at_once = 0
+
+    def run(self, params: StepParams, ctx: RunContext) -> None:
+        with self.lock:
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        start = time.monotonic()
+        try:
+            time.sleep(params.seconds)
+            if params.fail:
+                raise RuntimeError(f"{params.name} was told to fail")
+            upstream = "".join(sorted((d / "out.txt").read_text() for d in ctx.deps.values()))
+            (ctx.out / "out.txt").write_text(upstream + params.name)
+        finally:
+            with self.lock:
+                self.running -= 1
+            self.spans[params.name] = (start, time.monotonic())
+
+
+class GpuStep(Step):
+    kind = "gpu-step"
+
+
+def graph(step: Step, *specs: tuple[str, tuple[str, ...], dict]) -> Graph:
+    actions = []
+    for name, deps, opts in specs:
+        kind = opts.pop("kind", step)
+        actions.append(kind.action(name, StepParams(name=name, **opts), deps=deps,
+                                   needs=("gpu",) if kind.kind == "gpu-step" else ()))
+    return Graph.build(actions)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalStore:
+    return LocalStore(tmp_path / "store")
+
+
+def test_independent_actions_run_together_and_dependents_after(store: LocalStore) -> None:
+    step = Step()
+    g = graph(step, ("a", (), {"seconds": 0.4}), ("b", (), {"seconds": 0.4}), ("c", ("a", "b"), {}))
+    results = execute(g, store, "spec", KindRegistry([step]), jobs=2)
+    assert {r.status for r in results.values()} == {"built"}
+    assert step.most_at_once == 2  # a and b overlapped
+    assert step.spans["c"][0] >= max(step.spans["a"][1], step.spans["b"][1])
+    out = {e.path: store.read_bytes(e.digest) for e in store.tree(results["c"].tree)}
+    assert out == {"out.txt": b"abc"}  # c saw both dependencies' outputs
+
+
+def test_one_job_runs_one_at_a_time(store: LocalStore) -> None:
+    step = Step()
+    g = graph(step, ("a", (), {"seconds": 0.1}), ("b", (), {"seconds": 0.1}))
+    execute(g, store, "spec", KindRegistry([step]), jobs=1)
+    assert step.most_at_once == 1
+
+
+def test_a_failure_skips_its_dependents_and_builds_the_rest(store: LocalStore) -> None:
+    step = Step()
+    g = graph(step, ("bad", (), {"fail": True}), ("after-bad", ("bad",), {}), ("fine", (), {}))
+    results = execute(g, store, "spec", KindRegistry([step]))
+    assert results["bad"].status == "failed" and "was told to fail" in results["bad"].error
+    assert results["after-bad"].status == "skipped" and "bad did not build" in results["after-bad"].error
+    assert results["fine"].status == "built"
+    assert store.get_action(g.keys["bad"]) is None  # a failure records nothing
+
+
+def test_missing_needs_defer_the_action_and_what_waits_for_it(store: LocalStore) -> None:
+    step, gpu = Step(), GpuStep()
+    kinds = KindRegistry([step, gpu])
+    g = graph(step, ("quantize", (), {"kind": gpu}), ("gate", ("quantize",), {}), ("other", (), {}))
+    plan = {p.id: p for p in make_plan(g, store, "spec", kinds, Builder(fixed=frozenset()))}
+    assert plan["quantize"].deferred == "needs a GPU builder (a CUDA device)"
+    assert plan["gate"].deferred == "waits for quantize" and plan["other"].deferred is None
+    results = execute(g, store, "spec", kinds, builder=Builder(fixed=frozenset()))
+    assert {a: r.status for a, r in results.items()} == {"quantize": "deferred", "gate": "deferred",
+                                                          "other": "built"}
+    # a builder with a GPU completes it from the same store, reusing what is there
+    results = execute(g, store, "spec", kinds, builder=Builder(fixed=frozenset({"gpu"})))
+    assert {a: r.status for a, r in results.items()} == {"quantize": "built", "gate": "built", "other": "cached"}
+
+
+def test_a_second_run_executes_nothing_and_the_plan_says_why_a_key_moved(store: LocalStore) -> None:
+    step = Step()
+    kinds = KindRegistry([step])
+    first = graph(step, ("a", (), {}), ("b", ("a",), {}))
+    execute(first, store, "spec", kinds)
+    assert {r.status for r in execute(first, store, "spec", kinds).values()} == {"cached"}
+    edited = graph(step, ("a", (), {"seconds": 0.01}), ("b", ("a",), {}))
+    plan = {p.id: p for p in make_plan(edited, store, "spec", kinds)}
+    assert plan["a"].reasons == ["seconds: 0.0 -> 0.01"]
+    assert plan["b"].reasons == ["depends on a, which changes"]
+
+
+def test_an_unknown_kind_is_a_clear_error() -> None:
+    with pytest.raises(KeyError, match="no action kind 'step' is registered"):
+        KindRegistry([])["step"]
+    with pytest.raises(ValueError, match="registered twice"):
+        KindRegistry([Step(), Step()])
+
+
+def test_params_of_another_kind_are_refused() -> None:
+    class OtherParams(Params):
+        x: int
+
+    with pytest.raises(TypeError, match="params must be StepParams"):
+        Step().action("a", OtherParams(x=1))
