@@ -10,6 +10,7 @@ import pytest
 from compiler.catalog import (
     ConfigError,
     GpuCatalog,
+    MigGeometry,
     arch_from_hf_config,
     estimate_params,
     kv_elems_per_token,
@@ -20,10 +21,14 @@ from compiler.catalog.listing import render_catalog
 
 STATUSES = {"verified", "partially-verified", "inferred", "unverified"}
 GPU_KEYS = [
-    "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H100-PCIe-80GB", "H100-NVL-94GB", "H200-SXM-141GB",
-    "H200-NVL-141GB", "GH200-96GB", "GH200-144GB", "B200-180GB", "GB200-186GB", "B300-288GB", "GB300-288GB",
-    "RTX-PRO-6000-Blackwell-Server-96GB",
+    "A100-SXM4-40GB", "A100-SXM4-80GB", "A100-PCIe-80GB", "A30-24GB", "H100-SXM5-80GB", "H100-PCIe-80GB",
+    "H100-NVL-94GB", "H200-SXM-141GB", "H200-NVL-141GB", "GH200-96GB", "GH200-144GB", "B200-180GB", "GB200-186GB",
+    "B300-288GB", "GB300-288GB", "RTX-PRO-6000-Blackwell-Server-96GB", "L40S-48GB", "L4-24GB",
 ]
+NO_MIG_KEYS = ["L40S-48GB", "L4-24GB"]
+MIG_KEYS = [k for k in GPU_KEYS if k not in NO_MIG_KEYS]
+# GPUs whose whole supported-clock list was read from a real `nvidia-smi -q` (so their minimum clock is known)
+CLOCKS_CAPTURED = {"L40S-48GB": "k8s-test-infra-l40s-capture", "L4-24GB": "l4-smi-capture"}
 # models.md section 2: KV-cache elements per token
 KV_TABLE = {
     "llama-2-70b": 163_840, "llama-3.1-8b": 65_536, "llama-3.1-70b": 163_840, "llama-3.1-405b": 258_048,
@@ -50,8 +55,9 @@ def test_every_listed_gpu_loads(gpus):
     for key in GPU_KEYS:
         g = gpus.get(key)
         assert g is not None and g.name == key
-        assert g.mig.supported and g.mig.profiles
+        assert g.mig.supported == bool(g.mig.profiles) == (key in MIG_KEYS)
         assert g.memory_mib > 0 and g.memory_gb > 0 and g.bandwidth_tbps > 0
+        assert g.memory_gb * 1000 ** 3 * 0.9 <= g.memory_mib * 1024 ** 2 <= g.memory_gb * 1024 ** 3
 
 
 def test_loader_is_cached(gpus):
@@ -82,14 +88,23 @@ def test_statuses_are_known(gpus, key):
         assert {p.id_status, p.placement_status, p.sm_status} <= STATUSES
 
 
-@pytest.mark.parametrize("key", GPU_KEYS)
+@pytest.mark.parametrize("key", [k for k in GPU_KEYS if k not in CLOCKS_CAPTURED])
 def test_filled_in_facts_are_marked_weak(gpus, key):
     # the reference has no minimum clocks; whatever we hold must not claim to be verified
     assert gpus[key].status_of("graphics_mhz_min") in {"inferred", "unverified"}
     assert gpus[key].status_of("graphics_mhz") in {"inferred", "unverified"}
 
 
-@pytest.mark.parametrize("key", GPU_KEYS)
+@pytest.mark.parametrize("key,source", sorted(CLOCKS_CAPTURED.items()))
+def test_captured_clock_ranges(gpus, key, source):
+    # a minimum clock may only claim more than "unverified" where a real supported-clocks list was read
+    g = gpus[key]
+    assert source in g.sources and gpus.source(source)
+    assert g.graphics_mhz[0] == 210 and g.status_of("graphics_mhz_min") not in {"inferred", "unverified"}
+    assert g.memory_mhz[-1] == 405 and len(g.memory_mhz) == 2  # GDDR boards expose an idle memory clock too
+
+
+@pytest.mark.parametrize("key", MIG_KEYS)
 def test_mig_geometry_is_consistent(gpus, key):
     mig = gpus[key].mig
     assert mig.max_instances == mig.compute_slices
@@ -143,6 +158,58 @@ def test_placements_match_the_id_pattern(gpus):
     assert all(p.placement_status == "inferred" for p in rtx.mig.profiles)
 
 
+def test_a30_profiles(gpus):
+    a30 = gpus["A30"]
+    mig = a30.mig
+    assert (mig.max_instances, mig.compute_slices, mig.memory_slices, mig.min_driver) == (4, 4, 4, "460.73.01")
+    assert [(p.name, p.id) for p in mig.profiles] == [
+        ("1g.6gb", 14), ("1g.6gb+me", 21), ("2g.12gb", 5), ("2g.12gb+me", 6), ("4g.24gb", 0)]
+    assert [p.sm for p in mig.profiles] == [14, 14, 28, 28, 56] and a30.sms == 56
+    assert all(p.sm == 14 * p.compute_slices for p in mig.profiles)  # linear, like the A100
+    # the plain 1g and 2g profiles tile the GPU: their instances' compute slices sum to all four
+    for name in ("1g.6gb", "2g.12gb", "4g.24gb"):
+        p = mig.profile(name)
+        assert p.max_count * p.compute_slices == mig.compute_slices
+        assert p.max_count * p.memory_slices == mig.memory_slices
+        assert sorted(s + i for s in p.placements for i in range(p.placement_size)) == [0, 1, 2, 3]
+    # a mixed layout (2g@0 + 1g@2 + 1g@3) also uses exactly the 4 compute slices
+    assert sum(mig.profile(n).compute_slices for n in ("2g.12gb", "1g.6gb", "1g.6gb")) == 4
+    assert sum(p.memory_gb for p in [mig.profile("1g.6gb")] * 4) <= a30.memory_gb
+    assert all(p.placement_status != "inferred" for p in mig.profiles)  # read from a real -lgipp
+    assert [p.memory_mib for p in mig.profiles] == [5952, 5952, 11968, 11968, 24000]
+    assert a30.compute_capability == (8, 0) and a30.tflops["fp8"] is None and a30.pci_device_id == "0x20B7"
+
+
+def test_a100_pcie_80gb_mirrors_the_sxm4_profiles(gpus):
+    pcie, sxm = gpus["A100-PCIe"], gpus["A100-SXM4-80GB"]
+    assert pcie.name == "A100-PCIe-80GB" and pcie.pci_device_id == "0x20B5" and pcie.sm_version == 80
+    assert [(p.name, p.id, p.placements, p.sm) for p in pcie.mig.profiles] == \
+           [(p.name, p.id, p.placements, p.sm) for p in sxm.mig.profiles]
+    assert pcie.mig.profile("1g.5gb") is None  # 40GB-only (gpu-operator#603)
+    # copied from the SXM4 board, so nothing about the PCIe board's profiles may claim more than inferred
+    assert all({p.id_status, p.sm_status, p.placement_status} == {"inferred"} for p in pcie.mig.profiles)
+    assert pcie.tdp_w == 300 < sxm.tdp_w and pcie.bandwidth_tbps < sxm.bandwidth_tbps
+
+
+@pytest.mark.parametrize("key", NO_MIG_KEYS)
+def test_ada_boards_have_no_mig(gpus, key):
+    g = gpus[key]
+    assert g.arch == "Ada Lovelace" and g.compute_capability == (8, 9) and g.sm_version == 89
+    assert g.mig == MigGeometry(supported=False) and g.status_of("mig") == "verified"
+    assert g.mig.profile("1g.10gb") is None and g.mig.profile_names == []
+    assert g.nvlink_gbps is None  # PCIe only
+    assert g.tflops["fp8"] == 2 * g.tflops["bf16"] or abs(g.tflops["fp8"] / g.tflops["bf16"] - 2) < 0.03
+    assert g.tflops["fp4"] is None
+
+
+def test_ada_board_facts(gpus):
+    l40s, l4 = gpus["L40S"], gpus["L4"]
+    assert (l40s.sms, l40s.memory_mib, l40s.power_w, l40s.pci_device_id) == (142, 46068, (100, 350), "0x26B9")
+    assert (l4.sms, l4.memory_mib, l4.power_w, l4.pci_device_id) == (58, 23034, (40, 72), "0x27B8")
+    assert l40s.graphics_mhz == (210, 2520) and l4.graphics_mhz == (210, 2040)
+    assert l40s.memory_gb == 48 and l4.memory_gb == 24
+
+
 def test_h100_sxm5_sms_match_lgip(gpus):
     h100 = gpus["H100-SXM5-80GB"]
     assert [p.sm for p in h100.mig.profiles] == [16, 16, 26, 32, 60, 64, 132]
@@ -163,6 +230,8 @@ def test_precision_support(gpus):
     for g in gpus:
         if g.compute_capability < (8, 9):
             assert g.tflops["fp8"] is None
+        else:
+            assert g.tflops["fp8"], g.name  # Ada (SM89) and later have FP8 tensor cores
         if g.compute_capability < (10, 0):
             assert g.tflops["fp4"] is None
         else:
@@ -182,6 +251,12 @@ def test_aliases_resolve(gpus):
     assert gpus.resolve_name("h100 sxm5_80gb") == "H100-SXM5-80GB"
     assert gpus.resolve_name("NVIDIA H100 80GB HBM3") == "H100-SXM5-80GB"
     assert gpus.resolve_name("A100") is None  # 40GB or 80GB: deliberately not an alias
+    new = {"L40S": "L40S-48GB", "NVIDIA L40S": "L40S-48GB", "l40s": "L40S-48GB", "L4": "L4-24GB",
+           "NVIDIA L4": "L4-24GB", "A30": "A30-24GB", "NVIDIA A30": "A30-24GB", "A100-PCIe": "A100-PCIe-80GB",
+           "A100-PCIE-80GB": "A100-PCIe-80GB", "NVIDIA A100 80GB PCIe": "A100-PCIe-80GB",
+           "nvidia a100 80gb pcie": "A100-PCIe-80GB", "NVIDIA A100-SXM4-80GB": "A100-SXM4-80GB"}
+    for alias, key in new.items():
+        assert gpus.resolve_name(alias) == key, alias
     assert gpus.get("V100") is None and "V100" not in gpus
     with pytest.raises(KeyError, match="did you mean"):
         gpus["H100-SXM-80GB"]
@@ -199,6 +274,68 @@ def test_suggest(gpus):
     assert gpus.suggest("H100-SXM-80GB")[0] == "H100-SXM5-80GB"
     assert "B200-180GB" in gpus.suggest("B200-192GB")
     assert gpus.suggest("") == []
+
+
+def _without_variants(gpus: GpuCatalog) -> GpuCatalog:
+    return GpuCatalog({g.name: g for g in gpus}, gpus.aliases)
+
+
+def test_variants_put_the_base_first(gpus):
+    plain = _without_variants(gpus)
+    # string closeness alone gets these wrong: an H800 is no H200, an RTX 6000 Ada no RTX PRO 6000 Blackwell
+    assert plain.suggest("H800")[0] == "H200-SXM-141GB"
+    assert plain.suggest("RTX 6000 Ada")[0] == "RTX-PRO-6000-Blackwell-Server-96GB"
+    want = {
+        "H800": "H100-SXM5-80GB", "NVIDIA H800": "H100-SXM5-80GB", "h800 sxm5 80gb": "H100-SXM5-80GB",
+        "H800-SXM5-80GB-HBM3": "H100-SXM5-80GB", "H800 PCIe": "H100-PCIe-80GB", "A800": "A100-SXM4-80GB",
+        "NVIDIA A800-SXM4-80GB": "A100-SXM4-80GB", "NVIDIA A800 80GB PCIe": "A100-PCIe-80GB",
+        "A800-40GB": "A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB": "A100-SXM4-40GB", "H100 SXM5 94GB": "H100-NVL-94GB",
+        "GH200 480GB": "GH200-96GB", "NVIDIA GH200 144G HBM3e": "GH200-144GB", "GH200": "GH200-96GB",
+        "RTX 6000 Ada": "L40S-48GB", "NVIDIA RTX 6000 Ada Generation": "L40S-48GB", "L40": "L40S-48GB",
+        "B200-192GB": "B200-180GB", "HGX B200": "B200-180GB", "GB200 NVL72": "GB200-186GB",
+        "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "RTX-PRO-6000-Blackwell-Server-96GB",
+    }
+    for name, base in want.items():
+        found = gpus.variant_of(name)
+        assert found is not None and found[0] == base, name
+        assert found[1] and "\n" not in found[1]
+        assert gpus.suggest(name)[0] == base, name
+        assert gpus.get(name) is None  # a variant is a hint, never a silent alias
+
+
+def test_variants_without_a_catalog_part(gpus):
+    for name in ("H20", "NVIDIA H20", "A10G", "A10"):
+        base, reason = gpus.variant_of(name)
+        assert base is None and "not in the catalog" in reason
+        assert gpus.suggest(name) == []  # no look-alike: A10 is not an A100, H20 not an H200
+    assert "96 GB" in gpus.variant_of("H20")[1]
+
+
+def test_hint(gpus):
+    assert gpus.hint("H800").endswith("the nearest catalog GPU is 'H100-SXM5-80GB'")
+    assert "NVLink" in gpus.hint("H800") and gpus.hint("H800").startswith("'H800' is not in the catalog: ")
+    assert "nearest" not in gpus.hint("H20")
+    assert gpus.hint("H100-SXM-80GB") == "did you mean 'H100-SXM5-80GB'?"
+    assert gpus.hint("zzzz") is None
+
+
+def test_variant_table_is_consistent(gpus):
+    assert gpus.variant_of("H100") is None and gpus.variant_of("L40S") is None  # catalog names are not variants
+    assert gpus.variant_of("V100") is None and gpus.variant_of("") is None
+    assert gpus.variant_of("H2000") is None  # a prefix must end at a "-" boundary
+    for spelling, (base, reason) in gpus.variants.items():
+        assert base is None or base in gpus.names, spelling
+        assert reason and gpus.resolve_name(spelling) is None
+        for key in gpus.variant_sources(spelling):
+            assert gpus.source(key)
+        assert gpus.variant_sources(spelling), spelling
+    specs = {g.name: g for g in gpus}
+    with pytest.raises(ValueError, match="unknown base"):
+        GpuCatalog(specs, variants={"X1": {"base": "nope", "reason": "r"}})
+    with pytest.raises(ValueError, match="already a catalog name"):
+        GpuCatalog(specs, {"H100": "H100-SXM5-80GB"}, variants={"H100": {"base": None, "reason": "r"}})
+    with pytest.raises(ValueError, match="twice"):
+        GpuCatalog(specs, variants={"X1": {"base": None, "reason": "r"}, "NVIDIA X1": {"base": None, "reason": "r"}})
 
 
 def test_sources_table_covers_every_key(gpus, models):
@@ -395,6 +532,11 @@ def test_render_text_is_deterministic_and_marked(gpus):
     assert "Legend:" in out and "* inferred" in out and "? unverified" in out
     line = next(ln for ln in out.splitlines() if ln.startswith("H100-PCIe-80GB") and "1g.10gb " in ln)
     assert "19*" in line  # inferred ID
+    l40s = next(ln for ln in out.splitlines() if ln.startswith("L40S-48GB"))
+    assert l40s.split()[-1] == "no" and "8.9" in l40s
+    a30 = [ln for ln in out.splitlines() if ln.startswith("A30-24GB ")]
+    assert len(a30) == 1 + 5 and any("{0,1,2,3}:1 " in ln and "1g.6gb " in ln for ln in a30)
+    assert not any(ln.startswith("L4-24GB") and "g." in ln for ln in out.splitlines())  # no MIG rows
 
 
 def test_render_one_gpu(gpus):

@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import json
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Iterator, Mapping
@@ -13,12 +14,28 @@ from typing import Any, Iterator, Mapping
 from .lgip import profiles_from_lgip
 from .types import GpuSpec, MigGeometry, MigProfile
 
-__all__ = ["GpuCatalog", "load_gpu_catalog", "gpu_from_lgip", "describe_source"]
+__all__ = ["GpuCatalog", "Variant", "load_gpu_catalog", "gpu_from_lgip", "describe_source"]
 
 
 def _norm(name: str) -> str:
     # "h100 sxm5_80gb" and "H100-SXM5-80GB" are the same request
     return re.sub(r"[\s_]+", "-", name.strip()).lower()
+
+
+def _vnorm(name: str) -> str:
+    # variant spellings also drop nvidia-smi's "NVIDIA " prefix: "NVIDIA H800" is "H800"
+    n = _norm(name)
+    return n[len("nvidia-"):] if n.startswith("nvidia-") else n
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A GPU people name that the catalog lacks, and the catalog part closest to it (if any)."""
+
+    name: str  # spelling as written in the variants table, e.g. "H800"
+    base: str | None  # catalog key, or None when no catalog part stands in for it (e.g. H20)
+    reason: str  # one line: what the part is and how it differs from ``base``
+    sources: tuple[str, ...] = ()
 
 
 def _profile(d: Mapping[str, Any]) -> MigProfile:
@@ -54,11 +71,12 @@ def describe_source(entry: Mapping[str, Any]) -> str:
 
 
 class GpuCatalog:
-    """GPUs by catalog key, with aliases and close-match suggestions."""
+    """GPUs by catalog key, with aliases, known variants and close-match suggestions."""
 
     def __init__(self, gpus: Mapping[str, GpuSpec], aliases: Mapping[str, str] | None = None,
                  sources: Mapping[str, Mapping[str, Any]] | None = None,
-                 notes: Mapping[str, tuple[str, ...]] | None = None) -> None:
+                 notes: Mapping[str, tuple[str, ...]] | None = None,
+                 variants: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self._gpus = dict(gpus)
         self._aliases = dict(aliases or {})
         self._sources = dict(sources or {})
@@ -72,12 +90,23 @@ class GpuCatalog:
             prior = self._index.setdefault(_norm(alias), target)
             if prior != target:
                 raise ValueError(f"alias {alias!r} is ambiguous ({prior} vs {target})")
+        self._variants: dict[str, Variant] = {}
+        for spelling, v in (variants or {}).items():
+            base = v.get("base")
+            if base is not None and base not in self._gpus:
+                raise ValueError(f"variant {spelling!r} names unknown base GPU {base!r}")
+            key = _vnorm(spelling)
+            if key in self._index or _norm(spelling) in self._index:
+                raise ValueError(f"variant {spelling!r} is already a catalog name or alias")
+            if key in self._variants:
+                raise ValueError(f"variant {spelling!r} is listed twice")
+            self._variants[key] = Variant(spelling, base, str(v["reason"]), tuple(v.get("sources", ())))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "GpuCatalog":
         gpus = {k: _gpu(k, v) for k, v in data["gpus"].items()}
         notes = {k: tuple(v.get("notes", ())) for k, v in data["gpus"].items()}
-        return cls(gpus, data.get("aliases", {}), data.get("sources", {}), notes)
+        return cls(gpus, data.get("aliases", {}), data.get("sources", {}), notes, data.get("variants", {}))
 
     @property
     def names(self) -> list[str]:
@@ -114,17 +143,65 @@ class GpuCatalog:
     def __len__(self) -> int:
         return len(self._gpus)
 
+    def variant(self, name: str) -> Variant | None:
+        """The known variant ``name`` spells, if it is not itself a catalog name or alias.
+
+        An exact spelling wins; otherwise the longest variant spelling that ``name`` starts with, followed
+        by a ``-`` ("H800-SXM5-80GB-HBM3" is the H800 SXM5). nvidia-smi's "NVIDIA " prefix is ignored.
+        """
+        if not isinstance(name, str) or not name.strip() or self.resolve_name(name) is not None:
+            return None
+        key = _vnorm(name)
+        if key in self._variants:
+            return self._variants[key]
+        best = max((k for k in self._variants if key.startswith(k + "-")), key=len, default=None)
+        return self._variants[best] if best is not None else None
+
+    def variant_of(self, name: str) -> tuple[str | None, str] | None:
+        """``(base catalog key, one-line reason)`` for a known variant the catalog lacks, else None.
+
+        The base is None for a known part that no catalog GPU stands in for (the H20: Hopper memory,
+        a fraction of the compute); the reason then says what the part is.
+        """
+        v = self.variant(name)
+        return (v.base, v.reason) if v is not None else None
+
     def suggest(self, name: str, n: int = 3) -> list[str]:
-        """Catalog keys close to ``name`` (aliases count, but keys are returned)."""
+        """Catalog keys close to ``name`` (aliases count, but keys are returned).
+
+        A known variant's base comes first ("H800" suggests the H100 SXM5, not the H200 its spelling is
+        closest to); a known variant without a base suggests nothing, since a look-alike name would mislead.
+        """
         if not isinstance(name, str) or not name.strip():
             return []
+        v = self.variant(name)
+        if v is not None and v.base is None:
+            return []
+        out: list[str] = [v.base] if v is not None and v.base is not None else []
         hits = difflib.get_close_matches(_norm(name), list(self._index), n=n * 3, cutoff=0.6)
-        out: list[str] = []
         for h in hits:
             key = self._index[h]
             if key not in out:
                 out.append(key)
         return out[:n]
+
+    def hint(self, name: str) -> str | None:
+        """One sentence for an unknown-GPU diagnostic (K901): the variant's reason, else the closest name."""
+        v = self.variant(name)
+        if v is not None:
+            tail = f"; the nearest catalog GPU is {v.base!r}" if v.base else ""
+            return f"{name!r} is not in the catalog: {v.reason}{tail}"
+        close = self.suggest(name)
+        return f"did you mean {close[0]!r}?" if close else None
+
+    @property
+    def variants(self) -> dict[str, tuple[str | None, str]]:
+        """Variant spelling -> (base key or None, reason), as the table lists them."""
+        return {v.name: (v.base, v.reason) for v in self._variants.values()}
+
+    def variant_sources(self, name: str) -> tuple[str, ...]:
+        v = self.variant(name)
+        return v.sources if v is not None else ()
 
     def notes(self, name: str) -> tuple[str, ...]:
         key = self.resolve_name(name)

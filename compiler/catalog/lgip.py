@@ -17,6 +17,7 @@ __all__ = [
     "LgipProfile",
     "LgippPlacement",
     "NAME_RE",
+    "build_profiles",
     "parse_lgip",
     "parse_lgipp",
     "parse_profile_name",
@@ -27,12 +28,13 @@ __all__ = [
 
 
 class LgipParseError(ValueError):
-    """Malformed capture; ``line`` is 1-based."""
+    """Malformed capture; ``line`` is 1-based, ``source`` the capture's display name when known."""
 
-    def __init__(self, message: str, line: int) -> None:
-        super().__init__(f"line {line}: {message}")
+    def __init__(self, message: str, line: int, source: str | None = None) -> None:
+        super().__init__(f"{source}: line {line}: {message}" if source else f"line {line}: {message}")
         self.message = message
         self.line = line
+        self.source = source
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class LgippPlacement:
     profile_id: int
     placements: tuple[int, ...]
     size: int
+    line: int = field(default=0, compare=False)
 
 
 # [<c>c.]<g>g.<gb>gb[+attr[,attr]] or <g>g.<gb>gb-attr (go-nvlib parseMigProfile grammar)
@@ -208,7 +211,7 @@ def parse_lgipp(text: str) -> list[LgippPlacement]:
         out.append(LgippPlacement(
             gpu=_int(m.group(1), "GPU index", n), profile_id=_int(m.group(2), "profile ID", n),
             placements=tuple(_int(t, "placement start", n) for t in starts),
-            size=_int(m.group(4), "placement size", n)))
+            size=_int(m.group(4), "placement size", n), line=n))
     if not out:
         raise LgipParseError("no -lgipp placement lines found", last)
     return out
@@ -218,7 +221,7 @@ def parse_lgipp(text: str) -> list[LgippPlacement]:
 _PATTERN_8 = {19: (1, (0, 1, 2, 3, 4, 5, 6)), 20: (1, (0, 1, 2, 3, 4, 5, 6)), 15: (2, (0, 2, 4, 6)),
               14: (2, (0, 2, 4)), 9: (4, (0, 4)), 5: (4, (0,)), 0: (8, (0,))}
 _PATTERN_4 = {14: (1, (0, 1, 2, 3)), 21: (1, (0, 1, 2, 3)), 47: (1, (0, 1, 2, 3)), 65: (1, (0, 1, 2, 3)),
-              67: (1, (0, 1, 2, 3)), 5: (2, (0, 2)), 35: (2, (0, 2)), 64: (2, (0, 2)), 66: (2, (0, 2)),
+              67: (1, (0, 1, 2, 3)), 5: (2, (0, 2)), 6: (2, (0, 2)), 35: (2, (0, 2)), 64: (2, (0, 2)), 66: (2, (0, 2)),
               0: (4, (0,)), 32: (4, (0,))}
 
 
@@ -232,7 +235,19 @@ def profiles_from_lgip(lgip_text: str, base: GpuSpec | None = None,
     rows = parse_lgip(lgip_text)
     gpu = rows[0].gpu
     rows = [r for r in rows if r.gpu == gpu]
-    pp = {p.profile_id: p for p in parse_lgipp(lgipp_text) if p.gpu == gpu} if lgipp_text else {}
+    pp = [p for p in parse_lgipp(lgipp_text) if p.gpu == gpu] if lgipp_text else []
+    return build_profiles(rows, pp, base)
+
+
+def build_profiles(rows: list[LgipProfile], placements: list[LgippPlacement], base: GpuSpec | None = None,
+                   source: str | None = None) -> tuple[MigProfile, ...]:
+    """MigProfiles from one GPU's `-lgip` rows and its `-lgipp` lines (which may be empty).
+
+    Placements: the `-lgipp` line of the same ID ("verified"), else ``base``'s profile with that ID (its
+    status), else the ID pattern of the GPU's slot count ("inferred"); LgipParseError (naming ``source``
+    and the row's line) when none applies.
+    """
+    pp = {p.profile_id: p for p in placements}
     known = {p.id: p for p in base.mig.profiles} if base else {}
     slots = base.mig.memory_slices if base and base.mig.memory_slices else 8
     pattern = _PATTERN_4 if slots == 4 else _PATTERN_8
@@ -249,7 +264,8 @@ def profiles_from_lgip(lgip_text: str, base: GpuSpec | None = None,
             size, starts = pattern[r.id]
             status = "inferred"
         else:
-            raise LgipParseError(f"no placements known for profile ID {r.id}; pass the -lgipp capture", r.line)
+            raise LgipParseError(f"no placements known for profile ID {r.id}; pass the -lgipp capture", r.line,
+                                 source)
         out.append(MigProfile(
             name=r.name, id=r.id, compute_slices=g, memory_slices=size, memory_gb=gb, max_count=r.total,
             placements=tuple(starts), placement_size=size, attributes=attrs, sm=r.sm, memory_mib=r.memory_mib,
