@@ -14,11 +14,13 @@ from compiler.spec.models import Spec
 from compiler.spec.parse import parse_document
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options:
     """Inputs besides the spec that change what the checks see."""
 
-    gpu_profiles: Path | None = None  # captured `nvidia-smi mig -lgip` output replacing the catalog's profiles
+    # One capture per GPU model: its `nvidia-smi mig -lgip` (and -lgipp) output, in one file or two.
+    # It replaces the catalog's MIG profiles for the hosts of that GPU only.
+    gpu_profiles: tuple[tuple[Path, ...], ...] = ()
 
 
 @dataclass

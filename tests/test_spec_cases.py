@@ -17,15 +17,15 @@ CASES = Path(__file__).parent / "cases"
 
 
 def _options(case: Path, text: str) -> Options:
-    argv = parse_options(text)
-    opts = Options()
-    it = iter(argv)
-    for arg in it:
+    captures: list[tuple[Path, ...]] = []
+    for arg in parse_options(text):
         if arg == "--gpu-profiles":
-            opts.gpu_profiles = case.parent / next(it)
+            captures.append(())
+        elif captures and not arg.startswith("--"):
+            captures[-1] += (case.parent / arg,)
         else:
             raise ValueError(f"{case}: unknown kiln-options argument {arg!r}")
-    return opts
+    return Options(gpu_profiles=tuple(captures))
 
 
 @pytest.mark.parametrize("case", case_files(CASES), ids=lambda p: str(p.relative_to(CASES)))

@@ -69,13 +69,15 @@ class UnknownProfile(Check):
                 given = slot.instance.profile
                 close = difflib.get_close_matches(given, names, n=1, cutoff=0.5)
                 hint = _same_shape(given, names)
+                captured = host.gpu_source != "catalog"
                 help = (f"did you mean {(hint or close[0])!r}? " if (hint or close) else "") + \
                     f"profiles on {host.gpu.name}: " + ", ".join(names)
-                if hint:
+                if hint and not captured:
                     help += ("; names carry the memory the driver reports, so they can differ by driver: "
                              "validate against your hosts' `nvidia-smi mig -lgip` with --gpu-profiles")
+                where = f" (per the capture {host.gpu_source})" if captured else ""
                 yield ctx.diag(self, _path(hname, a_idx, slot.instance_index, "profile"),
-                               f"MIG profile {given!r} does not exist on {host.gpu.name}", help=help)
+                               f"MIG profile {given!r} does not exist on {host.gpu.name}{where}", help=help)
 
 
 _NAME = re.compile(r"^(\d+)g\.(\d+)gb(.*)$")

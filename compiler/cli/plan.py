@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from .common import GPU_PROFILES_HELP, STORE_HELP, remote_cache, require_file
+from .common import STORE_HELP, add_gpu_profiles, gpu_profiles, remote_cache, require_file
 from .errors import UsageError
 from .exitcodes import ExitCode
 from .output import diagnostic_records, emit, footer_line, print_diagnostics, render_diagnostics
@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("spec", type=Path, metavar="SPEC")
     p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
     p.add_argument("--store", type=Path, help=STORE_HELP)
-    p.add_argument("--gpu-profiles", type=Path, metavar="FILE", help=GPU_PROFILES_HELP)
+    add_gpu_profiles(p)
     # the GitOps loop (compiler/gitops)
     p.add_argument("--base", metavar="REF", help="compare with the spec at this git revision (exit 5 on changes)")
     p.add_argument("--matrix", action="store_true",
@@ -43,7 +43,7 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
     from compiler.graph.plan import render_disruptions, render_plan
     from compiler.pipeline import Options
 
-    outcome = plan_spec(args.spec, open_store(store_dir(args.store)), Options(gpu_profiles=args.gpu_profiles))
+    outcome = plan_spec(args.spec, open_store(store_dir(args.store)), Options(gpu_profiles=gpu_profiles(args)))
     result = outcome.validation
     figures = result.resolved.capacity_rows() if result.resolved is not None else []
     if args.format == "json":
@@ -79,7 +79,7 @@ def _plan_gitops(args: argparse.Namespace) -> ExitCode:
     store = open_store(store_dir(args.store))
     remote = remote_cache(args.cache, store) if args.cache else None
     has_remote = remote.has if remote is not None else (lambda key, kind: False)
-    options = Options(gpu_profiles=args.gpu_profiles)
+    options = Options(gpu_profiles=gpu_profiles(args))
     if args.base is None:  # --matrix against the store (and the registry cache)
         outcome = plan_spec(args.spec, store, options)
         if outcome.graph is None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import GPU_PROFILES_HELP
+from .common import add_gpu_profiles, gpu_profiles
 from .errors import UsageError
 from .exitcodes import ExitCode
 from .output import print_diagnostics, use_color
@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("specs", nargs="+", type=Path, metavar="SPEC")
     v.add_argument("--format", choices=["text", "json", "sarif"], default="text")
     v.add_argument("--output", "-o", type=Path, help="write the report to this file instead of stdout")
-    v.add_argument("--gpu-profiles", type=Path, metavar="FILE", help=GPU_PROFILES_HELP)
+    add_gpu_profiles(v)
     v.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     v.set_defaults(handler=cmd_validate)
 
@@ -35,12 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_validate(args: argparse.Namespace) -> ExitCode:
     from compiler.pipeline import Options, validate_path
 
-    if args.gpu_profiles is not None and not args.gpu_profiles.is_file():
-        raise UsageError(f"--gpu-profiles: no such file: {args.gpu_profiles}")
+    captures = gpu_profiles(args)
     for spec in args.specs:
         if not spec.exists():
             raise UsageError(f"no such file: {spec}")
-    options = Options(gpu_profiles=args.gpu_profiles)
+    options = Options(gpu_profiles=captures)
     results = [validate_path(spec, options) for spec in args.specs]
     color = args.format == "text" and args.output is None and use_color(args.color, sys.stdout)
     print_diagnostics(results, args.format, output=args.output, color=color)

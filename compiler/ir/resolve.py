@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from compiler.catalog import (ConfigError, LgipParseError, arch_from_hf_config, gpu_from_lgip, load_gpu_catalog,
-                              load_model_catalog)
+from compiler.catalog import ConfigError, LgipParseError, arch_from_hf_config, load_gpu_catalog, load_model_catalog
+from compiler.catalog.capture import Capture, gpu_with_capture, identify, read_capture
 from compiler.diagnostics import Diagnostic, Rule, Span
 from compiler.spec.loader import Document
 from compiler.spec.models import ArchitectureFile, Host, Model, Spec
@@ -51,22 +51,51 @@ class ArchitectureConfigInvalid(Rule):
 
 
 class GpuProfilesInvalid(Rule):
-    """The file given with `--gpu-profiles` cannot be read or is not `nvidia-smi mig -lgip` output."""
+    """A `--gpu-profiles` capture cannot be read, or is not `nvidia-smi mig -lgip` / `-lgipp` output.
+
+    Each `--gpu-profiles` takes the captures of one GPU model: the `-lgip` table and, optionally,
+    the `-lgipp` placements, in one file (both outputs, in either order) or two. Give the option
+    once per GPU model of the fleet.
+    """
 
     code = "K910"
     name = "gpu-profiles-invalid"
 
 
-def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: Path | None = None
+class CaptureFitsNoHost(Rule):
+    """A `--gpu-profiles` capture was taken on a GPU that no host of the spec uses.
+
+    A capture applies only to hosts of the GPU it was captured on: Kiln identifies that GPU by the
+    capture's full-GPU profile (7g.80gb vs 7g.141gb, 4g.24gb on an A30...) and its SM count, and
+    hosts of any other GPU keep the catalog's profiles. A capture that fits no host is a mix-up
+    (the wrong file, or the wrong spec), so it is refused rather than silently ignored.
+    """
+
+    code = "K911"
+    name = "capture-fits-no-host"
+
+
+def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple[Path, ...], ...] = ()
             ) -> tuple[Resolved, list[Diagnostic]]:
-    """The IR before its passes: models with architectures, hosts with GPUs and MIG slots."""
+    """The IR before its passes: models with architectures, hosts with GPUs and MIG slots (from the
+    captures of `gpu_profiles` where they fit a host's GPU, else from the catalog)."""
     diags: list[Diagnostic] = []
-    override_profiles = _read_profiles(gpu_profiles, diags)
+    captures = [c for c in (_read_capture(files, diags) for files in gpu_profiles) if c is not None]
     models = {name: _resolve_model(name, m, doc, base_dir, diags) for name, m in spec.models.items()}
-    capture = (str(gpu_profiles), override_profiles) if override_profiles is not None else None
-    hosts = {name: _resolve_host(name, h, doc, capture, diags) for name, h in spec.hosts.items()}
+    hosts = {name: _resolve_host(name, h, doc, captures, diags) for name, h in spec.hosts.items()}
+    used = {source for h in hosts.values() for source in h.gpu_source.split(", ")}
+    for c in captures:
+        if c.lgip_source not in used:
+            fits = identify(c, load_gpu_catalog())
+            what = " or ".join(fits) if fits else "a GPU the catalog does not know"
+            gpus = sorted({h.spec.gpu for h in hosts.values()})
+            diags.append(Diagnostic(CaptureFitsNoHost.code, CaptureFitsNoHost.severity,
+                                    f"this capture ({c.describe()}) was taken on {what}, which no host of "
+                                    f"{doc.file} uses", c.lgip_source, Span(1, 1),
+                                    "the hosts use " + (", ".join(gpus) if gpus else "no GPU") +
+                                    "; capture `nvidia-smi mig -lgip` (and -lgipp) on one of them"))
     return Resolved(spec, doc, base_dir, models, hosts,
-                    capture=str(gpu_profiles) if gpu_profiles is not None else None), diags
+                    capture=", ".join(src for c in captures for src in c.sources) or None), diags
 
 
 def _diag(rule: type[Rule], doc: Document, path: tuple, message: str, help: str | None = None,
@@ -74,16 +103,23 @@ def _diag(rule: type[Rule], doc: Document, path: tuple, message: str, help: str 
     return Diagnostic(rule.code, rule.severity, message, doc.file, doc.span_of(path, key=key), help)
 
 
-def _read_profiles(path: Path | None, diags: list[Diagnostic]) -> str | None:
-    if path is None:
-        return None
+def _read_capture(files: tuple[Path, ...], diags: list[Diagnostic]) -> Capture | None:
+    texts = []
+    for path in files:
+        try:
+            texts.append((str(path), path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as e:
+            diags.append(Diagnostic(GpuProfilesInvalid.code, GpuProfilesInvalid.severity,
+                                    f"cannot read GPU profile capture: {e}", str(path), Span(1, 1)))
+            return None
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+        return read_capture(texts)
+    except LgipParseError as e:
+        where = getattr(e, "source", None) or texts[0][0]
         diags.append(Diagnostic(GpuProfilesInvalid.code, GpuProfilesInvalid.severity,
-                                f"cannot read GPU profile capture: {e}", str(path), Span(1, 1)))
+                                f"cannot parse the `nvidia-smi mig -lgip`/`-lgipp` capture: {e.message}",
+                                where, Span(e.line, 1)))
         return None
-    return text
 
 
 def _resolve_model(name: str, m: Model, doc: Document, base_dir: Path, diags: list[Diagnostic]) -> ResolvedModel:
@@ -135,23 +171,23 @@ def _rel(p: Path, base: Path) -> str:
         return str(p)
 
 
-def _resolve_host(name: str, h: Host, doc: Document, capture: tuple[str, str] | None,
+def _resolve_host(name: str, h: Host, doc: Document, captures: list[Capture],
                   diags: list[Diagnostic]) -> ResolvedHost:
     catalog = load_gpu_catalog()
     gpu = catalog.get(h.gpu)
     source = "catalog"
     if gpu is None:
-        close = catalog.suggest(h.gpu)
-        help = (f"did you mean {close[0]!r}? " if close else "") + "known GPUs: " + ", ".join(catalog.names)
+        help = _unknown_gpu_help(h.gpu)
         diags.append(_diag(UnknownGpu, doc, ("hosts", name, "gpu"), f"unknown GPU model {h.gpu!r}", help))
-    elif capture is not None:
-        try:
-            gpu = gpu_from_lgip(capture[1], gpu)
-            source = capture[0]
-        except LgipParseError as e:
-            diags.append(Diagnostic(GpuProfilesInvalid.code, GpuProfilesInvalid.severity,
-                                    f"cannot parse the `nvidia-smi mig -lgip` capture: {e.message}",
-                                    capture[0], Span(e.line, 1)))
+    else:
+        fitting = [c for c in captures if c.matches(gpu)]
+        if len(fitting) > 1:
+            diags.append(_diag(GpuProfilesInvalid, doc, ("hosts", name, "gpu"),
+                               f"{len(fitting)} captures fit {gpu.name} ({', '.join(c.lgip_source for c in fitting)})",
+                               "give one capture per GPU model"))
+        elif fitting:
+            gpu = gpu_with_capture(gpu, fitting[0])
+            source = ", ".join(fitting[0].sources)
     slots_by_assignment: dict[int, tuple[MigSlot, ...]] = {}
     for a_idx, assignment in enumerate(h.gpus):
         if assignment.mig is not None:
@@ -159,3 +195,15 @@ def _resolve_host(name: str, h: Host, doc: Document, capture: tuple[str, str] | 
                 MigSlot(i, inst, gpu.mig.profile(inst.profile) if gpu is not None else None)
                 for i, inst in enumerate(assignment.mig))
     return ResolvedHost(name, h, gpu, slots_by_assignment, gpu_source=source)
+
+
+def _unknown_gpu_help(name: str) -> str:
+    catalog = load_gpu_catalog()
+    variant = catalog.variant_of(name)
+    close = catalog.suggest(name)
+    if variant is not None:
+        base, reason = variant
+        if base is None:
+            return f"{reason}; it is not in the catalog. Known GPUs: " + ", ".join(catalog.names)
+        return f"{reason}: if its memory, clocks and MIG profiles match, use gpu: {base}"
+    return (f"did you mean {close[0]!r}? " if close else "") + "known GPUs: " + ", ".join(catalog.names)
