@@ -456,3 +456,114 @@ def test_tied_embeddings():
     assert w.stage_bytes == (2 * (1000 * 64 + layer), 2 * (layer + 64 + 1000 * 64))
     c = decode_ceiling(tiny, weights_fmt="bf16", bandwidth_tbps=1.0)
     assert c.weight_bytes_touched == 2 * total_params(tiny)  # the tied table is read by lm_head
+
+
+# ---- the planner's figures hold (issue: decode bound, attention DP, the runtime's KV pool) ------------
+def test_tokens_per_block_is_the_runtimes_page_size():
+    """The pool is counted in KvCacheConfig.tokens_per_block pages, not a fixed 32."""
+    mem = 141_000_000_000
+    kw = dict(weights_fmt="fp8", kv_fmt="fp8", max_seq_len=1000, max_batch_size=8, max_num_tokens=8192)
+    c32 = unit_capacity(LLAMA_70B, mem, **kw)
+    c128 = unit_capacity(LLAMA_70B, mem, tokens_per_block=128, **kw)
+    assert c128.kv_pool_bytes == c32.kv_pool_bytes
+    per_token = 80 * 2 * 8 * 128 * 1  # fp8 KV, all 80 layers on one GPU
+    assert c128.blocks_in_pool == math.floor(c128.kv_pool_bytes / (per_token * 128))
+    assert c128.blocks_per_sequence == 8  # 1000 tokens -> 8 pages of 128 (1024 token slots)
+    assert c128.max_sequences == c128.blocks_in_pool // 8
+    assert c32.blocks_per_sequence == 32 and c32.max_sequences == c32.blocks_in_pool // 32
+
+
+def test_reserve_is_made_of_named_terms():
+    mem = 80 * GiB
+    cap = unit_capacity(LLAMA_8B, mem, weights_fmt="bf16", max_seq_len=4096, max_batch_size=8, max_num_tokens=4096)
+    terms = {t.name: t.bytes for t in cap.reserve}
+    assert terms == {"activations": 4096 * 4096 * 8 * 2, "runtime": 1 * GiB}  # 80 GiB / 64 capped at 1 GiB
+    assert cap.reserve_bytes == sum(terms.values())
+    assert cap.kv_pool_bytes == pytest.approx(0.9 * (mem - cap.weight_bytes - cap.reserve_bytes))
+
+
+def _figures(arch_, model_kw, gpu_, workload=None, unit_gpus=(0,)):
+    from types import SimpleNamespace
+
+    from compiler.capacity.report import Sizing, unit_figures
+
+    sizing = Sizing(**{"weights_fmt": "fp8", "kv_fmt": "fp8", "exclude": ("lm_head",), "overrides": (),
+                       "block_size": None, "tp": 1, "pp": 1, "attention_dp": False, "max_seq_len": 8192,
+                       "max_batch_size": 64, "max_num_tokens": 8192, "kv_cache_memory_fraction": 0.9,
+                       "tokens_per_block": 32, "reserves_whole_request": False, "workload": workload,
+                       **model_kw})
+    unit = SimpleNamespace(id="h/gpu0", host="h", model="m", gpu_indexes=tuple(unit_gpus), mig=None,
+                           instances_on_gpu=1)
+    return unit_figures(unit, sizing, arch_, gpu_, None)
+
+
+def test_decode_bound_follows_the_workload_not_max_seq_len():
+    """128 in / 4096 out on a max_seq_len of 8192: each decode step reads a mean context of
+    128 + 4096/2 tokens, not 8192; the bound (bytes a step must stream over the bandwidth) is
+    then above what the max_seq_len figure claimed, so that figure was no ceiling for this traffic."""
+    from compiler.capacity.workload import traffic_shape
+
+    gpu_ = H200
+    plain = _figures(LLAMA_8B, {}, gpu_)
+    shaped = _figures(LLAMA_8B, {}, gpu_, traffic_shape(128, 4096))
+    context = 128 + 4096 * 4096 / (2 * 4096)
+    assert context == 2176
+    kv_token = 32 * 2 * 8 * 128  # fp8 KV of Llama-3.1-8B: 32 layers, 8 KV heads of 128
+    # sequences held: tokens produced so far (MAX_UTILIZATION), in 32-token pages
+    pages = math.ceil(context / 32)
+    seqs = shaped.capacity.blocks_in_pool // pages
+    batch = min(64, seqs)
+    assert shaped.decode.batch == batch == 64
+    touched = shaped.decode.weight_bytes_touched
+    step = (touched + batch * context * kv_token) / (4.8e12)
+    assert shaped.decode.tokens_per_s_at_batch == pytest.approx(batch / step)
+    # the max_seq_len figure charges 8192 tokens a sequence: it is below the workload's bound
+    assert plain.decode.tokens_per_s_at_batch < shaped.decode.tokens_per_s_at_batch
+    assert any("mean context 2,176 tokens" in a for a in shaped.assumptions)
+    assert any("max_seq_len 8,192 (no workload" in a for a in plain.assumptions)
+
+
+def test_workload_distribution_uses_the_second_moment():
+    from compiler.capacity.workload import traffic_shape
+
+    w = traffic_shape([(100, 0.5), (300, 0.5)], [(10, 0.75), (1000, 0.25)])
+    mean_out = 10 * 0.75 + 1000 * 0.25
+    out_sq = 100 * 0.75 + 1_000_000 * 0.25
+    assert w.mean_input == 200 and w.mean_output == mean_out
+    assert w.decode_context == pytest.approx(200 + out_sq / (2 * mean_out))
+    assert w.held_tokens(reserves_whole_request=True) == pytest.approx(200 + out_sq / mean_out)
+
+
+def test_attention_dp_replicates_attention_and_splits_the_kv_by_request():
+    """DeepSeek-V3 on 8 GPUs, tp=8 with attention DP: every rank holds whole attention, dense and
+    shared-expert weights, embeddings and lm_head, and 1/8 of the routed experts; its KV cache
+    holds the whole MLA latent of its own sequences, so the unit holds 8 pools' worth of sequences."""
+    mem, reserve = 180e9, 3 * GiB
+    kw = dict(weights_fmt="nvfp4", kv_fmt="bf16", tp=8, max_seq_len=32768, max_batch_size=16,
+              activation_reserve_bytes=reserve)
+    tp_only = unit_capacity(DEEPSEEK_V3, mem, **kw)
+    adp = unit_capacity(DEEPSEEK_V3, mem, attention_dp=True, **kw)
+    h = 7168
+    attn = 61 * (1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * h + h * 1536 + h * 576)
+    dense_mlp = 3 * 3 * h * 18432
+    shared = 58 * 3 * h * 2048
+    experts = 58 * 256 * 3 * h * 2048
+    embed_head = 2 * 129280 * h
+    norms_routers = 61 * (2 * h + 1536 + 512) + h + 58 * 256 * h
+    weights = 0.5625 * (attn + dense_mlp + shared + experts / 8) + 2 * (embed_head + norms_routers)
+    assert adp.weight_bytes == pytest.approx(weights)
+    assert adp.weight_bytes > tp_only.weight_bytes
+    assert adp.kv_bytes_per_token == tp_only.kv_bytes_per_token == 61 * 576 * 2  # MLA latent is whole either way
+    blocks = math.floor(0.9 * (mem - weights - reserve) / (61 * 576 * 2 * 32))
+    assert adp.ranks == 8 and adp.max_sequences == 8 * (blocks // 1024)
+    assert adp.batch_reachable == (adp.max_sequences >= 8 * 16)
+
+
+def test_attention_dp_decode_spreads_sequences_over_the_ranks():
+    adp = decode_ceiling(DEEPSEEK_V3, weights_fmt="nvfp4", bandwidth_tbps=8.0, batch=64, context_len=4096,
+                         tp=8, attention_dp=True)
+    tp_only = decode_ceiling(DEEPSEEK_V3, weights_fmt="nvfp4", bandwidth_tbps=8.0, batch=64, context_len=4096, tp=8)
+    # each rank reads the latent of its 8 sequences only; under plain TP every rank reads all 64
+    assert adp.kv_bytes_read == pytest.approx(8 * 4096 * 61 * 576 * 2)
+    assert tp_only.kv_bytes_read == pytest.approx(64 * 4096 * 61 * 576 * 2)
+    assert adp.tokens_per_s_at_batch > tp_only.tokens_per_s_at_batch

@@ -23,7 +23,7 @@ def options(model: Model) -> dict:
 TOP_LEVEL = {
     "tensor_parallel_size": int, "pipeline_parallel_size": int, "moe_expert_parallel_size": int,
     "max_batch_size": int, "max_num_tokens": int, "max_seq_len": int, "max_input_len": int,
-    "max_beam_width": int, "enable_chunked_prefill": bool, "attn_backend": str,
+    "max_beam_width": int, "enable_chunked_prefill": bool, "attn_backend": str, "enable_attention_dp": bool,
     "kv_cache_config": dict, "scheduler_config": dict, "cuda_graph_config": dict, "moe_config": dict,
 }
 KV_CACHE = {"free_gpu_memory_fraction": float, "enable_block_reuse": bool, "tokens_per_block": int, "dtype": str}
@@ -43,7 +43,7 @@ def _models() -> list[tuple[str, Model]]:
             out.append((f"{path.parent.name}/{name}", Model.model_validate(m)))
     every_knob = {
         "source": {"path": "m"}, "quantization": {"weights": "fp8", "kv_cache": "fp8"},
-        "parallelism": {"tp": 4, "pp": 2, "ep": 4},
+        "parallelism": {"tp": 4, "pp": 2, "ep": 4, "attention_dp": True},
         "kernels": {"attention": "flashinfer", "moe": "deepgemm"},
         "runtime": {"kv_cache_memory_fraction": 0.85, "scheduler": "max_utilization", "chunked_prefill": True,
                     "block_reuse": False, "tokens_per_block": 64, "cuda_graph_batch_sizes": [8, 1, 4]},
@@ -77,7 +77,7 @@ def test_every_knob_reaches_its_field() -> None:
     opts = dict(_models())["every-knob"]
     opts = options(opts)
     assert opts["tensor_parallel_size"] == 4 and opts["pipeline_parallel_size"] == 2
-    assert opts["moe_expert_parallel_size"] == 4
+    assert opts["moe_expert_parallel_size"] == 4 and opts["enable_attention_dp"] is True
     assert opts["attn_backend"] == "FLASHINFER" and opts["moe_config"] == {"backend": "DEEPGEMM"}
     assert opts["kv_cache_config"] == {"free_gpu_memory_fraction": 0.85, "enable_block_reuse": False,
                                        "tokens_per_block": 64, "dtype": "fp8"}

@@ -40,6 +40,8 @@ def options(rm: ResolvedModel) -> dict:
     }
     if par.ep > 1:
         opts["moe_expert_parallel_size"] = par.ep
+    if par.attention_dp:
+        opts["enable_attention_dp"] = True
     if k.moe is not None:
         opts["moe_config"] = {"backend": k.moe.upper()}
     if rt.cuda_graph_batch_sizes is not None:

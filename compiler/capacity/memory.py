@@ -96,15 +96,15 @@ def _resolver(weights_fmt, exclude, overrides, block_size, unquantized_fmt):
 
 def weight_bytes(arch: ModelArch, weights_fmt: str, *, exclude: Sequence[str] = (),
                  overrides: Sequence[Override] = (), block_size: int | None = None, unquantized_fmt: str = "bf16",
-                 tp: int = 1, pp: int = 1) -> WeightBreakdown:
+                 tp: int = 1, pp: int = 1, attention_dp: bool = False) -> WeightBreakdown:
     """Memoised front of `_weight_bytes` (the planner asks the same question for every replica,
     and a large MoE has ~10^5 expert modules to walk)."""
     key = (repr(arch), weights_fmt, tuple(exclude), tuple(tuple(o) for o in overrides), block_size,
-           unquantized_fmt, tp, pp)
+           unquantized_fmt, tp, pp, attention_dp)
     hit = _WEIGHT_CACHE.get(key)
     if hit is None:
         hit = _weight_bytes(arch, weights_fmt, exclude=exclude, overrides=overrides, block_size=block_size,
-                            unquantized_fmt=unquantized_fmt, tp=tp, pp=pp)
+                            unquantized_fmt=unquantized_fmt, tp=tp, pp=pp, attention_dp=attention_dp)
         if len(_WEIGHT_CACHE) > 256:
             _WEIGHT_CACHE.clear()
         _WEIGHT_CACHE[key] = hit
@@ -124,6 +124,7 @@ def _weight_bytes(
     unquantized_fmt: str = "bf16",
     tp: int = 1,
     pp: int = 1,
+    attention_dp: bool = False,
 ) -> WeightBreakdown:
     """Weight bytes per GPU of a tp x pp unit.
 
@@ -131,6 +132,10 @@ def _weight_bytes(
     norms stay at `unquantized_fmt`. `overrides` = (glob, format or None, block or None) in order,
     last match wins; a None block means the format's default. `exclude` globs win over overrides.
     Embeddings sit on the first stage, the final norm and lm_head on the last.
+
+    With `attention_dp` every rank holds whole copies of everything but the routed experts
+    (attention, dense and shared MLPs, embedding, lm_head), which stay split over the tp ranks
+    (TensorRT-LLM 1.2: Attention and the DeepSeek MLPs take tp_size 1 under attention DP).
     """
     if tp < 1:
         raise ValueError(f"tp must be >= 1, got {tp}")
@@ -158,7 +163,7 @@ def _weight_bytes(
 
     groups = inventory(arch)
     for g in groups:
-        per_gpu = g.params_per_gpu(tp)
+        per_gpu = g.params_per_gpu(tp if g.is_expert or not attention_dp else 1)
         if g.layers:
             for i in g.layers:
                 for name in g.names_in_layer(i):
@@ -170,7 +175,7 @@ def _weight_bytes(
         # A tied lm_head shares the table on one GPU; the last stage needs its own copy.
         table = next(g for g in groups if g.kind == EMBEDDING)
         copy = ModuleGroup("lm_head", LM_HEAD, table.params_each)
-        add(acc[-1], copy, "lm_head", copy.params_per_gpu(tp))
+        add(acc[-1], copy, "lm_head", copy.params_per_gpu(1 if attention_dp else tp))
 
     s = max(range(len(acc)), key=lambda k: acc[k].total)
     a = acc[s]
@@ -216,11 +221,35 @@ def kv_bytes_per_token(
     return layers * largest_stage / arch.layers * per_layer * elem
 
 
-def reserve_estimate(arch: ModelArch, gpu_memory_bytes: float, max_num_tokens: int) -> float:
-    """Activation + CUDA context/workspace allowance per GPU. An estimate; see the constants above."""
+@dataclass(frozen=True)
+class ReserveTerm:
+    name: str
+    bytes: float
+    derivation: str  # how the figure is made, for the plan
+
+
+def reserve_terms(arch: ModelArch, gpu_memory_bytes: float, max_num_tokens: int) -> tuple[ReserveTerm, ...]:
+    """What TensorRT-LLM holds besides weights before it sizes the KV cache, per GPU. The pinned
+    runtime (1.2, PyTorch backend) profiles one max_num_tokens forward pass and gives the KV cache
+    free_gpu_memory_fraction of `total - (weights + peak activations + memory outside torch)`
+    (_util.py KvCacheCreator.configure_kv_cache_capacity); the engine runtime gives it that fraction
+    of what is free after the engine, its activation workspace (also sized by max_num_tokens) and
+    its buffers are loaded. Both run-time terms are estimated here."""
     activations = max_num_tokens * arch.hidden * ACTIVATION_WIDTHS * 2
     context = min(CONTEXT_MAX, max(CONTEXT_MIN, gpu_memory_bytes / 64))
-    return activations + context
+    return (
+        ReserveTerm("activations", activations,
+                    f"peak activations of a max_num_tokens pass: {max_num_tokens:,} tokens x hidden {arch.hidden:,} "
+                    f"x {ACTIVATION_WIDTHS} x 2 B"),
+        ReserveTerm("runtime", context,
+                    "CUDA context, NCCL and library workspaces, CUDA graph pools: 1/64 of the memory, "
+                    f"within {CONTEXT_MIN // MiB} MiB-{CONTEXT_MAX // GiB} GiB"),
+    )
+
+
+def reserve_estimate(arch: ModelArch, gpu_memory_bytes: float, max_num_tokens: int) -> float:
+    """Activation + CUDA context/workspace allowance per GPU. An estimate; see reserve_terms."""
+    return sum(t.bytes for t in reserve_terms(arch, gpu_memory_bytes, max_num_tokens))
 
 
 @dataclass(frozen=True)
@@ -235,10 +264,20 @@ class UnitCapacity:
     tokens_in_pool: int
     blocks_in_pool: int
     blocks_per_sequence: int
-    max_sequences: int  # concurrent sequences at max_seq_len
+    max_sequences: int  # concurrent sequences at max_seq_len (all attention-DP ranks together)
     fits: bool  # weights + reserve <= memory
-    batch_reachable: bool  # max_batch_size sequences of max_seq_len fit in the pool
+    batch_reachable: bool  # max_batch_size sequences of max_seq_len fit in the pool (per rank under attention DP)
     weights: WeightBreakdown
+    reserve: tuple[ReserveTerm, ...] = ()  # what the reserve is made of (empty when the caller gave it)
+    tokens_per_block: int = TOKENS_PER_BLOCK
+    ranks: int = 1  # attention-DP ranks, each with its own pool of this size and its own sequences
+
+    def sequences_holding(self, tokens: float) -> int:
+        """Concurrent sequences when each holds `tokens` KV tokens (rounded up to whole blocks)."""
+        if self.kv_bytes_per_token == 0:
+            return self.max_sequences
+        per_seq = max(1, math.ceil(tokens / self.tokens_per_block))
+        return self.ranks * (self.blocks_in_pool // per_seq)
 
 
 def unit_capacity(
@@ -257,39 +296,49 @@ def unit_capacity(
     max_num_tokens: int = 8192,
     kv_cache_memory_fraction: float = 0.9,
     activation_reserve_bytes: float | None = None,
+    tokens_per_block: int = TOKENS_PER_BLOCK,
+    attention_dp: bool = False,
 ) -> UnitCapacity:
     """KV pool and sequence capacity of one GPU of a tp x pp unit.
 
     The pool is `kv_cache_memory_fraction` of the memory left after weights and the reserve, as
-    TensorRT-LLM sizes it (models.md s5). Sequences are counted in whole 32-token blocks. For a model
-    with no KV cache (encoder-only) the pool does not limit anything: max_sequences = max_batch_size
-    when the weights fit.
+    TensorRT-LLM sizes it (reserve_terms). Sequences are counted in whole blocks of
+    `tokens_per_block` tokens (KvCacheConfig.tokens_per_block). For a model with no KV cache
+    (encoder-only) the pool does not limit anything: max_sequences = max_batch_size when the
+    weights fit. Under attention DP each of the tp ranks keeps all KV heads of its own sequences
+    (not a shard of everyone's), so the unit holds tp times the sequences of one pool.
     """
     if not 0.0 <= kv_cache_memory_fraction <= 1.0:
         raise ValueError(f"kv_cache_memory_fraction must be in [0, 1], got {kv_cache_memory_fraction}")
     if max_seq_len < 1 or max_batch_size < 0 or max_num_tokens < 0:
         raise ValueError("max_seq_len must be >= 1; max_batch_size and max_num_tokens >= 0")
+    if tokens_per_block < 1:
+        raise ValueError(f"tokens_per_block must be >= 1, got {tokens_per_block}")
     weights = weight_bytes(
-        arch, weights_fmt, exclude=exclude, overrides=overrides, block_size=block_size, tp=tp, pp=pp
+        arch, weights_fmt, exclude=exclude, overrides=overrides, block_size=block_size, tp=tp, pp=pp,
+        attention_dp=attention_dp,
     )
     mem = max(0.0, float(gpu_memory_bytes))
+    terms: tuple[ReserveTerm, ...] = ()
     if activation_reserve_bytes is None:
-        reserve = reserve_estimate(arch, mem, max_num_tokens)
+        terms = reserve_terms(arch, mem, max_num_tokens)
+        reserve = sum(t.bytes for t in terms)
     else:
         reserve = float(activation_reserve_bytes)
     headroom = mem - weights.total_bytes - reserve
     fits = headroom >= 0
     free = max(0.0, headroom)
     pool = free * kv_cache_memory_fraction
-    per_token = kv_bytes_per_token(arch, kv_fmt, tp=tp, pp=pp, seq_len=max_seq_len)
-    blocks_per_seq = math.ceil(max_seq_len / TOKENS_PER_BLOCK)
+    ranks = tp if attention_dp else 1
+    per_token = kv_bytes_per_token(arch, kv_fmt, tp=1 if attention_dp else tp, pp=pp, seq_len=max_seq_len)
+    blocks_per_seq = math.ceil(max_seq_len / tokens_per_block)
     if per_token > 0:
         tokens = int(pool // per_token)
-        blocks = int(pool // (per_token * TOKENS_PER_BLOCK))
-        max_seqs = blocks // blocks_per_seq
+        blocks = int(pool // (per_token * tokens_per_block))
+        max_seqs = ranks * (blocks // blocks_per_seq)
     else:
         tokens = blocks = 0
-        max_seqs = max_batch_size if fits else 0
+        max_seqs = ranks * max_batch_size if fits else 0
     return UnitCapacity(
         gpu_memory_bytes=mem,
         weight_bytes=weights.total_bytes,
@@ -303,8 +352,11 @@ def unit_capacity(
         blocks_per_sequence=blocks_per_seq,
         max_sequences=max_seqs,
         fits=fits,
-        batch_reachable=fits and max_seqs >= max_batch_size,
+        batch_reachable=fits and max_seqs >= ranks * max_batch_size,
         weights=weights,
+        reserve=terms,
+        tokens_per_block=tokens_per_block,
+        ranks=ranks,
     )
 
 

@@ -16,8 +16,10 @@ _COLS = ["Unit", "Model", "Slice", "Memory", "Weights", "Reserve", "KV pool", "H
 
 
 def unit_row(f: UnitFigures, max_batch: int) -> dict:
-    """One unit's figures as JSON data (bytes rounded to integers)."""
+    """One unit's figures as JSON data (bytes rounded to integers). `max_batch` is the model's
+    max_batch_size; under attention DP it applies per rank, and the row gives the unit's total."""
     c = f.capacity
+    max_batch *= c.ranks
     d = {
         "unit": f.unit_id, "host": f.host, "model": f.model, "gpu": f.gpu, "slice": f.slice, "gpus": f.gpus,
         "memory_bytes": round(c.gpu_memory_bytes), "weight_bytes": round(c.weight_bytes),
@@ -25,6 +27,8 @@ def unit_row(f: UnitFigures, max_batch: int) -> dict:
         "headroom_bytes": round(c.headroom_bytes), "kv_bytes_per_token": round(c.kv_bytes_per_token, 3),
         "max_sequences": c.max_sequences, "max_batch_size": max_batch, "fits": c.fits,
         "batch_reachable": c.batch_reachable, "weak_facts": list(f.weak_facts),
+        "reserve": [{"name": t.name, "bytes": round(t.bytes), "derivation": t.derivation} for t in c.reserve],
+        "assumptions": list(f.assumptions),
         "decode": None, "cost_per_million_tokens": None,
     }
     if f.decode is not None:
@@ -53,11 +57,14 @@ def render_capacity(rows: list[dict], fmt: str = "text") -> str:
         return json.dumps({"units": rows}, indent=2, sort_keys=True)
     cells = [_cells(r) for r in rows]
     weak = sorted({w for r in rows for w in r["weak_facts"]})
+    assumptions = _assumptions(rows)
     if fmt == "markdown":
         out = ["### Capacity", "", "| " + " | ".join(_COLS) + " |", "|" + "---|" * len(_COLS)]
         out += ["| " + " | ".join(c) + " |" for c in cells]
         if weak:
             out += ["", "Figures rest on facts that are not verified: " + "; ".join(weak) + "."]
+        if assumptions:
+            out += ["", "Assumptions:"] + [f"- {units}: {text}" for units, text in assumptions]
         out += ["", _FOOTNOTE]
         return "\n".join(out)
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(_COLS)]
@@ -67,8 +74,23 @@ def render_capacity(rows: list[dict], fmt: str = "text") -> str:
     out += [line.format(*c).rstrip() for c in cells]
     if weak:
         out += ["", "Not verified: " + "; ".join(weak)]
+    if assumptions:
+        out += ["", "Assumptions:"] + [f"  {units}: {text}" for units, text in assumptions]
     out += ["", _FOOTNOTE]
     return "\n".join(out)
+
+
+def _assumptions(rows: list[dict]) -> list[tuple[str, str]]:
+    """(units, assumption) with the units that share an assumption named together."""
+    by_text: dict[str, list[str]] = {}
+    for r in rows:
+        for a in r.get("assumptions", ()):
+            by_text.setdefault(a, []).append(r["unit"])
+    out = []
+    for text, units in by_text.items():
+        shown = "all units" if len(units) == len(rows) and len(rows) > 1 else ", ".join(units)
+        out.append((shown, text))
+    return out
 
 
 _FOOTNOTE = ("Decode figures are a memory-bandwidth roofline (an upper bound); MIG instances get their memory "

@@ -6,10 +6,10 @@ import math
 from dataclasses import dataclass
 
 from compiler.catalog.types import WEAK_STATUSES, GpuSpec, ModelArch
-from compiler.spec.models import UNQUANTIZED, Model
 
 from .memory import UnitCapacity, gpu_memory_bytes, mig_bandwidth_tbps, unit_capacity
 from .roofline import DecodeCeiling, cost_per_million_tokens, decode_ceiling, mig_gpu_share
+from .workload import TrafficShape
 
 GiB = float(1 << 30)
 #: Assumed bandwidth left to one MIG instance while its neighbours are busy (a planning assumption).
@@ -17,6 +17,33 @@ SHARED_GPU_DERATE = 0.9
 #: Architecture facts the sizing reads (parameter totals are recomputed from the dimensions).
 _SIZING_FACTS = frozenset({"layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "moe_intermediate",
                            "vocab", "experts", "experts_per_token", "tied_embeddings", "sliding_window", "mla"})
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What the figures of one unit depend on besides the hardware and the architecture; the
+    analysis (compiler/ir) builds it from the model's effective formats and spec."""
+
+    weights_fmt: str  # storage format of the quantized linears (the dtype when not quantized)
+    kv_fmt: str  # storage format of the KV cache
+    exclude: tuple[str, ...]
+    overrides: tuple[tuple[str, str | None, int | None], ...]  # (glob, format or None = unquantized, block)
+    block_size: int | None
+    tp: int
+    pp: int
+    attention_dp: bool
+    max_seq_len: int
+    max_batch_size: int
+    max_num_tokens: int
+    kv_cache_memory_fraction: float
+    tokens_per_block: int
+    reserves_whole_request: bool  # GUARANTEED_NO_EVICT: a request's whole length is reserved at admission
+    workload: TrafficShape | None = None
+
+    @property
+    def quant(self) -> dict:
+        return {"weights_fmt": self.weights_fmt, "kv_fmt": self.kv_fmt, "exclude": self.exclude,
+                "overrides": self.overrides, "block_size": self.block_size}
 
 
 @dataclass(frozen=True)
@@ -31,28 +58,18 @@ class UnitFigures:
     decode: DecodeCeiling | None  # at batch 1 and at the reachable batch
     cost_per_mtok: float | None  # at the reachable batch, when a price is given
     weak_facts: tuple[str, ...]  # facts this rests on that are inferred or unverified
+    assumptions: tuple[str, ...] = ()  # what the decode figure and the reserve assume
 
 
-def quant_args(model: Model) -> dict:
-    """The quantization settings as the capacity functions take them."""
-    q = model.quantization
-    weights = q.weights if q.weights not in UNQUANTIZED else model.dtype
-    overrides = tuple((o.match, (o.weights if o.weights not in UNQUANTIZED else None) if o.weights else weights,
-                       o.block_size) for o in q.overrides)
-    kv = q.kv_cache if q.kv_cache != "auto" else model.dtype
-    return {"weights_fmt": weights, "kv_fmt": kv, "exclude": tuple(q.exclude), "overrides": overrides,
-            "block_size": q.block_size}
-
-
-def unit_figures(unit, model: Model, arch: ModelArch, gpu: GpuSpec, price_per_gpu_hour: float | None) -> UnitFigures:
+def unit_figures(unit, sizing: Sizing, arch: ModelArch, gpu: GpuSpec, price_per_gpu_hour: float | None) -> UnitFigures:
     profile = unit.mig.profile if unit.mig is not None else None
-    p = model.parallelism
-    tp, pp = (1, 1) if profile is not None else (p.tp, p.pp)
-    q = quant_args(model)
-    lim = model.limits
-    cap = unit_capacity(arch, gpu_memory_bytes(gpu, profile), tp=tp, pp=pp, max_seq_len=lim.max_seq_len,
-                        max_batch_size=lim.max_batch_size, max_num_tokens=lim.max_num_tokens,
-                        kv_cache_memory_fraction=model.runtime.kv_cache_memory_fraction, **q)
+    tp, pp = (1, 1) if profile is not None else (sizing.tp, sizing.pp)
+    adp = sizing.attention_dp and tp > 1
+    q = sizing.quant
+    cap = unit_capacity(arch, gpu_memory_bytes(gpu, profile), tp=tp, pp=pp, max_seq_len=sizing.max_seq_len,
+                        max_batch_size=sizing.max_batch_size, max_num_tokens=sizing.max_num_tokens,
+                        kv_cache_memory_fraction=sizing.kv_cache_memory_fraction,
+                        tokens_per_block=sizing.tokens_per_block, attention_dp=adp, **q)
     if profile is not None:
         bw = mig_bandwidth_tbps(gpu, profile)
         derate = SHARED_GPU_DERATE if unit.instances_on_gpu > 1 else 1.0
@@ -61,16 +78,29 @@ def unit_figures(unit, model: Model, arch: ModelArch, gpu: GpuSpec, price_per_gp
     else:
         bw, derate, share = gpu.bandwidth_tbps, 1.0, float(len(unit.gpu_indexes))
         gpus = len(unit.gpu_indexes)
-        slice_name = "1 GPU" if gpus == 1 else f"tp{tp} x pp{pp} ({gpus} GPUs)"
+        slice_name = "1 GPU" if gpus == 1 else f"tp{tp} x pp{pp} ({gpus} GPUs)" + (" attention-DP" if adp else "")
     decode = None
     cost = None
-    batch = max(1, min(lim.max_batch_size, cap.max_sequences))
+    ranks = tp if adp else 1
+    w = sizing.workload
+    if w is None:
+        context = float(sizing.max_seq_len)
+        concurrent = cap.max_sequences
+        assumptions = [f"decode: every sequence at max_seq_len {sizing.max_seq_len:,} (no workload in the spec)"]
+    else:
+        context = min(w.decode_context, float(sizing.max_seq_len))
+        concurrent = cap.sequences_holding(min(w.held_tokens(sizing.reserves_whole_request), sizing.max_seq_len))
+        assumptions = [f"decode: mean context {context:,.0f} tokens per sequence for {w.describe()}"]
+    batch = max(1, min(ranks * sizing.max_batch_size, concurrent))
     if cap.fits and not arch.encoder_only:
-        decode = decode_ceiling(arch, bandwidth_tbps=bw, batch=batch, context_len=lim.max_seq_len, tp=tp, pp=pp,
-                                derate=derate, weights_fmt=q["weights_fmt"], kv_fmt=q["kv_fmt"],
-                                exclude=q["exclude"], overrides=q["overrides"], block_size=q["block_size"])
+        decode = decode_ceiling(arch, bandwidth_tbps=bw, batch=batch, context_len=math.ceil(context), tp=tp, pp=pp,
+                                derate=derate, attention_dp=adp, **q)
         if price_per_gpu_hour is not None and decode.tokens_per_s_at_batch > 0:
             cost = cost_per_million_tokens(price_per_gpu_hour, share, decode.tokens_per_s_at_batch)
+    if cap.reserve:
+        assumptions.append("reserve: " + " + ".join(f"{t.name} {size(t.bytes)} ({t.derivation})" for t in cap.reserve))
+    assumptions.append(f"KV pool: {sizing.kv_cache_memory_fraction:g} of memory - weights - reserve, in blocks of "
+                       f"{sizing.tokens_per_block} tokens" + (f", one pool per attention-DP rank ({ranks})" if adp else ""))
     weak = []
     if profile is not None and profile.memory_mib is None:
         weak.append(f"{profile.name} memory (estimated from its memory slices)")
@@ -80,7 +110,13 @@ def unit_figures(unit, model: Model, arch: ModelArch, gpu: GpuSpec, price_per_gp
     arch_weak = sorted(k for k, v in arch.status.items() if v in WEAK_STATUSES and k in _SIZING_FACTS)
     if arch_weak:
         weak.append(f"{arch.name} {', '.join(arch_weak)} ({arch.status[arch_weak[0]]})")
-    return UnitFigures(unit.id, unit.host, unit.model, gpu.name, slice_name, gpus, cap, decode, cost, tuple(weak))
+    return UnitFigures(unit.id, unit.host, unit.model, gpu.name, slice_name, gpus, cap, decode, cost, tuple(weak),
+                       tuple(assumptions))
+
+
+def size(x: float) -> str:
+    """Bytes for people: MiB below a GiB, else GiB."""
+    return f"{x / (1 << 20):,.0f} MiB" if abs(x) < GiB else gib(x)
 
 
 def gib(x: float) -> str:

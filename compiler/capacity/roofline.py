@@ -67,22 +67,30 @@ def decode_ceiling(
     tp: int = 1,
     pp: int = 1,
     derate: float = 1.0,
+    attention_dp: bool = False,
 ) -> DecodeCeiling:
     """Tokens/s ceiling of a tp x pp unit; `bandwidth_tbps` is per GPU (or per MIG instance) in
-    TB/s (1e12 B/s) and `context_len` the average tokens already in each sequence's context."""
+    TB/s (1e12 B/s) and `context_len` the average tokens already in each sequence's context.
+
+    Under attention DP the `batch` sequences are spread over the tp ranks; each rank streams its
+    own full copy of the non-expert weights and the KV of its own sequences, and the experts it
+    holds for the tokens of all ranks."""
     if batch < 1 or context_len < 0 or bandwidth_tbps <= 0 or derate <= 0:
         raise ValueError("batch >= 1, context_len >= 0, bandwidth_tbps > 0 and derate > 0 required")
+    ranks = tp if attention_dp else 1
     # Per TP rank over the whole depth: stages hand off in turn, so the chain streams all of it.
     w = weight_bytes(
         arch, weights_fmt, exclude=exclude, overrides=overrides, block_size=block_size,
-        unquantized_fmt=unquantized_fmt, tp=tp, pp=1,
+        unquantized_fmt=unquantized_fmt, tp=tp, pp=1, attention_dp=attention_dp,
     )
-    kv_seq = kv_bytes_per_token(arch, kv_fmt, tp=tp, seq_len=context_len) * context_len if context_len else 0.0
+    kv_tp = 1 if attention_dp else tp
+    kv_seq = kv_bytes_per_token(arch, kv_fmt, tp=kv_tp, seq_len=context_len) * context_len if context_len else 0.0
     bw = bandwidth_tbps * 1e12 * derate
 
     def step_s(b: int) -> tuple[float, float, float]:
-        micro = math.ceil(b / min(pp, b))
-        wt, kv = weights_touched(arch, w, micro), micro * kv_seq
+        per_rank = math.ceil(b / ranks)
+        micro = math.ceil(per_rank / min(pp, per_rank))
+        wt, kv = weights_touched(arch, w, min(b, micro * ranks)), micro * kv_seq
         return (wt + kv) / bw, wt, kv
 
     t1, _, _ = step_s(1)

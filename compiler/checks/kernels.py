@@ -246,3 +246,56 @@ class FlashinferBackend(Check):
                                f"model {name!r}: attention backend {a!r} needs the flashinfer package in the "
                                "serving image; without it TensorRT-LLM silently falls back to trtllm",
                                help="make sure the image installs flashinfer, or use attention: trtllm")
+
+
+def _lengths(value) -> list[int]:
+    return [value] if isinstance(value, int) else [b.tokens for b in value]
+
+
+class WorkloadPromptTooLong(Check):
+    """The workload has prompts longer than `limits.max_input_len`.
+
+    TensorRT-LLM refuses a request whose prompt is longer than max_input_len, so the traffic the
+    spec describes would partly fail. Raise max_input_len (and max_seq_len), or correct the
+    workload.
+    """
+
+    code = "K609"
+    name = "workload-prompt-too-long"
+    order = 60
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m in ctx.spec.models.items():
+            if m.workload is None:
+                continue
+            longest = max(_lengths(m.workload.input_tokens))
+            if longest > m.limits.max_input_len:
+                yield ctx.diag(self, _mpath(name, "workload", "input_tokens"),
+                               f"model {name!r}: the workload has prompts of {longest} tokens, longer than "
+                               f"limits.max_input_len {m.limits.max_input_len}; such requests are refused",
+                               help=f"raise limits.max_input_len to at least {longest}")
+
+
+class WorkloadLongerThanSequence(Check):
+    """The workload's prompt plus output is longer than `limits.max_seq_len`.
+
+    Generation stops at max_seq_len, so the longest requests of the described traffic would be cut
+    short; the capacity plan caps them at max_seq_len too.
+    """
+
+    code = "K610"
+    name = "workload-longer-than-sequence"
+    severity = Severity.WARNING
+    order = 60
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m in ctx.spec.models.items():
+            w = m.workload
+            if w is None:
+                continue
+            longest = max(_lengths(w.input_tokens)) + max(_lengths(w.output_tokens))
+            if longest > m.limits.max_seq_len and max(_lengths(w.input_tokens)) <= m.limits.max_input_len:
+                yield ctx.diag(self, _mpath(name, "workload", "output_tokens"),
+                               f"model {name!r}: the workload's longest requests need {longest} tokens, more than "
+                               f"limits.max_seq_len {m.limits.max_seq_len}; their output is cut short",
+                               help=f"raise limits.max_seq_len to {longest}, or shorten the workload")

@@ -71,7 +71,7 @@ class NoSequenceFits(Check):
             if not cap.fits or cap.kv_bytes_per_token == 0 or cap.max_sequences >= 1:
                 continue
             lim = ctx.spec.models[unit.model].limits
-            need = cap.blocks_per_sequence * 32 * cap.kv_bytes_per_token
+            need = cap.blocks_per_sequence * cap.tokens_per_block * cap.kv_bytes_per_token
             yield ctx.diag(
                 self, unit.path + ("serves",),
                 f"no sequence of max_seq_len={lim.max_seq_len} fits in the KV cache of {unit.id}: one sequence "

@@ -245,3 +245,40 @@ class MoreStagesThanLayers(Check):
                                "stages; a stage without layers cannot run",
                                help=f"use pp <= {arch.layers} (a divisor: {_divisors(arch.layers)}), or tensor "
                                     "parallelism", notes=_note(arch, "layers"))
+
+
+class AttentionDpInvalid(Check):
+    """`parallelism.attention_dp` where TensorRT-LLM cannot apply it as Kiln sizes it.
+
+    Attention data parallelism (LLM-API `enable_attention_dp`) turns the tp ranks of a unit into
+    tp attention ranks, each with whole attention weights and a KV cache of its own requests,
+    while the routed experts stay split over the ranks (TensorRT-LLM 1.2: mapping.py `dp_size`,
+    DeepSeek-V3's `_compute_mlp_tp_size`). It is a PyTorch-backend option (llmapi target only);
+    with tp = 1 there is nothing to split; and it is built for mixture-of-experts models, whose
+    expert layers keep the ranks busy together (a dense model would hold tp full copies).
+    """
+
+    code = "K709"
+    name = "attention-dp-invalid"
+    order = 70
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m in ctx.spec.models.items():
+            par = m.parallelism
+            if not par.attention_dp:
+                continue
+            path = _ppath(name, "attention_dp")
+            rm = ctx.ir.models.get(name)
+            arch = rm.arch if rm is not None else None
+            if ctx.spec.target == "engine":
+                yield ctx.diag(self, path, f"model {name!r}: attention_dp is a PyTorch-backend option "
+                                           "(enable_attention_dp) that the engine target cannot apply",
+                               help="remove it, or use `target: llmapi`")
+            elif par.tp == 1:
+                yield ctx.diag(self, path, f"model {name!r}: attention_dp with tp=1 has nothing to split; "
+                                           "it needs tp > 1 (the attention ranks)",
+                               help="set parallelism.tp to the GPUs of the unit, or remove attention_dp")
+            elif arch is not None and not arch.is_moe:
+                yield ctx.diag(self, path, f"model {_label(name, arch)} has no experts: under attention_dp each "
+                                           f"of the {par.tp} ranks would hold the whole model",
+                               help="use tensor parallelism alone for dense models (remove attention_dp)")

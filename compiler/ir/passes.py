@@ -13,10 +13,11 @@ from collections import Counter
 from typing import Callable
 
 from compiler.capacity.placement import search_placement
-from compiler.capacity.report import unit_figures
+from compiler.capacity.report import Sizing, unit_figures
+from compiler.capacity.workload import traffic_shape
 from compiler.catalog.formats import load_format_table
 
-from .types import Formats, ModuleFormat, Ports, Resolved, ResolvedHost, ServingUnit
+from .types import Formats, ModuleFormat, Ports, Resolved, ResolvedHost, ResolvedModel, ServingUnit
 
 Pass = Callable[[Resolved], Resolved]
 
@@ -165,16 +166,39 @@ def unsizable_reason(ir: Resolved, unit: ServingUnit) -> str | None:
     return None
 
 
+def sizing(rm: ResolvedModel) -> Sizing:
+    """What the capacity figures of a model's units depend on, from its effective formats and spec."""
+    f, m = rm.formats, rm.spec
+    overrides = tuple((o.match, o.weights, o.block_size) if o.weights is not None or o.block_size is None
+                      else (o.match, f.storage_weights, o.block_size) for o in f.overrides)
+    w = m.workload
+    shape = None
+    if w is not None:
+        def lengths(v):
+            return v if isinstance(v, int) else tuple((b.tokens, b.share) for b in v)
+        shape = traffic_shape(lengths(w.input_tokens), lengths(w.output_tokens))
+    return Sizing(weights_fmt=f.storage_weights, kv_fmt=f.storage_kv, exclude=f.exclude, overrides=overrides,
+                  block_size=f.block_size, tp=m.parallelism.tp, pp=m.parallelism.pp,
+                  attention_dp=m.parallelism.attention_dp, max_seq_len=m.limits.max_seq_len,
+                  max_batch_size=m.limits.max_batch_size, max_num_tokens=m.limits.max_num_tokens,
+                  kv_cache_memory_fraction=m.runtime.kv_cache_memory_fraction,
+                  tokens_per_block=m.runtime.tokens_per_block,
+                  reserves_whole_request=m.runtime.scheduler == "guaranteed_no_evict", workload=shape)
+
+
 def capacity_pass(ir: Resolved) -> Resolved:
     """Per-unit capacity figures: memory breakdown, KV pool, sequences, decode bound, cost."""
     units = []
+    sizings: dict[str, Sizing] = {}
     for u in ir.units:
         why = unsizable_reason(ir, u)
         if why is not None:
             units.append(dataclasses.replace(u, unsized=why))
             continue
         rm, host = ir.models[u.model], ir.hosts[u.host]
-        fig = unit_figures(u, rm.spec, rm.arch, host.gpu, host.spec.price_per_gpu_hour)
+        if u.model not in sizings:
+            sizings[u.model] = sizing(rm)
+        fig = unit_figures(u, sizings[u.model], rm.arch, host.gpu, host.spec.price_per_gpu_hour)
         units.append(dataclasses.replace(u, figures=fig))
     return dataclasses.replace(ir, units=tuple(units))
 

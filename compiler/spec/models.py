@@ -23,6 +23,7 @@ from .types import (
     Revision,
     Version,
     one_or_many,
+    scalar_or_list,
     scalar_or_mapping,
     value_error,
 )
@@ -199,6 +200,12 @@ class Parallelism(SpecModel):
     ep: Annotated[int, Field(ge=1, le=256)] = 1
     """Expert parallelism for MoE models (moe_expert_parallel_size); must divide tp."""
 
+    attention_dp: bool = False
+    """Attention data parallelism (enable_attention_dp, llmapi target): each of the tp ranks runs
+    attention for its own requests with a full copy of the attention weights and its own KV cache,
+    while the routed experts stay split over the ranks. For MoE models with tp > 1 (DeepSeek-style);
+    max_batch_size then applies per rank."""
+
 
 class Limits(SpecModel):
     """Build-time limits. For the engine target they are baked into the engine; for llmapi they go to
@@ -225,6 +232,43 @@ class Limits(SpecModel):
             raise value_error(f"max_input_len ({self.max_input_len}) is larger than max_seq_len ({self.max_seq_len})",
                               help="max_seq_len counts prompt and output tokens; raise it or lower max_input_len",
                               key="max_input_len")
+        return self
+
+
+TokenCount = Annotated[int, Field(ge=1, le=4_194_304)]
+
+
+class TokenShare(SpecModel):
+    """A share of the requests that have one token count."""
+
+    tokens: TokenCount
+    """Tokens of these requests."""
+
+    share: Annotated[float, Field(gt=0, le=1)]
+    """Fraction of all requests (the shares of one list add up to 1)."""
+
+
+class Workload(SpecModel):
+    """The requests a model serves, for the capacity planner: prompt and output lengths, each as an
+    average or as a distribution. With it, the decode bound charges each step the mean context a
+    sequence really has (and the KV cache holds as many sequences as that traffic needs) instead of
+    a full max_seq_len per sequence."""
+
+    input_tokens: scalar_or_list(TokenCount, TokenShare,  # type: ignore[valid-type]
+                                 description="Prompt tokens per request: an average, or a list of "
+                                             "{tokens, share} that add up to 1.")
+    output_tokens: scalar_or_list(TokenCount, TokenShare,  # type: ignore[valid-type]
+                                  description="Generated tokens per request: an average, or a list of "
+                                              "{tokens, share} that add up to 1.")
+
+    @model_validator(mode="after")
+    def _shares(self) -> "Workload":
+        for key in ("input_tokens", "output_tokens"):
+            value = getattr(self, key)
+            if isinstance(value, list) and abs(sum(b.share for b in value) - 1.0) > 1e-6:
+                total = sum(b.share for b in value)
+                raise value_error(f"the shares of {key} add up to {total:g}, not 1",
+                                  help="give each share as a fraction of all requests", key=key)
         return self
 
 
@@ -345,6 +389,9 @@ class Model(SpecModel):
 
     serving: Serving = Field(default_factory=Serving)
     """Triton serving options."""
+
+    workload: Workload | None = None
+    """The traffic the model serves (prompt and output lengths); sharpens the capacity plan."""
 
 
 # --- hosts ------------------------------------------------------------------------------------

@@ -91,6 +91,15 @@ def one_or_many(item: Any, *, description: str) -> Any:
     ]
 
 
+def scalar_or_list(scalar: Any, item: Any, *, description: str) -> Any:
+    """A single value, or a non-empty list of another type (a distribution, say)."""
+    return Annotated[
+        Union[Annotated[scalar, Tag("<one>")], Annotated[list[item], Field(min_length=1), Tag("<many>")]],
+        Discriminator(_kind),
+        Field(description=description),
+    ]
+
+
 def scalar_or_mapping(scalar: Any, mapping: Any, *, description: str) -> Any:
     return Annotated[
         Union[Annotated[scalar, Tag("<one>")], Annotated[mapping, Tag("<mapping>")]],
@@ -99,6 +108,6 @@ def scalar_or_mapping(scalar: Any, mapping: Any, *, description: str) -> Any:
     ]
 
 
-__all__ = ["formatted", "value_error", "one_or_many", "scalar_or_mapping", "Name", "Version", "Digest",
+__all__ = ["formatted", "value_error", "one_or_many", "scalar_or_list", "scalar_or_mapping", "Name", "Version", "Digest",
            "PinnedImage", "Repository", "HfRepo", "Revision", "DriverConstraint", "RelPath", "ModuleGlob",
            "FORMAT_ERROR", "VALUE_ERROR", "WithJsonSchema"]
