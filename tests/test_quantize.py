@@ -477,7 +477,8 @@ def test_nvfp4_needs_a_gpu_builder(tmp_path: Path) -> None:
 def test_huggingface_source_offline_uses_a_verified_local_copy(tmp_path: Path, monkeypatch) -> None:
     import logging
 
-    from compiler.actions.source import SourceError as QuantizeError, directory_digest, fetch_huggingface
+    from compiler.actions.source import SourceError as QuantizeError
+    from compiler.actions.source import SourceRef, directory_digest, fetch_huggingface
 
     mirror = tmp_path / "models"
     shutil.copytree(EXAMPLE / "model", mirror / "kiln" / "tiny")
@@ -485,16 +486,16 @@ def test_huggingface_source_offline_uses_a_verified_local_copy(tmp_path: Path, m
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # an empty Hugging Face cache
     monkeypatch.setenv("KILN_MODELS", str(mirror))
     digest = directory_digest(EXAMPLE / "model")
-    source = {"huggingface": "kiln/tiny", "revision": "0" * 40, "digest": digest}
+    source = SourceRef(huggingface="kiln/tiny", revision="0" * 40, digest=digest)
     log = logging.getLogger("test")
     assert fetch_huggingface(source, log) == mirror / "kiln" / "tiny"
     with pytest.raises(QuantizeError, match="sets no `source.digest`"):
-        fetch_huggingface({**source, "digest": None}, log)
+        fetch_huggingface(source.model_copy(update={"digest": None}), log)
     (mirror / "kiln" / "tiny" / "tokenizer_config.json").write_text("{}")
     with pytest.raises(QuantizeError, match=f"has digest sha256:[0-9a-f]{{64}}, not {digest}"):
         fetch_huggingface(source, log)
     with pytest.raises(QuantizeError, match="no local copy"):
-        fetch_huggingface({**source, "huggingface": "kiln/absent"}, log)
+        fetch_huggingface(source.model_copy(update={"huggingface": "kiln/absent"}), log)
 
 
 def test_exact_match_metric_scores_greedy_continuations(tmp_path: Path) -> None:
