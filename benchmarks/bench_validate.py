@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import sys
 import tempfile
 import time
@@ -113,17 +112,12 @@ def main() -> None:
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
-    full = importlib.util.find_spec("compiler.semantic") is not None
-    if full:
-        from compiler.pipeline import validate_path
+    from compiler.pipeline import validate_path
 
-        def run(path: Path) -> list:
-            return validate_path(path).diagnostics
+    def run(path: Path) -> list:
+        return validate_path(path).diagnostics
 
-        what = "validate_path (load, parse, semantic checks)"
-    else:
-        run = _front_end
-        what = "load + parse only: compiler.semantic is not importable yet"
+    what = "validate_path (load, parse, resolve, analysis passes, checks)"
     print(f"timing: {what}; best of {args.repeat} runs per size")
 
     rows = []
@@ -136,7 +130,7 @@ def main() -> None:
                 print(f"  {n} models: {size} bytes is over the {MAX_BYTES}-byte limit; skipped")
                 continue
             seconds, diags = best_of(run, path, args.repeat)
-            front, _ = best_of(_front_end, path, args.repeat) if full else (seconds, diags)
+            front, _ = best_of(_front_end, path, args.repeat)
             errors = [d for d in diags if d.severity.value == "error"]
             if errors:
                 print(f"  warning: the {n}-model spec has {len(errors)} errors, e.g. "
@@ -153,19 +147,18 @@ def main() -> None:
               f"{front:>13.4f} {ndiag:>6}")
         prev = seconds
     print("\nideal growth is 10x per step (linear in the number of models)")
-    if full:
-        examples = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*/kiln.yaml"))
-        print(f"\n{'example':<28} {'bytes':>6} {'seconds':>9} {'units':>6}")
-        for path in examples:
-            seconds, _ = best_of(run, path, args.repeat)
-            units = len(validate_path(path).resolved.units)
-            print(f"{path.parent.name:<28} {path.stat().st_size:>6} {seconds:>9.4f} {units:>6}")
-        with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
-            fleet = Path(tmp) / "fleet.yaml"
-            fleet.write_text(generate(1000), encoding="utf-8")
-            units = len(validate_path(fleet).resolved.units)
-            seconds, _ = best_of(run, fleet, max(1, args.repeat // 2))
-            print(f"{'generated fleet (1000 hosts)':<28} {fleet.stat().st_size:>6} {seconds:>9.4f} {units:>6}")
+    examples = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*/kiln.yaml"))
+    print(f"\n{'example':<28} {'bytes':>6} {'seconds':>9} {'units':>6}")
+    for path in examples:
+        seconds, _ = best_of(run, path, args.repeat)
+        units = len(validate_path(path).resolved.units)
+        print(f"{path.parent.name:<28} {path.stat().st_size:>6} {seconds:>9.4f} {units:>6}")
+    with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
+        fleet = Path(tmp) / "fleet.yaml"
+        fleet.write_text(generate(1000), encoding="utf-8")
+        units = len(validate_path(fleet).resolved.units)
+        seconds, _ = best_of(run, fleet, max(1, args.repeat // 2))
+        print(f"{'generated fleet (1000 hosts)':<28} {fleet.stat().st_size:>6} {seconds:>9.4f} {units:>6}")
 
 
 if __name__ == "__main__":
