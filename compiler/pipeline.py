@@ -9,7 +9,7 @@ from pathlib import Path
 from compiler.checks import CheckContext, run_checks
 from compiler.diagnostics import Diagnostic, sort_diagnostics
 from compiler.ir import Resolved, analyse, resolve
-from compiler.spec.loader import Document, load_file
+from compiler.spec.loader import Document, load_file, load_text
 from compiler.spec.models import Spec
 from compiler.spec.parse import parse_document
 
@@ -38,11 +38,18 @@ class Validation:
 
 
 def validate_path(path: str | Path, options: Options | None = None, display: str | None = None) -> Validation:
-    options = options or Options()
-    shown = display or str(path)
-    loaded = load_file(path, shown)
-    result = Validation(shown, loaded.document, None, diagnostics=list(loaded.diagnostics),
-                        base_dir=Path(path).resolve().parent)
+    """Validate a spec file; relative paths in it are relative to its directory."""
+    return _validate(load_file(path, display or str(path)), display or str(path), Path(path).resolve().parent,
+                     options or Options())
+
+
+def validate_text(text: str, base_dir: Path, display: str = "kiln.yaml", options: Options | None = None) -> Validation:
+    """Validate a spec held in memory, as if it were the file `display` in `base_dir`."""
+    return _validate(load_text(text, display), display, base_dir.resolve(), options or Options())
+
+
+def _validate(loaded, shown: str, base_dir: Path, options: Options) -> Validation:
+    result = Validation(shown, loaded.document, None, diagnostics=list(loaded.diagnostics), base_dir=base_dir)
     if loaded.document is None:
         result.diagnostics = sort_diagnostics(result.diagnostics)
         return result

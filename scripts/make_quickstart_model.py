@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
-from compiler.quickstart.corpus import Source, collect, split  # noqa: E402
-from compiler.quickstart.train import (  # noqa: E402
+from quickstart_model.corpus import Source, collect, split  # noqa: E402
+from quickstart_model.train import (  # noqa: E402
     EOS, TrainConfig, perplexity, token_stream, train_model, train_tokenizer)
 
 CORPUS_COMMIT = "0a4380bd53ab7a45eee0537dfac34443c22a3223"

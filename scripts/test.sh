@@ -10,4 +10,6 @@ bash scripts/install.sh --dev
 # CI runs more property-test examples than a developer's default run.
 export KILN_HYPOTHESIS_PROFILE=${KILN_HYPOTHESIS_PROFILE:-ci}
 python3 -m compiler schema --check
+# The wheel, installed in a fresh venv, runs the quickstart from its packaged templates and data.
+bash scripts/wheel_smoke.sh
 python3 -m pytest -q "$@"

@@ -23,6 +23,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+from compiler import resources
 from compiler.graph.model import Action
 from compiler.store.canonical import pretty_json
 
@@ -55,7 +56,7 @@ class EngineError(Exception):
 
 @lru_cache(maxsize=1)
 def cli_flags() -> dict[str, dict]:
-    data = json.loads((Path(__file__).parent / "data" / "trtllm_cli.json").read_text(encoding="utf-8"))
+    data = json.loads(resources.read_data("actions", "data", "trtllm_cli.json"))
     return {k: v for k, v in data.items() if not k.startswith("_")}
 
 

@@ -1,7 +1,7 @@
 """`host-script`: the provisioning files of one host, generated from its `host-plan`.
 
 Outputs:
-  provision.sh                   converges the host to the plan (templates/host/provision.sh.j2)
+  provision.sh                   converges the host to the plan (compiler/templates/host/provision.sh.j2)
   kiln-host-<host>.service       systemd unit running `provision.sh --boot` at every boot
   mig-parted.yaml                the same MIG layout for NVIDIA mig-parted (no placements there)
   desired-state.json             a copy of host-plan.json, the state the script converges to
@@ -22,12 +22,14 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
+from compiler import resources
 from compiler.graph.model import Action
 from compiler.serving import layout
 from compiler.serving.yamlout import dump_yaml
 
 from .base import ActionKind, LowerContext, Params, RunContext
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "host"
+
+TEMPLATE_DIR = resources.template_dir("host")
 SCRIPT_TEMPLATE, UNIT_TEMPLATE = "provision.sh.j2", "kiln-host.service.j2"
 TEMPLATES = (SCRIPT_TEMPLATE, UNIT_TEMPLATE)
 _DRIVER = re.compile(r"(>=|<=|==|>|<)?([0-9]+(?:\.[0-9]+)*)")

@@ -2,10 +2,10 @@
 daemon, so it is produced on every builder; `image/<host>` builds and pushes it where Docker runs.
 
 Output (the context itself, usable with a plain `docker build` too):
-  Dockerfile                        templates/image/Dockerfile.j2
+  Dockerfile                        compiler/templates/image/Dockerfile.j2
   layers/model-<m>/opt/kiln/models/<m>/...   the checkpoint of each model served on the host
   layers/repository/opt/kiln/repository/...  the host's Triton model repository (triton-repo/<host>)
-  layers/entrypoint/opt/kiln/bin/serve       templates/image/serve.sh.j2
+  layers/entrypoint/opt/kiln/bin/serve       compiler/templates/image/serve.sh.j2
   image-context.json                what the image action reads: base, content digest, labels, layers
 
 Each layer directory is a tree rooted at `/` and copied with `COPY <dir>/ /`: then every directory
@@ -26,13 +26,15 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
+from compiler import resources
 from compiler.graph.model import Action
 from compiler.serving import layout
 from compiler.store.canonical import canonical_json, pretty_json
 
 from .base import ActionKind, LowerContext, Params, RunContext, checkpoint_action_id
 from .hostscript import Shell, shell_quote
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "image"
+
+TEMPLATE_DIR = resources.template_dir("image")
 DOCKERFILE, ENTRYPOINT = "Dockerfile.j2", "serve.sh.j2"
 TEMPLATES = (DOCKERFILE, ENTRYPOINT)
 ENTRYPOINT_PATH = f"{layout.IMAGE_ROOT}/bin/serve"

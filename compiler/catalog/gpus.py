@@ -8,8 +8,9 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Iterator, Mapping
+
+from compiler import resources
 
 from .lgip import profiles_from_lgip
 from .types import GpuSpec, MigGeometry, MigProfile
@@ -218,7 +219,7 @@ class GpuCatalog:
 
 @lru_cache(maxsize=1)
 def load_gpu_catalog() -> GpuCatalog:
-    text = (resources.files("compiler.catalog") / "data" / "gpus.json").read_text(encoding="utf-8")
+    text = resources.read_data("catalog", "data", "gpus.json")
     return GpuCatalog.from_dict(json.loads(text))
 
 

@@ -6,8 +6,9 @@ import dataclasses
 import difflib
 import json
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Iterator, Mapping
+
+from compiler import resources
 
 from .gpus import describe_source
 from .types import MlaDims, ModelArch
@@ -106,7 +107,7 @@ class ModelCatalog:
 
 @lru_cache(maxsize=1)
 def load_model_catalog() -> ModelCatalog:
-    text = (resources.files("compiler.catalog") / "data" / "models.json").read_text(encoding="utf-8")
+    text = resources.read_data("catalog", "data", "models.json")
     return ModelCatalog.from_dict(json.loads(text))
 
 

@@ -1,4 +1,4 @@
-"""`kiln init`: render the CI workflows in templates/ci/ into a repository's .github/workflows/.
+"""`kiln init`: render the CI workflows in compiler/templates/ci/ into a repository's .github/workflows/.
 
 The templates are Jinja2 with [[ ]] / [% %] delimiters, because GitHub's own ${{ }} expressions
 must pass through untouched. Values are checked against plain character sets before rendering:
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import jinja2
 
-from compiler import __version__
+from compiler import __version__, resources
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "ci"
+TEMPLATES = resources.template_dir("ci")
 WORKFLOWS = {"kiln-plan.yml": "kiln-plan.yml.j2", "kiln-release.yml": "kiln-release.yml.j2"}
 _PATH_RE = re.compile(r"[A-Za-z0-9._/-]+")
 _REGISTRY_RE = re.compile(r"[A-Za-z0-9._:/-]+")

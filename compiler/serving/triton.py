@@ -3,7 +3,7 @@
 `repository_params` picks, from the spec and the resolved serving units, every value the
 repository shows (it becomes the action's parameters, so a change to anything else never rebuilds
 the repository). `render` turns those parameters into {relative path: bytes} through the Jinja2
-templates in templates/triton/ (StrictUndefined, and a finalize hook that refuses None, so no
+templates in compiler/templates/triton/ (StrictUndefined, and a finalize hook that refuses None, so no
 value can go missing or print as "None"). The Python models' code is copied verbatim from the
 same directory. Tokenizer files are not rendered: the action copies them from the checkpoint into
 the directories `tokenizer_dirs` names.
@@ -25,13 +25,14 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
+from compiler import resources
 from compiler.graph.kinds import Params
 from compiler.ir import Resolved, ResolvedModel
 
 from .layout import REPOSITORY_DIR, model_dir
 from .yamlout import dump_yaml
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "triton"
+TEMPLATE_DIR = resources.template_dir("triton")
 TARGETS = ("llmapi", "engine")
 ENGINE_PARTS = ("preprocessing", "tensorrt_llm", "postprocessing", "bls")  # the ensemble is named <model>
 TOKENIZER_DIR = "tokenizer"  # inside a model's directory; parameters name it relative to that directory
