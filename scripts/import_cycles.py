@@ -31,6 +31,11 @@ def _module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
+def _is_module(root: Path, dotted: str) -> bool:
+    path = root.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def import_edges(root: Path = ROOT, top: str = "compiler") -> dict[str, set[str]]:
     """Package -> the other packages it imports (each an edge of the dependency graph)."""
     edges: dict[str, set[str]] = {}
@@ -48,6 +53,9 @@ def import_edges(root: Path = ROOT, top: str = "compiler") -> dict[str, set[str]
                     targets = [".".join(base + ([node.module] if node.module else []))]
                 elif node.module:
                     targets = [node.module]
+                # `from compiler import resources` imports a module; `from compiler import __version__` does not
+                targets += [f"{t}.{a.name}" for t in list(targets) for a in node.names
+                            if _is_module(root, f"{t}.{a.name}")]
             for target in targets:
                 if target == top or not target.startswith(top + "."):
                     continue  # `from compiler import __version__` is the package's own metadata
