@@ -28,7 +28,8 @@ FORMATS = [
 ]
 
 
-def engine_actions(tmp_path: Path, weights_line: str = "weights: fp8", extra: dict[str, str] | None = None):
+def quickstart_engine_spec(tmp_path: Path, weights_line: str = "weights: fp8",
+                           extra: dict[str, str] | None = None) -> Path:
     shutil.copytree(EXAMPLES / "quickstart", tmp_path / "spec", ignore=shutil.ignore_patterns(".kiln"))
     spec = tmp_path / "spec" / "kiln.yaml"
     from tests.quickstart import on_engine_target
@@ -42,6 +43,11 @@ def engine_actions(tmp_path: Path, weights_line: str = "weights: fp8", extra: di
         assert text.count(old) == 1, old
         text = text.replace(old, new)
     spec.write_text(text, encoding="utf-8")
+    return spec
+
+
+def engine_actions(tmp_path: Path, weights_line: str = "weights: fp8", extra: dict[str, str] | None = None):
+    spec = quickstart_engine_spec(tmp_path, weights_line, extra)
     out = plan_spec(spec, LocalStore(tmp_path / "store"), builder=Builder(fixed=frozenset({"torch"})))
     assert out.validation.ok, [d.message for d in out.validation.diagnostics if d.is_error]
     return out
@@ -122,14 +128,22 @@ def test_engine_target_waits_for_a_gpu_builder_and_lowers_no_llmapi_artifacts(tm
     assert out.graph.actions["engine/tiny"].deps == ("calibration-set/tiny",)
 
 
-def test_a_format_quantize_py_lacks_fails_with_a_clear_error(tmp_path: Path) -> None:
+def test_a_format_quantize_py_lacks_is_refused_by_validate(tmp_path: Path) -> None:
+    """fp8_block has no quantize.py format: `kiln validate` refuses it (K312, from the format table)
+    instead of accepting it and failing in the engine action, which still refuses it itself."""
     import logging
 
+    from compiler.build import plan_spec
     from compiler.graph.kinds import RunContext
 
-    out = engine_actions(tmp_path, "weights: fp8_block")
-    params = out.graph.actions["engine/tiny"].params
-    assert params.quant.qformat is None
+    spec = quickstart_engine_spec(tmp_path, "weights: fp8_block")
+    out = plan_spec(spec, LocalStore(tmp_path / "store"), builder=Builder(fixed=frozenset({"torch"})))
+    errors = [d for d in out.validation.diagnostics if d.is_error]
+    assert [d.code for d in errors] == ["K312"] and out.graph is None
+    assert "quantize.py has no format" in errors[0].message
+    good = engine_actions(tmp_path / "good").graph.actions["engine/tiny"].params
+    bad = good.model_copy(update={"quant": good.quant.model_copy(update={"weights": "fp8_block", "qformat": None,
+                                                                         "quant_algo": None})})
     (tmp_path / "out").mkdir()
     with pytest.raises(engine.EngineError, match="quantize.py has no format for fp8_block weights"):
-        engine.run(params, RunContext(tmp_path / "out", {}, {}, logging.getLogger("test")))
+        engine.run(bad, RunContext(tmp_path / "out", {}, {}, logging.getLogger("test")))

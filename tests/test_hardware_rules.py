@@ -133,7 +133,7 @@ models:
     architecture: mixtral-8x7b
     quantization: {{weights: fp8_block, exclude: ["*mlp.gate"]}}
     parallelism: {{tp: 2, pp: 2, ep: 2}}
-    kernels: {{moe: cutlass}}
+    kernels: {{moe: deepgemm}}  # CUTLASS has no FP8 block-scale experts on SM103 (format table)
     limits: {{max_input_len: 16384, max_seq_len: 32768, max_num_tokens: 4096}}
     runtime: {{chunked_prefill: true}}
     serving: {{ports: {{http: 8300, grpc: 8301, metrics: 8302}}}}

@@ -462,14 +462,17 @@ def test_nvfp4_needs_a_gpu_builder(tmp_path: Path) -> None:
     from compiler.graph.kinds import RunContext
 
     action = lowered(tmp_path, {})
-    params = action.params.model_copy(update={"weights": "nvfp4", "activations": "nvfp4"})
-    assert quantize.needs_gpu(params) == ["nvfp4 weights", "nvfp4 activations"]
+    from compiler.catalog.formats import load_format_table
+
+    nvfp4 = quantize.modelopt_plan(load_format_table().recipe("nvfp4"))
+    params = action.params.model_copy(update={"weights": "nvfp4", "activations": "nvfp4", "plan": nvfp4})
+    assert quantize.needs_gpu(params) == ["NVFP4"]
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the refusal is for CPU-only builders")
     import logging
 
     (tmp_path / "out").mkdir()
-    with pytest.raises(quantize.QuantizeError, match="need a GPU builder"):
+    with pytest.raises(quantize.QuantizeError, match="quantizing NVFP4 needs a GPU builder"):
         quantize.KIND.run(params, RunContext(tmp_path / "out", {}, {}, logging.getLogger("test")))
     assert not list((tmp_path / "out").iterdir())
 

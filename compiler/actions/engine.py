@@ -34,19 +34,6 @@ CONTAINER_EXAMPLES = "/app/tensorrt_llm/examples"
 # Where the recipe's directories are mounted inside the release container.
 MOUNTS = {"model": "/mnt/model", "calib": "/mnt/calibration", "scratch": "/mnt/scratch", "engine": "/mnt/engine"}
 
-# (weights, activations) -> quantize.py --qformat, and the QuantAlgo the checkpoint then records.
-QFORMATS: dict[tuple[str, str | None], tuple[str, str | None]] = {
-    ("bf16", None): ("full_prec", None), ("fp16", None): ("full_prec", None),
-    ("fp8", "fp8"): ("fp8", "FP8"),
-    ("fp8_rowwise", "fp8"): ("fp8_pc_pt", "FP8_PER_CHANNEL_PER_TOKEN"),
-    ("int8", "int8"): ("int8_sq", "W8A8_SQ_PER_CHANNEL"),
-    ("int8", None): ("int8_wo", "W8A16"),
-    ("int4_awq", None): ("int4_awq", "W4A16_AWQ"),
-    ("int4_awq", "fp8"): ("w4a8_awq", "W4A8_AWQ"),
-    ("nvfp4", "nvfp4"): ("nvfp4", "NVFP4"),
-}
-KV_DTYPES = {"fp8": ("fp8", "FP8"), "int8": ("int8", "INT8")}
-FP8_FMHA_FORMATS = {"fp8", "w4a8_awq", "nvfp4"}  # where --use_fp8_context_fmha applies (facts §1)
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
@@ -195,11 +182,14 @@ def check_engine_config(config: dict, params: EngineParams) -> list[str]:
 
 # --- lowering ----------------------------------------------------------------------------------------
 def lower_model(ctx: LowerContext, name: str) -> Action:
+    """The recipe's quantize.py format, QuantAlgo and FP8 FMHA rule are the format table's engine
+    row; the KV cache's --kv_cache_dtype its kv_cache row."""
     rm = ctx.ir.models[name]
     model, f = rm.spec, rm.formats
     weights = f.storage_weights
-    qformat, algo = QFORMATS.get((weights, f.act_quant), (None, None))
-    kv = KV_DTYPES.get(f.kv_cache, (None, None))
+    engine = f.recipe.engine if f.recipe is not None else None
+    qformat, algo = (engine.qformat, engine.quant_algo) if engine is not None else (None, None)
+    kv = (f.kv.engine_kv_cache_dtype, f.kv.kv_cache_quant_algo) if f.kv.quantized else (None, None)
     source, inputs, files = lower_source(ctx, model)
     cal = model.quantization.calibration
     lim = model.limits
@@ -216,7 +206,7 @@ def lower_model(ctx: LowerContext, name: str) -> Action:
                             max_beam_width=lim.max_beam_width),
         build=EngineBuild(tokens_per_block=model.runtime.tokens_per_block,
                           fp8_context_fmha=bool(model.kernels.fp8_context_fmha is not False
-                                                and qformat in FP8_FMHA_FORMATS)),
+                                                and engine is not None and engine.fp8_context_fmha)),
         tensorrt_llm=ctx.spec.toolchain.tensorrt_llm)
     deps = (f"calibration-set/{name}",) if params.calibration is not None else ()
     needs = ("gpu",) + (() if source.path else ("network",))
@@ -320,6 +310,9 @@ class Engine(ActionKind[EngineParams]):
         if not out and not _has_trtllm() and not builder.has("docker"):
             out.append("docker")  # no tensorrt_llm here: the release container must run it
         return out + source_needs(params.source, builder)
+
+    def preflight(self, params: EngineParams) -> None:
+        preflight(params)
 
     def run(self, params: EngineParams, ctx: RunContext) -> None:
         run(params, ctx)

@@ -28,6 +28,7 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 from compiler.graph.model import Action
 from compiler.spec.models import UNQUANTIZED
@@ -38,27 +39,7 @@ from .source import TOKENIZER_FILES, SourceRef, fetch_huggingface, local_source,
 
 EVAL_MAX_TOKENS = 2048  # each eval text is cut to this many tokens (or the model's context, if shorter)
 CPU_THREADS = 2  # fixed, so that CPU float reductions round the same on every builder
-GPU_FORMATS = frozenset({"nvfp4", "mxfp4", "mxfp8"})  # ModelOpt fake-quantizes these only on CUDA
-
-# (weights, activations) -> the ModelOpt config that implements the pair. None = the model dtype.
-# Each weight format's entries are taken from these named configs of the pinned ModelOpt, so the
-# numeric details (bits, axes, block types, algorithm) are ModelOpt's own.
-PAIR_CONFIGS: dict[tuple[str, str | None], str] = {
-    ("fp8", "fp8"): "FP8_DEFAULT_CFG",
-    ("fp8_block", "fp8"): "FP8_2D_BLOCKWISE_WEIGHT_ONLY_CFG",  # activations quantized at run time
-    ("fp8_rowwise", "fp8"): "FP8_PER_CHANNEL_PER_TOKEN_CFG",
-    ("mxfp8", "mxfp8"): "MXFP8_DEFAULT_CFG",
-    ("nvfp4", "nvfp4"): "NVFP4_DEFAULT_CFG",
-    ("nvfp4", "fp8"): "W4A8_NVFP4_FP8_CFG",
-    ("mxfp4", None): "MXFP4_DEFAULT_CFG",  # weights of MXFP4_DEFAULT_CFG, activations left unquantized
-    ("mxfp4", "fp8"): "W4A8_MXFP4_FP8_CFG",
-    ("mxfp4", "mxfp8"): "MXFP4_DEFAULT_CFG+MXFP8_DEFAULT_CFG",  # MXFP4 weights, MXFP8 activations
-    ("int8", "int8"): "INT8_SMOOTHQUANT_CFG",
-    ("int8", None): "INT8_WEIGHT_ONLY_CFG",
-    ("int4_awq", None): "INT4_AWQ_CFG",
-    ("int4_awq", "fp8"): "W4A8_AWQ_BETA_CFG",
-}
-KV_CONFIGS = {"fp8": "FP8_KV_CFG", "nvfp4": "NVFP4_KV_CFG"}
+EXPERTS = "*experts*"  # module names of routed experts (compiler/capacity/modules.py naming)
 
 _LOCK = threading.Lock()  # ModelOpt and torch settings are process-global: one quantization at a time
 
@@ -68,10 +49,33 @@ class QuantizeError(Exception):
 
 
 # --- parameters and lowering ----------------------------------------------------------------------
+class ModelOptPlan(Params):
+    """How ModelOpt makes one recipe: the format table's row (compiler/catalog/data/formats.json),
+    carried in the parameters so that a corrected row rebuilds exactly the checkpoints using it."""
+
+    recipe: str  # the recipe's name, for messages
+    config: str  # named config of the pinned ModelOpt whose weight (and input) quantizer is used
+    activations_config: str | None  # a second config whose input quantizer replaces the first one's
+    inputs: str  # "config" | "disabled" | "activations_config"
+    algorithm: str | None  # calibration algorithm; None: no calibration pass
+    exports_quant_algo: str | None  # what ModelOpt writes to hf_quant_config.json
+    quant_algo: str | None  # what TensorRT-LLM reads (the export is rewritten to it when they differ)
+    experts_only: bool  # TensorRT-LLM runs the recipe in MoE expert layers only: quantize only those
+    cuda_only: bool
+
+
+class KvPlan(Params):
+    name: str
+    config: str | None  # named ModelOpt KV config
+    entry: dict[str, Any] | None  # the quant_cfg entry Kiln adds where ModelOpt has no config
+    cuda_only: bool
+
+
 class OverrideParams(Params):
     match: str
     weights: str | None = None
     block_size: int | None = None
+    plan: ModelOptPlan | None = None  # the override's own recipe, when it sets quantized weights
 
 
 class CalibrationParams(Params):
@@ -98,20 +102,39 @@ class QuantizeParams(Params):
     calibration: CalibrationParams | None
     quality: EvalParams | None  # the eval the quality gate compares (its threshold is quality-gate's)
     modelopt: str | None
+    plan: ModelOptPlan | None  # None: the weights stay unquantized (only the KV cache is quantized)
+    kv: KvPlan | None
+
+
+def modelopt_plan(recipe) -> ModelOptPlan | None:
+    """The ModelOpt part of a format-table recipe (None for unquantized weights)."""
+    if recipe is None or not recipe.quantized:
+        return None
+    m = recipe.modelopt
+    if m is None:
+        raise QuantizeError(f"ModelOpt (as Kiln drives it) cannot make {recipe.label}: {recipe.modelopt_note}")
+    return ModelOptPlan(recipe=recipe.label, config=m.config, activations_config=m.activations_config,
+                        inputs=m.inputs, algorithm=m.algorithm, exports_quant_algo=m.exports_quant_algo,
+                        quant_algo=recipe.quant_algo, experts_only=recipe.experts_only, cuda_only=m.cuda_only)
+
+
+def kv_plan(kv) -> KvPlan | None:
+    if not kv.quantized:
+        return None
+    return KvPlan(name=kv.name, config=kv.modelopt_config,
+                  entry=dict(kv.modelopt_entry) if kv.modelopt_entry else None, cuda_only=kv.cuda_only)
 
 
 def needs_gpu(params: QuantizeParams) -> list[str]:
-    """The parts of the recipe ModelOpt can only fake-quantize on CUDA."""
+    """The parts of the recipe ModelOpt can only fake-quantize on CUDA (the format table's cuda_only)."""
     out = []
-    if params.weights in GPU_FORMATS:
-        out.append(f"{params.weights} weights")
-    if params.activations in GPU_FORMATS:
-        out.append(f"{params.activations} activations")
-    if params.kv_cache in GPU_FORMATS:
-        out.append(f"an {params.kv_cache} KV cache")
+    if params.plan is not None and params.plan.cuda_only:
+        out.append(f"{params.plan.recipe}")
+    if params.kv is not None and params.kv.cuda_only:
+        out.append(f"an {params.kv.name} KV cache")
     for o in params.overrides:
-        if o.weights in GPU_FORMATS:
-            out.append(f"{o.weights} weights for {o.match!r}")
+        if o.plan is not None and o.plan.cuda_only:
+            out.append(f"{o.plan.recipe} for {o.match!r}")
     return out
 
 
@@ -127,12 +150,16 @@ def lower_model(ctx: LowerContext, name: str) -> Action:
         files["eval"] = str(ctx.base_dir / g.eval)
         gate = EvalParams(metric=g.metric, samples=g.samples, max_tokens=EVAL_MAX_TOKENS)
     cal = q.calibration
+    overrides = []
+    for o, mf in zip(q.overrides, f.overrides):
+        own = o.weights is not None and o.weights not in UNQUANTIZED
+        overrides.append(OverrideParams(match=o.match, weights=o.weights, block_size=o.block_size,
+                                        plan=modelopt_plan(mf.recipe) if own else None))
     params = QuantizeParams(
         model=name, source=source, dtype=f.dtype, weights=f.weights, activations=f.act_quant, kv_cache=f.kv_cache,
-        block_size=f.block_size, exclude=list(f.exclude),
-        overrides=[OverrideParams(match=o.match, weights=o.weights, block_size=o.block_size) for o in q.overrides],
+        block_size=f.block_size, exclude=list(f.exclude), overrides=overrides,
         calibration=None if cal is None else CalibrationParams(max_seq_len=cal.max_seq_len, batch_size=cal.batch_size),
-        quality=gate, modelopt=ctx.spec.toolchain.modelopt)
+        quality=gate, modelopt=ctx.spec.toolchain.modelopt, plan=modelopt_plan(f.recipe), kv=kv_plan(f.kv))
     needs = ("torch", "gpu") if needs_gpu(params) else ("torch",)
     if not source.path:
         needs += ("network",)
@@ -156,22 +183,26 @@ def _entry(cfg: dict, quantizer: str) -> dict:
     raise QuantizeError(f"ModelOpt config has no {quantizer!r} entry")
 
 
-def _pair(mtq, weights: str, acts: str | None) -> tuple[dict, dict, dict]:
-    """(base config, weight entry, input entry) for a weight/activation pair."""
-    name = PAIR_CONFIGS.get((weights, acts))
-    if name is None:
-        raise QuantizeError(f"no ModelOpt recipe is mapped for {weights} weights with {acts or 'unquantized'} "
-                            "activations" + (" (kiln does not run GPTQ yet)" if weights == "int4_gptq" else ""))
-    wname, _, aname = name.partition("+")
-    base = _named(mtq, wname)
+def _pair(mtq, plan: ModelOptPlan) -> tuple[dict, dict, dict]:
+    """(base config, weight entry, input entry) of a recipe's ModelOpt plan."""
+    base = _named(mtq, plan.config)
     w = _entry(base, "*weight_quantizer")
-    if aname:
-        i = _entry(_named(mtq, aname), "*input_quantizer")
-    elif acts is None:
+    if plan.inputs == "activations_config":
+        i = _entry(_named(mtq, plan.activations_config), "*input_quantizer")
+    elif plan.inputs == "disabled":
         i = {"quantizer_name": "*input_quantizer", "enable": False}
     else:
         i = _entry(base, "*input_quantizer")
     return base, w, i
+
+
+def _algorithm(base: dict, plan: ModelOptPlan):
+    """The named config's algorithm (with its settings) when it is the one the table names; else the
+    table's (ModelOpt 0.47's W4A8_MXFP4_FP8 preset names none, which would skip calibrating the
+    static FP8 input scales)."""
+    algo = base.get("algorithm")
+    method = algo.get("method") if isinstance(algo, dict) else algo
+    return algo if method == plan.algorithm else plan.algorithm
 
 
 def _with_block(entry: dict, block_size: int, what: str) -> dict:
@@ -193,32 +224,41 @@ def _scoped(entry: dict, pattern: str, quantizer: str) -> dict:
 
 
 def build_quant_config(params: QuantizeParams, mtq=None) -> dict:
-    """The spec's recipe as a ModelOpt quantize config: the pair's named config, its weight entry
-    re-blocked when block_size is set, the KV-cache entries, then the spec's exclusions and
+    """The spec's recipe as a ModelOpt quantize config: the recipe's named config (format table),
+    its weight entry re-blocked when block_size is set (scoped to expert modules for recipes
+    TensorRT-LLM runs in experts only), the KV-cache entries, then the spec's exclusions and
     overrides as entries scoped to the matching modules (ModelOpt applies entries in order, later
     ones win: overrides in spec order, so the last match wins as the spec says)."""
     if mtq is None:
         import modelopt.torch.quantization as mtq
-    weights, acts = params.weights, params.activations
-    if weights in UNQUANTIZED:  # only the KV cache is quantized
+    plan = params.plan
+    if plan is None:  # only the KV cache is quantized
         cfg = {"quant_cfg": [{"quantizer_name": "*", "enable": False}], "algorithm": "max"}
     else:
-        base, w, i = _pair(mtq, weights, acts)
+        base, w, i = _pair(mtq, plan)
         if params.block_size is not None:
-            w = _with_block(w, params.block_size, f"{weights} weights")
+            w = _with_block(w, params.block_size, f"{params.weights} weights")
         entries = []
-        for e in base["quant_cfg"]:
-            if e.get("quantizer_name") == "*weight_quantizer" and "parent_class" not in e:
-                e = w
-            elif e.get("quantizer_name") == "*input_quantizer" and "parent_class" not in e:
-                e = i
-            entries.append(e)
-        cfg = {"quant_cfg": entries, "algorithm": base.get("algorithm", "max")}
-    kv = params.kv_cache
-    if kv in KV_CONFIGS:
-        cfg["quant_cfg"] += _named(mtq, KV_CONFIGS[kv])["quant_cfg"]
-    elif kv == "int8":
-        cfg["quant_cfg"].append({"quantizer_name": "*[kv]_bmm_quantizer", "cfg": {"num_bits": 8, "axis": None}})
+        if plan.experts_only:
+            entries = [{"quantizer_name": "*weight_quantizer", "enable": False},
+                       {"quantizer_name": "*input_quantizer", "enable": False},
+                       _scoped(w, EXPERTS, "weight_quantizer"), _scoped(i, EXPERTS, "input_quantizer")]
+            entries += [e for e in base["quant_cfg"]
+                        if e.get("quantizer_name") not in ("*weight_quantizer", "*input_quantizer")
+                        or "parent_class" in e]
+        else:
+            for e in base["quant_cfg"]:
+                if e.get("quantizer_name") == "*weight_quantizer" and "parent_class" not in e:
+                    e = w
+                elif e.get("quantizer_name") == "*input_quantizer" and "parent_class" not in e:
+                    e = i
+                entries.append(e)
+        cfg = {"quant_cfg": entries, "algorithm": _algorithm(base, plan)}
+    if params.kv is not None:
+        if params.kv.config is not None:
+            cfg["quant_cfg"] += _named(mtq, params.kv.config)["quant_cfg"]
+        elif params.kv.entry is not None:
+            cfg["quant_cfg"].append(copy.deepcopy(params.kv.entry))
     for pattern in params.exclude:
         cfg["quant_cfg"].append({"quantizer_name": f"{pattern}.*", "enable": False})
     for o in params.overrides:
@@ -227,20 +267,40 @@ def build_quant_config(params: QuantizeParams, mtq=None) -> dict:
             cfg["quant_cfg"] += [{"quantizer_name": f"{pattern}.weight_quantizer", "enable": False},
                                  {"quantizer_name": f"{pattern}.input_quantizer", "enable": False}]
             continue
-        if ow is not None:
-            from compiler.catalog.formats import load_format_table
-
-            _, w2, i2 = _pair(mtq, ow, load_format_table().default_act_quant(ow))
+        if o.plan is not None:
+            _, w2, i2 = _pair(mtq, o.plan)
+        elif plan is not None:
+            w2, i2 = _pair(mtq, plan)[1:]
         else:
-            w2, i2 = (_pair(mtq, weights, acts)[1:] if weights not in UNQUANTIZED else (None, None))
-            if w2 is None:
-                raise QuantizeError(f"override {pattern!r}: block_size with unquantized weights")
+            raise QuantizeError(f"override {pattern!r}: block_size with unquantized weights")
         if ob is not None:
             w2 = _with_block(w2, ob, f"override {pattern!r}")
         cfg["quant_cfg"].append(_scoped(w2, pattern, "weight_quantizer"))
-        if ow is not None:
+        if o.plan is not None:
             cfg["quant_cfg"].append(_scoped(i2, pattern, "input_quantizer"))
     return cfg
+
+
+def normalize_export(out: Path, plan: ModelOptPlan | None, log=None) -> None:
+    """Make the exported checkpoint name its recipe as TensorRT-LLM reads it: ModelOpt 0.47 writes
+    some recipes under another quant_algo (MXFP4 as "mxfp4"; the format table's
+    modelopt.exports_quant_algo), which TensorRT-LLM 1.2's QuantAlgo does not parse."""
+    if plan is None or plan.quant_algo is None or plan.exports_quant_algo == plan.quant_algo:
+        return
+    for name, keys in (("hf_quant_config.json", ("quantization",)), ("config.json", ("quantization_config",))):
+        path = out / name
+        if not path.is_file():
+            continue
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        section = doc
+        for k in keys:
+            section = section.get(k) if isinstance(section, dict) else None
+        if isinstance(section, dict) and section.get("quant_algo") == plan.exports_quant_algo:
+            section["quant_algo"] = plan.quant_algo
+            path.write_text(json.dumps(doc, indent=4, sort_keys=True) + "\n", encoding="utf-8")
+            if log:
+                log.info("%s: quant_algo %s -> %s (what TensorRT-LLM reads)", name, plan.exports_quant_algo,
+                         plan.quant_algo)
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -405,7 +465,7 @@ def run(params: QuantizeParams, ctx: RunContext) -> None:
                             "pip install torch, then pip install '.[quantize]'") from None
     gpu_parts = needs_gpu(params)
     if gpu_parts and not torch.cuda.is_available():
-        raise QuantizeError(f"{', '.join(gpu_parts)} need a GPU builder: ModelOpt fake-quantizes these formats only "
+        raise QuantizeError(f"quantizing {', '.join(gpu_parts)} needs a GPU builder: ModelOpt fake-quantizes these only "
                             "on CUDA (calibration and the quality gate run forward passes through them), and this "
                             "machine has no CUDA device")
     _check_modelopt(params)
@@ -499,6 +559,7 @@ def _run(params: QuantizeParams, ctx: RunContext, scratch: Path, device: str) ->
 
     export_hf_checkpoint(model, dtype=next(p.dtype for p in model.parameters() if p.is_floating_point()),
                          export_dir=ctx.out)
+    normalize_export(ctx.out, params.plan, ctx.log)
     for name in TOKENIZER_FILES:
         if (model_dir / name).is_file() and not (ctx.out / name).exists():
             shutil.copyfile(model_dir / name, ctx.out / name)
@@ -515,7 +576,7 @@ def _round(x: float) -> float | None:
 
 
 class Quantize(ActionKind[QuantizeParams]):
-    kind, version, Params = "quantize", 1, QuantizeParams
+    kind, version, Params = "quantize", 2, QuantizeParams
 
     def lower(self, ctx: LowerContext) -> list[Action]:
         if ctx.ir.target != "llmapi":
@@ -529,6 +590,10 @@ class Quantize(ActionKind[QuantizeParams]):
         if needs_gpu(params) and not builder.has("gpu"):
             out.append("gpu")
         return out + source_needs(params.source, builder)
+
+    def preflight(self, params: QuantizeParams) -> None:
+        """The ModelOpt configuration builds from the pinned ModelOpt's named configs."""
+        build_quant_config(params)
 
     def run(self, params: QuantizeParams, ctx: RunContext) -> None:
         run(params, ctx)

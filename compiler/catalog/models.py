@@ -45,8 +45,8 @@ def _arch(name: str, d: Mapping[str, Any]) -> ModelArch:
         tied_embeddings=d.get("tied_embeddings", False), gated_mlp=d.get("gated_mlp", True), mla=mla,
         sliding_window=d.get("sliding_window"), sliding_window_layers=d.get("sliding_window_layers", 0),
         encoder_only=d.get("encoder_only", False), params_total=d.get("params_total"),
-        params_active=d.get("params_active"), status=dict(d.get("status", {})),
-        sources=tuple(d.get("sources", ())),
+        params_active=d.get("params_active"), moe_activation=d.get("moe_activation"),
+        status=dict(d.get("status", {})), sources=tuple(d.get("sources", ())),
     )
 
 
@@ -291,6 +291,7 @@ def arch_from_hf_config(config: Mapping[str, Any], name: str) -> ModelArch:
         moe_intermediate=moe_w, experts=experts, experts_per_token=top_k or None, shared_experts=shared,
         dense_layers=dense_layers, tied_embeddings=tied, gated_mlp=mtype not in _NON_GATED, mla=mla,
         sliding_window=window, sliding_window_layers=window_layers, encoder_only=mtype in _ENCODERS,
+        moe_activation="swiglu_gptoss" if experts and mtype == "gpt_oss" else None,
         sources=("config.json",),
     )
     stated = _int(config, "num_parameters", default=None)

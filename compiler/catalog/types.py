@@ -126,6 +126,9 @@ class ModelArch:
     encoder_only: bool = False  # no autoregressive KV cache
     params_total: int | None = None
     params_active: int | None = None
+    #: Expert activation when it is not plain SwiGLU/GELU: "swiglu_gptoss" (GPT-OSS: alpha 1.702,
+    #: beta 1.0, clamp limit 7.0, per-expert bias), which only some MoE backends run (formats.json).
+    moe_activation: str | None = None
     status: Mapping[str, Status] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from compiler.catalog.formats import load_format_table
 from compiler.diagnostics import Diagnostic, Severity
 
 from .base import Check, CheckContext
-from .precision import effective_activations
+from .precision import expert_module_patterns_hit, sm_list, served_pairs, verdict_notes
 
 
 def _mpath(name: str, *rest) -> tuple:
@@ -41,18 +42,19 @@ class MoeBackendOnDenseModel(Check):
                            "would be ignored", help="remove `moe` from kernels")
 
 
-def fp8_fmha_applies(m) -> bool:
-    """Whether the checkpoint is one that FP8 context FMHA applies to (FP8, FP8 block, W4A8 AWQ, NVFP4)."""
-    w = m.quantization.weights
-    return w in ("fp8", "fp8_block", "nvfp4") or (w == "int4_awq" and effective_activations(m) == "fp8")
+def fp8_fmha_applies(rm) -> bool:
+    """Whether trtllm-build keeps FP8 context FMHA for the model's recipe (the format table's
+    engine.fp8_context_fmha: FP8, W4A8 AWQ and NVFP4)."""
+    r = rm.formats.recipe if rm.formats is not None else None
+    return r is not None and r.engine is not None and r.engine.fp8_context_fmha
 
 
 class Fp8ContextFmhaMisused(Check):
     """`kernels.fp8_context_fmha` where it cannot apply.
 
     FP8 context-phase fused attention is a `trtllm-build` feature (`--use_fp8_context_fmha`) that
-    only applies to FP8, FP8 block-scaled, W4A8 AWQ and NVFP4 checkpoints; for any other checkpoint
-    the flag is ignored.
+    only applies to FP8, W4A8 AWQ and NVFP4 checkpoints (tensorrt_llm/builder.py; the format
+    table's engine rows); for any other checkpoint the flag is ignored.
 
     On the llmapi target there is no such option at all: the PyTorch backend has no LLM-API field
     for it, and whether context attention runs in FP8 follows the checkpoint's KV-cache format
@@ -75,11 +77,11 @@ class Fp8ContextFmhaMisused(Check):
                                            "llmapi target cannot apply it",
                                help="remove it; on the llmapi target FP8 context attention follows the KV-cache "
                                     "format (quantization.kv_cache: fp8)")
-            elif flag and not fp8_fmha_applies(m):
+            elif flag and not fp8_fmha_applies(ctx.ir.models[name]):
                 q = m.quantization
                 recipe = q.weights if q.activations is None else f"{q.weights} weights with {q.activations} activations"
-                yield ctx.diag(self, path, f"model {name!r}: fp8_context_fmha only applies to fp8, fp8_block, "
-                                           f"W4A8 AWQ and nvfp4 checkpoints, not to {recipe}; it would be ignored",
+                yield ctx.diag(self, path, f"model {name!r}: fp8_context_fmha only applies to fp8, W4A8 AWQ and "
+                                           f"nvfp4 checkpoints, not to {recipe}; it would be ignored",
                                help="remove it, or quantize the weights to fp8 or nvfp4")
 
 
@@ -299,3 +301,61 @@ class WorkloadLongerThanSequence(Check):
                                f"model {name!r}: the workload's longest requests need {longest} tokens, more than "
                                f"limits.max_seq_len {m.limits.max_seq_len}; their output is cut short",
                                help=f"raise limits.max_seq_len to {longest}, or shorten the workload")
+
+
+class MoeBackendUnsupported(Check):
+    """The MoE backend does not run the recipe of the model's expert layers on this GPU.
+
+    TensorRT-LLM's PyTorch backend runs routed experts with one of several fused MoE backends
+    (`kernels.moe`, MoeConfig.backend; CUTLASS by default), and each implements its own set of
+    quantization recipes per GPU generation: INT4 AWQ weight-only (W4A16) experts have no fused
+    backend at all, MXFP4 experts with 16-bit activations (GPT-OSS) run on Hopper with TRITON or
+    CUTLASS and on Blackwell with TRTLLM, FP8 block scales use DEEPGEMM or TRTLLM on Blackwell.
+    Some models constrain it further: GPT-OSS's SwiGLU (alpha, beta, clamp limit, expert biases)
+    is only accepted by CUTLASS, TRITON and TRTLLM, and NVFP4 GPT-OSS experts run with TRTLLM
+    only. A backend that lacks a recipe falls back or fails when the server starts; the format
+    table (formats.json, `moe`) lists who runs what, with sources.
+    """
+
+    code = "K611"
+    name = "moe-backend-unsupported"
+    order = 61
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if ctx.spec.target != "llmapi":
+            return  # engines bake the MoE plugin in at build time
+        table = load_format_table()
+        for p in served_pairs(ctx):
+            rm, arch = p.model, p.model.arch
+            if arch is None or not arch.is_moe:
+                continue
+            sm = p.gpu.sm_version
+            chosen = rm.spec.kernels.moe
+            backend = (chosen or table.default_moe_backend).upper()
+            activation = getattr(arch, "moe_activation", None)
+            uses = [(("models", p.name, "quantization", "weights"), rm.formats.recipe, "its experts")]
+            for o in rm.formats.overrides:
+                if o.recipe is not None and rm.spec.quantization.overrides[o.index].weights is not None \
+                        and expert_module_patterns_hit(rm, o.match):
+                    uses.append((("models", p.name, "quantization", "overrides", o.index, "weights"), o.recipe,
+                                 f"experts matching {o.match!r}"))
+            for path, recipe, what in uses:
+                if recipe is None:
+                    continue  # K306
+                v = table.moe_support(recipe, backend, sm, activation)
+                if v:
+                    continue
+                others = [b for b in table.moe_backends_for(recipe, sm, activation) if b != "VANILLA"]
+                act = f" with {arch.name}'s {activation} activation" if activation and activation != "swiglu" else ""
+                where = ("models", p.name, "kernels", "moe") if chosen else path
+                cell = recipe.moe[backend]
+                runs = f"; {backend} runs it on {sm_list(cell.sms)}" if cell.sms and not cell.allows(sm) else ""
+                help = (f"set `kernels: {{moe: {others[0].lower()}}}`" + (
+                        f" (also: {', '.join(o.lower() for o in others[1:])})" if others[1:] else "")
+                        if others else "no fused MoE backend runs this recipe here: choose another weight format "
+                                       "for the experts (the format table's moe rows list who runs what)")
+                yield ctx.diag(self, where,
+                               f"model {p.name!r}: the {backend} MoE backend"
+                               f"{' (the default)' if not chosen else ''} does not run {recipe.label} for {what}"
+                               f"{act} on {p.where}{runs}" + (f" ({v.note})" if v.note else ""),
+                               help=help, notes=p.notes() + verdict_notes(table, v, "this MoE support fact"))

@@ -1,66 +1,30 @@
-"""K3xx: precision x architecture: weight, activation and KV-cache formats against the GPUs that serve them.
+"""K3xx: precision x architecture: weight, activation and KV-cache formats against the targets and
+GPUs that must build and serve them.
 
-The support facts are TensorRT-LLM's (trtllm-triton-facts.md s3): the PyTorch-backend hardware
-matrix for the llmapi target, the engine-era matrix where the legacy engine target differs, and
-the compute capability of each GPU from the catalog. ModelOpt decides which formats calibrate.
+Every fact comes from the format table (compiler/catalog/data/formats.json, with its sources in
+TensorRT-LLM 1.2 and ModelOpt 0.47): which (weights, activations) pairs form a recipe, on which
+SM versions each target runs a recipe's dense layers, which recipes Kiln can build for each
+target, which calibrate, and which block sizes they take. The quantize and engine actions read the
+same rows, so a spec these checks accept is one the build can make. A diagnostic that rests on a
+fact the table holds as inferred or unverified says so in a note, with the fact's sources.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Iterable
+from typing import Iterable, Iterator
 
+from compiler.catalog.formats import SIXTEEN_BIT, FormatTable, Recipe, Verdict, load_format_table
 from compiler.catalog.types import WEAK_STATUSES, GpuSpec
 from compiler.diagnostics import Diagnostic, Severity
-from compiler.spec.models import UNQUANTIZED, Model, Quantization
+from compiler.ir import ResolvedModel
 
 from .base import Check, CheckContext, weak_fact_note
 
-SIXTEEN_BIT = UNQUANTIZED  # bf16 / fp16
-
-#: Activation format used when `activations` is not given (None: the model dtype).
-DEFAULT_ACTIVATIONS: dict[str, str | None] = {
-    "bf16": None, "fp16": None,
-    "fp8": "fp8", "fp8_block": "fp8", "fp8_rowwise": "fp8",
-    "mxfp8": "mxfp8",
-    "nvfp4": "nvfp4",
-    "mxfp4": "bf16",  # W4A16_MXFP4
-    "int8": "int8",  # SmoothQuant
-    "int4_awq": None, "int4_gptq": None,  # W4A16 at the model dtype
-}
-
-#: Activation formats each weight format can be paired with (K306); None = the 16-bit model dtype.
-VALID_ACTIVATIONS: dict[str, tuple[str, ...]] = {
-    "fp8": ("fp8",), "fp8_block": ("fp8",), "fp8_rowwise": ("fp8",),
-    "mxfp8": ("mxfp8",),
-    "nvfp4": ("nvfp4", "fp8"),
-    "mxfp4": ("bf16", "fp8", "mxfp8"),
-    "int8": ("int8", "bf16", "fp16"),
-    "int4_awq": ("bf16", "fp16", "fp8"),
-    "int4_gptq": ("bf16", "fp16"),
-}
-
-#: TensorRT-LLM names of the valid pairs, for messages.
-PAIR_NAMES: dict[tuple[str, str], str] = {
-    ("fp8", "fp8"): "FP8", ("fp8_block", "fp8"): "FP8_BLOCK_SCALES",
-    ("fp8_rowwise", "fp8"): "FP8_PER_CHANNEL_PER_TOKEN", ("mxfp8", "mxfp8"): "MXFP8",
-    ("nvfp4", "nvfp4"): "NVFP4", ("nvfp4", "fp8"): "W4A8_NVFP4_FP8",
-    ("mxfp4", "bf16"): "W4A16_MXFP4", ("mxfp4", "fp8"): "W4A8_MXFP4_FP8", ("mxfp4", "mxfp8"): "W4A8_MXFP4_MXFP8",
-    ("int8", "int8"): "W8A8 SmoothQuant", ("int8", "bf16"): "W8A16 (weight-only)",
-    ("int8", "fp16"): "W8A16 (weight-only)", ("int4_awq", "bf16"): "W4A16_AWQ", ("int4_awq", "fp16"): "W4A16_AWQ",
-    ("int4_awq", "fp8"): "W4A8_AWQ", ("int4_gptq", "bf16"): "W4A16_GPTQ", ("int4_gptq", "fp16"): "W4A16_GPTQ",
-}
-
 BLACKWELL_FP4_HELP = "serve it on Blackwell (B200, GB200, B300, GB300, RTX PRO 6000)"
-
-
-def effective_activations(m: Model) -> str:
-    """The activation format the model runs with: explicit, else the weights' default, else its dtype."""
-    q = m.quantization
-    if q.activations is not None:
-        return q.activations
-    return DEFAULT_ACTIVATIONS.get(q.weights) or m.dtype
+TARGET_TEXT = {"llmapi": "the llmapi target (TensorRT-LLM's PyTorch backend)",
+               "engine": "the engine target (TensorRT engines, TensorRT-LLM <= 1.2.x)"}
 
 
 def quant_path(name: str, *rest) -> tuple:
@@ -72,12 +36,25 @@ def _hosts_text(hosts: list[str]) -> str:
     return f"host{'s' * (len(hosts) > 1)} {quoted}"
 
 
+def sm_list(sms: Iterable[int]) -> str:
+    sms = list(sms)
+    return ", ".join(f"SM{s}" for s in sms) if sms else "no GPU"
+
+
+def verdict_notes(table: FormatTable, v: Verdict, what: str) -> tuple[str, ...]:
+    """The note a diagnostic carries when the table's verdict is not verified."""
+    if v.status not in WEAK_STATUSES:
+        return ()
+    sources = "; ".join(table.source(s).describe() for s in v.sources if s in table.sources)
+    return (f"this rests on {what}, which the format table holds as {v.status} (sources: {sources})",)
+
+
 @dataclass
 class Pair:
     """A model and one GPU model that serves it (on one or more hosts)."""
 
     name: str
-    model: Model
+    model: ResolvedModel
     gpu: GpuSpec
     hosts: list[str] = field(default_factory=list)
 
@@ -96,57 +73,161 @@ def served_pairs(ctx: CheckContext) -> list[Pair]:
     """Each (model, GPU model) pair where some host serves the model, in spec order."""
     pairs: dict[tuple[str, str], Pair] = {}
     for unit in ctx.ir.units:
-        model = ctx.spec.models.get(unit.model)
+        rm = ctx.ir.models.get(unit.model)
         host = ctx.ir.hosts.get(unit.host)
-        if model is None or host is None or host.gpu is None:
+        if rm is None or rm.formats is None or host is None or host.gpu is None:
             continue
-        pair = pairs.setdefault((unit.model, host.gpu.name), Pair(unit.model, model, host.gpu))
+        pair = pairs.setdefault((unit.model, host.gpu.name), Pair(unit.model, rm, host.gpu))
         if unit.host not in pair.hosts:
             pair.hosts.append(unit.host)
     return list(pairs.values())
 
 
-def _weight_formats(name: str, q: Quantization) -> list[tuple[tuple, str, str]]:
-    """(spec path, what, format) for the main weight format and every override that sets one."""
-    out = [(quant_path(name, "weights"), "weights", q.weights)]
-    for i, o in enumerate(q.overrides):
-        if o.weights is not None:
-            out.append((quant_path(name, "overrides", i, "weights"), f"weights of modules matching {o.match!r}",
-                        o.weights))
+@dataclass(frozen=True)
+class WeightUse:
+    """One weight recipe a model uses: its main format, or an override's."""
+
+    path: tuple  # spec path of the setting
+    what: str  # "weights" or "weights of modules matching '...'"
+    recipe: Recipe | None
+    override: bool
+
+
+def weight_uses(rm: ResolvedModel) -> list[WeightUse]:
+    """The quantized weight recipes of a model: the main one, then every override that sets weights."""
+    f, name = rm.formats, rm.name
+    out = []
+    if f.weights_quantized:
+        out.append(WeightUse(quant_path(name, "weights"), "weights", f.recipe, False))
+    for o in f.overrides:
+        spec_weights = rm.spec.quantization.overrides[o.index].weights
+        if spec_weights is not None and spec_weights not in SIXTEEN_BIT:
+            out.append(WeightUse(quant_path(name, "overrides", o.index, "weights"),
+                                 f"weights of modules matching {o.match!r}", o.recipe, True))
     return out
 
 
-# --- hardware support predicates (SM version -> supported?) ----------------------------------
-
-def _fp8_ok(sm: int) -> bool:
-    return sm >= 89
-
-
-def _fp4_ok(sm: int) -> bool:
-    return sm >= 100
+def blame(rm: ResolvedModel, use: WeightUse, default_ok: bool) -> tuple:
+    """Where to point: the explicit `activations` when the weights' default recipe would have been
+    fine (W4A8 where W4A16 runs), else the weights setting."""
+    if not use.override and rm.spec.quantization.activations is not None and default_ok:
+        return quant_path(rm.name, "activations")
+    return use.path
 
 
-def _mxfp8_ok(sm: int) -> bool:
-    return sm in (100, 103)
+def expert_module_patterns_hit(rm: ResolvedModel, pattern: str) -> bool:
+    """Whether a module glob matches a routed-expert module of the model's architecture."""
+    from compiler.capacity.modules import inventory
+
+    return any(g.is_expert and g.matches(pattern) for g in inventory(rm.arch))
 
 
-def _fp8_block_ok(sm: int) -> bool:
-    return sm in (90, 100, 103)
+def family_code(recipe: Recipe, target: str, sm: int) -> str:
+    """The rule that reports a recipe the target does not run on this GPU (by what would fix it)."""
+    w, a = recipe.weights, recipe.activations
+    if w in ("int4_awq", "int4_gptq") and target == "llmapi" and sm >= 100:
+        return Int4UnsupportedOnPytorch.code
+    if w in ("fp8_block", "fp8_rowwise"):
+        return Fp8ScalingUnsupported.code
+    if w in ("nvfp4", "mxfp4", "mxfp8") or a in ("nvfp4", "mxfp8"):
+        return Fp4NeedsBlackwell.code
+    if w == "fp8" or a == "fp8":
+        return Fp8NeedsAda.code
+    return RecipeUnsupported.code
 
 
-def _fp8_rowwise_ok(sm: int) -> bool:
-    return sm == 90
+def dense_findings(ctx: CheckContext) -> Iterator[tuple[str, Pair, WeightUse | None, str, tuple, Verdict]]:
+    """(code, pair, weight use or None for the KV cache, message, path, verdict) for every recipe a
+    served model uses that its target does not run on its GPU. Recipes the target cannot build at
+    all are K312's; int8 SmoothQuant on llmapi is K308's."""
+    table = load_format_table()
+    target = ctx.ir.target
+    for p in served_pairs(ctx):
+        sm = p.gpu.sm_version
+        arch = p.model.arch
+        for use in weight_uses(p.model):
+            r = use.recipe
+            if r is None or not table.buildable(r, target) and not _rewritable(r, target):
+                continue  # K306 / K312
+            if target == "llmapi" and r.key == ("int8", "int8"):
+                continue  # K308
+            if r.experts_only:
+                if arch is not None and arch.is_moe and not use.override:
+                    continue  # its expert layers are K611's; the rest of the model stays 16-bit
+                if arch is not None and arch.is_moe and expert_module_patterns_hit(
+                        p.model, p.model.formats.overrides[use.path[4]].match):
+                    continue
+                yield (RecipeUnsupported.code, p, use,
+                       f"model {p.name!r} uses {r.label} {use.what}, which TensorRT-LLM runs only in the expert "
+                       f"layers of mixture-of-experts models" + ("" if arch is None or arch.is_moe else
+                                                                 f"; {arch.name} has no experts"),
+                       use.path, Verdict(False, r.llmapi.status, r.llmapi.sources, r.llmapi.note))
+                continue
+            v = table.supports(r, target, sm)
+            if v:
+                continue
+            default = table.recipe(r.weights)
+            path = blame(p.model, use, default is not None and default is not r and not default.experts_only
+                         and bool(table.supports(default, target, sm)))
+            runs = r.target(target).sms if r.target(target) is not None else ()
+            code = family_code(r, target, sm) if runs else RecipeUnsupported.code
+            if runs:
+                msg = (f"model {p.name!r} uses {r.label} {use.what}, which {TARGET_TEXT[target]} runs on "
+                       f"{sm_list(runs)}, not on {p.where}")
+            else:
+                msg = (f"model {p.name!r} uses {r.label} {use.what}, which {TARGET_TEXT[target]} of TensorRT-LLM "
+                       f"{ctx.spec.toolchain.tensorrt_llm} runs on no GPU" + (f": {v.note}" if v.note else ""))
+            yield code, p, use, msg, path, v
+        kv = p.model.formats.kv
+        if kv.quantized:
+            support = kv.engine if target == "engine" else kv.llmapi
+            if target == "engine" and kv.engine_kv_cache_dtype is None:
+                continue  # K312
+            if support.allows(sm):
+                continue
+            v = Verdict(False, support.status, support.sources, support.note)
+            code = Fp8NeedsAda.code if kv.name == "fp8" else Fp4NeedsBlackwell.code if kv.name == "nvfp4" \
+                else RecipeUnsupported.code
+            yield (code, p, None, f"model {p.name!r} uses an {kv.name} KV cache, which {TARGET_TEXT[target]} supports "
+                                  f"on {sm_list(support.sms)}, not on {p.where}", quant_path(p.name, "kv_cache"), v)
 
 
-def weights_supported(fmt: str, sm: int) -> bool:
-    """Whether a weight format has kernels on this SM at all (target-specific gaps are K304)."""
-    return {
-        "fp8": _fp8_ok, "fp8_block": _fp8_block_ok, "fp8_rowwise": _fp8_rowwise_ok, "mxfp8": _mxfp8_ok,
-        "nvfp4": _fp4_ok, "mxfp4": _fp4_ok,
-    }.get(fmt, lambda _sm: True)(sm)
+def _rewritable(recipe: Recipe, target: str) -> bool:
+    """ModelOpt writes some recipes' quant_algo under a name TensorRT-LLM does not read (MXFP4
+    exports say "mxfp4"); the quantize action rewrites hf_quant_config.json to the recipe's
+    QuantAlgo, so those build on llmapi all the same."""
+    m = recipe.modelopt
+    return target == "llmapi" and m is not None and not m.trtllm_loads_export and recipe.quant_algo is not None \
+        and bool(recipe.llmapi.sms or recipe.experts_only)
 
 
-class Fp8NeedsAda(Check):
+def kiln_buildable(table: FormatTable, recipe: Recipe, target: str) -> Verdict:
+    """Whether Kiln builds the recipe for the target (the table's verdict, plus the export rewrite)."""
+    v = table.buildable(recipe, target)
+    if not v and _rewritable(recipe, target):
+        return Verdict(True, v.status, v.sources, v.note)
+    return v
+
+
+class _DenseRule(Check):
+    """Reports dense_findings of its own code (no `code`: not a rule itself)."""
+
+    order = 30
+    fix_help: str = ""
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        table = load_format_table()
+        for code, p, use, msg, path, v in dense_findings(ctx):
+            if code != self.code:
+                continue
+            notes = p.notes() + verdict_notes(table, v, "this support fact")
+            yield ctx.diag(self, path, msg, help=self.help_for(p, use), notes=notes)
+
+    def help_for(self, p: Pair, use: WeightUse | None) -> str:
+        return self.fix_help
+
+
+class Fp8NeedsAda(_DenseRule):
     """FP8 weights, activations or KV cache on a GPU older than Ada/Hopper (SM < 89).
 
     FP8 (E4M3) tensor-core math exists from compute capability 8.9 on (Ada Lovelace, Hopper,
@@ -155,94 +236,41 @@ class Fp8NeedsAda(Check):
 
     Exception: the TensorRT-LLM PyTorch backend (the llmapi target) lists an FP8 KV cache as
     supported on Ampere, so an FP8 KV cache on SM80 is only refused for the engine target.
-    FP8 block and rowwise scaling have narrower support of their own (K303).
+    FP8 block and rowwise scaling have narrower support of their own (K303). The SM lists are the
+    format table's (compiler/catalog/data/formats.json).
     """
 
     code = "K301"
     name = "fp8-needs-sm89"
-    order = 30
+    fix_help = "serve it on Ada, Hopper or Blackwell (SM89+), or use bf16, int8 weight-only or int4_awq (W4A16) here"
 
-    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for p in served_pairs(ctx):
-            sm = p.gpu.sm_version
-            if _fp8_ok(sm):
-                continue
-            q = p.model.quantization
-            help = "serve it on Ada, Hopper or Blackwell (SM89+), or use bf16, int8 or int4_awq (W4A16) on this GPU"
-            for path, what, fmt in _weight_formats(p.name, q):
-                if fmt == "fp8":
-                    yield ctx.diag(self, path, f"model {p.name!r} uses fp8 {what}, but {p.where} has no FP8 "
-                                               "tensor cores (FP8 needs SM 89 or newer)", help=help, notes=p.notes())
-            # Other weight formats with fp8 activations are refused for their weights (K302/K303) or
-            # as a combination (K306); W4A8 AWQ is the one whose weights alone would run here.
-            if q.activations == "fp8" and q.weights == "int4_awq":
-                yield ctx.diag(self, quant_path(p.name, "activations"),
-                               f"model {p.name!r} uses fp8 activations (W4A8 AWQ), but {p.where} has no FP8 tensor "
-                               "cores (INT4 with FP8 activations needs SM 89 or newer)",
-                               help="use bf16/fp16 activations (W4A16) on this GPU, or serve it on SM89+",
-                               notes=p.notes())
-            if q.kv_cache == "fp8" and ctx.spec.target == "engine":
-                yield ctx.diag(self, quant_path(p.name, "kv_cache"),
-                               f"model {p.name!r} uses an fp8 KV cache on the engine target, but {p.where} has no "
-                               "FP8 support in the engine-era support matrix (FP8 needs SM 89 or newer)",
-                               help="use kv_cache: int8 or auto on this GPU, or the llmapi target (its PyTorch "
-                                    "backend supports an FP8 KV cache on Ampere)", notes=p.notes())
+    def help_for(self, p: Pair, use: WeightUse | None) -> str:
+        if use is None:
+            return "use kv_cache: int8 or auto on this GPU, or the llmapi target (its PyTorch backend supports an " \
+                   "FP8 KV cache on Ampere)"
+        return self.fix_help
 
 
-class Fp4NeedsBlackwell(Check):
-    """NVFP4/MXFP4 or MXFP8 formats on a GPU without the hardware for them.
+class Fp4NeedsBlackwell(_DenseRule):
+    """NVFP4/MXFP4 or MXFP8 formats on a GPU without the hardware or kernels for them.
 
     NVFP4 and MXFP4 (4-bit E2M1 with block scales) weights, NVFP4 activations and an NVFP4 KV cache
     need Blackwell tensor cores: SM100 (B200, GB200), SM103 (B300, GB300) or SM120 (RTX PRO 6000
-    Blackwell). Hopper and older have no FP4.
-
-    MXFP8 (E4M3 with an E8M0 scale per 32 values) is supported on SM100/SM103 only; the Transformer
-    Engine matrix lists it as "no" on SM120.
+    Blackwell); Hopper and older have no FP4. FP4 weights with FP8 activations (W4A8) run on
+    SM100/SM103 only. MXFP4 with 16-bit activations (W4A16_MXFP4) runs only in MoE expert layers,
+    where Hopper runs it too (K611 checks the MoE backend). The SM lists are the format table's.
     """
 
     code = "K302"
     name = "fp4-needs-blackwell"
-    order = 30
 
-    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for p in served_pairs(ctx):
-            sm = p.gpu.sm_version
-            q = p.model.quantization
-            weights_ok = weights_supported(q.weights, sm)
-            for path, what, fmt in _weight_formats(p.name, q):
-                if fmt in ("nvfp4", "mxfp4") and not _fp4_ok(sm):
-                    yield ctx.diag(self, path, f"model {p.name!r} uses {fmt} {what}, but {p.where} has no FP4 "
-                                               "tensor cores (FP4 needs Blackwell: SM100, SM103 or SM120)",
-                                   help=BLACKWELL_FP4_HELP + ", or use fp8 (SM89+) or int4_awq on this GPU",
-                                   notes=p.notes())
-                elif fmt == "mxfp8" and not _mxfp8_ok(sm):
-                    yield ctx.diag(self, path, f"model {p.name!r} uses mxfp8 {what}, but {p.where} does not "
-                                               "support MXFP8 (SM100 and SM103 only)",
-                                   help="serve it on B200, GB200, B300 or GB300, or use fp8"
-                                        + (" or fp8_block" if _fp8_block_ok(sm) else ""), notes=p.notes())
-            # Explicit activations are checked only in a valid pair (else K306) whose weights run here
-            # (else the weights are reported): in practice W4A8_MXFP4_MXFP8 on SM120.
-            acts = q.activations
-            if not weights_ok or acts not in VALID_ACTIVATIONS.get(q.weights, ()):
-                pass
-            elif acts == "nvfp4" and not _fp4_ok(sm):
-                yield ctx.diag(self, quant_path(p.name, "activations"),
-                               f"model {p.name!r} uses nvfp4 activations, but {p.where} has no FP4 tensor cores "
-                               "(FP4 needs Blackwell: SM100, SM103 or SM120)", help=BLACKWELL_FP4_HELP,
-                               notes=p.notes())
-            elif acts == "mxfp8" and not _mxfp8_ok(sm):
-                yield ctx.diag(self, quant_path(p.name, "activations"),
-                               f"model {p.name!r} uses mxfp8 activations, but {p.where} does not support MXFP8 "
-                               "(SM100 and SM103 only)",
-                               help="use fp8 activations (W4A8_MXFP4_FP8) or bf16 on this GPU", notes=p.notes())
-            if q.kv_cache == "nvfp4" and not _fp4_ok(sm):
-                yield ctx.diag(self, quant_path(p.name, "kv_cache"),
-                               f"model {p.name!r} uses an nvfp4 KV cache, but {p.where} has no FP4 support "
-                               "(FP4 needs Blackwell: SM100, SM103 or SM120)",
-                               help="use kv_cache: fp8 on SM89+ GPUs, or serve it on Blackwell", notes=p.notes())
+    def help_for(self, p: Pair, use: WeightUse | None) -> str:
+        if use is None:
+            return "use kv_cache: fp8 on SM89+ GPUs, or serve it on Blackwell"
+        return BLACKWELL_FP4_HELP + ", or use fp8 (SM89+) or int4_awq on this GPU"
 
 
-class Fp8ScalingUnsupported(Check):
+class Fp8ScalingUnsupported(_DenseRule):
     """FP8 block scaling or FP8 rowwise scaling on a GPU whose kernels do not implement it.
 
     In TensorRT-LLM's PyTorch-backend hardware matrix, FP8 block scales (FP8_BLOCK_SCALES,
@@ -253,63 +281,85 @@ class Fp8ScalingUnsupported(Check):
 
     code = "K303"
     name = "fp8-scaling-unsupported"
-    order = 30
-
-    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for p in served_pairs(ctx):
-            sm = p.gpu.sm_version
-            for path, what, fmt in _weight_formats(p.name, p.model.quantization):
-                if fmt == "fp8_block" and not _fp8_block_ok(sm):
-                    yield ctx.diag(self, path, f"model {p.name!r} uses fp8_block {what}, but {p.where} has no FP8 "
-                                               "block-scaling kernels (SM90, SM100 and SM103 only)",
-                                   help="use weights: fp8 (per-tensor)" + (" on this GPU" if _fp8_ok(sm) else
-                                                                            ", or serve it on Hopper or Blackwell"),
-                                   notes=p.notes())
-                elif fmt == "fp8_rowwise" and not _fp8_rowwise_ok(sm):
-                    yield ctx.diag(self, path, f"model {p.name!r} uses fp8_rowwise {what}, but {p.where} has no FP8 "
-                                               "rowwise kernels (Hopper SM90 only)",
-                                   help="use weights: fp8 or fp8_block" if _fp8_block_ok(sm) else
-                                   ("use weights: fp8 (per-tensor)" if _fp8_ok(sm) else
-                                    "serve it on Hopper, or use bf16/int8/int4_awq on this GPU"),
-                                   notes=p.notes())
+    fix_help = "use per-tensor fp8 on this GPU, or serve it where the table's SM list says it runs"
 
 
-class Int4UnsupportedOnPytorch(Check):
-    """An INT4 AWQ/GPTQ recipe that the PyTorch backend (llmapi target) does not support on this GPU.
+class Int4UnsupportedOnPytorch(_DenseRule):
+    """INT4 AWQ/GPTQ on a Blackwell GPU with the llmapi target.
 
-    TensorRT-LLM's PyTorch-backend hardware matrix has no W4A16 AWQ or W4A16 GPTQ kernels on
-    Blackwell (SM100/SM120), and W4A8 AWQ (int4 weights, FP8 activations) only on Ada and Hopper
-    (SM89/SM90). The legacy engine target lists INT4 on Blackwell, so this is an llmapi-only rule.
+    The PyTorch backend's quantization matrix has no W4A16 AWQ/GPTQ or W4A8 AWQ kernels on
+    Blackwell (SM100/SM120); the legacy engine target (TensorRT-LLM <= 1.2.x) still builds them.
     On Blackwell, NVFP4 is the 4-bit format with native support.
     """
 
     code = "K304"
     name = "int4-unsupported-on-pytorch"
+    fix_help = "use weights: nvfp4 (native 4-bit on Blackwell) or fp8, or the engine target (TensorRT-LLM <= 1.2.x)"
+
+
+class RecipeUnsupported(_DenseRule):
+    """A quantization recipe the pinned TensorRT-LLM does not run on this GPU, for a reason none of
+    K301-K304 names: the recipe has no kernels on any GPU for this target (MXFP8 before 1.3), or it
+    runs only in the expert layers of mixture-of-experts models (W4A16 MXFP4) and the model is
+    dense or the setting covers non-expert modules. The format table lists where each recipe runs.
+    """
+
+    code = "K311"
+    name = "recipe-unsupported"
+    fix_help = "choose a recipe the format table lists for this target and GPU (`kiln explain K311`)"
+
+
+class RecipeNotBuildable(Check):
+    """A recipe Kiln cannot build for the spec's target.
+
+    On the llmapi target the checkpoint comes from ModelOpt (the pinned version's named configs)
+    and must be one TensorRT-LLM's PyTorch backend reads; on the engine target it comes from
+    TensorRT-LLM's quantize.py, whose --qformat and --kv_cache_dtype choices are fixed. The format
+    table says which recipes each can make: for example quantize.py has no format for fp8_block,
+    MXFP4, W4A8 NVFP4 or an NVFP4 KV cache, and ModelOpt 0.47 has no GPTQ configuration, so
+    int4_gptq builds on neither target. Rather than fail in `kiln build`, the spec is refused here.
+    """
+
+    code = "K312"
+    name = "recipe-not-buildable"
     order = 30
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.target != "llmapi":
-            return
-        for p in served_pairs(ctx):
-            sm = p.gpu.sm_version
-            if sm < 100:
+        table = load_format_table()
+        target = ctx.ir.target
+        how = "ModelOpt" if target == "llmapi" else "TensorRT-LLM's quantize.py"
+        for name, rm in ctx.ir.models.items():
+            if rm.formats is None:
                 continue
-            acts = effective_activations(p.model)
-            q = p.model.quantization
-            help = "use weights: nvfp4 (native 4-bit on Blackwell) or fp8, or the engine target (TensorRT-LLM <= 1.2.x)"
-            for path, what, fmt in _weight_formats(p.name, q):
-                if fmt not in ("int4_awq", "int4_gptq"):
+            for use in weight_uses(rm):
+                r = use.recipe
+                if r is None or (target == "llmapi" and r.key == ("int8", "int8")):
+                    continue  # K306, K308
+                v = kiln_buildable(table, r, target)
+                if v:
                     continue
-                if fmt == "int4_awq" and path == quant_path(p.name, "weights") and acts == "fp8":
-                    yield ctx.diag(self, quant_path(p.name, "activations"),
-                                   f"model {p.name!r} uses W4A8 AWQ (int4_awq weights, fp8 activations), which the "
-                                   f"PyTorch backend supports only on SM89/SM90, not on {p.where}", help=help,
-                                   notes=p.notes())
-                else:
-                    recipe = "W4A16 AWQ" if fmt == "int4_awq" else "W4A16 GPTQ"
-                    yield ctx.diag(self, path, f"model {p.name!r} uses {fmt} {what} ({recipe}), which the PyTorch "
-                                               f"backend (llmapi target) does not support on Blackwell: {p.where}",
-                                   help=help, notes=p.notes())
+                default = table.recipe(r.weights)
+                path = blame(rm, use, default is not r and bool(kiln_buildable(table, default, target)))
+                yield ctx.diag(self, path, f"model {name!r}: Kiln cannot build {r.label} {use.what} for the "
+                                               f"{target} target: " + (v.note or f"{how} has no such recipe"),
+                               help=self._help(table, r, target), notes=verdict_notes(table, v, "this build fact"))
+            kv = rm.formats.kv
+            if target == "engine" and kv.quantized and kv.engine_kv_cache_dtype is None:
+                yield ctx.diag(self, quant_path(name, "kv_cache"),
+                               f"model {name!r}: TensorRT-LLM's quantize.py has no --kv_cache_dtype for an {kv.name} "
+                               "KV cache (it takes fp8 or int8), so the engine would silently keep a 16-bit cache",
+                               help="use kv_cache: fp8, or the llmapi target")
+
+    @staticmethod
+    def _help(table: FormatTable, r: Recipe, target: str) -> str:
+        other = "engine" if target == "llmapi" else "llmapi"
+        if kiln_buildable(table, r, other):
+            return f"use `target: {other}`, or another recipe"
+        buildable = [x.label for x in table if x.quantized and kiln_buildable(table, x, target)
+                     and x.weights == r.weights]
+        if buildable:
+            return "for these weights Kiln builds: " + ", ".join(buildable)
+        return "choose another weight format"
 
 
 class NvFp4KvCacheNeedsGate(Check):
@@ -338,7 +388,7 @@ class NvFp4KvCacheNeedsGate(Check):
 class InvalidFormatCombination(Check):
     """A weight format combined with an activation format that no quantization recipe implements.
 
-    Valid pairs (TensorRT-LLM QuantAlgo in parentheses):
+    The valid pairs are the format table's recipes (TensorRT-LLM QuantAlgo in parentheses):
 
     - bf16 / fp16 weights: activations unset or the same 16-bit format (no quantization)
     - fp8, fp8_block, fp8_rowwise: fp8 (FP8, FP8_BLOCK_SCALES, FP8_PER_CHANNEL_PER_TOKEN)
@@ -355,6 +405,7 @@ class InvalidFormatCombination(Check):
     order = 30
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        table = load_format_table()
         for name, m in ctx.spec.models.items():
             q = m.quantization
             a = q.activations
@@ -368,58 +419,44 @@ class InvalidFormatCombination(Check):
                                    help=f"remove `activations`, or quantize the weights (e.g. weights: {a})"
                                    if a in ("fp8", "mxfp8", "nvfp4", "int8") else "remove `activations`")
                 continue
-            valid = VALID_ACTIVATIONS[q.weights]
-            if a not in valid:
-                shown = ", ".join(f"{v} ({PAIR_NAMES[(q.weights, v)]})" for v in valid)
-                yield ctx.diag(self, path, f"model {name!r} pairs {q.weights} weights with {a} activations, a "
-                                           "combination no quantization recipe implements",
-                               help=f"{q.weights} weights take activations: {shown}")
+            if table.recipe(q.weights, a) is not None:
+                continue
+            shown = ", ".join(f"{v or 'bf16/fp16'} ({table.recipe(q.weights, v).quant_algo})"
+                              for v in table.valid_activations(q.weights))
+            yield ctx.diag(self, path, f"model {name!r} pairs {q.weights} weights with {a} activations, a "
+                                       "combination no quantization recipe implements",
+                           help=f"{q.weights} weights take activations: {shown}")
 
 
-def calibration_reasons(name: str, m: Model) -> list[tuple[tuple, str]]:
+def calibration_reasons(rm: ResolvedModel) -> list[tuple[tuple, str]]:
     """(spec path, reason) for each part of the recipe that needs activation statistics."""
-    q = m.quantization
-    acts = effective_activations(m)
+    f, name = rm.formats, rm.name
     out: list[tuple[tuple, str]] = []
-    reason = _weights_calibrate(q.weights, acts)
-    if reason:
-        path = quant_path(name, "activations") if q.activations is not None and q.weights not in (
-            "fp8", "nvfp4", "int4_awq", "int4_gptq") else quant_path(name, "weights")
-        out.append((path, reason))
-    if q.kv_cache in ("fp8", "int8", "nvfp4"):
-        out.append((quant_path(name, "kv_cache"),
-                    f"an {q.kv_cache} KV cache needs per-tensor key/value scales measured on calibration data"))
-    for i, o in enumerate(q.overrides):
-        if o.weights is not None and o.weights != q.weights:
-            r = _weights_calibrate(o.weights, DEFAULT_ACTIVATIONS.get(o.weights) or m.dtype)
-            if r:
-                out.append((quant_path(name, "overrides", i, "weights"), f"override {o.match!r}: {r}"))
+    for use in weight_uses(rm):
+        r = use.recipe
+        if r is not None and r.calibration.calibrates:
+            if use.override:
+                out.append((use.path, f"override {rm.formats.overrides[use.path[4]].match!r}: {r.calibration.reason}"))
+                continue
+            # the activations are to blame when the weights' own default recipe would not calibrate
+            default = load_format_table().recipe(r.weights)
+            path = blame(rm, use, default is not r and not default.calibration.calibrates)
+            out.append((path, r.calibration.reason))
+    if f.kv.calibration.calibrates:
+        out.append((quant_path(name, "kv_cache"), f"an {f.kv.name} KV cache: {f.kv.calibration.reason}"))
     return out
-
-
-def _weights_calibrate(w: str, acts: str) -> str | None:
-    if w == "fp8" or (w in ("nvfp4", "mxfp4") and acts == "fp8"):
-        return f"{w} weights with fp8 activations use static per-tensor activation scales (ModelOpt max calibration)"
-    if w == "nvfp4":
-        return "nvfp4 calibrates the per-tensor global scale of its activations (ModelOpt max calibration)"
-    if w == "int8" and acts == "int8":
-        return "int8 SmoothQuant derives its smoothing factors from activation statistics"
-    if w == "int4_awq":
-        return "AWQ searches per-channel scales on calibration activations"
-    if w == "int4_gptq":
-        return "GPTQ minimises each layer's output error on calibration activations"
-    return None  # bf16/fp16, weight-only int8, fp8_block, fp8_rowwise, mxfp8, mxfp4 (W4A16 / MXFP8): dynamic
 
 
 class CalibrationMissing(Check):
     """A quantization recipe that needs activation statistics has no `calibration` data.
 
-    ModelOpt calibrates (runs sample text through the model and records activation ranges) for:
-    fp8 (static per-tensor activation scales), nvfp4 (per-tensor global scales), any format with
-    fp8 activations (W4A8), int8 SmoothQuant (smoothing factors), int4_awq (AWQ scale search),
-    int4_gptq (GPTQ's layer-wise error minimisation) and an fp8, int8 or nvfp4 KV cache (key/value
-    scales). Formats whose scales are computed from the weights or on the fly need none:
-    fp8_block, fp8_rowwise, mxfp8, mxfp4 with bf16 or mxfp8 activations, and int8 weight-only.
+    ModelOpt calibrates (runs sample text through the model and records activation ranges) for the
+    recipes the format table marks as calibrating: fp8 (static per-tensor activation scales), nvfp4
+    (per-tensor global scales), any format with fp8 activations (W4A8), int8 SmoothQuant
+    (smoothing factors), int4_awq (AWQ scale search), int4_gptq (GPTQ's layer-wise error
+    minimisation) and an fp8, int8 or nvfp4 KV cache (key/value scales). Formats whose scales are
+    computed from the weights or on the fly need none: fp8_block, fp8_rowwise, mxfp8, mxfp4 with
+    bf16 or mxfp8 activations, and int8 weight-only.
 
     Without data from the serving domain the scales come from generic text (quantize.py defaults
     to cnn_dailymail), and the build would not be reproducible from the spec.
@@ -430,10 +467,10 @@ class CalibrationMissing(Check):
     order = 30
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
-            if m.quantization.calibration is not None:
+        for name, rm in ctx.ir.models.items():
+            if rm.spec.quantization.calibration is not None or rm.formats is None:
                 continue
-            reasons = calibration_reasons(name, m)
+            reasons = calibration_reasons(rm)
             if not reasons:
                 continue
             path, first = reasons[0]
@@ -457,9 +494,9 @@ class SmoothQuantNeedsEngine(Check):
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         if ctx.spec.target != "llmapi":
             return
-        for name, m in ctx.spec.models.items():
-            q = m.quantization
-            if q.weights == "int8" and effective_activations(m) == "int8":
+        for name, rm in ctx.ir.models.items():
+            q = rm.spec.quantization
+            if rm.formats is not None and q.weights == "int8" and rm.formats.act_quant == "int8":
                 path = quant_path(name, "activations" if q.activations is not None else "weights")
                 yield ctx.diag(self, path, f"model {name!r} uses int8 SmoothQuant (W8A8), which only the legacy "
                                            "engine path supports; the llmapi target's PyTorch backend has no W8A8",
@@ -467,16 +504,10 @@ class SmoothQuantNeedsEngine(Check):
                                     "(activations: bf16), or weights: fp8 on SM89+ GPUs")
 
 
-def allowed_blocks(fmt: str, acts: str | None) -> tuple[int, ...]:
-    """Block (group) sizes a weight format takes; () = the format has no block scales."""
-    if fmt == "nvfp4":
-        return (32,) if acts == "fp8" else (16,)  # W4A8_NVFP4_FP8 scales weights per 32 (ModelOpt)
-    return {"mxfp8": (32,), "mxfp4": (32,), "int4_awq": (32, 64, 128), "int4_gptq": (32, 64, 128),
-            "fp8_block": (128,)}.get(fmt, ())
-
-
 class BlockSizeInvalid(Check):
     """A `block_size` that the weight format cannot take.
+
+    The allowed sizes are the format table's:
 
     - bf16, fp16, fp8 (per-tensor), fp8_rowwise and int8 have no block scales: a block size means
       nothing for them
@@ -495,18 +526,23 @@ class BlockSizeInvalid(Check):
     order = 30
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
-            q = m.quantization
-            acts = effective_activations(m)
-            checks = [(quant_path(name, "block_size"), q.block_size, q.weights, "")]
+        table = load_format_table()
+        for name, rm in ctx.ir.models.items():
+            f = rm.formats
+            if f is None:
+                continue
+            q = rm.spec.quantization
+            checks = [(quant_path(name, "block_size"), q.block_size, q.weights, f.act_quant, "")]
             for i, o in enumerate(q.overrides):
                 fmt = o.weights or q.weights
-                checks.append((quant_path(name, "overrides", i, "block_size"), o.block_size, fmt,
+                acts = f.act_quant if o.weights is None else table.default_activations(fmt) \
+                    if fmt not in SIXTEEN_BIT else None
+                checks.append((quant_path(name, "overrides", i, "block_size"), o.block_size, fmt, acts,
                                f" (override {o.match!r})"))
-            for path, block, fmt, where in checks:
+            for path, block, fmt, acts, where in checks:
                 if block is None:
                     continue
-                allowed = allowed_blocks(fmt, acts)
+                allowed = table.allowed_blocks(fmt, acts)
                 if not allowed:
                     yield ctx.diag(self, path, f"model {name!r}{where}: {fmt} weights have no block scales, so "
                                                f"block_size {block} cannot apply",

@@ -7,6 +7,8 @@ the registry returns for an action. A kind declares
     what it reads; their canonical JSON enters the key;
   - `lower(ctx)`: the actions of this kind for an analysed spec (compiler.actions.base.LowerContext);
   - `missing(params, builder)`: what this builder lacks to run it (default: the action's `needs`);
+  - `preflight(params)`: refuse, before any model or tool is touched, what `run` would refuse for
+    these params alone (default: nothing);
   - `run(params, ctx)`: produce the artifact in `ctx.out`;
   - `manifest_entry(params, tree)`: what the release manifest says about a built artifact beyond
     its key and tree (a quality gate's figures, an image's digest), as (section, name, value);
@@ -83,6 +85,10 @@ class ActionKind(Generic[P]):
 
     def run(self, params: P, ctx: RunContext) -> None:
         raise NotImplementedError
+
+    def preflight(self, params: P) -> None:
+        """Raise what `run` would raise for these parameters alone (a recipe a tool has no format
+        for, a flag it does not take), without loading a model or running a tool."""
 
     def missing(self, params: P, needs: tuple[str, ...], builder: Capabilities) -> list[str]:
         return [n for n in needs if not builder.has(n)]

@@ -15,7 +15,7 @@ from typing import Callable
 from compiler.capacity.placement import search_placement
 from compiler.capacity.report import Sizing, unit_figures
 from compiler.capacity.workload import traffic_shape
-from compiler.catalog.formats import load_format_table
+from compiler.catalog.formats import SIXTEEN_BIT, load_format_table, normalize_activations
 
 from .types import Formats, ModuleFormat, Ports, Resolved, ResolvedHost, ResolvedModel, ServingUnit
 
@@ -31,19 +31,21 @@ def formats_pass(ir: Resolved) -> Resolved:
     models = {}
     for name, rm in ir.models.items():
         q, dtype = rm.spec.quantization, rm.spec.dtype
-        acts = table.effective_activations(q.weights, q.activations, dtype)
-        quantized_weights = q.weights not in ("bf16", "fp16")
-        act_quant = acts if quantized_weights and acts not in ("bf16", "fp16") else None
-        recipe = table.recipe(q.weights, act_quant) if quantized_weights else None
+        quantized_weights = q.weights not in SIXTEEN_BIT
+        if q.activations is not None:
+            acts = q.activations
+        else:
+            acts = (table.default_activations(q.weights) if quantized_weights else None) or dtype
+        act_quant = normalize_activations(acts) if quantized_weights else None
+        recipe = table.recipe(q.weights, act_quant if quantized_weights else q.activations)
         overrides = []
         for i, o in enumerate(q.overrides):
             if o.weights is None:
                 w, row = (q.weights if quantized_weights else None), recipe
-            elif o.weights in ("bf16", "fp16"):
-                w, row = None, None
+            elif o.weights in SIXTEEN_BIT:
+                w, row = None, table.recipe(o.weights, None)
             else:
-                w = o.weights
-                row = table.recipe(o.weights, table.default_act_quant(o.weights))
+                w, row = o.weights, table.recipe(o.weights)
             overrides.append(ModuleFormat(o.match, w, o.block_size, row, i))
         formats = Formats(dtype=dtype, weights=q.weights, activations=acts, act_quant=act_quant,
                           kv_cache=q.kv_cache, recipe=recipe, kv=table.kv(q.kv_cache), block_size=q.block_size,
@@ -171,13 +173,17 @@ def sizing(rm: ResolvedModel) -> Sizing:
     f, m = rm.formats, rm.spec
     overrides = tuple((o.match, o.weights, o.block_size) if o.weights is not None or o.block_size is None
                       else (o.match, f.storage_weights, o.block_size) for o in f.overrides)
+    weights_fmt = f.storage_weights
+    if f.recipe is not None and f.recipe.experts_only:  # e.g. MXFP4 W4A16: the experts only (quantize.EXPERTS)
+        overrides = (("*experts*", f.weights, f.block_size),) + overrides
+        weights_fmt = f.dtype
     w = m.workload
     shape = None
     if w is not None:
         def lengths(v):
             return v if isinstance(v, int) else tuple((b.tokens, b.share) for b in v)
         shape = traffic_shape(lengths(w.input_tokens), lengths(w.output_tokens))
-    return Sizing(weights_fmt=f.storage_weights, kv_fmt=f.storage_kv, exclude=f.exclude, overrides=overrides,
+    return Sizing(weights_fmt=weights_fmt, kv_fmt=f.storage_kv, exclude=f.exclude, overrides=overrides,
                   block_size=f.block_size, tp=m.parallelism.tp, pp=m.parallelism.pp,
                   attention_dp=m.parallelism.attention_dp, max_seq_len=m.limits.max_seq_len,
                   max_batch_size=m.limits.max_batch_size, max_num_tokens=m.limits.max_num_tokens,

@@ -56,8 +56,8 @@ class Formats:
 
     `activations` is what the model computes in (the 16-bit dtype for W*A16 recipes); `act_quant`
     is the quantized activation format, or None when activations stay 16-bit. `recipe` is the
-    table row of (weights, activations); None for an unquantized model and for a pair no recipe
-    implements (K306 reports that)."""
+    table row of (weights, activations) (the BF16/FP16 row for unquantized weights); None for a
+    pair no recipe implements (K306 reports that)."""
 
     dtype: str  # bf16 | fp16
     weights: str  # as the spec says (bf16/fp16: not quantized)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Callable, Union
 
-from pydantic import AfterValidator, Discriminator, Field, Tag, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, Discriminator, Field, Tag, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 # Error types the parser maps to codes; ctx carries `help` and optionally `key` (a sub-key to point at).
@@ -103,7 +103,8 @@ def scalar_or_list(scalar: Any, item: Any, *, description: str) -> Any:
 def scalar_or_mapping(scalar: Any, mapping: Any, *, description: str) -> Any:
     return Annotated[
         Union[Annotated[scalar, Tag("<one>")], Annotated[mapping, Tag("<mapping>")]],
-        Discriminator(lambda v: "<mapping>" if isinstance(v, dict) else "<one>"),
+        # a mapping when validating, a model instance when serializing
+        Discriminator(lambda v: "<mapping>" if isinstance(v, (dict, BaseModel)) else "<one>"),
         Field(description=description),
     ]
 
