@@ -560,3 +560,21 @@ def test_render_errors(gpus):
         render_catalog(gpus, gpu="H100-SXM-80GB")
     with pytest.raises(ValueError, match="format"):
         render_catalog(gpus, fmt="html")
+
+
+def test_catalog_formats_lists_the_format_table(capsys) -> None:
+    import json
+
+    from compiler.catalog.formats import load_format_table
+    from compiler.cli import main
+
+    assert main(["catalog", "--formats", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    table = load_format_table()
+    assert len(doc["recipes"]) == len(table.recipes)
+    mxfp4 = next(r for r in doc["recipes"] if r["weights"] == "mxfp4" and r["activations"] is None)
+    assert mxfp4["experts_only"] and mxfp4["moe"]["TRITON"] == [90]
+    assert main(["catalog", "--formats"]) == 0
+    text = capsys.readouterr().out
+    assert "W4A16_MXFP4" in text and "experts only" in text and "Default MoE backend: CUTLASS" in text
+    assert main(["catalog", "--formats", "--models"]) == 2  # one listing at a time

@@ -8,7 +8,7 @@ from typing import Any
 from .gpus import GpuCatalog
 from .types import GpuSpec, Status
 
-__all__ = ["render_catalog", "render_models", "MARKS"]
+__all__ = ["render_catalog", "render_formats", "render_models", "MARKS"]
 
 #: Marker appended to a value whose fact is weak; the legend explains them.
 MARKS: dict[str, str] = {"inferred": "*", "unverified": "?"}
@@ -147,3 +147,44 @@ def render_models(catalog, fmt: str = "text") -> str:
     table = _md_table if fmt == "markdown" else _text_table
     legend = _LEGEND.replace("*", "\\*") if fmt == "markdown" else _LEGEND
     return table(_MODEL_COLS, [_model_row(a) for a in models]) + "\n\nLegend: " + legend + "\n"
+
+
+_FORMAT_COLS = ["Weights", "Acts", "QuantAlgo", "llmapi SMs", "engine (qformat) SMs", "ModelOpt", "Calib",
+                "MoE experts (backend: SMs)"]
+
+
+def _sms(support, fmt_status: bool = True) -> str:
+    if support is None:
+        return "-"
+    text = ",".join(str(s) for s in support.sms) or "none"
+    return _m(text, support.status)
+
+
+def render_formats(table, fmt: str = "text") -> str:
+    """The quantization recipes and where they run (``kiln catalog --formats``). Deterministic."""
+    if fmt == "json":
+        rows = [{"weights": r.weights, "activations": r.activations, "quant_algo": r.quant_algo,
+                 "llmapi_sms": list(r.llmapi.sms), "experts_only": r.experts_only,
+                 "engine": None if r.engine is None else {"qformat": r.engine.qformat,
+                                                          "sms": list(r.engine.support.sms)},
+                 "modelopt": None if r.modelopt is None else {"config": r.modelopt.config,
+                                                              "cuda_only": r.modelopt.cuda_only},
+                 "calibrates": r.calibration.calibrates,
+                 "moe": {b: list(s.sms) for b, s in r.moe.items() if s.sms},
+                 "sources": list(r.sources)} for r in table]
+        kv = [{"kv_cache": k.name, "llmapi_sms": list(k.llmapi.sms), "engine_sms": list(k.engine.sms),
+               "engine_kv_cache_dtype": k.engine_kv_cache_dtype} for k in table.kv_formats.values()]
+        return json.dumps({"recipes": rows, "kv_cache": kv}, indent=2, sort_keys=True) + "\n"
+    rows = []
+    for r in table:
+        moe = "; ".join(f"{b}: {_sms(s)}" for b, s in r.moe.items() if s.sms and b != "VANILLA") or "-"
+        llmapi = "experts only" if r.experts_only else _sms(r.llmapi)
+        engine = "-" if r.engine is None else f"({r.engine.qformat}) {_sms(r.engine.support)}"
+        rows.append([r.weights, r.activations or "16-bit", r.quant_algo or "-", llmapi, engine,
+                     (r.modelopt.config + (" (CUDA)" if r.modelopt.cuda_only else "")) if r.modelopt else "-",
+                     "yes" if r.calibration.calibrates else "no", moe])
+    table_fn = _md_table if fmt == "markdown" else _text_table
+    legend = _LEGEND.replace("*", "\\*") if fmt == "markdown" else _LEGEND
+    return (table_fn(_FORMAT_COLS, rows) + "\n\nSMs are compute capability x 10 (90 = Hopper). Default MoE backend: "
+            f"{table.default_moe_backend}. Sources and notes: compiler/catalog/data/formats.json.\nLegend: "
+            + legend + "\n")

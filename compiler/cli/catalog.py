@@ -10,17 +10,26 @@ from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    c = sub.add_parser("catalog", help="list the GPUs, their MIG profiles and the model architectures")
+    c = sub.add_parser("catalog", help="list the GPUs, their MIG profiles, the model architectures and the "
+                                       "quantization formats")
     c.add_argument("gpu", nargs="?", help="show one GPU's MIG profiles")
-    c.add_argument("--models", action="store_true", help="list model architectures instead")
+    what = c.add_mutually_exclusive_group()
+    what.add_argument("--models", action="store_true", help="list model architectures instead")
+    what.add_argument("--formats", action="store_true",
+                      help="list the quantization recipes: where each target and MoE backend runs them")
     c.add_argument("--format", choices=["text", "markdown", "json"], default="text")
     c.set_defaults(handler=cmd_catalog)
 
 
 def cmd_catalog(args: argparse.Namespace) -> ExitCode:
     from compiler.catalog import load_gpu_catalog, load_model_catalog
-    from compiler.catalog.listing import render_catalog, render_models
+    from compiler.catalog.listing import render_catalog, render_formats, render_models
 
+    if args.formats:
+        from compiler.catalog.formats import load_format_table
+
+        emit(render_formats(load_format_table(), args.format), None)
+        return ExitCode.OK
     if args.models:
         emit(render_models(load_model_catalog(), args.format), None)
         return ExitCode.OK
