@@ -68,19 +68,14 @@ def test_recipe_activations_are_spec_activation_formats(table):
         assert r.activations == normalize_activations(r.activations), "store 16-bit activations as null"
 
 
-def test_pairs_match_the_checks_both_ways(table):
-    """Every pair K306 accepts has a recipe, every quantized recipe is a pair K306 accepts, and the
-    default activations agree. (No pair verdict changed in the table; the changes are per GPU/target.)"""
-    from compiler.checks.precision import DEFAULT_ACTIVATIONS, VALID_ACTIVATIONS
-    from compiler.spec.models import UNQUANTIZED
+def test_pairs_cover_the_spec_formats(table):
+    """Every weight format of the spec has recipes, every recipe's activations are a spec activation
+    format (or the 16-bit dtype), and the unquantized rows are exactly the 16-bit formats."""
+    from compiler.spec.models import UNQUANTIZED, ActivationFormat, WeightFormat
 
-    checks = {(w, normalize_activations(a)) for w, acts in VALID_ACTIVATIONS.items() for a in acts}
-    rows = {r.key for r in table if r.quantized}
-    assert checks - rows == set(), "pairs the checks accept without a recipe"
-    assert rows - checks == set(), "recipes the checks do not accept"
+    assert {r.weights for r in table} == set(typing.get_args(WeightFormat))
+    assert {r.activations for r in table} <= set(typing.get_args(ActivationFormat)) | {None}
     assert {r.weights for r in table if not r.quantized} == set(UNQUANTIZED)
-    for w, default in DEFAULT_ACTIVATIONS.items():
-        assert table.default_activations(w) == normalize_activations(default), w
 
 
 def test_one_default_recipe_per_weight_format(table):
@@ -88,19 +83,6 @@ def test_one_default_recipe_per_weight_format(table):
         assert [r.default for r in table.recipes_for(w)].count(True) == 1, w
         assert table.recipe(w) is table.default_recipe(w)
         assert table.valid_activations(w)[0] == table.default_activations(w)
-
-
-def test_storage_facts_match_capacity(table):
-    """The capacity module's figures are the table's (until it reads the table itself)."""
-    from compiler.capacity import formats as cap
-
-    for name, f in cap.WEIGHT_FORMATS.items():
-        w = table.weight(name)
-        assert (w.bits, w.block, w.block_ndim, w.scale_bytes) == (f.bits, f.block, f.block_ndim, f.scale_bytes), name
-        assert w.bytes_per_param() == pytest.approx(cap.bytes_per_param(name)), name
-        assert w.bytes_per_param(32) == pytest.approx(cap.bytes_per_param(name, 32)), name
-    for name, b in cap.KV_BYTES_PER_ELEMENT.items():
-        assert table.kv(name).bytes_per_element == pytest.approx(b), name
 
 
 def test_moe_backends_are_the_specs(table):
@@ -279,15 +261,6 @@ def _table_config(mtq, r) -> dict:
     if m.algorithm != _method(cfg.get("algorithm")):
         cfg["algorithm"] = m.algorithm
     return cfg
-
-
-def test_modelopt_configs_are_the_ones_kiln_uses_today(table):
-    """The table names the same ModelOpt configs as compiler/actions/quantize.py (until it reads the table)."""
-    from compiler.actions.quantize import KV_CONFIGS, PAIR_CONFIGS
-
-    rows = {r.key: "+".join(r.modelopt.config_names) for r in table if r.modelopt is not None}
-    assert rows == PAIR_CONFIGS
-    assert {k.name: k.modelopt_config for k in table.kv_formats.values() if k.modelopt_config} == KV_CONFIGS
 
 
 # --- the facts the table was written to correct ----------------------------------------------------
