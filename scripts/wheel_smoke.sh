@@ -61,6 +61,7 @@ run 0 "$V/kiln" validate kiln.yaml
 run 0 "$V/kiln" plan kiln.yaml
 run 0 "$V/kiln" catalog
 run 0 "$V/kiln" catalog --models
+run 0 "$V/kiln" catalog --formats
 mkdir "$tmp/repo" && cp -r . "$tmp/repo/deploy"
 run 0 "$V/kiln" init "$tmp/repo/deploy/kiln.yaml" --dir "$tmp/repo" --registry registry.example/kiln
 [[ -s $tmp/repo/.github/workflows/kiln-plan.yml && -s $tmp/repo/.github/workflows/kiln-release.yml ]] \
