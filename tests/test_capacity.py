@@ -567,3 +567,16 @@ def test_attention_dp_decode_spreads_sequences_over_the_ranks():
     assert adp.kv_bytes_read == pytest.approx(8 * 4096 * 61 * 576 * 2)
     assert tp_only.kv_bytes_read == pytest.approx(64 * 4096 * 61 * 576 * 2)
     assert adp.tokens_per_s_at_batch > tp_only.tokens_per_s_at_batch
+
+
+def test_glob_fast_path_agrees_with_every_name():
+    """ModuleGroup.matches decides globs without digits, `?` or `[` on one name; the answer must be
+    the one a walk over every concrete module gives."""
+    from fnmatch import fnmatchcase
+
+    patterns = ["*experts*", "*mlp.gate", "*down_proj", "model.layers.*.mlp.experts.*.up_proj", "lm_head",
+                "*self_attn*", "*shared_experts*", "*.experts.*", "model.norm", "*gate*", "*q_a_proj"]
+    for a in (QWEN3_235B, DEEPSEEK_V3, MIXTRAL):
+        for g in inventory(a):
+            for p in patterns:
+                assert g.matches(p) == any(fnmatchcase(n, p) for n in g.names()), (a.name, g.pattern, p)
