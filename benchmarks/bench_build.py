@@ -27,6 +27,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_validate import generate  # noqa: E402
 
+# A bare builder on every machine: model actions (torch, network, GPU) are deferred, so the figures are
+# the graph, the store and the pure actions, comparable between machines and revisions.
+os.environ["KILN_BUILDER_HAS"] = ""
+
 from compiler.build import build_spec, plan_spec  # noqa: E402
 from compiler.pipeline import validate_path  # noqa: E402
 from compiler.store.local import LocalStore  # noqa: E402
@@ -76,15 +80,16 @@ def main() -> None:
         for i in range(args.repeat):
             store = LocalStore(scratch / f"store-{i}")
             seconds, out = timed(lambda: build_spec(spec, store))
-            assert not out.failed and len(out.executed) == n_actions
+            assert not out.failed and len(out.executed) + len(out.deferred) == n_actions
+            ran = len(out.executed)
             cold.append(seconds)
             seconds, out = timed(lambda: build_spec(spec, store))
             assert out.executed == []
             noop.append(seconds)
             cli_store = str(scratch / f"cli-store-{i}")
-            cold_cli.append(cli("build", str(spec), "--store", cli_store, "-q"))
-            noop_cli.append(cli("build", str(spec), "--store", cli_store, "-q"))
-        what = f"{name}, {n_actions} actions"
+            cold_cli.append(cli("build", str(spec), "--store", cli_store, "-q", "--allow-partial"))
+            noop_cli.append(cli("build", str(spec), "--store", cli_store, "-q", "--allow-partial"))
+        what = f"{name}, {n_actions} actions ({ran} run, the model actions deferred)"
         rows += [
             ("build, cold (in process)", what, min(cold), ""),
             ("build, no-op (in process)", what, min(noop), f"cold/no-op {min(cold) / min(noop):.1f}x"),
