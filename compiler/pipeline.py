@@ -65,5 +65,12 @@ def _validate(loaded, shown: str, base_dir: Path, options: Options) -> Validatio
         result.resolved = ir
         result.diagnostics.extend(diags)
         result.diagnostics.extend(run_checks(CheckContext(ir)))
+    elif parsed.partial is not None:
+        # One run, all problems: the entries that parsed are checked too (the IR stays out of the
+        # result: a spec with errors is never lowered).
+        ir, diags = resolve(parsed.partial, loaded.document, result.base_dir, options.gpu_profiles,
+                            set_aside=parsed.set_aside)
+        result.diagnostics.extend(diags)
+        result.diagnostics.extend(run_checks(CheckContext(analyse(ir))))
     result.diagnostics = sort_diagnostics(result.diagnostics)
     return result

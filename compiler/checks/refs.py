@@ -21,8 +21,9 @@ class UnknownModel(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         known = sorted(ctx.spec.models)
+        set_aside = ctx.ir.set_aside.get("models", frozenset())
         for unit in ctx.ir.units:
-            if unit.model not in ctx.spec.models:
+            if unit.model not in ctx.spec.models and unit.model not in set_aside:
                 yield ctx.diag(self, unit.path + ("serves",), f"`serves: {unit.model}` names no model in `models`",
                                help=_choices(unit.model, known))
 
@@ -89,8 +90,8 @@ class ModelNotServed(Check):
     order = 10
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if not ctx.spec.hosts:
-            return  # a spec without hosts only builds artifacts (the CPU quickstart style)
+        if not ctx.spec.hosts or ctx.ir.set_aside.get("hosts"):
+            return  # no hosts: the spec only builds artifacts (the CPU quickstart style); hosts set aside: unknown
         served = {u.model for u in ctx.ir.units}
         for name in ctx.spec.models:
             if name not in served:

@@ -75,8 +75,8 @@ class CaptureFitsNoHost(Rule):
     name = "capture-fits-no-host"
 
 
-def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple[Path, ...], ...] = ()
-            ) -> tuple[Resolved, list[Diagnostic]]:
+def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple[Path, ...], ...] = (),
+            set_aside: dict[str, frozenset[str]] | None = None) -> tuple[Resolved, list[Diagnostic]]:
     """The IR before its passes: models with architectures, hosts with GPUs and MIG slots (from the
     captures of `gpu_profiles` where they fit a host's GPU, else from the catalog)."""
     diags: list[Diagnostic] = []
@@ -84,7 +84,7 @@ def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple
     models = {name: _resolve_model(name, m, doc, base_dir, diags) for name, m in spec.models.items()}
     hosts = {name: _resolve_host(name, h, doc, captures, diags) for name, h in spec.hosts.items()}
     used = {source for h in hosts.values() for source in h.gpu_source.split(", ")}
-    for c in captures:
+    for c in captures if not (set_aside or {}).get("hosts") else ():
         if c.lgip_source not in used:
             fits = identify(c, load_gpu_catalog())
             what = " or ".join(fits) if fits else "a GPU the catalog does not know"
@@ -95,7 +95,8 @@ def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple
                                     "the hosts use " + (", ".join(gpus) if gpus else "no GPU") +
                                     "; capture `nvidia-smi mig -lgip` (and -lgipp) on one of them"))
     return Resolved(spec, doc, base_dir, models, hosts,
-                    capture=", ".join(src for c in captures for src in c.sources) or None), diags
+                    capture=", ".join(src for c in captures for src in c.sources) or None,
+                    set_aside=dict(set_aside or {})), diags
 
 
 def _diag(rule: type[Rule], doc: Document, path: tuple, message: str, help: str | None = None,

@@ -157,6 +157,9 @@ class Resolved:
     hosts: Mapping[str, ResolvedHost]
     units: tuple[ServingUnit, ...] = ()  # units pass, in host order then GPU order
     capture: str | None = None  # the --gpu-profiles capture, when one was given
+    # entries of a spec with errors that were left out so the rest could be checked ("models" or
+    # "hosts" -> names); checks do not report what follows from their absence
+    set_aside: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def target(self) -> str:

@@ -6,7 +6,7 @@ import difflib
 import re
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 from pydantic import BaseModel, ValidationError
@@ -34,6 +34,11 @@ _GPU_ONLY_KEYS = {"clocks", "application_clocks", "power_limit_w"}
 class ParseResult:
     spec: Spec | None
     diagnostics: list[Diagnostic]
+    # When the spec has errors only inside some `models` or `hosts` entries: the spec without those
+    # entries, so the semantic checks can still look at everything else in the same run. Nothing is
+    # ever built from it.
+    partial: Spec | None = None
+    set_aside: dict[str, frozenset[str]] = field(default_factory=dict)  # "models"/"hosts" -> names left out
 
 
 def parse_document(doc: Document) -> ParseResult:
@@ -44,11 +49,37 @@ def parse_document(doc: Document) -> ParseResult:
     try:
         spec = Spec.model_validate(data)
     except ValidationError as exc:
-        return ParseResult(None, [_to_diagnostic(doc, err) for err in exc.errors(include_url=False)])
+        errors = exc.errors(include_url=False)
+        partial, set_aside = _without_broken_entries(data, errors)
+        return ParseResult(None, [_to_diagnostic(doc, err) for err in errors], partial, set_aside)
     except (RecursionError, OverflowError, MemoryError) as exc:  # defensive: bounded by the loader already
         return ParseResult(None, [Diagnostic(R.InvalidValue.code, R.InvalidValue.severity,
                                              f"spec cannot be read: {type(exc).__name__}", doc.file, Span.unknown())])
     return ParseResult(spec, [])
+
+
+def _without_broken_entries(data: Any, errors: list[dict]) -> tuple[Spec | None, dict[str, frozenset[str]]]:
+    """The spec with every `models`/`hosts` entry that has an error left out, if the rest is valid.
+
+    An error anywhere else (the toolchain, the name, the target...) concerns every entry, so no
+    partial spec is made then."""
+    if not isinstance(data, dict):
+        return None, {}
+    broken: dict[str, set[str]] = {"models": set(), "hosts": set()}
+    for err in errors:
+        path, _ = _data_path(data, tuple(err["loc"]))
+        if len(path) < 2 or path[0] not in broken or not isinstance(data.get(path[0]), dict) \
+                or path[1] not in data[path[0]]:
+            return None, {}
+        broken[path[0]].add(path[1])
+    pruned = {k: v for k, v in data.items()}
+    for section, names in broken.items():
+        if names:
+            pruned[section] = {k: v for k, v in data[section].items() if k not in names}
+    try:
+        return Spec.model_validate(pruned), {k: frozenset(v) for k, v in broken.items()}
+    except (ValidationError, RecursionError, OverflowError, MemoryError):
+        return None, {}
 
 
 def _check_version(doc: Document) -> Diagnostic | None:
