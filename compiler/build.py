@@ -92,7 +92,23 @@ def graph_disruptions(graph: Graph, earlier, kinds: KindRegistry) -> list[Disrup
         if record is not None and record.get("key") == graph.keys[aid]:
             continue
         out.extend(kind.disruptions(kind.params_from_record(record), action.params))
-    return out
+    return merge_disruptions(out)
+
+
+def merge_disruptions(items: list[Disruption]) -> list[Disruption]:
+    """One line per GPU and kind (several artifacts can restart the same containers); a restart is
+    not listed where the GPU is re-sliced or changes what it serves, which replaces its containers."""
+    replaced = {(d.host, d.gpu_index) for d in items if d.kind in ("mig-reslice", "serving-change")}
+    merged: dict[tuple[str, int, str], Disruption] = {}
+    for d in items:
+        if d.kind == "container-restart" and (d.host, d.gpu_index) in replaced:
+            continue
+        key = (d.host, d.gpu_index, d.kind)
+        if key in merged:
+            d = Disruption(d.host, d.gpu_index, d.kind, merged[key].detail + "; " + d.detail)
+        merged[key] = d
+    order = {"mig-reslice": 0, "serving-change": 1, "container-restart": 2, "clocks": 3, "power": 4}
+    return sorted(merged.values(), key=lambda d: (d.host, d.gpu_index, order[d.kind]))
 
 
 def store_disruptions(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry) -> list[Disruption]:

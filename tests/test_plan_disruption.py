@@ -63,3 +63,56 @@ def test_the_markdown_plan_has_a_disruption_table(tmp_path: Path, capsys) -> Non
     assert main(["plan", str(spec), "--store", str(store.root), "--format", "markdown"]) == 0
     out = capsys.readouterr().out
     assert "| b200-a | 0 | mig-reslice |" in out and "| b200-a | 1 | mig-reslice |" in out
+
+
+def _graph(spec: Path):
+    from compiler.graph.inputs import DigestCache
+    from compiler.lower import lower
+    from compiler.pipeline import validate_path
+
+    result = validate_path(spec)
+    assert result.ok, [d.message for d in result.diagnostics if d.is_error]
+    return lower(result, DigestCache(None))
+
+
+def test_a_batch_limit_edit_restarts_the_containers_of_the_rebuilt_image(tmp_path: Path) -> None:
+    """With `image:`, a serving-only edit rebuilds the host's image; every container on it restarts,
+    and the plan says so per GPU (it said "no host or GPU changes")."""
+    from compiler.gitops.semplan import host_disruptions
+
+    shutil.copytree(EXAMPLE, tmp_path / "spec")
+    spec = tmp_path / "spec" / "kiln.yaml"
+    base = _graph(spec)
+    assert "image/b200-a" in base.actions
+    _edit(spec, "limits: {max_batch_size: 32", "limits: {max_batch_size: 24")
+    head = _graph(spec)
+    assert base.keys["image/b200-a"] != head.keys["image/b200-a"]
+    found = host_disruptions(base, head)
+    assert {(d.gpu_index, d.kind) for d in found} == {(0, "container-restart"), (1, "container-restart")}
+    assert all(d.detail.startswith("serving image rebuilt: ") and "mig" in d.detail for d in found)
+
+
+def test_a_port_change_recreates_only_that_models_containers(tmp_path: Path) -> None:
+    from compiler.gitops.semplan import host_disruptions
+
+    shutil.copytree(EXAMPLE, tmp_path / "spec")
+    spec = tmp_path / "spec" / "kiln.yaml"
+    text = spec.read_text(encoding="utf-8").replace("\nimage:", "\n#image:")  # without an image: host-script alone
+    spec.write_text(text, encoding="utf-8")
+    base = _graph(spec)
+    assert not any(a.startswith("image") for a in base.actions)
+    _edit(spec, "http: 8200", "http: 8300")
+    found = host_disruptions(base, _graph(spec))
+    assert found and {d.kind for d in found} == {"container-restart"}
+    assert all("ports changed" in d.detail and "mig2" in d.detail for d in found)  # intent: the third slice
+
+
+def test_a_reslice_is_not_also_listed_as_a_restart(tmp_path: Path) -> None:
+    from compiler.gitops.semplan import host_disruptions
+
+    shutil.copytree(EXAMPLE, tmp_path / "spec")
+    spec = tmp_path / "spec" / "kiln.yaml"
+    base = _graph(spec)
+    _edit(spec, "{profile: 1g.23gb, serves: intent}", "{profile: 1g.45gb, serves: intent}")
+    found = {(d.gpu_index, d.kind) for d in host_disruptions(base, _graph(spec))}
+    assert found == {(0, "mig-reslice"), (1, "mig-reslice")}

@@ -27,7 +27,7 @@ from compiler.graph.model import Action
 from compiler.serving import layout
 from compiler.serving.yamlout import dump_yaml
 
-from .base import ActionKind, LowerContext, Params, RunContext
+from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 
 TEMPLATE_DIR = resources.template_dir("host")
 SCRIPT_TEMPLATE, UNIT_TEMPLATE = "provision.sh.j2", "kiln-host.service.j2"
@@ -112,6 +112,23 @@ class HostScript(ActionKind[HostScriptParams]):
                      for u in ctx.ir.host_units(name)]
             params = HostScriptParams(host=name, spec_name=ctx.spec.name, templates=digests, units=units)
             out.append(self.action(f"{self.kind}/{name}", params, deps=(f"host-plan/{name}",)))
+        return out
+
+    def disruptions(self, old: HostScriptParams | None, new: HostScriptParams) -> list[Disruption]:
+        """provision.sh recreates a unit's container when what it runs with changes (its model,
+        ports, GPUs or MIG instance); units that stay the same keep running."""
+        if old is None:
+            return []
+        before = {u.id: u for u in old.units}
+        out = []
+        for u in new.units:
+            prev = before.get(u.id)
+            if prev is None or prev == u:
+                continue
+            what = [k for k in ("model", "ports", "gpus", "mig_slot") if getattr(prev, k) != getattr(u, k)]
+            for g in u.gpus:
+                out.append(Disruption(new.host, g, "container-restart",
+                                      f"{u.id.split('/', 1)[-1]} is recreated ({', '.join(what)} changed)"))
         return out
 
     def run(self, params: HostScriptParams, ctx: RunContext) -> None:

@@ -24,14 +24,22 @@ from compiler.graph.model import Action
 from compiler.store.canonical import pretty_json
 
 from . import dockerbuild, image_context
-from .base import ActionKind, LowerContext, Params, RunContext
+from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 
 OUTPUT = "image.json"
+
+
+class UnitGpus(Params):
+    id: str
+    gpus: list[int]
 
 
 class ImageParams(Params):
     host: str
     repository: str
+    # the serving units whose containers run this image (their ids are in the image's entrypoint
+    # already, so listing them here rebuilds nothing more): a new image restarts them
+    units: list[UnitGpus] = []
 
 
 def local_content_tag(host: str, context) -> str:
@@ -79,13 +87,31 @@ def run(params: ImageParams, ctx: RunContext) -> None:
 
 
 class Image(ActionKind[ImageParams]):
-    kind, version, Params = "image", 1, ImageParams
+    kind, version, Params = "image", 2, ImageParams
 
     def lower(self, ctx: LowerContext) -> list[Action]:
         return [self.action(f"{self.kind}/{c.params.host}",
-                            ImageParams(host=c.params.host, repository=ctx.spec.image.repository),
+                            ImageParams(host=c.params.host, repository=ctx.spec.image.repository,
+                                        units=[UnitGpus(id=u.id, gpus=list(u.gpu_indexes))
+                                               for u in ctx.ir.host_units(c.params.host)]),
                             deps=(c.id,), needs=("docker",))
                 for c in image_context.KIND.lower(ctx)]
+
+    def disruptions(self, old: ImageParams | None, new: ImageParams) -> list[Disruption]:
+        """A rebuilt serving image restarts every container of the host (provision.sh replaces a
+        container whose image changed). Nothing restarts when no image was built before: the first
+        one starts the containers."""
+        if old is None:
+            return []
+        out = []
+        by_gpu: dict[int, list[str]] = {}
+        for u in new.units:
+            for g in u.gpus:
+                by_gpu.setdefault(g, []).append(u.id.split("/", 1)[-1])
+        for gpu, units in sorted(by_gpu.items()):
+            out.append(Disruption(new.host, gpu, "container-restart",
+                                  f"serving image rebuilt: {', '.join(units)} restart{'s' * (len(units) == 1)}"))
+        return out
 
     def run(self, params: ImageParams, ctx: RunContext) -> None:
         run(params, ctx)
