@@ -9,6 +9,7 @@ from pathlib import Path
 from compiler.checks import CheckContext, run_checks
 from compiler.diagnostics import Diagnostic, sort_diagnostics
 from compiler.ir import Resolved, analyse, resolve
+from compiler.ir.lockfile import lock_path
 from compiler.spec.loader import Document, load_file, load_text
 from compiler.spec.models import Spec
 from compiler.spec.parse import parse_document
@@ -40,15 +41,16 @@ class Validation:
 def validate_path(path: str | Path, options: Options | None = None, display: str | None = None) -> Validation:
     """Validate a spec file; relative paths in it are relative to its directory."""
     return _validate(load_file(path, display or str(path)), display or str(path), Path(path).resolve().parent,
-                     options or Options())
+                     options or Options(), lock_path(Path(path)))
 
 
 def validate_text(text: str, base_dir: Path, display: str = "kiln.yaml", options: Options | None = None) -> Validation:
     """Validate a spec held in memory, as if it were the file `display` in `base_dir`."""
-    return _validate(load_text(text, display), display, base_dir.resolve(), options or Options())
+    return _validate(load_text(text, display), display, base_dir.resolve(), options or Options(),
+                     lock_path(base_dir / Path(display).name))
 
 
-def _validate(loaded, shown: str, base_dir: Path, options: Options) -> Validation:
+def _validate(loaded, shown: str, base_dir: Path, options: Options, lock: Path | None) -> Validation:
     result = Validation(shown, loaded.document, None, diagnostics=list(loaded.diagnostics), base_dir=base_dir)
     if loaded.document is None:
         result.diagnostics = sort_diagnostics(result.diagnostics)
@@ -60,7 +62,7 @@ def _validate(loaded, shown: str, base_dir: Path, options: Options) -> Validatio
     result.diagnostics.extend(d for d in parsed.diagnostics if (d.span.line, d.span.column) not in reported)
     result.spec = parsed.spec
     if parsed.spec is not None and not result.diagnostics:
-        ir, diags = resolve(parsed.spec, loaded.document, result.base_dir, options.gpu_profiles)
+        ir, diags = resolve(parsed.spec, loaded.document, result.base_dir, options.gpu_profiles, lock=lock)
         ir = analyse(ir)
         result.resolved = ir
         result.diagnostics.extend(diags)
@@ -69,7 +71,7 @@ def _validate(loaded, shown: str, base_dir: Path, options: Options) -> Validatio
         # One run, all problems: the entries that parsed are checked too (the IR stays out of the
         # result: a spec with errors is never lowered).
         ir, diags = resolve(parsed.partial, loaded.document, result.base_dir, options.gpu_profiles,
-                            set_aside=parsed.set_aside)
+                            set_aside=parsed.set_aside, lock=lock)
         result.diagnostics.extend(diags)
         result.diagnostics.extend(run_checks(CheckContext(analyse(ir))))
     result.diagnostics = sort_diagnostics(result.diagnostics)

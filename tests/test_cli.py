@@ -165,7 +165,7 @@ def test_unexpected_exceptions(monkeypatch, capsys, exc: BaseException, expected
 
 def test_commands_are_listed_in_a_fixed_order() -> None:
     sub = next(a for a in _parser()._actions if a.dest == "command")
-    assert list(sub.choices) == ["validate", "explain", "schema", "catalog", "plan", "build", "publish", "init",
+    assert list(sub.choices) == ["validate", "explain", "schema", "catalog", "plan", "build", "lock", "publish", "init",
                                  "store"]
 
 

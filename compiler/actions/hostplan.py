@@ -77,7 +77,7 @@ def desired_state(host: ResolvedHost) -> HostState:
         for index in a.indexes:
             mig = None
             if a.mig is not None:
-                result = host.placements[a_idx]
+                result = host.gpu_placements[index]
                 mig = MigState(instances=[MigInstanceState(profile=p.profile.name, profile_id=p.profile.id,
                                                            start=p.start, serves=a.mig[p.request_index].serves,
                                                            slot=p.request_index) for p in result.placed],

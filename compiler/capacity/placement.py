@@ -9,6 +9,7 @@ finds an explicit start slot for every instance, or says why none exists.
 from __future__ import annotations
 
 from collections import Counter
+from itertools import combinations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -58,6 +59,46 @@ def search_placement(
     )
     placed = tuple(Placed(i, requests[i], starts[i]) for i in order)
     return PlacementResult(True, placed, None, ())
+
+
+@dataclass(frozen=True)
+class Preferred:
+    """A placement search that tried to keep instances at earlier starts (a lock file's)."""
+
+    result: PlacementResult
+    kept: tuple[int, ...]  # request indexes placed at their preferred start
+    moved: Mapping[int, str]  # request index -> why its preferred start could not be kept
+
+
+def search_preferring(
+    geometry: MigGeometry,
+    requests: Sequence[MigProfile],
+    fixed: Mapping[int, int] | None = None,
+    preferred: Mapping[int, int] | None = None,
+) -> Preferred:
+    """Like search_placement, keeping as many `preferred` starts (soft pins) as a valid layout
+    allows: the largest set of them that still places (ties: the set earliest in request order),
+    so an edit to one instance leaves its neighbours where they are whenever it can."""
+    requests = list(requests)
+    fixed = dict(fixed or {})
+    soft = {i: s for i, s in sorted((preferred or {}).items()) if i not in fixed and 0 <= i < len(requests)}
+    candidates = sorted(soft)
+    for size in range(len(candidates), 0, -1):
+        for combo in combinations(candidates, size):
+            result = search_placement(geometry, requests, {**fixed, **{i: soft[i] for i in combo}})
+            if result.ok:
+                return Preferred(result, combo, _why_moved(geometry, requests, fixed, soft, combo))
+    return Preferred(search_placement(geometry, requests, fixed), (),
+                     _why_moved(geometry, requests, fixed, soft, ()))
+
+
+def _why_moved(geometry: MigGeometry, requests: list[MigProfile], fixed: dict[int, int], soft: dict[int, int],
+               kept: tuple[int, ...]) -> dict[int, str]:
+    out = {}
+    for i in sorted(set(soft) - set(kept)):
+        trial = search_placement(geometry, requests, {**fixed, **{j: soft[j] for j in kept}, i: soft[i]})
+        out[i] = trial.reason or f"keeping it at slot {soft[i]} leaves no place for another instance"
+    return out
 
 
 def creation_commands(result: PlacementResult) -> list[str]:

@@ -15,13 +15,15 @@ _COLS = ["Unit", "Model", "Slice", "Memory", "Weights", "Reserve", "KV pool", "H
          "Decode tok/s (b=1 / b=N)", "$/Mtok"]
 
 
-def unit_row(f: UnitFigures, max_batch: int) -> dict:
+def unit_row(f: UnitFigures, max_batch: int, start: int | None = None) -> dict:
     """One unit's figures as JSON data (bytes rounded to integers). `max_batch` is the model's
-    max_batch_size; under attention DP it applies per rank, and the row gives the unit's total."""
+    max_batch_size; under attention DP it applies per rank, and the row gives the unit's total.
+    `start`: a MIG instance's placement (its first memory slot)."""
     c = f.capacity
     max_batch *= c.ranks
     d = {
         "unit": f.unit_id, "host": f.host, "model": f.model, "gpu": f.gpu, "slice": f.slice, "gpus": f.gpus,
+        "placement": start,
         "memory_bytes": round(c.gpu_memory_bytes), "weight_bytes": round(c.weight_bytes),
         "reserve_bytes": round(c.reserve_bytes), "kv_pool_bytes": round(c.kv_pool_bytes),
         "headroom_bytes": round(c.headroom_bytes), "kv_bytes_per_token": round(c.kv_bytes_per_token, 3),
@@ -47,7 +49,8 @@ def _cells(r: dict) -> list[str]:
         decode = "-"
     cost = f"{r['cost_per_million_tokens']:,.2f}" if r["cost_per_million_tokens"] is not None else "-"
     seqs = f"{r['max_sequences']}" + ("" if r["batch_reachable"] else f" (< {r['max_batch_size']})")
-    return [r["unit"], r["model"], r["slice"], gib(r["memory_bytes"]), gib(r["weight_bytes"]), gib(r["reserve_bytes"]),
+    where = r["slice"] if r.get("placement") is None else f"{r['slice']}@{r['placement']}"
+    return [r["unit"], r["model"], where, gib(r["memory_bytes"]), gib(r["weight_bytes"]), gib(r["reserve_bytes"]),
             gib(r["kv_pool_bytes"]), gib(r["headroom_bytes"]), seqs if r["fits"] else "does not fit", decode, cost]
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Iterable
 
 from compiler.catalog.types import WEAK_STATUSES
-from compiler.diagnostics import Diagnostic
+from compiler.diagnostics import Diagnostic, Severity
 
 from .base import Check, CheckContext, weak_fact_note
 
@@ -218,3 +218,61 @@ class Unplaceable(_LayoutCheck):
             yield ctx.diag(self, path, f"MIG layout cannot be placed on {host.gpu.name}: {result.reason}",
                            key=not pinned, notes=notes, help=help)
 
+
+
+class LockedPlacementMoved(Check):
+    """An instance the lock file places cannot stay at its locked start in the new layout.
+
+    The lock file (`kiln lock`) records where each MIG instance sits, and a changed layout keeps
+    every unchanged instance (same profile, same model) where it is whenever a valid placement
+    allows. When none does, the instance moves: it is destroyed and created again at another slot,
+    and its model stops serving on that GPU meanwhile. This warning names it and says why.
+    """
+
+    code = "K208"
+    name = "locked-placement-moved"
+    severity = Severity.WARNING
+    order = 33
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for hname, host in ctx.ir.hosts.items():
+            for g, moved in sorted(host.moved.items()):
+                a_idx = next(i for i, a in enumerate(host.spec.gpus) if g in a.indexes)
+                slots = host.assignment_slots[a_idx]
+                now = {p.request_index: p.start for p in host.gpu_placements[g].placed}
+                for i, why in sorted(moved.items()):
+                    inst = slots[i].instance
+                    locked = next(e.start for e in host.locked.get(g, ()) if e.profile == inst.profile
+                                  and e.serves == inst.serves)
+                    yield ctx.diag(self, _path(hname, a_idx, i, "profile"),
+                                   f"GPU {g} of host {hname!r}: {inst.profile} serving {inst.serves!r} cannot stay "
+                                   f"at slot {locked} ({ctx.ir.lock_file}): {why.rstrip('.')}; it moves to slot {now[i]}",
+                                   help="drain it before applying, or change the layout so it can stay")
+
+
+class LockFileStale(Check):
+    """The lock file does not record the placements the spec now gets.
+
+    `kiln lock SPEC` writes the placements of the current layout next to the spec; commit it with
+    the spec change, so the next layout change keeps these instances where they are (and a revert
+    of both files gives the earlier placements back).
+    """
+
+    code = "K209"
+    name = "lock-file-stale"
+    severity = Severity.WARNING
+    order = 34
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if ctx.ir.lock_file is None or ctx.ir.set_aside:
+            return
+        from compiler.ir.lockfile import lock_entries
+
+        current = lock_entries(ctx.ir)
+        recorded = {h: dict(host.locked) for h, host in ctx.ir.hosts.items() if host.locked}
+        if current != recorded:
+            differ = sorted({h for h in set(current) | set(recorded) if current.get(h) != recorded.get(h)})
+            yield ctx.diag(self, (), f"{ctx.ir.lock_file} does not record the MIG placements of host"
+                                     f"{'s' * (len(differ) > 1)} {', '.join(repr(h) for h in differ)} as the spec "
+                                     "now places them", file=ctx.ir.lock_file,
+                           help=f"run `kiln lock {ctx.ir.document.file}` and commit the lock file with the spec")

@@ -12,7 +12,7 @@ import dataclasses
 from collections import Counter
 from typing import Callable
 
-from compiler.capacity.placement import search_placement
+from compiler.capacity.placement import search_placement, search_preferring
 from compiler.capacity.report import Sizing, unit_figures
 from compiler.capacity.workload import traffic_shape
 from compiler.catalog.formats import SIXTEEN_BIT, load_format_table, normalize_activations
@@ -123,27 +123,52 @@ def layout_within_budget(host: ResolvedHost, a_idx: int) -> bool:
 
 
 def placements_pass(ir: Resolved) -> Resolved:
-    """The exact placement (`-cgi <id>:<start>`) of every MIG layout that fits its budget."""
+    """The exact placement (`-cgi <id>:<start>`) of every MIG layout that fits its budget, and per
+    physical GPU the placement it gets: the layout's, keeping every instance the lock file places
+    (same profile, same model) at its locked start whenever a valid placement allows it."""
     hosts = {}
-    starts: dict[tuple[str, int, int], int] = {}  # (host, assignment, instance index) -> start slot
+    starts: dict[tuple[str, int, int], int] = {}  # (host, GPU index, instance index) -> start slot
     for name, host in ir.hosts.items():
-        placements = {}
+        placements, per_gpu, moved = {}, {}, {}
         for a_idx, slots in host.assignment_slots.items():
             if not layout_within_budget(host, a_idx):
                 continue
             fixed = {i: s.instance.placement for i, s in enumerate(slots) if s.instance.placement is not None}
-            result = search_placement(host.gpu.mig, [s.profile for s in slots], fixed)
+            profiles = [s.profile for s in slots]
+            result = search_placement(host.gpu.mig, profiles, fixed)
             placements[a_idx] = result
-            for p in result.placed:
-                starts[(name, a_idx, p.request_index)] = p.start
-        hosts[name] = dataclasses.replace(host, placements=placements)
+            for g in host.spec.gpus[a_idx].indexes:
+                chosen = result
+                preferred = _locked_starts(host.locked.get(g, ()), slots)
+                if result.ok and preferred:
+                    kept = search_preferring(host.gpu.mig, profiles, fixed, preferred)
+                    chosen = kept.result
+                    if kept.moved:
+                        moved[g] = dict(kept.moved)
+                per_gpu[g] = chosen
+                for p in chosen.placed:
+                    starts[(name, g, p.request_index)] = p.start
+        hosts[name] = dataclasses.replace(host, placements=placements, gpu_placements=per_gpu, moved=moved)
     units = []
     for u in ir.units:
         if u.mig is not None:
-            a_idx = u.path[3]
-            u = dataclasses.replace(u, mig_start=starts.get((u.host, a_idx, u.mig.instance_index)))
+            u = dataclasses.replace(u, mig_start=starts.get((u.host, u.gpu_indexes[0], u.mig.instance_index)))
         units.append(u)
     return dataclasses.replace(ir, hosts=hosts, units=tuple(units))
+
+
+def _locked_starts(locked, slots) -> dict[int, int]:
+    """Request index -> locked start, matching each instance to an unused lock entry of the same
+    profile and model (in order)."""
+    free = list(locked)
+    out = {}
+    for i, s in enumerate(slots):
+        for k, entry in enumerate(free):
+            if entry.profile == s.instance.profile and entry.serves == s.instance.serves:
+                out[i] = entry.start
+                del free[k]
+                break
+    return out
 
 
 # --- capacity --------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ whatever cannot be resolved is left as None so that later passes and checks skip
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from compiler.diagnostics import Diagnostic, Rule, Span
 from compiler.spec.loader import Document
 from compiler.spec.models import ArchitectureFile, Host, Model, Spec
 
+from .lockfile import LockError, parse_lock
 from .types import MigSlot, Resolved, ResolvedHost, ResolvedModel
 
 
@@ -62,6 +64,17 @@ class GpuProfilesInvalid(Rule):
     name = "gpu-profiles-invalid"
 
 
+class LockFileInvalid(Rule):
+    """The lock file beside the spec (`kiln.lock` for `kiln.yaml`) cannot be read or is not one.
+
+    `kiln lock SPEC` writes it: the MIG placements of the spec's layout, which later layouts keep
+    where they can. Delete it and run `kiln lock` again to start from the current placements.
+    """
+
+    code = "K912"
+    name = "lock-file-invalid"
+
+
 class CaptureFitsNoHost(Rule):
     """A `--gpu-profiles` capture was taken on a GPU that no host of the spec uses.
 
@@ -76,13 +89,18 @@ class CaptureFitsNoHost(Rule):
 
 
 def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple[Path, ...], ...] = (),
-            set_aside: dict[str, frozenset[str]] | None = None) -> tuple[Resolved, list[Diagnostic]]:
+            set_aside: dict[str, frozenset[str]] | None = None,
+            lock: Path | None = None) -> tuple[Resolved, list[Diagnostic]]:
     """The IR before its passes: models with architectures, hosts with GPUs and MIG slots (from the
-    captures of `gpu_profiles` where they fit a host's GPU, else from the catalog)."""
+    captures of `gpu_profiles` where they fit a host's GPU, else from the catalog), and the locked
+    placements of `lock` when that file exists."""
     diags: list[Diagnostic] = []
+    locked = _read_lock(lock, diags)
     captures = [c for c in (_read_capture(files, diags) for files in gpu_profiles) if c is not None]
     models = {name: _resolve_model(name, m, doc, base_dir, diags) for name, m in spec.models.items()}
     hosts = {name: _resolve_host(name, h, doc, captures, diags) for name, h in spec.hosts.items()}
+    if locked:
+        hosts = {name: dataclasses.replace(h, locked=locked.get(name, {})) for name, h in hosts.items()}
     used = {source for h in hosts.values() for source in h.gpu_source.split(", ")}
     for c in captures if not (set_aside or {}).get("hosts") else ():
         if c.lgip_source not in used:
@@ -96,12 +114,27 @@ def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple
                                     "; capture `nvidia-smi mig -lgip` (and -lgipp) on one of them"))
     return Resolved(spec, doc, base_dir, models, hosts,
                     capture=", ".join(src for c in captures for src in c.sources) or None,
-                    set_aside=dict(set_aside or {})), diags
+                    set_aside=dict(set_aside or {}),
+                    lock_file=str(lock) if locked is not None else None), diags
 
 
 def _diag(rule: type[Rule], doc: Document, path: tuple, message: str, help: str | None = None,
           key: bool = False) -> Diagnostic:
     return Diagnostic(rule.code, rule.severity, message, doc.file, doc.span_of(path, key=key), help)
+
+
+def _read_lock(path: Path | None, diags: list[Diagnostic]):
+    if path is None or not path.exists():
+        return None
+    try:
+        return parse_lock(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        diags.append(Diagnostic(LockFileInvalid.code, LockFileInvalid.severity, f"cannot read the lock file: {e}",
+                                str(path), Span(1, 1)))
+    except LockError as e:
+        diags.append(Diagnostic(LockFileInvalid.code, LockFileInvalid.severity, f"not a valid lock file: {e.message}",
+                                str(path), Span(e.line, 1), "run `kiln lock SPEC` to write it again"))
+    return None
 
 
 def _read_capture(files: tuple[Path, ...], diags: list[Diagnostic]) -> Capture | None:

@@ -23,6 +23,8 @@ from compiler.catalog.types import GpuSpec, MigProfile, ModelArch
 from compiler.spec.loader import Document
 from compiler.spec.models import Host, MigInstance, Model, Spec
 
+from .lockfile import LockedInstance
+
 if TYPE_CHECKING:  # the format table's row types; only annotations name them here
     from compiler.catalog.formats import KvFormat, Recipe
 
@@ -136,6 +138,11 @@ class ResolvedHost:
     # placement pass: assignment index -> the exact placement search, for every layout whose
     # profiles exist and whose counts and slices fit (K203-K206 report the others)
     placements: Mapping[int, PlacementResult] = field(default_factory=dict)
+    locked: Mapping[int, tuple[LockedInstance, ...]] = field(default_factory=dict)  # GPU index -> kiln.lock's
+    # placement pass: physical GPU index -> the placement it gets (the layout's, keeping what the lock
+    # file places where it can), and the request indexes that could not stay with the reason
+    gpu_placements: Mapping[int, PlacementResult] = field(default_factory=dict)
+    moved: Mapping[int, Mapping[int, str]] = field(default_factory=dict)
 
     def mig_gpus(self) -> dict[int, list[int]]:
         """Physical GPU index -> the MIG assignments that claim it (more than one is an error)."""
@@ -157,6 +164,7 @@ class Resolved:
     hosts: Mapping[str, ResolvedHost]
     units: tuple[ServingUnit, ...] = ()  # units pass, in host order then GPU order
     capture: str | None = None  # the --gpu-profiles capture, when one was given
+    lock_file: str | None = None  # the lock file read (compiler/ir/lockfile.py), when the spec has one
     # entries of a spec with errors that were left out so the rest could be checked ("models" or
     # "hosts" -> names); checks do not report what follows from their absence
     set_aside: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -176,5 +184,5 @@ class Resolved:
         """The capacity figures of every sized unit (of one host), as rows (compiler.capacity.render)."""
         from compiler.capacity.render import unit_row
 
-        return [unit_row(u.figures, self.models[u.model].spec.limits.max_batch_size) for u in self.sized_units()
-                if host is None or u.host == host]
+        return [unit_row(u.figures, self.models[u.model].spec.limits.max_batch_size, u.mig_start)
+                for u in self.sized_units() if host is None or u.host == host]

@@ -1,0 +1,95 @@
+"""The lock file beside a spec (`kiln.yaml` -> `kiln.lock`): the MIG placements of its last accepted
+layout, so that a layout change keeps every unchanged instance where it is.
+
+Placements are derived, so left alone they could move when a neighbour changes (a smaller profile
+frees slots, and the search packs towards slot 0). Keeping them from the store's last build would
+make a host's plan depend on a machine's history, and a `git revert` would not give the earlier
+plan back. The lock is a committed input instead: the placement pass prefers its starts, the
+result is a function of the files in the repository, and reverting the spec and its lock together
+restores the earlier placements byte for byte. `kiln lock SPEC` writes it from what the spec gets.
+
+Format (JSON, canonical): {"kind": "kiln.lock/v1", "spec": name,
+  "placements": {host: {gpu index: [{"profile", "serves", "start"}, ...]}}}.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from compiler.store.canonical import pretty_json
+
+KIND = "kiln.lock/v1"
+
+
+@dataclass(frozen=True)
+class LockedInstance:
+    profile: str
+    serves: str
+    start: int
+
+
+class LockError(ValueError):
+    """The lock file is not a Kiln lock file; `line` is 1-based (1 when unknown)."""
+
+    def __init__(self, message: str, line: int = 1) -> None:
+        super().__init__(message)
+        self.message, self.line = message, line
+
+
+def lock_path(spec_path: Path) -> Path:
+    return spec_path.with_suffix(".lock")
+
+
+def parse_lock(text: str) -> dict[str, dict[int, tuple[LockedInstance, ...]]]:
+    """host -> GPU index -> its locked instances."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise LockError(f"not JSON: {e.msg}", e.lineno) from None
+    if not isinstance(doc, dict) or doc.get("kind") != KIND or not isinstance(doc.get("placements"), dict):
+        raise LockError(f"not a Kiln lock file (it must be a JSON object with \"kind\": \"{KIND}\" and "
+                        "\"placements\")")
+    out: dict[str, dict[int, tuple[LockedInstance, ...]]] = {}
+    for host, gpus in doc["placements"].items():
+        if not isinstance(gpus, dict):
+            raise LockError(f"placements.{host} is not an object")
+        out[host] = {}
+        for index, instances in gpus.items():
+            if not (isinstance(index, str) and index.isdigit() and isinstance(instances, list)):
+                raise LockError(f"placements.{host}.{index}: expected a GPU index and a list of instances")
+            try:
+                out[host][int(index)] = tuple(
+                    LockedInstance(str(i["profile"]), str(i["serves"]), int(i["start"])) for i in instances)
+            except (KeyError, TypeError, ValueError):
+                raise LockError(f"placements.{host}.{index}: each instance needs profile, serves and start") \
+                    from None
+    return out
+
+
+def render_lock(spec_name: str, placements: Mapping[str, Mapping[int, list[LockedInstance]]]) -> bytes:
+    doc: dict[str, Any] = {"kind": KIND, "spec": spec_name, "placements": {
+        host: {str(i): [{"profile": x.profile, "serves": x.serves, "start": x.start} for x in insts]
+               for i, insts in sorted(gpus.items())}
+        for host, gpus in sorted(placements.items()) if gpus}}
+    return pretty_json(doc)
+
+
+def lock_entries(ir) -> dict[str, dict[int, tuple[LockedInstance, ...]]]:
+    """host -> GPU index -> the instances as the analysed IR places them (what `kiln lock` writes)."""
+    out: dict[str, dict[int, tuple[LockedInstance, ...]]] = {}
+    for name, host in ir.hosts.items():
+        gpus = {}
+        for a_idx, slots in host.assignment_slots.items():
+            for g in host.spec.gpus[a_idx].indexes:
+                result = host.gpu_placements.get(g)
+                if result is None or not result.ok:
+                    continue
+                gpus[g] = tuple(LockedInstance(slots[p.request_index].instance.profile,
+                                               slots[p.request_index].instance.serves, p.start)
+                                for p in sorted(result.placed, key=lambda p: p.request_index))
+        if gpus:
+            out[name] = gpus
+    return out
