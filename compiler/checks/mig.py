@@ -22,6 +22,11 @@ def _mig_assignments(ctx: CheckContext):
             yield hname, host, a_idx, slots
 
 
+def _captured(host) -> str:
+    """" (per the capture FILE)" when the host's MIG facts come from a --gpu-profiles capture."""
+    return f" (per the capture {host.gpu_source})" if host.gpu_source != "catalog" else ""
+
+
 def _path(hname: str, a_idx: int, *rest) -> tuple:
     return ("hosts", hname, "gpus", a_idx, "mig") + rest
 
@@ -75,7 +80,7 @@ class UnknownProfile(Check):
                 if hint and not captured:
                     help += ("; names carry the memory the driver reports, so they can differ by driver: "
                              "validate against your hosts' `nvidia-smi mig -lgip` with --gpu-profiles")
-                where = f" (per the capture {host.gpu_source})" if captured else ""
+                where = _captured(host)
                 yield ctx.diag(self, _path(hname, a_idx, slot.instance_index, "profile"),
                                f"MIG profile {given!r} does not exist on {host.gpu.name}{where}", help=help)
 
@@ -125,7 +130,8 @@ class ProfileCountExceeded(_LayoutCheck):
                 if n > prof.max_count and not prof.has_media_extensions:  # K206 says it better
                     last = [s for s in slots if s.profile.name == name][-1]
                     yield ctx.diag(self, _path(hname, a_idx, last.instance_index, "profile"),
-                                   f"{n} instances of {name} on {host.gpu.name}; at most {prof.max_count} fit",
+                                   f"{n} instances of {name} on {host.gpu.name}; at most {prof.max_count} fit"
+                                   f"{_captured(host)}",
                                    help=f"use at most {prof.max_count}, or a smaller profile for the rest")
 
 
@@ -141,7 +147,8 @@ class InstanceCountExceeded(_LayoutCheck):
             limit = host.gpu.mig.max_instances
             if len(slots) > limit:
                 yield ctx.diag(self, _path(hname, a_idx), key=True,
-                               message=f"{len(slots)} MIG instances on one {host.gpu.name}; at most {limit}")
+                               message=f"{len(slots)} MIG instances on one {host.gpu.name}; at most {limit}"
+                                       f"{_captured(host)}")
 
 
 class ComputeSlicesExceeded(_LayoutCheck):
@@ -163,7 +170,7 @@ class ComputeSlicesExceeded(_LayoutCheck):
                 parts = " + ".join(f"{s.profile.compute_slices} ({s.profile.name})" for s in slots)
                 yield ctx.diag(self, _path(hname, a_idx), key=True,
                                message=f"the layout needs {used} compute slices ({parts}); "
-                                       f"{host.gpu.name} has {limit}")
+                                       f"{host.gpu.name} has {limit}{_captured(host)}")
 
 
 class MediaExtensionsTwice(_LayoutCheck):
@@ -215,7 +222,8 @@ class Unplaceable(_LayoutCheck):
             path = _path(hname, a_idx, pinned[0], "placement") if pinned else _path(hname, a_idx)
             help = ("drop the pinned placement and let Kiln choose one" if pinned else
                     "change the profiles; `kiln catalog GPU` lists their placements")
-            yield ctx.diag(self, path, f"MIG layout cannot be placed on {host.gpu.name}: {result.reason}",
+            yield ctx.diag(self, path, f"MIG layout cannot be placed on {host.gpu.name}{_captured(host)}: "
+                                       f"{result.reason}",
                            key=not pinned, notes=notes, help=help)
 
 
