@@ -20,5 +20,7 @@ case "$mode" in
 esac
 # torch comes first and exactly pinned: this pin resolves to the CPU build on machines without
 # CUDA; an unpinned torch (or one pulled in by ModelOpt) would bring gigabytes of CUDA libraries.
+# It is the torch compiler/catalog/data/checkpoint_config.json names for the ModelOpt pin (the
+# quantize action refuses another).
 pip_install torch==2.13.0
 pip_install -e ".[$extras]"

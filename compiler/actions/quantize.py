@@ -5,8 +5,13 @@ and the source's tokenizer files): the checkpoint TensorRT-LLM's PyTorch backend
 Its key covers the source files' digests (or the pinned Hugging Face revision), the calibration set
 (as a dependency), the eval set when the model has a quality gate, the recipe (weights,
 activations, KV cache, block size, exclusions, overrides, calibration length and batch size), the
-model dtype and the ModelOpt pin. It does not cover the gate's threshold: `quality-gate/<model>`
-compares the figures this action measures, so tightening a threshold re-runs no quantization.
+model dtype, the builder's toolchain (the ModelOpt pin and the torch and transformers versions the
+table compiler/catalog/data/checkpoint_config.json gives for it: from the spec and Kiln's data, never
+from what a machine has installed, so the key is the same on every machine; the action refuses to
+run under other versions) and the config.json schema of the transformers that the pinned
+TensorRT-LLM reads the checkpoint with (hf_config.py: the export's config.json is rewritten in it).
+It does not cover the gate's threshold: `quality-gate/<model>` compares the figures this action
+measures, so tightening a threshold re-runs no quantization.
 
 The quality figures are measured here because only this action holds the fake-quantized model in
 memory: the unquantized model is evaluated first, then the model after calibration and after
@@ -30,11 +35,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from compiler.catalog.checkpoint_config import load_checkpoint_config
 from compiler.graph.model import Action
 from compiler.spec.models import UNQUANTIZED
 from compiler.store.canonical import pretty_json
 
 from .base import ActionKind, LowerContext, Params, RunContext
+from .hf_config import CONFIG_JSON, CheckpointConfigError, ConfigPlan, config_plan, require_plan, write_runtime_config
 from .source import TOKENIZER_FILES, SourceRef, fetch_huggingface, local_source, lower_source, source_needs
 
 EVAL_MAX_TOKENS = 2048  # each eval text is cut to this many tokens (or the model's context, if shorter)
@@ -102,8 +109,11 @@ class QuantizeParams(Params):
     calibration: CalibrationParams | None
     quality: EvalParams | None  # the eval the quality gate compares (its threshold is quality-gate's)
     modelopt: str | None
+    torch: str | None  # the builder's torch and transformers for the ModelOpt pin (None: not in the table)
+    transformers: str | None
     plan: ModelOptPlan | None  # None: the weights stay unquantized (only the KV cache is quantized)
     kv: KvPlan | None
+    checkpoint_config: ConfigPlan | None  # the schema the runtime reads config.json in (None: pin not in the table)
 
 
 def modelopt_plan(recipe) -> ModelOptPlan | None:
@@ -155,11 +165,15 @@ def lower_model(ctx: LowerContext, name: str) -> Action:
         own = o.weights is not None and o.weights not in UNQUANTIZED
         overrides.append(OverrideParams(match=o.match, weights=o.weights, block_size=o.block_size,
                                         plan=modelopt_plan(mf.recipe) if own else None))
+    tc = ctx.spec.toolchain
+    builder = load_checkpoint_config().builder(tc.modelopt)
     params = QuantizeParams(
         model=name, source=source, dtype=f.dtype, weights=f.weights, activations=f.act_quant, kv_cache=f.kv_cache,
         block_size=f.block_size, exclude=list(f.exclude), overrides=overrides,
         calibration=None if cal is None else CalibrationParams(max_seq_len=cal.max_seq_len, batch_size=cal.batch_size),
-        quality=gate, modelopt=ctx.spec.toolchain.modelopt, plan=modelopt_plan(f.recipe), kv=kv_plan(f.kv))
+        quality=gate, modelopt=tc.modelopt, torch=builder.torch if builder else None,
+        transformers=builder.transformers if builder else None, plan=modelopt_plan(f.recipe), kv=kv_plan(f.kv),
+        checkpoint_config=config_plan(tc.tensorrt_llm))
     needs = ("torch", "gpu") if needs_gpu(params) else ("torch",)
     if not source.path:
         needs += ("network",)
@@ -445,16 +459,49 @@ def quantize_in_memory(model, tokenizer, params: QuantizeParams, calibration_tex
     return model
 
 
-def _check_modelopt(params: QuantizeParams) -> None:
-    import modelopt
+def public_version(version: str) -> str:
+    """A version without its local label: torch 2.13.0+cpu and 2.13.0+cu128 are both 2.13.0 (the
+    same release, built for another device; the key does not name the device either)."""
+    return version.split("+", 1)[0]
 
-    pinned = params.modelopt
-    if pinned is None:
+
+def check_params(params: QuantizeParams) -> None:
+    """What the parameters alone make impossible: no toolchain versions for the ModelOpt pin, no
+    config schema for the TensorRT-LLM pin."""
+    if params.modelopt is None:
         raise QuantizeError("toolchain.modelopt is not pinned; quantized checkpoints need it")
-    if modelopt.__version__ != pinned:
-        raise QuantizeError(f"toolchain.modelopt pins {pinned}, but this builder has ModelOpt {modelopt.__version__}; "
-                            f"install nvidia-modelopt=={pinned} (a checkpoint is only cached under the version that "
-                            "made it)")
+    if params.torch is None or params.transformers is None:
+        raise QuantizeError(f"Kiln has no builder toolchain (torch, transformers) for ModelOpt {params.modelopt} "
+                            "(compiler/catalog/data/checkpoint_config.json, `builders`); pin a ModelOpt version from "
+                            "that table")
+    try:
+        require_plan(params.checkpoint_config)
+    except CheckpointConfigError as e:
+        raise QuantizeError(str(e)) from None
+
+
+def check_builder(params: QuantizeParams) -> None:
+    """The builder runs exactly the toolchain the key names: a checkpoint is only cached under the
+    versions that made it. Compared with the installed packages, never written into the key."""
+    import modelopt
+    import torch
+    import transformers
+
+    check_params(params)
+    wrong = []
+    for what, pinned, have, package in (("ModelOpt", params.modelopt, modelopt.__version__, "nvidia-modelopt"),
+                                        ("torch", params.torch, public_version(torch.__version__), "torch"),
+                                        ("transformers", params.transformers, transformers.__version__,
+                                         "transformers")):
+        if have != pinned:
+            wrong.append((what, pinned, have, package))
+    if wrong:
+        got = ", ".join(f"{what} {have} (the key says {pinned})" for what, pinned, have, _ in wrong)
+        fix = " ".join(f"{package}=={pinned}" for _, pinned, _, package in wrong)
+        raise QuantizeError(f"this builder has {got}; the toolchain for ModelOpt {params.modelopt} is torch "
+                            f"{params.torch}, transformers {params.transformers} (toolchain.modelopt and "
+                            f"compiler/catalog/data/checkpoint_config.json): pip install {fix} (a checkpoint is only "
+                            "cached under the versions that made it)")
 
 
 def run(params: QuantizeParams, ctx: RunContext) -> None:
@@ -468,7 +515,7 @@ def run(params: QuantizeParams, ctx: RunContext) -> None:
         raise QuantizeError(f"quantizing {', '.join(gpu_parts)} needs a GPU builder: ModelOpt fake-quantizes these only "
                             "on CUDA (calibration and the quality gate run forward passes through them), and this "
                             "machine has no CUDA device")
-    _check_modelopt(params)
+    check_builder(params)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with _LOCK, tempfile.TemporaryDirectory(prefix="kiln-quantize-") as scratch:
         prev_threads, prev_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
@@ -560,6 +607,11 @@ def _run(params: QuantizeParams, ctx: RunContext, scratch: Path, device: str) ->
     export_hf_checkpoint(model, dtype=next(p.dtype for p in model.parameters() if p.is_floating_point()),
                          export_dir=ctx.out)
     normalize_export(ctx.out, params.plan, ctx.log)
+    try:
+        write_runtime_config(ctx.out / CONFIG_JSON, model_dir / CONFIG_JSON, require_plan(params.checkpoint_config),
+                             ctx.log)
+    except CheckpointConfigError as e:
+        raise QuantizeError(str(e)) from None
     for name in TOKENIZER_FILES:
         if (model_dir / name).is_file() and not (ctx.out / name).exists():
             shutil.copyfile(model_dir / name, ctx.out / name)
@@ -576,7 +628,7 @@ def _round(x: float) -> float | None:
 
 
 class Quantize(ActionKind[QuantizeParams]):
-    kind, version, Params = "quantize", 2, QuantizeParams
+    kind, version, Params = "quantize", 3, QuantizeParams
 
     def lower(self, ctx: LowerContext) -> list[Action]:
         if ctx.ir.target != "llmapi":
@@ -592,7 +644,9 @@ class Quantize(ActionKind[QuantizeParams]):
         return out + source_needs(params.source, builder)
 
     def preflight(self, params: QuantizeParams) -> None:
-        """The ModelOpt configuration builds from the pinned ModelOpt's named configs."""
+        """The toolchain and config schema are known for the pins, and the ModelOpt configuration
+        builds from the pinned ModelOpt's named configs."""
+        check_params(params)
         build_quant_config(params)
 
     def run(self, params: QuantizeParams, ctx: RunContext) -> None:
