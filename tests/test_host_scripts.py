@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.actions import REGISTRY, hostplan, hostscript
+from compiler.actions import REGISTRY, hostplan, hostscript, runtimes
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import Disruption, RunContext
 from compiler.lower import lower
@@ -217,7 +217,10 @@ def test_mig_parted_config_groups_gpus_by_layout() -> None:
 def test_systemd_unit_runs_the_boot_mode() -> None:
     unit = example_files(MIG)["b200-a"]["kiln-host-b200-a.service"].decode()
     assert "ExecStart=/usr/local/lib/kiln/b200-a/provision.sh --boot" in unit
-    assert "Type=oneshot" in unit and "Before=docker.service" in unit and "WantedBy=multi-user.target" in unit
+    assert "Type=oneshot" in unit and "WantedBy=multi-user.target" in unit
+    # the boot mode re-creates the containers on their new MIG devices, so it runs once Docker is up
+    after = next(line for line in unit.splitlines() if line.startswith("After="))
+    assert "docker.service" in after.split("=", 1)[1].split() and "Before=docker.service" not in unit
     with pytest.raises(ValueError):
         hostscript.unit_word("a$(touch x)")
 
@@ -380,7 +383,7 @@ def test_lost_clock_locks_after_a_reboot_are_drift_and_boot_mode_restores_them(t
 
     boot = h.run(script, "--boot")
     assert boot.returncode == 0, output(boot)
-    assert "containers: not handled at boot" in boot.stdout
+    assert "containers: skipped: no --image given and none recorded" in boot.stdout  # no run started any yet
     assert not any(c["argv"][-2:] == ["-mig", "1"] for c in h.mutations())  # the MIG mode survived the reboot
     assert_converged(h, plan)
     assert h.run(script, "--check").returncode == 0
@@ -586,8 +589,12 @@ def hostile_setup() -> tuple[dict, list[dict]]:
                         for n, s in enumerate([0, 2, 4])]
     mig["instances"][0]["profile_id"] = 15
     mig["create"] = [f"{i['profile_id']}:{i['start']}" for i in mig["instances"]]
-    units = [{"id": f"{plan['host']}/gpu0/mig{n}", "model": HOSTILE_MODELS[n], "gpus": [0], "mig_slot": n,
-              "ports": {"http": 9000 + 3 * n, "grpc": 9001 + 3 * n, "metrics": 9002 + 3 * n}} for n in range(3)]
+    units = []
+    for n in range(3):
+        ports = {"http": 9000 + 3 * n, "grpc": 9001 + 3 * n, "metrics": 9002 + 3 * n}
+        serving = runtimes.unit_serving(("triton", "trtllm-serve", "triton")[n], "llmapi", HOSTILE_MODELS[n], ports)
+        units.append({"id": f"{plan['host']}/gpu0/mig{n}", "model": HOSTILE_MODELS[n], "gpus": [0], "mig_slot": n,
+                      "ports": ports, "serving": serving.to_json()})
     return plan, units
 
 
@@ -678,57 +685,6 @@ def docker_reachable() -> bool:
 
 @pytest.mark.skipif(not docker_reachable(), reason="no Docker daemon reachable (docker info failed): the "
                     "container step runs for real only where dockerd is up")
-def test_container_step_with_real_docker(tmp_path: Path) -> None:
-    busybox = shutil.which("busybox")
-    if busybox is None:
-        pytest.skip("busybox is not installed (Debian package busybox-static: a static binary runs FROM scratch)")
-    ctx = tmp_path / "image"
-    (ctx / "bin").mkdir(parents=True)
-    shutil.copy(busybox, ctx / "bin" / "busybox")
-    (ctx / "bin" / "sh").symlink_to("busybox")
-    (ctx / "bin" / "sleep").symlink_to("busybox")
-    (ctx / "bin" / "tritonserver").write_text("#!/bin/sh\nexec sleep 3600\n")
-    (ctx / "bin" / "tritonserver").chmod(0o755)
-    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY bin/ /bin/\nENV PATH=/bin\n")
-    image = "kiln-test-tritonserver:busybox"
-    subprocess.run(["docker", "build", "-q", "-t", image, str(ctx)], check=True, capture_output=True)
-
-    plan, files = b200()
-    script = write_script(files, tmp_path / "script")
-    (tmp_path / "host").mkdir()
-    h = Host(tmp_path / "host", plan)
-    env = {"KILN_DOCKER": "docker", "KILN_GPU_ATTACH": "env"}
-    names = [f"kiln-b200-a-gpu{g}-mig{m}" for g in (0, 1) for m in (0, 1, 2)]
-    ports: set[str] = set()
-    subprocess.run(["docker", "rm", "-f", *names], capture_output=True)  # left by an interrupted earlier run
-    try:
-        first = h.run(script, "--image", image, env=env)
-        assert first.returncode == 0, output(first)
-        for name in names:
-            info = json.loads(subprocess.run(["docker", "inspect", name], capture_output=True, text=True,
-                                             check=True).stdout)[0]
-            assert info["State"]["Running"]
-            labels = info["Config"]["Labels"]
-            assert labels["kiln.host"] == "b200-a" and labels["kiln.gpu"] in ("0", "1")
-            assert info["HostConfig"]["NetworkMode"] == "host"
-            assert info["HostConfig"]["CpusetCpus"]
-            assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=MIG-") for e in info["Config"]["Env"])
-            ports.add(next(a for a in info["Args"] if a.startswith("--http-port=")))
-        assert len(ports) == len(names)
-        second = h.run(script, "--image", image, env=env)
-        assert "no changes" in second.stdout, output(second)
-
-        h.edit(lambda s: s["gpus"][1].update(gis=[gi for gi in s["gpus"][1]["gis"] if gi["start"] != 6]))
-        third = h.run(script, "--image", image, env=env)
-        assert third.returncode == 0, output(third)
-        restarted = [line for line in third.stdout.splitlines() if "change: container" in line]
-        assert len(restarted) == 1 and "kiln-b200-a-gpu1-mig2" in restarted[0]
-    finally:
-        subprocess.run(["docker", "rm", "-f", *names], capture_output=True)
-
-
-@pytest.mark.skipif(not docker_reachable(), reason="no Docker daemon reachable (docker info failed): the "
-                    "container step runs for real only where dockerd is up")
 def test_gpus_flag_reaches_docker_as_a_device_list(tmp_path: Path) -> None:
     """The default attach mode passes `--gpus '"device=0,1,..."'`; Docker must read it as a list of
     device IDs (without the inner quotes its CSV parser splits at the commas). Without the NVIDIA
@@ -751,7 +707,7 @@ def test_gpus_flag_reaches_docker_as_a_device_list(tmp_path: Path) -> None:
     subprocess.run(["docker", "rm", "-f", name], capture_output=True)  # left by an interrupted earlier run
     try:
         proc = h.run(script, "--image", image, env={"KILN_DOCKER": "docker"})
-        assert f"change: container {name} (missing): start llama70b on 0,1,2,3,4,5,6,7 ports 8000/8001/8002" \
+        assert f"change: container {name} (missing): start llama70b (triton) on 0,1,2,3,4,5,6,7 ports 8000/8001/8002" \
             in proc.stdout, output(proc)
         info = json.loads(subprocess.run(["docker", "inspect", name], capture_output=True, text=True,
                                          check=True).stdout)[0]
@@ -760,6 +716,13 @@ def test_gpus_flag_reaches_docker_as_a_device_list(tmp_path: Path) -> None:
         assert requests[0]["Capabilities"] == [["gpu"]]
         assert info["Config"]["Labels"]["kiln.unit"] == "h200-node/gpu0+1+2+3+4+5+6+7"
         assert info["Args"][-3:] == ["--http-port=8000", "--grpc-port=8001", "--metrics-port=8002"]
+        # eight GPUs, one container: NCCL between its processes needs /dev/shm and unlimited locked memory
+        host = info["HostConfig"]
+        assert host["ShmSize"] == 2 * 1024 ** 3 and host["IpcMode"] in ("private", "shareable")
+        assert {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]} == \
+            {"memlock": (-1, -1), "stack": (67108864, 67108864)}
+        assert info["Config"]["Healthcheck"]["Test"] == [
+            "CMD-SHELL", "/opt/kiln/bin/serve --probe 8000 /v2/health/ready /v2/models/llama70b/ready"]
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
 

@@ -106,6 +106,13 @@ def _render(tmp: Path, out_name: str, params: dict) -> Path:
     return out
 
 
+def _serving_on(unit: dict, target: str) -> dict:
+    """A unit's serving for its (edited) ports, as lowering would compute it."""
+    from compiler.actions import runtimes
+
+    return runtimes.unit_serving(unit["serving"]["runtime"], target, unit["model"], unit["ports"]).to_json()
+
+
 def _tree_bytes(root: Path) -> dict[str, tuple[bytes, int]]:
     return {p.relative_to(root).as_posix(): (p.read_bytes(), p.stat().st_mode & 0o777)
             for p in sorted(root.rglob("*")) if p.is_file()}
@@ -135,13 +142,16 @@ def test_context_is_deterministic_and_layered(tmp_path: Path) -> None:
     serve = a / "layers/entrypoint/opt/kiln/bin/serve"
     assert serve.stat().st_mode & 0o111
     text = serve.read_text()
-    assert "  dev-h100/gpu0/mig0 | tiny) shift; serve_unit tiny 8000 8001 8002 \"$@\" ;;" in text
+    assert ("  dev-h100/gpu0/mig0 | tiny) shift; need /opt/kiln/repository/tiny/config.pbtxt; exec tritonserver "
+            "--model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=tiny --http-port=8000 "
+            "--grpc-port=8001 --metrics-port=8002 \"$@\" ;;") in text
     lint = subprocess.run(["shellcheck", "-s", "sh", str(serve)], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout
 
     # A serving port is the entrypoint's business only: the weights and repository layers stay.
     params2 = json.loads(json.dumps(params))
     params2["units"][0]["ports"]["http"] = 9000
+    params2["units"][0]["serving"] = _serving_on(params2["units"][0], target="llmapi")
     c = _render(tmp_path, "c", params2)
     for layer in ("layers/model-tiny", "layers/repository"):
         assert _tree_bytes(a / layer) == _tree_bytes(c / layer)
@@ -159,6 +169,7 @@ def test_content_image_tag_names_base_and_content(tmp_path: Path) -> None:
     assert image.local_content_tag(HOST, a) != image.local_content_tag(HOST, b)
     params2 = json.loads(json.dumps(params))
     params2["units"][0]["ports"]["grpc"] = 9001
+    params2["units"][0]["serving"] = _serving_on(params2["units"][0], target="llmapi")
     assert image.local_content_tag(HOST, a) != image.local_content_tag(HOST, _render(tmp_path, "c", params2))
 
 

@@ -6,7 +6,9 @@ Outputs:
   mig-parted.yaml                the same MIG layout for NVIDIA mig-parted (no placements there)
   desired-state.json             a copy of host-plan.json, the state the script converges to
 
-The action reads the host plan (a dependency), the host's serving units with their ports, and the
+The action reads the host plan (a dependency), the host's serving units with their ports and what
+each runs (compiler.actions.runtimes: the server's command, its readiness paths, its container
+options, all in the parameters, so a change of the runtime table rebuilds the script), and the
 templates, whose digests are in its parameters so a template change rebuilds it. Every value put
 into the shell script passes through the `q` filter (shlex.quote); an unquoted `{{ value }}` is a
 template error, so a name can never become shell syntax.
@@ -24,10 +26,11 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
 from compiler import resources
 from compiler.graph.model import Action
-from compiler.serving import layout
 from compiler.serving.yamlout import dump_yaml
 
+from . import runtimes
 from .base import ActionKind, Disruption, LowerContext, Params, RunContext
+from .runtimes import UnitServing
 
 TEMPLATE_DIR = resources.template_dir("host")
 SCRIPT_TEMPLATE, UNIT_TEMPLATE = "provision.sh.j2", "kiln-host.service.j2"
@@ -91,6 +94,15 @@ class HostUnit(Params):
     gpus: list[int]
     mig_slot: int | None  # position in the GPU's `mig` list
     ports: dict[str, int]  # http, grpc, metrics
+    serving: UnitServing  # what the container runs, and how it is checked to serve
+
+
+def unit_serving(ir, unit) -> UnitServing:
+    """The serving of one IR unit: its model's runtime and parallelism on the spec's target."""
+    m = ir.models[unit.model].spec
+    par = m.parallelism
+    return runtimes.unit_serving(m.serving.runtime, ir.target, unit.model, unit.ports.as_dict(), tp=par.tp,
+                                 pp=par.pp, ep=par.ep, gpus=len(unit.gpu_indexes))
 
 
 class HostScriptParams(Params):
@@ -98,17 +110,19 @@ class HostScriptParams(Params):
     spec_name: str
     templates: dict[str, str]  # template file -> digest
     units: list[HostUnit]
+    ready_timeout_s: int = runtimes.ready_timeout_s()  # default bound on a unit's model load
 
 
 class HostScript(ActionKind[HostScriptParams]):
-    kind, version, Params = "host-script", 1, HostScriptParams
+    kind, version, Params = "host-script", 2, HostScriptParams
 
     def lower(self, ctx: LowerContext) -> list[Action]:
         out = []
         digests = template_digests()
         for name in sorted(ctx.ir.hosts):
             units = [HostUnit(id=u.id, model=u.model, gpus=list(u.gpu_indexes),
-                              mig_slot=u.mig.instance_index if u.mig else None, ports=u.ports.as_dict())
+                              mig_slot=u.mig.instance_index if u.mig else None, ports=u.ports.as_dict(),
+                              serving=unit_serving(ctx.ir, u))
                      for u in ctx.ir.host_units(name)]
             params = HostScriptParams(host=name, spec_name=ctx.spec.name, templates=digests, units=units)
             out.append(self.action(f"{self.kind}/{name}", params, deps=(f"host-plan/{name}",)))
@@ -116,7 +130,7 @@ class HostScript(ActionKind[HostScriptParams]):
 
     def disruptions(self, old: HostScriptParams | None, new: HostScriptParams) -> list[Disruption]:
         """provision.sh recreates a unit's container when what it runs with changes (its model,
-        ports, GPUs or MIG instance); units that stay the same keep running."""
+        ports, GPUs, MIG instance or server command); units that stay the same keep running."""
         if old is None:
             return []
         before = {u.id: u for u in old.units}
@@ -125,7 +139,9 @@ class HostScript(ActionKind[HostScriptParams]):
             prev = before.get(u.id)
             if prev is None or prev == u:
                 continue
+            # a port or model change also changes the server's argv: name the cause, not its echo
             what = [k for k in ("model", "ports", "gpus", "mig_slot") if getattr(prev, k) != getattr(u, k)]
+            what = what or ["server command"]
             for g in u.gpus:
                 out.append(Disruption(new.host, g, "container-restart",
                                       f"{u.id.split('/', 1)[-1]} is recreated ({', '.join(what)} changed)"))
@@ -137,7 +153,7 @@ class HostScript(ActionKind[HostScriptParams]):
         plan_bytes = (ctx.deps[f"host-plan/{params.host}"] / "host-plan.json").read_bytes()
         plan = json.loads(plan_bytes)
         units = [u.to_json() for u in params.units]
-        for name, data in render(plan, units, params.spec_name, plan_bytes).items():
+        for name, data in render(plan, units, params.spec_name, plan_bytes, ready_timeout_s=params.ready_timeout_s).items():
             path = ctx.out / name
             path.write_bytes(data)
             if name == "provision.sh":
@@ -145,7 +161,7 @@ class HostScript(ActionKind[HostScriptParams]):
         ctx.log.info("%d GPUs, %d serving units", len(plan["gpus"]), len(params.units))
 
 
-def script_context(plan: dict, units: list[dict], spec_name: str) -> dict:
+def script_context(plan: dict, units: list[dict], spec_name: str, ready_timeout_s: int | None = None) -> dict:
     """The values the templates place, from the host plan and the units (pure)."""
     host = plan["host"]
     m = _DRIVER.fullmatch((plan.get("driver") or "").strip())
@@ -171,15 +187,23 @@ def script_context(plan: dict, units: list[dict], spec_name: str) -> dict:
         if u["mig_slot"] is not None:
             gpu = by_index[u["gpus"][0]]
             start = next(i["start"] for i in gpu["mig"]["instances"] if i["slot"] == u["mig_slot"])
+        serving = UnitServing.model_validate(u["serving"])
         rendered_units.append({"id": u["id"], "name": container_name(host, u["id"]), "model": u["model"],
                                "gpus": ",".join(str(i) for i in u["gpus"]), "mig_start": start,
-                               "http": u["ports"]["http"], "grpc": u["ports"]["grpc"],
-                               "metrics": u["ports"]["metrics"]})
+                               "runtime": serving.runtime, "port": serving.port,
+                               "ports": "/".join(str(port) for port in serving.listens),
+                               "ready": " ".join(serving.ready),
+                               "command": words(serving.command), "options": words(serving.options)})
     return {"host": host, "spec_name": spec_name, "gpu_model": plan["gpu"],
-            "model_repository": layout.REPOSITORY_DIR,  # where the serving image holds it
+            "ready_timeout": runtimes.ready_timeout_s() if ready_timeout_s is None else ready_timeout_s,
             "driver_op": (m.group(1) or "==") if m else "", "driver_version": m.group(2) if m else "",
             "persistence": 1 if plan.get("persistence", True) else 0,
             "gpus": gpus, "units": rendered_units}
+
+
+def words(argv: list[str]) -> Shell:
+    """A list of words as bash array elements, each quoted."""
+    return Shell(" ".join(shell_quote(w) for w in argv))
 
 
 def render_script(context: dict, template_dir: Path = TEMPLATE_DIR) -> str:
@@ -205,9 +229,9 @@ def mig_parted_config(plan: dict) -> dict:
 
 
 def render(plan: dict, units: list[dict], spec_name: str, plan_bytes: bytes,
-           template_dir: Path = TEMPLATE_DIR) -> dict[str, bytes]:
+           template_dir: Path = TEMPLATE_DIR, ready_timeout_s: int | None = None) -> dict[str, bytes]:
     host = plan["host"]
-    context = script_context(plan, units, spec_name)
+    context = script_context(plan, units, spec_name, ready_timeout_s)
     env = environment(template_dir)
     header = (f"# mig-parted config for host {host}, generated by kiln. mig-parted has no placement field and\n"
               "# tries creation orders itself; provision.sh creates the same instances with explicit placements.\n"

@@ -4,7 +4,11 @@ daemon, so it is produced on every builder; `image/<host>` builds and pushes it 
 Output (the context itself, usable with a plain `docker build` too):
   Dockerfile                        compiler/templates/image/Dockerfile.j2
   layers/model-<m>/opt/kiln/models/<m>/...   the checkpoint of each model served on the host
-  layers/repository/opt/kiln/repository/...  the host's Triton model repository (triton-repo/<host>)
+  layers/repository/opt/kiln/repository/...  the host's Triton model repository (triton-repo/<host>),
+                                             when a model on the host is served by Triton
+  layers/llmapi/opt/kiln/llmapi/<m>/llm-api-options.yaml  the LLM-API options (llmapi-options/<m>)
+                                             of each model served by trtllm-serve: the file the
+                                             Triton llmapi model reads as model.yaml, unchanged
   layers/entrypoint/opt/kiln/bin/serve       compiler/templates/image/serve.sh.j2
   image-context.json                what the image action reads: base, content digest, labels, layers
 
@@ -31,8 +35,10 @@ from compiler.graph.model import Action
 from compiler.serving import layout
 from compiler.store.canonical import canonical_json, pretty_json
 
+from . import llmapi, runtimes
 from .base import ActionKind, LowerContext, Params, RunContext, checkpoint_action_id
-from .hostscript import Shell, shell_quote
+from .hostscript import Shell, shell_quote, unit_serving, words
+from .runtimes import UnitServing
 
 TEMPLATE_DIR = resources.template_dir("image")
 DOCKERFILE, ENTRYPOINT = "Dockerfile.j2", "serve.sh.j2"
@@ -77,6 +83,7 @@ class ImageUnit(Params):
     id: str
     model: str
     ports: dict[str, int]
+    serving: UnitServing  # the unit's server command (the host script's) and readiness paths
 
 
 class ImageContextParams(Params):
@@ -86,6 +93,8 @@ class ImageContextParams(Params):
     units: list[ImageUnit]
     checkpoints: dict[str, str]  # model -> the action whose tree is its servable checkpoint
     templates: dict[str, str]
+    options: dict[str, str] = {}  # model served by trtllm-serve -> its llmapi-options action
+    repository: bool = True  # a model on the host is served by Triton: the image carries the repository
 
 
 def entrypoint_context(host: str, units: list[ImageUnit]) -> dict:
@@ -98,8 +107,8 @@ def entrypoint_context(host: str, units: list[ImageUnit]) -> dict:
     for u in units:
         names = [u.id] + ([u.model] if per_model[u.model] == 1 else [])
         rendered.append({"id": u.id, "pattern": Shell(" | ".join(shell_quote(n) for n in names)), "model": u.model,
-                         "http": u.ports["http"], "grpc": u.ports["grpc"], "metrics": u.ports["metrics"]})
-    return {"host": host, "repository": layout.REPOSITORY_DIR, "units": rendered,
+                         "command": words(u.serving.command), "files": words(u.serving.files)})
+    return {"host": host, "units": rendered,
             "unit_list": Shell(" ".join(shell_quote(u.id) for u in units))}
 
 
@@ -132,8 +141,18 @@ def run(params: ImageContextParams, ctx: RunContext) -> None:
         _copy_tree(ctx.deps[action_id], ctx.out / rel / layout.model_dir(model).lstrip("/"))
         layers.append({"dir": rel, "path": layout.model_dir(model), "from": action_id})
     repo_rel = "layers/repository"
-    _copy_tree(ctx.deps[f"{REPO_ACTION}/{host}"], ctx.out / repo_rel / layout.REPOSITORY_DIR.lstrip("/"))
-    layers.append({"dir": repo_rel, "path": layout.REPOSITORY_DIR, "from": f"{REPO_ACTION}/{host}"})
+    if params.repository:
+        _copy_tree(ctx.deps[f"{REPO_ACTION}/{host}"], ctx.out / repo_rel / layout.REPOSITORY_DIR.lstrip("/"))
+        layers.append({"dir": repo_rel, "path": layout.REPOSITORY_DIR, "from": f"{REPO_ACTION}/{host}"})
+    options_rel = "layers/llmapi"
+    for model, action_id in sorted(params.options.items()):
+        dest = ctx.out / options_rel / runtimes.options_path(model).lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ctx.deps[action_id] / llmapi.OUTPUT, dest)  # byte for byte: one artifact, two runtimes
+        dest.chmod(0o644)
+    if params.options:
+        layers.append({"dir": options_rel, "path": runtimes.OPTIONS_DIR,
+                       "from": sorted(params.options.values())})
     entry_rel = "layers/entrypoint"
     serve = ctx.out / entry_rel / ENTRYPOINT_PATH.lstrip("/")
     serve.parent.mkdir(parents=True)
@@ -154,19 +173,21 @@ def run(params: ImageContextParams, ctx: RunContext) -> None:
     }
     dockerfile = env.get_template(DOCKERFILE).render(
         host=Label(host), spec_name=Label(params.spec_name), base=Label(base),  # names: [a-z0-9-]
-        model_layers=[{"dir": Label(layer["dir"])} for layer in layers if layer["path"] != layout.REPOSITORY_DIR
-                      and layer["path"] != ENTRYPOINT_PATH], repository_layer=Label(repo_rel),
+        model_layers=[{"dir": Label(layer["dir"])} for layer in layers
+                      if layer["path"] not in (layout.REPOSITORY_DIR, runtimes.OPTIONS_DIR, ENTRYPOINT_PATH)],
+        repository_layer=Label(repo_rel) if params.repository else None,
+        options_layer=Label(options_rel) if params.options else None,
         entrypoint_layer=Label(entry_rel), entrypoint=ENTRYPOINT_PATH,
         labels={Label(k): v for k, v in labels.items()})
     (ctx.out / "Dockerfile").write_text(dockerfile, encoding="utf-8")
     meta = {"host": host, "base": base, "content_digest": content, "labels": labels, "layers": layers,
-            "entrypoint": ENTRYPOINT_PATH, "repository": layout.REPOSITORY_DIR}
+            "entrypoint": ENTRYPOINT_PATH, "repository": layout.REPOSITORY_DIR if params.repository else None}
     (ctx.out / METADATA).write_bytes(pretty_json(meta))
     ctx.log.info("context for %s: %d layers, content %s", host, len(layers), content)
 
 
 class ImageContext(ActionKind[ImageContextParams]):
-    kind, version, Params = "image-context", 1, ImageContextParams
+    kind, version, Params = "image-context", 2, ImageContextParams
 
     def lower(self, ctx: LowerContext) -> list[Action]:
         if ctx.spec.image is None:
@@ -174,14 +195,20 @@ class ImageContext(ActionKind[ImageContextParams]):
         out = []
         digests = template_digests()
         for host in sorted(ctx.ir.hosts):
-            units = [ImageUnit(id=u.id, model=u.model, ports=u.ports.as_dict()) for u in ctx.ir.host_units(host)]
+            units = [ImageUnit(id=u.id, model=u.model, ports=u.ports.as_dict(), serving=unit_serving(ctx.ir, u))
+                     for u in ctx.ir.host_units(host)]
             models = sorted({u.model for u in units})
             if not models:
                 continue  # a host that serves nothing has no serving image
             checkpoints = {m: checkpoint_action_id(ctx.ir, m) for m in models}
+            runtime = {u.model: u.serving.runtime for u in units}
+            options = {m: f"{llmapi.KIND.kind}/{m}" for m in models if runtime[m] == "trtllm-serve"}
+            triton = any(r == "triton" for r in runtime.values())
             params = ImageContextParams(host=host, spec_name=ctx.spec.name, base=base_image(ctx.spec), units=units,
-                                        checkpoints=checkpoints, templates=digests)
-            deps = sorted(set(checkpoints.values()) | {f"{REPO_ACTION}/{host}"})
+                                        checkpoints=checkpoints, templates=digests, options=options,
+                                        repository=triton)
+            deps = sorted(set(checkpoints.values()) | set(options.values())
+                          | ({f"{REPO_ACTION}/{host}"} if triton else set()))
             out.append(self.action(f"{self.kind}/{host}", params, deps=deps))
         return out
 

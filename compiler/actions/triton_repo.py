@@ -32,7 +32,11 @@ class RepositoryError(Exception):
 
 def repository_params(ctx: LowerContext, host: str) -> RepositoryParams:
     params = repo.repository_params(ctx.ir, host)
-    return params.model_copy(update={"tokenizers": {m.name: f"{tokenizer.KIND.kind}/{m.name}" for m in params.models}})
+    # only the models Triton serves: a model served by trtllm-serve would sit in the repository
+    # without any server ever loading it
+    models = [m for m in params.models if ctx.ir.models[m.name].spec.serving.runtime == "triton"]
+    return params.model_copy(update={"models": models,
+                                     "tokenizers": {m.name: f"{tokenizer.KIND.kind}/{m.name}" for m in models}})
 
 
 def tokenizer_files(directory) -> list:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from compiler.catalog.images import load_image_table
 from compiler.catalog.types import WEAK_STATUSES
 from compiler.diagnostics import Diagnostic, Severity
 
@@ -31,26 +32,13 @@ def release(text: str) -> tuple[int, int, int] | None:
     return v[:3] if v else None
 
 
-#: Triton `<yy.mm>-trtllm-python-py3` tag -> TensorRT-LLM version it ships
-#: (triton-inference-server/server docs/introduction/compatibility.md). 25.11 ships 1.0.3.2510.
-TRITON_TRTLLM: dict[str, str] = {
-    "25.06": "0.20.0", "25.07": "0.20.0",
-    "25.08": "0.21.0",
-    "25.09": "1.0.0", "25.10": "1.0.0",
-    "25.11": "1.0.3",
-    "25.12": "1.1.0", "26.01": "1.1.0", "26.02": "1.1.0",
-    "26.03": "1.2.0",
-    "26.04": "1.2.1", "26.05": "1.2.1", "26.06": "1.2.1", "26.07": "1.2.1",
-}
-
-_IMAGE = re.compile(r"(?P<repo>[^@]+?)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]*))?@sha256:[0-9a-f]{64}")
-_TRTLLM_TAG = re.compile(r"(?P<yymm>\d\d\.\d\d)-trtllm-python-py3")
-_TRITON_TAG = re.compile(r"(?P<yymm>\d\d\.\d\d)-(?P<variant>.+)")
-
-
-def _tags_for(version: str) -> list[str]:
-    want = release(version)
-    return [f"{t}-trtllm-python-py3" for t, v in TRITON_TRTLLM.items() if release(v) == want]
+def _images(spec) -> list[tuple[tuple, str]]:
+    """(spec path, reference) of every image whose TensorRT-LLM must match the pin: the Triton image of
+    the toolchain and, when set, the serving image's base (which then replaces it in the image)."""
+    out = [(("toolchain", "triton_image"), spec.toolchain.triton_image)]
+    if spec.image is not None and spec.image.base is not None:
+        out.append((("image", "base"), spec.image.base))
+    return out
 
 
 class EngineNeedsOldTrtllm(Check):
@@ -111,13 +99,17 @@ class ModelOptMissing(Check):
 
 
 class ImageTrtllmMismatch(Check):
-    """The Triton image does not ship the pinned TensorRT-LLM version.
+    """The serving image does not ship the pinned TensorRT-LLM version.
 
-    `nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3` images each ship one TensorRT-LLM
-    release (Triton compatibility matrix): 25.06-25.07 0.20.0, 25.08 0.21.0, 25.09-25.10 1.0.0,
-    25.11 1.0.3, 25.12-26.02 1.1.0, 26.03 1.2.0, 26.04-26.07 1.2.1. Engines and checkpoints must be
-    built with the version that serves them (an engine built with another TensorRT does not
-    load). Other tritonserver variants (`-py3`, `-vllm-python-py3`, ...) have no TensorRT-LLM backend.
+    Artifacts are built for `toolchain.tensorrt_llm`; the image that serves them must ship that
+    release (an engine built with another TensorRT does not load; a checkpoint's config is read
+    by that release's transformers). Kiln's image table (compiler/catalog/data/images.json, from
+    the Triton compatibility matrix) knows the version each
+    `nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3` tag ships (25.06-25.07 0.20.0, 25.08
+    0.21.0, 25.09-25.10 1.0.0, 25.11 1.0.3, 25.12-26.02 1.1.0, 26.03 1.2.0, 26.04-26.07 1.2.1);
+    a `nvcr.io/nvidia/tensorrt-llm/release:<version>` image ships the version of its tag. Other
+    tritonserver variants (`-py3`, `-vllm-python-py3`, ...) have no TensorRT-LLM at all. Checked
+    for `toolchain.triton_image` and, when set, `image.base`.
     """
 
     code = "K803"
@@ -125,41 +117,49 @@ class ImageTrtllmMismatch(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        tc = ctx.spec.toolchain
-        m = _IMAGE.fullmatch(tc.triton_image)
-        if not m or not m.group("repo").endswith("tritonserver") or not m.group("tag"):
-            return  # K804
-        tag, pinned = m.group("tag"), tc.tensorrt_llm
-        path = ("toolchain", "triton_image")
-        t = _TRTLLM_TAG.fullmatch(tag)
-        if t is None:
-            other = _TRITON_TAG.fullmatch(tag)
-            if other is not None:
-                yield ctx.diag(self, path, f"tritonserver:{tag} has no TensorRT-LLM backend; only the "
+        table = load_image_table()
+        pinned = ctx.spec.toolchain.tensorrt_llm
+        for path, ref in _images(ctx.spec):
+            facts = table.facts(ref)
+            fam = facts.family
+            if facts.verdict == "no-trtllm":
+                key = facts.tag.split("-")[0]
+                yield ctx.diag(self, path, f"{_short(fam.repository)}:{facts.tag} has no TensorRT-LLM; only the "
                                            "-trtllm-python-py3 images ship it",
-                               help=f"use tritonserver:{other.group('yymm')}-trtllm-python-py3 (check that it ships "
+                               help=f"use {_short(fam.repository)}:{key}-trtllm-python-py3 (check that it ships "
                                     f"TensorRT-LLM {pinned})")
-            return
-        ships = TRITON_TRTLLM.get(t.group("yymm"))
-        if ships is None or parse_version(ships) == parse_version(pinned):
-            return
-        tags = _tags_for(pinned)
-        if tags:
-            others = f" (or {', '.join(t.split('-')[0] for t in tags[1:])})" if tags[1:] else ""
-            help = f"use tritonserver:{tags[0]}{others} for TensorRT-LLM {pinned}, or pin tensorrt_llm {ships}"
-        else:
-            help = f"pin tensorrt_llm {ships}, or an image that ships {pinned}"
-        yield ctx.diag(self, path, f"tritonserver:{tag} ships TensorRT-LLM {ships}, but toolchain.tensorrt_llm pins "
-                                   f"{pinned}; artifacts must be built with the version that serves them", help=help)
+                continue
+            if facts.verdict != "ships" or parse_version(facts.version) == parse_version(pinned):
+                continue
+            ships = facts.version
+            if fam.tag_is_version:
+                help = f"use {_short(fam.repository)}:{pinned}, or pin tensorrt_llm {ships}"
+            else:
+                tags = table.tags_shipping(fam.repository, lambda v: release(v) == release(pinned))
+                if tags:
+                    others = f" (or {', '.join(t.split('-')[0] for t in tags[1:])})" if tags[1:] else ""
+                    help = (f"use {_short(fam.repository)}:{tags[0]}{others} for TensorRT-LLM {pinned}, or pin "
+                            f"tensorrt_llm {ships}")
+                else:
+                    help = f"pin tensorrt_llm {ships}, or an image that ships {pinned}"
+            yield ctx.diag(self, path, f"{_short(fam.repository)}:{facts.tag} ships TensorRT-LLM {ships}, but "
+                                       f"toolchain.tensorrt_llm pins {pinned}; artifacts must be built with the "
+                                       "version that serves them", help=help)
+
+
+def _short(repository: str) -> str:
+    """`tritonserver`, `tensorrt-llm/release`: the image's name without the registry and namespace."""
+    return repository.split("nvcr.io/nvidia/", 1)[-1]
 
 
 class ImageUnverifiable(Check):
-    """The Triton image's TensorRT-LLM version cannot be verified.
+    """The serving image's TensorRT-LLM version cannot be verified.
 
     Kiln knows which TensorRT-LLM release each `nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3`
-    tag ships (K803). For a tag outside that table, an image without a tag, or an image that is not
-    a tritonserver image (a private rebuild), it cannot check that the image matches
-    `toolchain.tensorrt_llm`; make sure it does.
+    tag and each `nvcr.io/nvidia/tensorrt-llm/release:<version>` image ships (K803). For a tag
+    outside that table, an image without a tag, or another image (a private rebuild), it cannot
+    check that the image matches `toolchain.tensorrt_llm`; make sure it does. Checked for
+    `toolchain.triton_image` and, when set, `image.base`.
     """
 
     code = "K804"
@@ -168,25 +168,25 @@ class ImageUnverifiable(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        tc = ctx.spec.toolchain
-        m = _IMAGE.fullmatch(tc.triton_image)
-        path = ("toolchain", "triton_image")
-        pinned = tc.tensorrt_llm
-        if not m or not m.group("repo").endswith("tritonserver"):
-            yield ctx.diag(self, path, f"cannot verify that this image ships TensorRT-LLM {pinned}: it is not a "
-                                       "tritonserver image", help="check the TensorRT-LLM version inside the image")
-            return
-        tag = m.group("tag")
-        if not tag:
-            yield ctx.diag(self, path, f"cannot verify that this image ships TensorRT-LLM {pinned}: it has no tag, "
-                                       "only a digest",
-                           help="add the tag before the digest (tritonserver:<yy.mm>-trtllm-python-py3@sha256:...)")
-            return
-        t = _TRTLLM_TAG.fullmatch(tag)
-        if t is not None and t.group("yymm") not in TRITON_TRTLLM:
-            yield ctx.diag(self, path, f"cannot verify that tritonserver:{tag} ships TensorRT-LLM {pinned}: the tag "
-                                       "is not in Kiln's table (25.06-26.07)",
-                           help="check the Triton compatibility matrix for this tag")
+        table = load_image_table()
+        pinned = ctx.spec.toolchain.tensorrt_llm
+        for path, ref in _images(ctx.spec):
+            facts = table.facts(ref)
+            if facts.verdict == "unknown-image":
+                yield ctx.diag(self, path, f"cannot verify that this image ships TensorRT-LLM {pinned}: it is "
+                                           "neither a tritonserver nor a tensorrt-llm/release image",
+                               help="check the TensorRT-LLM version inside the image")
+            elif facts.verdict == "no-tag":
+                yield ctx.diag(self, path, f"cannot verify that this image ships TensorRT-LLM {pinned}: it has "
+                                           "no tag, only a digest",
+                               help="add the tag before the digest (tritonserver:<yy.mm>-trtllm-python-py3@sha256:"
+                                    "... or tensorrt-llm/release:<version>@sha256:...)")
+            elif facts.verdict == "unknown-tag":
+                known = sorted(facts.family.tags)
+                span = f" ({known[0]}-{known[-1]})" if known else ""
+                yield ctx.diag(self, path, f"cannot verify that {_short(facts.family.repository)}:{facts.tag} ships "
+                                           f"TensorRT-LLM {pinned}: the tag is not in Kiln's table{span}",
+                               help="check the Triton compatibility matrix for this tag")
 
 
 class LlmapiNeedsNewTrtllm(Check):
@@ -290,3 +290,72 @@ class DriverTooOld(Check):
                            f"driver constraint {constraint!r} of host {hname!r} admits drivers older than "
                            f"{minimum}, the minimum for {gpu.name}",
                            help=f'use driver: ">={minimum}" (or a newer branch)', notes=notes)
+
+
+class TrtllmServeNeedsLlmapi(Check):
+    """`serving.runtime: trtllm-serve` on the engine target.
+
+    trtllm-serve serves the LLM API: it loads a Hugging Face checkpoint with the options file that
+    `llmapi-options/<model>` writes (the same file the Triton llmapi model reads). The engine
+    target builds TensorRT engines for Triton's inflight_batcher_llm pipeline and writes no such
+    options; serving an engine directory through trtllm-serve's TensorRT backend is the legacy
+    path that TensorRT-LLM removes after 1.2/1.3, so Kiln does not offer it. Use the llmapi
+    target, or the Triton runtime.
+    """
+
+    code = "K811"
+    name = "trtllm-serve-needs-llmapi"
+    order = 80
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if ctx.spec.target != "engine":
+            return
+        for name, m in sorted(ctx.spec.models.items()):
+            if m.serving.runtime == "trtllm-serve":
+                yield ctx.diag(self, ("models", name, "serving", "runtime"),
+                               f"model {name!r} is served by trtllm-serve, which serves the LLM API, but the spec's "
+                               "target is engine (TensorRT engines for Triton's inflight_batcher_llm pipeline)",
+                               help="use `target: llmapi`, or `runtime: triton`")
+
+
+#: Serving settings only Triton reads, with what trtllm-serve does instead.
+TRITON_ONLY: dict[str, str] = {
+    "max_queue_delay_us": "trtllm-serve has no batching delay: its scheduler admits requests every iteration",
+    "max_queue_size": "trtllm-serve has no bounded request queue (Triton's dynamic batcher has)",
+    "queue_timeout_ms": "trtllm-serve has no queue timeout (Triton's dynamic batcher has)",
+    "streaming": "with trtllm-serve each request asks for streaming (`\"stream\": true`)",
+    "instances": "trtllm-serve runs one LLM per serving unit",
+}
+
+
+class TritonSettingWithTrtllmServe(Check):
+    """A Triton-only serving setting on a model served by trtllm-serve.
+
+    `max_queue_delay_us`, `max_queue_size`, `queue_timeout_ms`, `streaming` and `instances` are
+    Triton settings (dynamic batcher, queue policy, decoupled transaction policy, instance
+    group), and `ports.grpc` / `ports.metrics` are Triton's ports: trtllm-serve has no such knob
+    and listens on `ports.http` only. Kiln never writes a knob where it is ignored, so it refuses
+    them rather than drop them silently. Remove them, or serve the model with Triton.
+    """
+
+    code = "K812"
+    name = "triton-setting-with-trtllm-serve"
+    order = 80
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m in sorted(ctx.spec.models.items()):
+            s = m.serving
+            if s.runtime != "trtllm-serve":
+                continue
+            for key, why in TRITON_ONLY.items():
+                if key in s.model_fields_set:
+                    yield ctx.diag(self, ("models", name, "serving", key),
+                                   f"serving.{key} of model {name!r} is a Triton setting; {why}", key=True,
+                                   help="remove it, or use `runtime: triton`")
+            if "ports" in s.model_fields_set:
+                for key in ("grpc", "metrics"):
+                    if key in s.ports.model_fields_set:
+                        yield ctx.diag(self, ("models", name, "serving", "ports", key),
+                                       f"serving.ports.{key} of model {name!r} is a Triton port; trtllm-serve listens "
+                                       "on ports.http only (its /metrics is there too)", key=True,
+                                       help=f"remove `{key}`, or use `runtime: triton`")

@@ -316,7 +316,8 @@ class Runtime(SpecModel):
 
 
 class Ports(SpecModel):
-    """Triton server ports of a serving container."""
+    """Ports of a serving container (host network). Triton listens on all three; trtllm-serve on
+    `http` only (its /metrics is on that port too)."""
 
     http: Annotated[int, Field(ge=1, le=65535)] = 8000
     """HTTP/REST port."""
@@ -335,7 +336,14 @@ class Ports(SpecModel):
 
 
 class Serving(SpecModel):
-    """Triton-side settings. They bound Triton's own queue; build-time limits live in `limits`."""
+    """How the model is served: the runtime, its ports, and Triton's own queue (build-time limits
+    live in `limits`)."""
+
+    runtime: Literal["triton", "trtllm-serve"] = "triton"
+    """Serving runtime of each unit: triton (Triton Inference Server with the target's model
+    repository) or trtllm-serve (TensorRT-LLM's OpenAI-compatible HTTP server, llmapi target only).
+    Both read the same LLM-API options file. The queue, batching-delay, instance and streaming
+    settings below are Triton's and cannot be set with trtllm-serve (K812)."""
 
     max_queue_delay_us: Annotated[int, Field(ge=0, le=60_000_000)] = 0
     """How long Triton's dynamic batcher may hold a request to form a batch (microseconds)."""
@@ -347,7 +355,8 @@ class Serving(SpecModel):
     """Admission control: a request queued longer than this is rejected instead of waiting on."""
 
     streaming: bool = False
-    """Stream tokens as they are generated (decoupled transaction policy)."""
+    """Stream tokens as they are generated (Triton's decoupled transaction policy; with trtllm-serve
+    each request asks for streaming itself)."""
 
     instances: Annotated[int, Field(ge=1, le=64)] = 1
     """Triton model instances per serving unit."""
@@ -388,7 +397,7 @@ class Model(SpecModel):
     """Runtime options."""
 
     serving: Serving = Field(default_factory=Serving)
-    """Triton serving options."""
+    """Serving options: runtime, ports, Triton's queue."""
 
     workload: Workload | None = None
     """The traffic the model serves (prompt and output lengths); sharpens the capacity plan."""

@@ -3,24 +3,37 @@
 # Do not edit: change kiln.yaml and build again. The desired state it converges to is
 # desired-state.json, next to this file.
 #
-# Usage: provision.sh [--check | --dry-run | --boot] [--force] [--image REF] [--gpus LIST]
+# Usage: provision.sh [--check | --dry-run | --boot] [--force] [--image REF] [--gpus LIST] [--ready-timeout S]
 #   (no mode)      converge: driver check, persistence mode, MIG mode, MIG instances, clocks,
-#                  power limit, then the serving containers (when --image is given)
-#   --check        compare the live host with the desired state; print the differences;
-#                  exit 1 on drift, 0 when converged. Changes nothing.
+#                  power limit, then one serving container per unit, and wait until every unit
+#                  answers its readiness endpoint; "done" is said only then.
+#   --check        compare the live host with the desired state (containers included: running
+#                  with the desired settings and answering their readiness endpoint); print the
+#                  differences; exit 1 on drift, 0 when converged. Changes nothing.
 #   --dry-run      print what a run would change. Changes nothing.
-#   --boot         what kiln-host-b200-a.service runs at boot: MIG instances, clocks and power do
-#                  not survive a reboot. No containers.
+#   --boot         what kiln-host-b200-a.service runs at every boot, after Docker has started:
+#                  MIG instances, clocks and power do not survive a reboot, and re-created MIG
+#                  instances have new UUIDs, so the containers are re-created on the new devices
+#                  too; it waits until every unit serves, like a converge run.
 #   --force        go ahead with a MIG mode change although compute processes run on the GPU
 #                  (the change then stays pending until the GPU is reset).
-#   --image REF    serving image; needed to start containers, skipped (and said so) without it.
+#   --image REF    serving image. Without it, the image the last run started the containers
+#                  with ($KILN_STATE_DIR/image); without either, containers are skipped (said so).
 #   --gpus LIST    act only on these physical GPU indexes (comma-separated).
 #   --reapply-clocks  lock clocks again even if this host's record says they are applied.
+#   --ready-timeout S  seconds every unit may take to answer its readiness endpoint after its
+#                  container starts (default 1800, or KILN_READY_TIMEOUT); past that the run fails.
 #
 # Environment: KILN_STATE_DIR (default /var/lib/kiln/b200-a) holds the record of applied clock
-# locks and the change log; KILN_NVIDIA_SMI and KILN_DOCKER name the tools; KILN_GPU_ATTACH=env
-# passes devices as NVIDIA_VISIBLE_DEVICES (hosts whose default Docker runtime is nvidia) instead
-# of --gpus; KILN_MODEL_REPOSITORY is the model repository path inside the serving image.
+# locks, the serving image and the change log; KILN_NVIDIA_SMI and KILN_DOCKER name the tools;
+# KILN_GPU_ATTACH=env passes devices as NVIDIA_VISIBLE_DEVICES (hosts whose default Docker runtime
+# is nvidia) instead of --gpus.
+#
+# Readiness: a unit serves when every HTTP path of its runtime answers 200 on 127.0.0.1 (host
+# network): Triton /v2/health/ready and /v2/models/<model>/ready for each model it loads (KServe
+# v2 health API); trtllm-serve /health and /v1/models (tensorrt_llm/serve/openai_server.py; the
+# server listens only once the model is loaded). Asked with bash's /dev/tcp, so the host needs no
+# HTTP client; the container's own health check asks the same paths from inside.
 #
 # Formats read from nvidia-smi, with where they come from (layout verified on real output; see
 # tests/fakes/nvidia-smi for the stand-in that reproduces them):
@@ -73,23 +86,56 @@ declare -A WANT_PL=([0]=1000 [1]=1000)
 
 # --- serving units: one container each ------------------------------------------------------
 # MIG units name their GPU and the placement start of their GPU instance; whole-GPU units list
-# their GPUs. Ports: the model's serving.ports plus 3 per earlier replica on this host.
+# their GPUs. Ports: the model's serving.ports plus 3 per earlier replica on this host (Triton
+# listens on http/grpc/metrics, trtllm-serve on http only). UNIT_READY: the HTTP paths that
+# answer 200 on UNIT_PORT once the unit serves.
 readonly UNIT_ID=(b200-a/gpu0/mig0 b200-a/gpu0/mig1 b200-a/gpu0/mig2 b200-a/gpu1/mig0 b200-a/gpu1/mig1 b200-a/gpu1/mig2)
 readonly UNIT_NAME=(kiln-b200-a-gpu0-mig0 kiln-b200-a-gpu0-mig1 kiln-b200-a-gpu0-mig2 kiln-b200-a-gpu1-mig0 kiln-b200-a-gpu1-mig1 kiln-b200-a-gpu1-mig2)
 readonly UNIT_MODEL=(chat coder intent chat coder intent)
 readonly UNIT_GPUS=(0 0 0 1 1 1)
 readonly UNIT_MIG_START=(0 4 6 0 4 6)
-readonly UNIT_HTTP=(8000 8100 8200 8003 8103 8203)
-readonly UNIT_GRPC=(8001 8101 8201 8004 8104 8204)
-readonly UNIT_METRICS=(8002 8102 8202 8005 8105 8205)
+readonly UNIT_RUNTIME=(triton triton triton triton triton triton)
+readonly UNIT_PORTS=(8000/8001/8002 8100/8101/8102 8200/8201/8202 8003/8004/8005 8103/8104/8105 8203/8204/8205)
+readonly UNIT_PORT=(8000 8100 8200 8003 8103 8203)
+readonly UNIT_READY=('/v2/health/ready /v2/models/chat/ready' '/v2/health/ready /v2/models/coder/ready' '/v2/health/ready /v2/models/intent/ready' '/v2/health/ready /v2/models/chat/ready' '/v2/health/ready /v2/models/coder/ready' '/v2/health/ready /v2/models/intent/ready')
+
+# unit_command UNIT-INDEX: CMD = the unit's server command line inside its container
+# (compiler/actions/runtimes.py, every flag checked against the runtime's flag set).
+unit_command() {
+  case "$1" in
+    0) CMD=(tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=chat --http-port=8000 --grpc-port=8001 --metrics-port=8002) ;;
+    1) CMD=(tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=coder --http-port=8100 --grpc-port=8101 --metrics-port=8102) ;;
+    2) CMD=(tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=intent --http-port=8200 --grpc-port=8201 --metrics-port=8202) ;;
+    3) CMD=(tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=chat --http-port=8003 --grpc-port=8004 --metrics-port=8005) ;;
+    4) CMD=(tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=coder --http-port=8103 --grpc-port=8104 --metrics-port=8105) ;;
+    5) CMD=(tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=intent --http-port=8203 --grpc-port=8204 --metrics-port=8205) ;;
+    *) CMD=() ;;
+  esac
+}
+
+# unit_options UNIT-INDEX: OPTS = the docker run options of its runtime and width: /dev/shm for
+# Triton's Python backend and NCCL, memlock and stack limits where NCCL runs between processes
+# (more than one GPU), and the health check (the image's entrypoint probing UNIT_READY).
+unit_options() {
+  case "$1" in
+    0) OPTS=(--shm-size 2g --health-cmd '/opt/kiln/bin/serve --probe 8000 /v2/health/ready /v2/models/chat/ready' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
+    1) OPTS=(--shm-size 2g --health-cmd '/opt/kiln/bin/serve --probe 8100 /v2/health/ready /v2/models/coder/ready' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
+    2) OPTS=(--shm-size 2g --health-cmd '/opt/kiln/bin/serve --probe 8200 /v2/health/ready /v2/models/intent/ready' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
+    3) OPTS=(--shm-size 2g --health-cmd '/opt/kiln/bin/serve --probe 8003 /v2/health/ready /v2/models/chat/ready' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
+    4) OPTS=(--shm-size 2g --health-cmd '/opt/kiln/bin/serve --probe 8103 /v2/health/ready /v2/models/coder/ready' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
+    5) OPTS=(--shm-size 2g --health-cmd '/opt/kiln/bin/serve --probe 8203 /v2/health/ready /v2/models/intent/ready' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
+    *) OPTS=() ;;
+  esac
+}
 
 # --- options ------------------------------------------------------------------------------------
 SMI=${KILN_NVIDIA_SMI:-nvidia-smi}
 DOCKER=${KILN_DOCKER:-docker}
 STATE_DIR=${KILN_STATE_DIR:-/var/lib/kiln/$HOST}
 BOOT_ID_FILE=${KILN_BOOT_ID_FILE:-/proc/sys/kernel/random/boot_id}
-MODEL_REPOSITORY=${KILN_MODEL_REPOSITORY:-/opt/kiln/repository}
 GPU_ATTACH=${KILN_GPU_ATTACH:-gpus}
+READY_TIMEOUT=${KILN_READY_TIMEOUT:-1800}
+READY_POLL=${KILN_READY_POLL:-2}
 
 MODE=apply
 FORCE=0
@@ -98,7 +144,7 @@ ONLY_GPUS=""
 REAPPLY_CLOCKS=0
 
 usage() {
-  sed -n '/^# Usage:/,/^#   --reapply-clocks/p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '/^# Usage:/,/^#$/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
 }
 
 set_mode() {
@@ -120,11 +166,17 @@ while [ $# -gt 0 ]; do
     --image=*) IMAGE=${1#--image=} ;;
     --gpus) [ $# -ge 2 ] || { echo "provision.sh: --gpus needs a value" >&2; exit 2; }; ONLY_GPUS=$2; shift ;;
     --gpus=*) ONLY_GPUS=${1#--gpus=} ;;
+    --ready-timeout) [ $# -ge 2 ] || { echo "provision.sh: --ready-timeout needs a value" >&2; exit 2; }; READY_TIMEOUT=$2; shift ;;
+    --ready-timeout=*) READY_TIMEOUT=${1#--ready-timeout=} ;;
     -h|--help) usage; exit 0 ;;
     *) echo "provision.sh: unknown option: $1" >&2; usage >&2; exit 2 ;;
   esac
   shift
 done
+
+case "$READY_TIMEOUT" in
+  ''|*[!0-9]*) echo "provision.sh: --ready-timeout takes whole seconds, not '$READY_TIMEOUT'" >&2; exit 2 ;;
+esac
 
 CHANGES=0
 DRIFT=0
@@ -657,10 +709,97 @@ cpuset() { # UNIT-INDEX
   if [ "$per" -ge 1 ]; then echo "$(($1 * per))-$(($1 * per + per - 1))"; else echo "$(($1 % cpus))"; fi
 }
 
+# --- readiness -----------------------------------------------------------------------------------
+# http_status PORT PATH: the status code GET http://127.0.0.1:PORT/PATH answers, nothing when
+# nothing answers within 5 s. bash's /dev/tcp in a child bash under `timeout`, so a server that
+# accepts and never answers cannot hang the run.
+http_status() {
+  # shellcheck disable=SC2016  # the child bash expands its own $1 and $2
+  timeout 5 bash -c '
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+    printf "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%s\r\nConnection: close\r\n\r\n" "$2" "$1" >&3
+    IFS=" " read -r _ code _ <&3 && printf "%s" "$code"' kiln-probe "$1" "$2" 2>/dev/null || true
+}
+
+# unit_ready UNIT-INDEX: 0 when every readiness path of the unit answers 200; otherwise 1, with
+# PROBE saying what answered instead.
+PROBE=""
+unit_ready() {
+  local path code port=${UNIT_PORT[$1]}
+  local -a paths=()
+  read -r -a paths <<<"${UNIT_READY[$1]}"
+  for path in "${paths[@]}"; do
+    code=$(http_status "$port" "$path")
+    if [ "$code" != 200 ]; then
+      PROBE="GET http://127.0.0.1:$port$path answered ${code:-nothing (no server listens on port $port yet)}"
+      return 1
+    fi
+  done
+  PROBE=""
+  return 0
+}
+
+last_logs() { # NAME: the last lines the container's server wrote
+  "$DOCKER" logs --tail 15 "$1" 2>&1 | sed 's/^/    | /' >&2 || true
+}
+
+# wait_ready UNIT-INDEX...: wait until each unit answers its readiness paths, at most
+# READY_TIMEOUT seconds in all; a container that stops or restarts meanwhile fails at once.
+wait_ready() {
+  [ $# -gt 0 ] || return 0
+  local started now k name state restarts
+  local -a pending=("$@") left=()
+  local -A restarts_at=()
+  started=$(date +%s)
+  for k in "${pending[@]}"; do
+    restarts_at[$k]=$("$DOCKER" inspect --format '{{.RestartCount}}' "${UNIT_NAME[$k]}" 2>/dev/null || echo 0)
+  done
+  say "readiness: waiting up to ${READY_TIMEOUT}s for ${#pending[@]} unit(s) to answer their readiness endpoints"
+  while :; do
+    left=()
+    for k in "${pending[@]}"; do
+      name=${UNIT_NAME[$k]}
+      if unit_ready "$k"; then
+        now=$(date +%s)
+        say "container $name: ready after $((now - started))s (${UNIT_RUNTIME[$k]} answers 200 on port ${UNIT_PORT[$k]}: ${UNIT_READY[$k]})"
+        continue
+      fi
+      state=$("$DOCKER" inspect --format '{{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}' "$name" 2>/dev/null || echo "missing")
+      restarts=${state##* }
+      if [ "${state%% *}" != running ] || [ "$restarts" != "${restarts_at[$k]}" ]; then
+        error "container $name: its server stopped before it was ready (docker: status ${state%% *}, exit code $(printf '%s' "$state" | cut -d' ' -f2), restarts $restarts); last log lines:"
+        last_logs "$name"
+        continue
+      fi
+      left+=("$k")
+    done
+    pending=("${left[@]}")
+    [ ${#pending[@]} -gt 0 ] || return 0
+    now=$(date +%s)
+    if [ $((now - started)) -ge "$READY_TIMEOUT" ]; then
+      for k in "${pending[@]}"; do
+        unit_ready "$k" || true
+        error "container ${UNIT_NAME[$k]}: not ready after ${READY_TIMEOUT}s: $PROBE (raise --ready-timeout if the model needs longer to load); last log lines:"
+        last_logs "${UNIT_NAME[$k]}"
+      done
+      return 0
+    fi
+    sleep "$READY_POLL"
+  done
+}
+
+recorded_image() { cat "$STATE_DIR/image" 2>/dev/null || true; }
+
+record_image() {
+  [ "$(recorded_image)" != "$IMAGE" ] || return 0
+  printf '%s\n' "$IMAGE" >"$STATE_DIR/image.tmp" && mv "$STATE_DIR/image.tmp" "$STATE_DIR/image"
+}
+
+# --- containers ----------------------------------------------------------------------------------
 step_containers() {
   if [ ${#UNIT_ID[@]} -eq 0 ]; then say "containers: the plan has no serving units"; return 0; fi
   if [ -z "$IMAGE" ]; then
-    say "containers: skipped: no --image given (the serving image is built by kiln; pass --image REF to start or update the ${#UNIT_ID[@]} serving containers)"
+    say "containers: skipped: no --image given and none recorded (the serving image is built by kiln; pass --image REF to start or update the ${#UNIT_ID[@]} serving containers)"
     local g
     for g in "${!DRAINED[@]}"; do say "GPU $g: its containers were removed for the change above and are not running"; done
     return 0
@@ -671,6 +810,7 @@ step_containers() {
   fi
   local k g dev ok config name running state
   local -A wanted=()
+  local -a serving=()
   for k in "${!UNIT_ID[@]}"; do
     name=${UNIT_NAME[$k]}
     ok=1
@@ -696,29 +836,39 @@ step_containers() {
     else
       dev=${UNIT_GPUS[$k]}
     fi
+    unit_command "$k"
+    unit_options "$k"
     local -a args=(--detach --name "$name" --restart unless-stopped --network host
-      --cpuset-cpus "$(cpuset "$k")"
+      --cpuset-cpus "$(cpuset "$k")" "${OPTS[@]}"
       --label "kiln.host=$HOST" --label "kiln.gpu=${UNIT_GPUS[$k]}" --label "kiln.unit=${UNIT_ID[$k]}"
-      --label "kiln.model=${UNIT_MODEL[$k]}")
+      --label "kiln.model=${UNIT_MODEL[$k]}" --label "kiln.runtime=${UNIT_RUNTIME[$k]}")
     if [ "$GPU_ATTACH" = env ]; then
       args+=(--env "NVIDIA_VISIBLE_DEVICES=$dev")
     else
       # a list needs the inner quotes: --gpus '"device=0,1"' (Docker run reference)
       args+=(--gpus "\"device=$dev\"")
     fi
-    local -a cmd=("$IMAGE" tritonserver "--model-repository=$MODEL_REPOSITORY"
-      --model-control-mode=explicit "--load-model=${UNIT_MODEL[$k]}"
-      "--http-port=${UNIT_HTTP[$k]}" "--grpc-port=${UNIT_GRPC[$k]}" "--metrics-port=${UNIT_METRICS[$k]}")
+    local -a cmd=("$IMAGE" "${CMD[@]}")
     config=$(printf '%s\n' "${args[@]}" "${cmd[@]}" | sha256sum | cut -c1-16)
     state=$("$DOCKER" inspect --format '{{.State.Running}} {{index .Config.Labels "kiln.config"}}' "$name" 2>/dev/null || true)
-    if [ "$state" = "true $config" ]; then continue; fi
+    if [ "$state" = "true $config" ]; then
+      if [ "$MODE" = check ] && ! unit_ready "$k"; then
+        DRIFT=$((DRIFT + 1))
+        printf 'drift: container %s: running but not ready: %s\n' "$name" "$PROBE"
+      fi
+      serving+=("$k")
+      continue
+    fi
     running="not running"
     [ -n "$state" ] || running="missing"
     [ "${state%% *}" != true ] || running="running with other settings"
-    if act "container $name ($running): start ${UNIT_MODEL[$k]} on ${dev} ports ${UNIT_HTTP[$k]}/${UNIT_GRPC[$k]}/${UNIT_METRICS[$k]}"; then
+    if act "container $name ($running): start ${UNIT_MODEL[$k]} (${UNIT_RUNTIME[$k]}) on ${dev} ports ${UNIT_PORTS[$k]}"; then
       if [ -n "$state" ]; then run "$DOCKER" rm -f "$name" >/dev/null || true; fi
-      run "$DOCKER" run "${args[@]}" --label "kiln.config=$config" "${cmd[@]}" ||
+      if run "$DOCKER" run "${args[@]}" --label "kiln.config=$config" "${cmd[@]}"; then
+        serving+=("$k")
+      else
         error "container $name: docker run failed"
+      fi
     fi
   done
   local gpus
@@ -734,6 +884,10 @@ step_containers() {
       run "$DOCKER" rm -f "$name" >/dev/null || error "could not remove container $name"
     fi
   done < <("$DOCKER" ps -a --filter "label=kiln.host=$HOST" --format '{{.Names}} {{.Label "kiln.gpu"}}')
+  if [ "$MODE" = apply ] || [ "$MODE" = boot ]; then
+    record_image
+    wait_ready "${serving[@]}"
+  fi
 }
 
 main() {
@@ -755,10 +909,12 @@ main() {
   step_mig_mode
   step_mig_instances
   step_clocks_power
-  if [ "$MODE" = boot ]; then
-    say "containers: not handled at boot (run without --boot and with --image to start them)"
-  elif [ "$MODE" = check ] && [ -z "$IMAGE" ]; then
-    say "containers: not checked (pass --image REF to compare them too)"
+  if [ -z "$IMAGE" ] && [ ${#UNIT_ID[@]} -gt 0 ]; then
+    IMAGE=$(recorded_image)
+    [ -z "$IMAGE" ] || say "containers: image $IMAGE (recorded by the last run that started them)"
+  fi
+  if [ "$MODE" = check ] && [ -z "$IMAGE" ]; then
+    say "containers: not checked (no image recorded yet; pass --image REF to compare them too)"
   elif [ "$MODE" = check ]; then
     if docker_ok; then step_containers; else DRIFT=$((DRIFT + 1)); echo "drift: docker is not reachable"; fi
   else
