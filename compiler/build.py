@@ -10,7 +10,7 @@ from compiler.actions import REGISTRY
 from compiler.graph.builder import Builder, Selection
 from compiler.graph.executor import ActionResult, execute
 from compiler.graph.inputs import DigestCache
-from compiler.graph.kinds import Disruption, KindRegistry
+from compiler.graph.kinds import DISRUPTION_ORDER, POOL, Disruption, KindRegistry
 from compiler.graph.model import Graph
 from compiler.graph.plan import PlannedAction, make_plan
 from compiler.lower import lower
@@ -96,19 +96,20 @@ def graph_disruptions(graph: Graph, earlier, kinds: KindRegistry) -> list[Disrup
 
 
 def merge_disruptions(items: list[Disruption]) -> list[Disruption]:
-    """One line per GPU and kind (several artifacts can restart the same containers); a restart is
-    not listed where the GPU is re-sliced or changes what it serves, which replaces its containers."""
+    """One line per GPU and kind (several artifacts can restart the same containers), one per node
+    pool change; a restart is not listed where the GPU is re-sliced or changes what it serves,
+    which replaces its containers."""
     replaced = {(d.host, d.gpu_index) for d in items if d.kind in ("mig-reslice", "serving-change")}
-    merged: dict[tuple[str, int, str], Disruption] = {}
+    merged: dict[tuple, Disruption] = {}
     for d in items:
         if d.kind == "container-restart" and (d.host, d.gpu_index) in replaced:
             continue
-        key = (d.host, d.gpu_index, d.kind)
+        # a node pool's lines each name their workload: one line each
+        key = (d.host, d.gpu_index, d.kind) + ((d.detail,) if d.gpu_index == POOL else ())
         if key in merged:
             d = Disruption(d.host, d.gpu_index, d.kind, merged[key].detail + "; " + d.detail)
         merged[key] = d
-    order = {"mig-reslice": 0, "serving-change": 1, "container-restart": 2, "clocks": 3, "power": 4}
-    return sorted(merged.values(), key=lambda d: (d.host, d.gpu_index, order[d.kind]))
+    return sorted(merged.values(), key=lambda d: (d.host, d.gpu_index, DISRUPTION_ORDER[d.kind]))
 
 
 def store_disruptions(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry) -> list[Disruption]:

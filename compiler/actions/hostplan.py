@@ -100,9 +100,10 @@ class HostPlan(ActionKind[HostPlanParams]):
     kind, version, Params = "host-plan", 2, HostPlanParams
 
     def lower(self, ctx: LowerContext) -> list[Action]:
+        # Node pools (deploy: kubernetes) get the GPU Operator node layer instead (k8s-node-layer).
         return [self.action(f"{self.kind}/{name}", HostPlanParams(state=desired_state(host)),
                             cause={"spec": host.spec.model_dump(mode="json")})
-                for name, host in sorted(ctx.ir.hosts.items())]
+                for name, host in sorted(ctx.ir.hosts.items()) if host.spec.deploy == "host"]
 
     def run(self, params: HostPlanParams, ctx: RunContext) -> None:
         (ctx.out / OUTPUT).write_bytes(pretty_json(params.state.to_json()))

@@ -120,6 +120,8 @@ class HostScript(ActionKind[HostScriptParams]):
         out = []
         digests = template_digests()
         for name in sorted(ctx.ir.hosts):
+            if ctx.ir.hosts[name].spec.deploy != "host":
+                continue  # a node pool: its host plan is the node layer (k8s-node-layer)
             units = [HostUnit(id=u.id, model=u.model, gpus=list(u.gpu_indexes),
                               mig_slot=u.mig.instance_index if u.mig else None, ports=u.ports.as_dict(),
                               serving=unit_serving(ctx.ir, u))

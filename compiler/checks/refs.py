@@ -105,7 +105,8 @@ class PortConflict(Check):
     Each serving unit (a MIG instance, a GPU or a tensor-parallel group) runs its own Triton
     container on the host network. The n-th replica of a model on a host (counting from 0 in GPU
     order) listens on its `serving.ports` plus 3*n, so replicas never collide with each other; the
-    ports of different models on one host must not overlap after that offset.
+    ports of different models on one host must not overlap after that offset. (Hosts with
+    `deploy: kubernetes` are exempt: each pod has its own network namespace.)
     """
 
     code = "K908"
@@ -113,7 +114,9 @@ class PortConflict(Check):
     order = 20
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for hname in ctx.spec.hosts:
+        for hname, host in ctx.spec.hosts.items():
+            if host.deploy == "kubernetes":
+                continue
             units = [u for u in ctx.ir.units if u.host == hname and u.model in ctx.spec.models]
             seen: dict[int, str] = {}
             reported: set[tuple[str, int]] = set()

@@ -3,6 +3,11 @@
 Codes are stable and grouped by family (the first digit):
 K0xx YAML, K1xx spec structure, K2xx MIG, K3xx precision x architecture, K4xx memory and capacity,
 K5xx clocks and power, K6xx kernels and runtime, K7xx parallelism, K8xx toolchain, K9xx references.
+
+Every first digit is taken, so the rules that exist only for the Kubernetes target (hosts with
+`deploy: kubernetes`) take the tens digit 5 of the family they belong to: Kx5x (K151 spec
+structure, K25x MIG, K75x parallelism, K85x toolchain, K95x names). No other rule uses a tens
+digit 5 (KUBERNETES_TENS); they live in compiler/checks/kubernetes.py.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ FAMILIES: dict[str, str] = {
     "K9": "references and names",
 }
 
+KUBERNETES_TENS = "5"  # Kx5x: the Kubernetes target's rules, in the family they belong to
+
 _REGISTRY: dict[str, type["Rule"]] = {}
 
 
@@ -46,7 +53,8 @@ class Rule:
 
     @classmethod
     def family(cls) -> str:
-        return FAMILIES.get(cls.code[:2], "other")
+        family = FAMILIES.get(cls.code[:2], "other")
+        return f"{family} (Kubernetes target)" if cls.code[2:3] == KUBERNETES_TENS else family
 
     @classmethod
     def doc(cls) -> str:

@@ -39,17 +39,27 @@ class Params(BaseModel):
 
 P = TypeVar("P", bound=Params)
 
-DisruptionKind = Literal["mig-reslice", "clocks", "power", "serving-change", "container-restart"]
+DisruptionKind = Literal["mig-reslice", "clocks", "power", "serving-change", "container-restart",
+                         "node-relayout", "workload-roll", "replicas"]
+# The order a plan lists the kinds of one GPU (or node pool) in.
+DISRUPTION_ORDER: dict[str, int] = {"mig-reslice": 0, "node-relayout": 0, "serving-change": 1, "workload-roll": 1,
+                                    "replicas": 2, "container-restart": 2, "clocks": 3, "power": 4}
+POOL = -1  # `gpu_index` of a disruption that concerns a Kubernetes node pool as a whole
 
 
 @dataclass(frozen=True)
 class Disruption:
-    """What applying an artifact does to one serving GPU of a host (drain it first)."""
+    """What applying an artifact does to one serving GPU of a host (drain it first), or, with
+    `gpu_index` POOL, to a Kubernetes node pool (`host` is the pool)."""
 
     host: str
     gpu_index: int
     kind: DisruptionKind
     detail: str
+
+    @property
+    def pool(self) -> bool:
+        return self.gpu_index == POOL
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 from compiler.store.local import LocalStore
 
 from .builder import Builder, describe
-from .kinds import KindRegistry
+from .kinds import POOL, KindRegistry
 from .model import Graph
 
 MAX_CHANGES = 6  # per action; a reviewer needs the first few, not a dump
@@ -151,18 +151,31 @@ def _md_cell(reasons: list[str]) -> str:
     return "<br>".join(r.replace("|", "\\|") for r in reasons)
 
 
+def _is_pool(d) -> bool:
+    return d.gpu_index == POOL
+
+
 def render_disruptions(items: list, fmt: str) -> str:
-    """Which hosts and GPUs applying the plan disrupts (drain those first)."""
+    """Which hosts and GPUs applying the plan disrupts (drain those first), and which Kubernetes
+    node pools (entries with gpu_index POOL: re-layouts, rolled workloads, replica changes)."""
     if fmt == "json":
-        return json.dumps([{"host": d.host, "gpu": d.gpu_index, "kind": d.kind, "detail": d.detail} for d in items],
+        return json.dumps([{"host": d.host, "gpu": None if _is_pool(d) else d.gpu_index, "kind": d.kind,
+                            "detail": d.detail, **({"node_pool": True} if _is_pool(d) else {})} for d in items],
                           indent=2, sort_keys=True)
     if not items:
         return "Disruption: no host or GPU changes" if fmt == "text" else "### Disruption\n\nNo host or GPU changes."
     if fmt == "markdown":
         lines = ["### Disruption", "", "| host | GPU | change | detail |", "|---|---|---|---|"]
-        lines += [f"| {d.host} | {d.gpu_index} | {d.kind} | {d.detail.replace('|', '/')} |" for d in items]
+        lines += [f"| {d.host} | {'node pool' if _is_pool(d) else d.gpu_index} | {d.kind} | "
+                  f"{d.detail.replace('|', '/')} |" for d in items]
         return "\n".join(lines)
-    lines = [f"Disruption: {len({(d.host, d.gpu_index) for d in items})} GPU(s) on "
-             f"{len({d.host for d in items})} host(s)"]
-    lines += [f"  {d.host} GPU {d.gpu_index}: {d.kind}: {d.detail}" for d in items]
+    gpus = [d for d in items if not _is_pool(d)]
+    pools = {d.host for d in items if _is_pool(d)}
+    parts = [f"{len({(d.host, d.gpu_index) for d in gpus})} GPU(s) on {len({d.host for d in gpus})} host(s)"] \
+        if gpus else []
+    parts += [f"{len(pools)} node pool(s)"] if pools else []
+    head = "Disruption: " + "; ".join(parts)
+    lines = [head]
+    lines += [f"  {d.host} (node pool): {d.kind}: {d.detail}" if _is_pool(d) else
+              f"  {d.host} GPU {d.gpu_index}: {d.kind}: {d.detail}" for d in items]
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""The Resolved IR (types.py), how it is built (resolve.py) and completed (passes.py)."""
+"""The Resolved IR (types.py), how it is built (resolve.py) and completed (passes.py, pools.py)."""
 
 from .passes import PASSES, analyse
 from .resolve import resolve

@@ -17,6 +17,7 @@ from compiler.capacity.report import Sizing, unit_figures
 from compiler.capacity.workload import traffic_shape
 from compiler.catalog.formats import SIXTEEN_BIT, load_format_table, normalize_activations
 
+from .pools import pools_pass
 from .types import Formats, ModuleFormat, Ports, Resolved, ResolvedHost, ResolvedModel, ServingUnit
 
 Pass = Callable[[Resolved], Resolved]
@@ -234,7 +235,7 @@ def capacity_pass(ir: Resolved) -> Resolved:
     return dataclasses.replace(ir, units=tuple(units))
 
 
-PASSES: tuple[Pass, ...] = (formats_pass, units_pass, ports_pass, placements_pass, capacity_pass)
+PASSES: tuple[Pass, ...] = (formats_pass, units_pass, ports_pass, placements_pass, capacity_pass, pools_pass)
 
 
 def analyse(ir: Resolved, passes: tuple[Pass, ...] = PASSES) -> Resolved:

@@ -2,7 +2,8 @@
 
 `resolve` (resolve.py) attaches catalog entries and reads the files the spec names; the ordered
 passes (passes.py) then fill in the derived fields: effective formats, serving units, their
-ports, MIG placements and per-unit capacity figures. Checks, the planner, actions and reports
+ports, MIG placements, per-unit capacity figures, and the node pools of the hosts that deploy to
+Kubernetes (pools.py). Checks, the planner, actions and reports
 read these fields; none of them recomputes a fact that is here, and none reads the raw spec
 again. Every class is frozen: a pass returns a new IR (`dataclasses.replace`), so a stage can
 never see a half-analysed tree.
@@ -27,6 +28,8 @@ from .lockfile import LockedInstance
 
 if TYPE_CHECKING:  # the format table's row types; only annotations name them here
     from compiler.catalog.formats import KvFormat, Recipe
+
+    from .pools import NodePool
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,7 @@ class Resolved:
     # entries of a spec with errors that were left out so the rest could be checked ("models" or
     # "hosts" -> names); checks do not report what follows from their absence
     set_aside: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    pools: Mapping[str, NodePool] = field(default_factory=dict)  # pools pass: hosts with deploy: kubernetes
 
     @property
     def target(self) -> str:

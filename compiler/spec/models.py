@@ -22,6 +22,7 @@ from .types import (
     Repository,
     Revision,
     Version,
+    formatted,
     one_or_many,
     scalar_or_list,
     scalar_or_mapping,
@@ -496,11 +497,117 @@ class Host(SpecModel):
     gpus: list[GpuAssignment] = Field(default_factory=list)
     """Assignments of GPUs to models; GPUs not listed stay idle."""
 
+    deploy: Literal["host", "kubernetes"] = "host"
+    """How this host is deployed: `host` (Kiln's provisioning script and serving containers) or
+    `kubernetes` (a node pool of identical nodes, each with `count` GPUs laid out as `gpus` says:
+    GPU Operator MIG layouts and Kubernetes workloads, see the top-level `kubernetes` section)."""
+
+    node_pool: NodePool | None = None
+    """The Kubernetes nodes this host stands for (`deploy: kubernetes` only; default: one node
+    labelled `kiln.io/pool=<host name>`)."""
+
     @model_validator(mode="after")
     def _one_clock_kind(self) -> "Host":
         if self.clocks is not None and self.application_clocks is not None:
             raise value_error("set either `clocks` (locked) or `application_clocks`, not both",
                               help="locked clocks override application clocks on the GPU", key="application_clocks")
+        if self.node_pool is not None and self.deploy != "kubernetes":
+            raise value_error("`node_pool` applies only to hosts with `deploy: kubernetes`",
+                              help="add `deploy: kubernetes`, or remove `node_pool`", key="node_pool")
+        return self
+
+
+# --- Kubernetes -------------------------------------------------------------------------------
+
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+#: Kubernetes label syntax (apimachinery validation.IsQualifiedName / IsValidLabelValue).
+LabelKey = formatted(f"({_DNS_SUBDOMAIN}/)?{_LABEL_NAME}", "a Kubernetes label key ([prefix/]name, the name at "
+                     "most 63 characters of letters, digits, '-', '_' and '.')", "node.kubernetes.io/instance-type")
+LabelValue = formatted(f"({_LABEL_NAME})?", "a Kubernetes label value (at most 63 characters of letters, digits, "
+                       "'-', '_' and '.', starting and ending with a letter or digit)", "p5.48xlarge")
+DynamoVersion = formatted(r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})",
+                          "a Dynamo release as MAJOR.MINOR.PATCH (quote it in YAML)", "1.6.1")
+RepoUrl = formatted(r"[^\s]+", "a repository URL without spaces", "https://git.example.com/inference/deploy.git")
+
+
+class NodePool(SpecModel):
+    """The Kubernetes nodes a `deploy: kubernetes` host stands for: identical nodes, each with the
+    host's `count` GPUs and its `gpus` layout. A workload gets `nodes` times the host's units of
+    its model as replicas."""
+
+    nodes: Annotated[int, Field(ge=1, le=10000)] = 1
+    """Number of nodes in the pool."""
+
+    selector: Annotated[dict[LabelKey, LabelValue], Field(min_length=1)] | None = None  # type: ignore[valid-type]
+    """Node labels that pick the pool's nodes: the workloads' nodeSelector and the node-label command
+    select on them. Default: `{kiln.io/pool: <host name>}` (label the nodes with it)."""
+
+    gpu_product: LabelValue | None = None  # type: ignore[valid-type]
+    """GPU Feature Discovery's `nvidia.com/gpu.product` value of the pool's GPUs (e.g.
+    NVIDIA-H100-80GB-HBM3); when given, workloads select on it as well."""
+
+
+class DynamoRuntime(SpecModel):
+    """NVIDIA Dynamo on the cluster (runtime `dynamo`)."""
+
+    version: DynamoVersion  # type: ignore[valid-type]
+    """Dynamo release of the cluster's operator and of `image.base` (Dynamo's tensorrtllm-runtime
+    image, which carries the `dynamo.trtllm` worker), e.g. "1.6.1" (the components'
+    `runtimeVersionOverride`, which takes MAJOR.MINOR.PATCH). Each release pins one TensorRT-LLM
+    version, which must be `toolchain.tensorrt_llm` (K851)."""
+
+
+class ArgoCd(SpecModel):
+    """The Argo CD Application that syncs the release's Kustomize tree."""
+
+    repo_url: RepoUrl  # type: ignore[valid-type]
+    """Git repository the published tree is committed to (Argo CD `spec.source.repoURL`)."""
+
+    path: RelPath = "."  # type: ignore[valid-type]
+    """Directory of the tree in that repository."""
+
+    revision: Annotated[str, Field(min_length=1, max_length=255)] = "HEAD"
+    """Branch, tag or commit Argo CD follows (`targetRevision`)."""
+
+    namespace: Name = "argocd"  # type: ignore[valid-type]
+    """Namespace Argo CD runs in."""
+
+    project: Name = "default"  # type: ignore[valid-type]
+    """Argo CD project of the Application."""
+
+
+class Kubernetes(SpecModel):
+    """The Kubernetes target of the hosts with `deploy: kubernetes` (node pools): NVIDIA GPU Operator
+    MIG layouts for the nodes, workloads for the models, a Kustomize tree per release."""
+
+    namespace: Name | None = None  # type: ignore[valid-type]
+    """Namespace of the workloads (default: the spec's name)."""
+
+    runtime: Literal["deployment", "dynamo"] = "deployment"
+    """Workloads: `deployment` (Deployments, Services and PodDisruptionBudgets running Kiln's serving
+    image) or `dynamo` (a DynamoGraphDeployment per model for NVIDIA Dynamo's operator)."""
+
+    mig_strategy: Literal["none", "single", "mixed"] | None = None
+    """GPU Operator MIG strategy (ClusterPolicy `spec.mig.strategy`): how MIG devices are advertised.
+    Default: the least that serves every pool (`mixed` when a node has several profiles or MIG next
+    to whole GPUs, `single` when every GPU of a MIG node has one profile, `none` without MIG)."""
+
+    gpu_operator_namespace: Name = "gpu-operator"  # type: ignore[valid-type]
+    """Namespace of the GPU Operator (its MIG manager reads the layout ConfigMap from there)."""
+
+    dynamo: DynamoRuntime | None = None
+    """Dynamo release (required with `runtime: dynamo`)."""
+
+    argocd: ArgoCd | None = None
+    """Emit an Argo CD Application for the tree."""
+
+    @model_validator(mode="after")
+    def _dynamo(self) -> "Kubernetes":
+        if self.runtime == "dynamo" and self.dynamo is None:
+            raise value_error("`runtime: dynamo` needs `dynamo: {version: ...}`",
+                              help="name the Dynamo release of the cluster, e.g. dynamo: {version: \"1.6.1\"}",
+                              key="runtime")
         return self
 
 
@@ -550,3 +657,6 @@ class Spec(SpecModel):
 
     publish: Publish | None = None
     """Publishing target."""
+
+    kubernetes: Kubernetes | None = None
+    """The Kubernetes target of the hosts with `deploy: kubernetes`."""

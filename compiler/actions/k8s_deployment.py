@@ -1,0 +1,125 @@
+"""`k8s-deployment/<workload>` (runtime `deployment`): the Deployment and PodDisruptionBudget of one
+workload, i.e. the replicas of one model on one device shape of one node pool
+(compiler/k8s/workloads.py). It depends on the pool's serving image (`image/<pool>`), whose pushed
+digest it pins; everything else is in its parameters, so a change elsewhere in the spec leaves its
+key and its file alone.
+
+Output: <workload>.yaml (the tree's workloads/ directory).
+"""
+
+from __future__ import annotations
+
+import json
+
+from compiler.graph.model import Action
+from compiler.ir.pools import cluster_strategy, resource_name
+from compiler.k8s import plan, tree, workloads
+from compiler.k8s.runtime import ServingContainer
+
+from . import image, runtimes
+from .base import ActionKind, Disruption, LowerContext, Params, RunContext
+
+ROLLS = ("image_action", "command", "ports", "liveness", "readiness", "resource", "count", "selector", "gpu_product")
+
+
+class DeploymentParams(Params):
+    name: str
+    spec_name: str
+    namespace: str
+    pool: str
+    model: str
+    replicas: int
+    image_action: str  # image/<pool>: its image.json holds the pushed reference
+    runtime: str
+    command: list[str]
+    ports: list[tuple[str, int]]
+    liveness: str
+    readiness: str
+    resource: str
+    count: int
+    selector: dict[str, str]
+    gpu_product: str | None
+
+
+def namespace_of(spec) -> str:
+    k8s = spec.kubernetes
+    return k8s.namespace if k8s is not None and k8s.namespace else spec.name
+
+
+def image_reference(tree_dir) -> tuple[str, str]:
+    """(repository@digest, digest) of a built `image/<host>` artifact."""
+    doc = json.loads((tree_dir / image.OUTPUT).read_text(encoding="utf-8"))
+    return doc["reference"], doc["digest"]
+
+
+def serving_container(runtime: str, target: str, model: str, ports: dict[str, int], par,
+                      gpus: int) -> ServingContainer:
+    """The container of a model's pods: the unit command of its runtime (the same argv a host
+    runs), every port it listens on, and the runtime's probe paths."""
+    serving = runtimes.unit_serving(runtime, target, model, ports, tp=par.tp, pp=par.pp, ep=par.ep, gpus=gpus)
+    return ServingContainer(tuple(serving.command), named_ports(runtime, ports),
+                            liveness=runtimes.table()[runtime]["ready"]["live"], readiness=serving.ready[0])
+
+
+def named_ports(runtime: str, ports: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    """(name, port) of each port the runtime listens on: Triton http, grpc, metrics; trtllm-serve http."""
+    return tuple((name, ports[name]) for name in runtimes.table()[runtime]["ports"])
+
+
+def workload_params(ctx: LowerContext) -> list[DeploymentParams]:
+    ir, spec = ctx.ir, ctx.spec
+    strategy = cluster_strategy(ir)
+    out = []
+    for pname, pool in sorted(ir.pools.items()):
+        for w in pool.workloads:
+            rm = ir.models[w.model]
+            runtime = rm.spec.serving.runtime
+            c = serving_container(runtime, ir.target, w.model, rm.spec.serving.ports.model_dump(),
+                                  rm.spec.parallelism, w.gpus)
+            resource = resource_name(strategy, w.mig_profile)
+            if resource is None:  # K251 refuses the strategy first
+                continue
+            out.append(DeploymentParams(
+                name=w.name, spec_name=spec.name, namespace=namespace_of(spec), pool=pname, model=w.model,
+                replicas=w.replicas, image_action=f"{image.KIND.kind}/{pname}", runtime=runtime,
+                command=list(c.command), ports=list(c.ports), liveness=c.liveness, readiness=c.readiness,
+                resource=resource, count=w.gpus, selector=dict(pool.selector), gpu_product=pool.gpu_product))
+    return out
+
+
+def render(params: DeploymentParams, image_ref: str, image_digest: str) -> bytes:
+    container = ServingContainer(tuple(params.command), tuple(tuple(p) for p in params.ports), params.liveness,
+                                 params.readiness)
+    objects = [
+        workloads.deployment(name=params.name, spec_name=params.spec_name, namespace=params.namespace,
+                             pool=params.pool, model=params.model, replicas=params.replicas, image=image_ref,
+                             container=container, resource=params.resource, count=params.count,
+                             selector=params.selector, gpu_product=params.gpu_product,
+                             artifacts={params.image_action: image_digest}),
+        workloads.disruption_budget(name=params.name, spec_name=params.spec_name, namespace=params.namespace,
+                                    pool=params.pool, model=params.model),
+    ]
+    return tree.documents(objects).encode()
+
+
+class K8sDeployment(ActionKind[DeploymentParams]):
+    kind, version, Params = "k8s-deployment", 1, DeploymentParams
+
+    def lower(self, ctx: LowerContext) -> list[Action]:
+        k8s = ctx.spec.kubernetes
+        if not ctx.ir.pools or (k8s is not None and k8s.runtime != "deployment"):
+            return []
+        return [self.action(f"{self.kind}/{p.name}", p, deps=(p.image_action,)) for p in workload_params(ctx)]
+
+    def run(self, params: DeploymentParams, ctx: RunContext) -> None:
+        ref, digest = image_reference(ctx.deps[params.image_action])
+        (ctx.out / f"{params.name}.yaml").write_bytes(render(params, ref, digest))
+        ctx.log.info("%s: %d replica(s) of %d x %s, image %s", params.name, params.replicas, params.count,
+                     params.resource, ref)
+
+    def disruptions(self, old: DeploymentParams | None, new: DeploymentParams) -> list[Disruption]:
+        return plan.workload_disruptions(new.pool, new.name, old.to_json() if old is not None else None,
+                                         new.to_json(), ROLLS, device=f"{new.count} x {new.resource}")
+
+
+KIND = K8sDeployment()

@@ -1,0 +1,127 @@
+"""`k8s-dgd/<model>` (runtime `dynamo`): the DynamoGraphDeployment of one model and the ConfigMap
+of its LLM-API options (compiler/k8s/dynamo.py): a frontend and one worker component per node pool
+and device shape that serves the model. It depends on the options file (`llmapi-options/<model>`,
+the file `--extra-engine-args` reads) and on the serving image of every pool its workers run on.
+
+Output: <model>.yaml (the tree's workloads/ directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from compiler.graph.model import Action
+from compiler.ir.pools import cluster_strategy, resource_name
+from compiler.k8s import dynamo, plan, tree
+from compiler.store.canonical import canonical_json
+
+from . import image, llmapi
+from .base import ActionKind, Disruption, LowerContext, Params, RunContext
+from .k8s_deployment import image_reference, namespace_of
+
+WORKER_ROLLS = ("image_action", "resource", "count", "selector", "gpu_product", "power_limit_w")
+
+
+class Worker(Params):
+    component: str
+    pool: str
+    replicas: int
+    image_action: str
+    resource: str
+    count: int
+    selector: dict[str, str]
+    gpu_product: str | None
+    power_limit_w: int | None  # whole-GPU workers only (dynamo.POWER_ANNOTATION)
+
+
+class DgdParams(Params):
+    model: str
+    spec_name: str
+    namespace: str
+    version: str  # Dynamo release (runtimeVersionOverride)
+    frontend_image: str  # image.base: Dynamo's tensorrtllm-runtime image, pinned by digest
+    options_action: str
+    options_digest: str  # of the options the file holds: new options roll every worker
+    workers: list[Worker]
+
+
+def dgd_params(ctx: LowerContext) -> list[DgdParams]:
+    ir, spec = ctx.ir, ctx.spec
+    strategy = cluster_strategy(ir)
+    by_model: dict[str, list] = {}
+    for pool in ir.pools.values():
+        for w in pool.workloads:
+            by_model.setdefault(w.model, []).append((pool, w))
+    out = []
+    for model, items in sorted(by_model.items()):
+        workers = []
+        for pool, w in sorted(items, key=lambda pw: pw[1].name):
+            resource = resource_name(strategy, w.mig_profile)
+            if resource is None:  # K251
+                continue
+            host = ir.hosts[pool.name].spec
+            assignment = host.gpus[w.path[3]]
+            power = None if w.mig_profile else (assignment.power_limit_w or host.power_limit_w)
+            component = "worker" if len(items) == 1 else "worker-" + w.name[len(model) + 1:]
+            workers.append(Worker(component=component, pool=pool.name, replicas=w.replicas,
+                                  image_action=f"{image.KIND.kind}/{pool.name}", resource=resource, count=w.gpus,
+                                  selector=dict(pool.selector), gpu_product=pool.gpu_product, power_limit_w=power))
+        out.append(DgdParams(model=model, spec_name=spec.name, namespace=namespace_of(spec),
+                             version=spec.kubernetes.dynamo.version, frontend_image=spec.image.base,
+                             options_action=f"{llmapi.KIND.kind}/{model}",
+                             options_digest="sha256:" + hashlib.sha256(
+                                 canonical_json(llmapi.options(ir.models[model]))).hexdigest(),
+                             workers=workers))
+    return out
+
+
+def render(params: DgdParams, options: bytes, images: dict[str, tuple[str, str]]) -> bytes:
+    """`images`: image action -> (reference, digest)."""
+    cm_name = dynamo.options_configmap_name(params.model, options)
+    components = [dynamo.frontend(image=params.frontend_image, version=params.version)]
+    for w in params.workers:
+        components.append(dynamo.worker(
+            name=w.component, model=params.model, spec_name=params.spec_name, pool=w.pool, replicas=w.replicas,
+            image=images[w.image_action][0], version=params.version, resource=w.resource, count=w.count,
+            selector=w.selector, gpu_product=w.gpu_product, options_configmap_=cm_name, power_limit_w=w.power_limit_w))
+    artifacts = {a: d for a, (_, d) in images.items()}
+    artifacts[params.options_action] = "sha256:" + hashlib.sha256(options).hexdigest()
+    objects = [dynamo.options_configmap(model=params.model, spec_name=params.spec_name, namespace=params.namespace,
+                                        options=options),
+               dynamo.graph_deployment(model=params.model, spec_name=params.spec_name, namespace=params.namespace,
+                                       components=components, artifacts=artifacts)]
+    return tree.documents(objects).encode()
+
+
+class K8sDgd(ActionKind[DgdParams]):
+    kind, version, Params = "k8s-dgd", 1, DgdParams
+
+    def lower(self, ctx: LowerContext) -> list[Action]:
+        k8s = ctx.spec.kubernetes
+        if not ctx.ir.pools or k8s is None or k8s.runtime != "dynamo":
+            return []
+        return [self.action(f"{self.kind}/{p.model}", p,
+                            deps=sorted({p.options_action} | {w.image_action for w in p.workers}))
+                for p in dgd_params(ctx)]
+
+    def run(self, params: DgdParams, ctx: RunContext) -> None:
+        options = (ctx.deps[params.options_action] / llmapi.OUTPUT).read_bytes()
+        images = {w.image_action: image_reference(ctx.deps[w.image_action]) for w in params.workers}
+        (ctx.out / f"{params.model}.yaml").write_bytes(render(params, options, images))
+        ctx.log.info("%s: frontend and %d worker component(s)", params.model, len(params.workers))
+
+    def disruptions(self, old: DgdParams | None, new: DgdParams) -> list[Disruption]:
+        before = {w.component: w for w in (old.workers if old is not None else [])}
+        out = []
+        for w in new.workers:
+            prev = before.get(w.component)
+            old_json = prev.to_json() if prev is not None else None
+            new_json = w.to_json()
+            if old_json is not None:  # the options ConfigMap's name changes with them: the workers roll
+                old_json["options"], new_json["options"] = old.options_digest[:19], new.options_digest[:19]
+            out += plan.workload_disruptions(w.pool, f"{new.model}/{w.component}", old_json, new_json,
+                                             WORKER_ROLLS + ("options",), device=f"{w.count} x {w.resource}")
+        return out
+
+
+KIND = K8sDgd()

@@ -1,0 +1,229 @@
+"""`k8s-node-layer`: the GPU Operator node layer of the spec's Kubernetes node pools
+(compiler/k8s/nodelayer.py): the mig-parted ConfigMap with one named layout per distinct node
+layout, the ClusterPolicy merge patch, the node-label script, and per pool with clocks or power a
+node-tuning script. Its parameters are the layouts, pools and tunings themselves, so its key
+changes exactly when one of them does; `disruptions` says which pools the MIG manager re-slices.
+
+Output (the tree's node-layer/ directory):
+  kustomization.yaml        resources: mig-parted-config.yaml
+  mig-parted-config.yaml    the ConfigMap (GPU Operator namespace), checked with mig-parted's rules
+  clusterpolicy-patch.yaml  `kubectl patch clusterpolicies.nvidia.com cluster-policy --type merge --patch-file ...`
+  label-nodes.sh            `nvidia.com/mig.config=<layout>` on each pool's nodes (--check, --dry-run)
+  node-tuning-<pool>.sh     clocks and power (no GPU Operator setting exists for either)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+
+from compiler.graph.kinds import POOL
+from compiler.graph.model import Action
+from compiler.ir.pools import cluster_strategy
+from compiler.k8s import nodelayer, tree
+
+from .base import ActionKind, Disruption, LowerContext, Params, RunContext
+from .hostplan import desired_state
+
+TEMPLATES = (nodelayer.LABEL_TEMPLATE, nodelayer.TUNING_TEMPLATE)
+
+
+def template_digests() -> dict[str, str]:
+    return {n: "sha256:" + hashlib.sha256((nodelayer.TEMPLATE_DIR / n).read_bytes()).hexdigest() for n in TEMPLATES}
+
+
+class GpuTuning(Params):
+    index: int
+    lgc: str  # `nvidia-smi -lgc` value, "" when not set
+    lmc: str
+    ac: str
+    pl: str
+
+
+class PoolLayer(Params):
+    name: str
+    nodes: int
+    selector: dict[str, str]
+    layout: str
+    mig: bool  # the layout enables MIG somewhere
+    tuning: list[GpuTuning]  # GPUs with clocks or power set; [] for none
+
+
+class NodeLayerParams(Params):
+    spec_name: str
+    operator_namespace: str
+    strategy: str
+    layouts: dict[str, list[dict]]  # layout name -> mig-parted entries
+    pools: list[PoolLayer]
+    templates: dict[str, str]
+
+
+def _tuning(host, power_by_dynamo: bool) -> list[GpuTuning]:
+    """Per GPU the clocks and power the pool's nodes need, from the host's desired state (the same
+    values provision.sh would set). Power a Dynamo worker annotation applies is left out."""
+    out = []
+    for g in desired_state(host).gpus:
+        lc, ac = g.locked_clocks, g.application_clocks
+        pl = g.power_limit_w if g.power_limit_w is not None and not (power_by_dynamo and g.mig is None) else None
+        t = GpuTuning(index=g.index, lgc=f"{lc.graphics_mhz[0]},{lc.graphics_mhz[1]}" if lc else "",
+                      lmc=f"{lc.memory_mhz},{lc.memory_mhz}" if lc and lc.memory_mhz else "",
+                      ac=f"{ac.memory_mhz},{ac.graphics_mhz}" if ac else "", pl=str(pl) if pl else "")
+        if t.lgc or t.lmc or t.ac or t.pl:
+            out.append(t)
+    return out
+
+
+def node_layer_params(ctx: LowerContext) -> NodeLayerParams:
+    ir = ctx.ir
+    k8s = ctx.spec.kubernetes
+    dynamo = k8s is not None and k8s.runtime == "dynamo"
+    layouts, pools = {}, []
+    for name, pool in sorted(ir.pools.items()):
+        layouts[pool.layout] = [dict(e) for e in pool.entries]
+        pools.append(PoolLayer(name=name, nodes=pool.nodes, selector=dict(pool.selector), layout=pool.layout,
+                               mig=any(g.mig for g in pool.gpus), tuning=_tuning(ir.hosts[name], dynamo)))
+    return NodeLayerParams(spec_name=ctx.spec.name,
+                           operator_namespace=k8s.gpu_operator_namespace if k8s else "gpu-operator",
+                           strategy=cluster_strategy(ir), layouts=layouts, pools=pools, templates=template_digests())
+
+
+def render(params: NodeLayerParams) -> dict[str, bytes]:
+    """The node-layer files (pure)."""
+    config = nodelayer.mig_parted_config(params.layouts)
+    problems = nodelayer.mig_parted_problems(config)
+    if problems:  # K252 refuses such layouts first; this guards the file itself
+        raise ValueError("mig-parted would refuse the layout config: " + "; ".join(problems))
+    cm = nodelayer.configmap(params.spec_name, params.operator_namespace, params.layouts)
+    patch_header = (f"# Merge patch of the GPU Operator's ClusterPolicy (the operator's object, not Kiln's): the MIG\n"
+                    f"# strategy and the layouts ConfigMap of spec {params.spec_name}. Apply once, and again when it changes:\n"
+                    "#   kubectl patch clusterpolicies.nvidia.com " + nodelayer.CLUSTER_POLICY +
+                    " --type merge --patch-file node-layer/clusterpolicy-patch.yaml\n")
+    files = {
+        "kustomization.yaml": tree.dump(tree.kustomization(["mig-parted-config.yaml"])).encode(),
+        "mig-parted-config.yaml": tree.documents([cm]).encode(),
+        "clusterpolicy-patch.yaml": (patch_header + tree.dump(
+            nodelayer.cluster_policy_patch(params.spec_name, params.strategy))).encode(),
+        "label-nodes.sh": nodelayer.label_script(
+            params.spec_name, nodelayer.configmap_name(params.spec_name), params.operator_namespace,
+            [{"name": p.name, "selector": ",".join(f"{k}={v}" for k, v in sorted(p.selector.items())),
+              "layout": p.layout, "nodes": p.nodes} for p in params.pools]).encode(),
+    }
+    for p in params.pools:
+        if p.tuning:
+            files[f"node-tuning-{p.name}.sh"] = nodelayer.tuning_script(
+                params.spec_name, p.name, [t.to_json() for t in p.tuning]).encode()
+    return files
+
+
+class NodeLayer(ActionKind[NodeLayerParams]):
+    kind, version, Params = "k8s-node-layer", 1, NodeLayerParams
+
+    def lower(self, ctx: LowerContext) -> list[Action]:
+        if not ctx.ir.pools:
+            return []
+        cause = {"hosts": {n: ctx.spec.hosts[n].model_dump(mode="json") for n in sorted(ctx.ir.pools)},
+                 "kubernetes": ctx.spec.kubernetes.model_dump(mode="json") if ctx.spec.kubernetes else None}
+        return [self.action(self.kind, node_layer_params(ctx), cause=cause)]
+
+    def run(self, params: NodeLayerParams, ctx: RunContext) -> None:
+        if template_digests() != params.templates:
+            raise RuntimeError("a k8s template changed after the plan was made; run the build again")
+        for name, data in render(params).items():
+            path = ctx.out / name
+            path.write_bytes(data)
+            if name.endswith(".sh"):
+                path.chmod(0o755)
+        ctx.log.info("%d layout(s) for %d node pool(s), MIG strategy %s", len(params.layouts), len(params.pools),
+                     params.strategy)
+
+    def disruptions(self, old: NodeLayerParams | None, new: NodeLayerParams) -> list[Disruption]:
+        return disruptions(old, new)
+
+
+KIND = NodeLayer()
+
+
+# --- what a new node layer does to the pools ---------------------------------------------------------
+def _gpu_profiles(entries: list[dict]) -> dict:
+    """GPU index (or "all") -> Counter of profiles, from mig-parted entries."""
+    out: dict = {}
+    for e in entries:
+        devices = e["devices"] if isinstance(e["devices"], list) else ["all"]
+        for d in devices:
+            out[d] = Counter(e.get("mig-devices") or {})
+    return out
+
+
+def _layout_change(old_entries: list[dict], new_entries: list[dict]) -> str:
+    """`GPUs 0-7: -1g.10gb +1g.20gb`, grouping GPUs with the same change."""
+    before, after = _gpu_profiles(old_entries), _gpu_profiles(new_entries)
+    if "all" in before or "all" in after:
+        gpus = sorted({g for g in list(before) + list(after) if g != "all"})
+        b_all, a_all = before.get("all"), after.get("all")
+        before = {g: before.get(g, b_all if b_all is not None else Counter()) for g in gpus} if gpus else before
+        after = {g: after.get(g, a_all if a_all is not None else Counter()) for g in gpus} if gpus else after
+    changes: dict[str, list] = {}
+    for g in sorted(set(before) | set(after), key=str):
+        b, a = before.get(g, Counter()), after.get(g, Counter())
+        if b == a:
+            continue
+        parts = [f"-{p}" + (f"x{n}" if n > 1 else "") for p, n in sorted((b - a).items())]
+        parts += [f"+{p}" + (f"x{n}" if n > 1 else "") for p, n in sorted((a - b).items())]
+        changes.setdefault(" ".join(parts) or "MIG mode", []).append(g)
+    return "; ".join(f"GPU{'s' * (len(gs) > 1)} {_ranges(gs)}: {what}" for what, gs in changes.items())
+
+
+def _ranges(values: list) -> str:
+    if any(not isinstance(v, int) for v in values):
+        return ",".join(map(str, values))
+    out, start = [], None
+    for i, v in enumerate(values):
+        if start is None:
+            start = v
+        if i + 1 == len(values) or values[i + 1] != v + 1:
+            out.append(str(start) if start == v else f"{start}-{v}")
+            start = None
+    return ",".join(out)
+
+
+def _tuning_text(tuning: list[GpuTuning], what: str) -> str:
+    values = sorted({(t.lgc + ("/" + t.lmc if t.lmc else "") + ("/ac " + t.ac if t.ac else "")) if what == "clocks"
+                     else t.pl for t in tuning} - {""})
+    return ", ".join(values) if values else "not set"
+
+
+def disruptions(old: NodeLayerParams | None, new: NodeLayerParams) -> list[Disruption]:
+    """Per node pool: MIG re-layouts (the MIG manager drains the nodes' GPU pods and re-slices),
+    a new MIG strategy, and clocks or power that only the node-tuning script applies. Pure."""
+    before = {p.name: p for p in (old.pools if old is not None else [])}
+    out: list[Disruption] = []
+    for p in new.pools:
+        prev = before.get(p.name)
+        if prev is None or prev.layout != p.layout:
+            if prev is None:
+                detail = (f"{p.nodes} node(s) get layout {p.layout}: the MIG manager re-slices a node whose "
+                          "layout differs, draining its GPU pods")
+            else:
+                old_entries = old.layouts.get(prev.layout, [])
+                change = _layout_change(old_entries, new.layouts[p.layout])
+                detail = (f"{p.nodes} node(s) re-sliced by the MIG manager, layout {prev.layout} -> {p.layout} "
+                          f"({change}): their GPU pods are drained first")
+            out.append(Disruption(p.name, POOL, "node-relayout", detail + "; relabel: sh node-layer/label-nodes.sh"))
+        elif old is not None and old.strategy != new.strategy and p.mig:
+            out.append(Disruption(p.name, POOL, "node-relayout",
+                                  f"MIG strategy {old.strategy} -> {new.strategy}: apply node-layer/clusterpolicy-patch.yaml;"
+                                  " the device plugin advertises the MIG devices under new resource names"))
+        for what, kind in (("clocks", "clocks"), ("power", "power")):
+            b = _tuning_text(prev.tuning, what) if prev is not None else "not set"
+            a = _tuning_text(p.tuning, what)
+            if a != b:
+                out.append(Disruption(p.name, POOL, kind,
+                                      f"{b} -> {a}: not applied by the manifests (no GPU Operator setting); run "
+                                      f"node-layer/node-tuning-{p.name}.sh on the pool's nodes" if a != "not set" else
+                                      f"{b} -> not set: reset them on the pool's nodes (nvidia-smi -rgc / -pl)"))
+    names = {p.name for p in new.pools}
+    for name, prev in sorted(before.items()):
+        if name not in names:
+            out.append(Disruption(name, POOL, "node-relayout",
+                                  f"leaves the spec: its nodes keep layout {prev.layout} until relabelled"))
+    return out

@@ -1,0 +1,163 @@
+"""`k8s-release`: the release's Kustomize tree, what Argo CD syncs and `kubectl kustomize` builds
+(compiler/k8s/tree.py). It assembles the node layer (`k8s-node-layer`) and every workload
+(`k8s-deployment/*` or `k8s-dgd/*`) unchanged, and adds the namespace, one Service per model
+(runtime `deployment`), the release stamp and the Argo CD files:
+
+  kustomization.yaml  namespace.yaml  release-stamp.yaml
+  node-layer/...                 (k8s-node-layer)
+  workloads/<name>.yaml          (k8s-deployment/<name> or k8s-dgd/<model>)
+  services/<model>.yaml          runtime deployment
+  argocd/application.yaml        with `kubernetes.argocd`
+  argocd/argocd-cm-health.yaml   runtime dynamo
+
+Its parameters carry the spec digest (the release stamp): every release has its own tree, and a
+revert of the spec gives the earlier tree byte for byte. The release manifest lists it under
+`kubernetes` with the pools' layouts.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from compiler.graph.model import Action
+from compiler.ir.pools import cluster_strategy
+from compiler.k8s import tree, workloads
+from compiler.release import spec_digest
+
+from . import k8s_deployment, k8s_dgd, k8s_nodes
+from .base import ActionKind, LowerContext, Params, RunContext
+
+NODE_LAYER_DIR, WORKLOADS_DIR, SERVICES_DIR, ARGOCD_DIR = "node-layer", "workloads", "services", "argocd"
+
+
+class ServiceSpec(Params):
+    model: str
+    ports: list[tuple[str, int]]
+
+
+class ArgoSpec(Params):
+    repo_url: str
+    path: str
+    revision: str
+    namespace: str
+    project: str
+
+
+class PoolSummary(Params):
+    nodes: int
+    layout: str
+    workloads: dict[str, int]  # workload -> replicas
+
+
+class ReleaseParams(Params):
+    spec_name: str
+    spec_digest: str
+    namespace: str
+    runtime: str
+    mig_strategy: str
+    node_layer: str  # action id
+    workloads: list[str]  # action ids, each writing one <name>.yaml
+    services: list[ServiceSpec]
+    argocd: ArgoSpec | None
+    pools: dict[str, PoolSummary]
+
+
+def release_params(ctx: LowerContext, workload_actions: list[str]) -> ReleaseParams:
+    ir, spec = ctx.ir, ctx.spec
+    k8s = spec.kubernetes
+    runtime = k8s.runtime if k8s is not None else "deployment"
+    services = []
+    if runtime == "deployment":
+        for model in sorted({w.model for p in ir.pools.values() for w in p.workloads}):
+            rm = ir.models[model]
+            ports = k8s_deployment.named_ports(rm.spec.serving.runtime, rm.spec.serving.ports.model_dump())
+            services.append(ServiceSpec(model=model, ports=list(ports)))
+    argo = None
+    if k8s is not None and k8s.argocd is not None:
+        a = k8s.argocd
+        argo = ArgoSpec(repo_url=a.repo_url, path=a.path, revision=a.revision, namespace=a.namespace, project=a.project)
+    pools = {n: PoolSummary(nodes=p.nodes, layout=p.layout, workloads={w.name: w.replicas for w in p.workloads})
+             for n, p in sorted(ir.pools.items())}
+    return ReleaseParams(spec_name=spec.name, spec_digest=spec_digest(spec),
+                         namespace=k8s_deployment.namespace_of(spec), runtime=runtime,
+                         mig_strategy=cluster_strategy(ir), node_layer=k8s_nodes.KIND.kind,
+                         workloads=sorted(workload_actions), services=services, argocd=argo, pools=pools)
+
+
+def _copy(src, dest) -> list[str]:
+    """Copy a tree; the relative paths of its files."""
+    out = []
+    for p in sorted(src.rglob("*")):
+        if p.is_file():
+            rel = p.relative_to(src).as_posix()
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, target)
+            target.chmod(0o755 if p.stat().st_mode & 0o111 else 0o644)
+            out.append(rel)
+    return out
+
+
+def write_tree(params: ReleaseParams, out, deps) -> None:
+    """The tree under `out` from the parts in `deps` (action id -> directory)."""
+    _copy(deps[params.node_layer], out / NODE_LAYER_DIR)
+    resources = ["namespace.yaml", NODE_LAYER_DIR]
+    for aid in params.workloads:
+        for rel in _copy(deps[aid], out / WORKLOADS_DIR):
+            resources.append(f"{WORKLOADS_DIR}/{rel}")
+    for s in params.services:
+        obj = workloads.service(model=s.model, spec_name=params.spec_name, namespace=params.namespace,
+                                ports=[tuple(p) for p in s.ports])
+        path = out / SERVICES_DIR / f"{s.model}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(tree.documents([obj]), encoding="utf-8")
+        resources.append(f"{SERVICES_DIR}/{s.model}.yaml")
+    (out / "namespace.yaml").write_text(tree.documents([tree.namespace(params.namespace, params.spec_name)]),
+                                        encoding="utf-8")
+    (out / tree.STAMP).write_text(tree.dump(tree.release_stamp(params.spec_name, params.spec_digest)),
+                                  encoding="utf-8")
+    (out / "kustomization.yaml").write_text(tree.dump(tree.kustomization(resources, [tree.STAMP])), encoding="utf-8")
+    if params.argocd is not None or params.runtime == "dynamo":
+        (out / ARGOCD_DIR).mkdir()
+    if params.argocd is not None:
+        a = params.argocd
+        app = tree.application(spec_name=params.spec_name, namespace_=params.namespace, argocd_namespace=a.namespace,
+                               project=a.project, repo_url=a.repo_url, path=a.path, revision=a.revision)
+        (out / ARGOCD_DIR / "application.yaml").write_text(
+            "# Apply once: kubectl apply -f argocd/application.yaml (it points Argo CD at this tree)\n"
+            + tree.documents([app]), encoding="utf-8")
+    if params.runtime == "dynamo":
+        namespace = params.argocd.namespace if params.argocd is not None else "argocd"
+        (out / ARGOCD_DIR / "argocd-cm-health.yaml").write_text(
+            "# Argo CD's health check for DynamoGraphDeployment (it has none built in). Merge it into argocd-cm:\n"
+            f"#   kubectl -n {namespace} patch configmap argocd-cm --type merge --patch-file argocd/argocd-cm-health.yaml\n"
+            + tree.documents([tree.health_check(namespace)]), encoding="utf-8")
+
+
+class K8sRelease(ActionKind[ReleaseParams]):
+    kind, version, Params = "k8s-release", 1, ReleaseParams
+
+    def lower(self, ctx: LowerContext) -> list[Action]:
+        if not ctx.ir.pools:
+            return []
+        parts = [a.id for kind in (k8s_deployment.KIND, k8s_dgd.KIND) for a in kind.lower(ctx)]
+        params = release_params(ctx, parts)
+        return [self.action(self.kind, params, deps=sorted([params.node_layer, *parts]))]
+
+    def run(self, params: ReleaseParams, ctx: RunContext) -> None:
+        write_tree(params, ctx.out, ctx.deps)
+        ctx.log.info("Kustomize tree: namespace %s, %d workload file(s), %d pool(s)", params.namespace,
+                     len(params.workloads), len(params.pools))
+
+    def manifest_entry(self, params: ReleaseParams, tree_reader) -> tuple[str, str, dict] | None:
+        """The release manifest's `kubernetes` section: where the tree is and what it lays out."""
+        if tree_reader.read("kustomization.yaml") is None:
+            return None
+        return "kubernetes", params.spec_name, {
+            "artifact": self.kind, "namespace": params.namespace, "runtime": params.runtime,
+            "mig_strategy": params.mig_strategy,
+            "pools": json.loads(json.dumps({n: p.to_json() for n, p in params.pools.items()}))}
+
+
+KIND = K8sRelease()

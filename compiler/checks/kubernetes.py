@@ -1,0 +1,297 @@
+"""Kx5x: rules that exist only for the Kubernetes target (hosts with `deploy: kubernetes`).
+
+Their codes take the tens digit 5 of the family the rule belongs to (compiler/diagnostics/rules.py):
+K15x spec structure, K25x MIG, K75x parallelism, K85x toolchain, K95x references and names. They
+read the node pools the pools pass derived (compiler/ir/pools.py).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from compiler.catalog import dynamo as dynamo_catalog
+from compiler.catalog.types import WEAK_STATUSES
+from compiler.diagnostics import Diagnostic, Severity
+from compiler.ir.pools import STRATEGIES
+
+from .base import Check, CheckContext, weak_fact_note
+
+ORDER = 95  # after the host rules: a pool's own faults (unknown profiles, ...) are reported by them
+
+
+def _runtime(ctx: CheckContext) -> str:
+    k8s = ctx.spec.kubernetes
+    return k8s.runtime if k8s is not None else "deployment"
+
+
+class KubernetesNeedsImage(Check):
+    """A node pool serves models, but the spec has no `image:`.
+
+    The pods of a node pool run Kiln's serving image (its checkpoints and Triton repository), pinned
+    by the digest `image/<pool>` pushes to `image.repository`; without a repository there is no
+    image to run.
+    """
+
+    code = "K151"
+    name = "kubernetes-needs-image"
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if ctx.spec.image is not None:
+            return
+        for name, pool in ctx.ir.pools.items():
+            if pool.workloads:
+                yield ctx.diag(self, ("hosts", name, "deploy"),
+                               f"node pool {name!r} serves models, but the spec has no `image:` for its pods to run",
+                               help="add `image: {repository: registry.example.com/team/<name>}`")
+
+
+class MigStrategyMismatch(Check):
+    """The declared MIG strategy cannot advertise a node pool's MIG devices.
+
+    The GPU Operator's device plugin advertises MIG devices by `spec.mig.strategy` of the
+    ClusterPolicy: `none` advertises none, `single` maps them all to `nvidia.com/gpu` and accepts a
+    node only when every GPU is MIG-enabled with one profile, `mixed` advertises each profile as
+    `nvidia.com/mig-<profile>` (NVIDIA/k8s-device-plugin internal/rm). A node with several profiles,
+    or MIG next to whole GPUs, needs `mixed`. Leave `kubernetes.mig_strategy` out to get the least
+    strategy that serves every pool.
+    """
+
+    code = "K251"
+    name = "mig-strategy-mismatch"
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        k8s = ctx.spec.kubernetes
+        if k8s is None or k8s.mig_strategy is None:
+            return
+        declared = STRATEGIES.index(k8s.mig_strategy)
+        for name, pool in sorted(ctx.ir.pools.items()):
+            if STRATEGIES.index(pool.needs_strategy) <= declared:
+                continue
+            profiles = sorted({p for g in pool.gpus for p, _ in g.profiles})
+            whole = [g.index for g in pool.gpus if not g.mig]
+            why = (f"its nodes have MIG profiles {', '.join(profiles)}" +
+                   (f" and whole GPUs ({', '.join(map(str, whole))})" if whole else ""))
+            yield ctx.diag(self, ("kubernetes", "mig_strategy"),
+                           f"MIG strategy {k8s.mig_strategy!r} cannot advertise the devices of node pool {name!r}: "
+                           f"{why}, which needs {pool.needs_strategy!r}",
+                           help=f"set `mig_strategy: {pool.needs_strategy}`, or leave it out")
+
+
+class MigProfileRefusedByMigParted(Check):
+    """mig-parted, which the GPU Operator's MIG manager runs, cannot parse this MIG profile name.
+
+    mig-parted reads profile names as `[<C>c.]<G>g.<GB>gb[+<attribute>]` with slice counts 1, 2, 3,
+    4, 6, 7 or 8 and one attribute, `me` (NVIDIA/mig-parted pkg/types/mig_profile.go,
+    ParseMigProfile). Profiles such as `1g.24gb+me.all`, `1g.24gb-me` or `+gfx` exist on newer GPUs
+    and drivers, but a node labelled with a layout that holds one ends in state `failed`. Serve
+    this model on a host (`deploy: host`: provision.sh creates the instance with nvidia-smi), or
+    pick a profile mig-parted knows.
+    """
+
+    code = "K252"
+    name = "mig-profile-refused-by-mig-parted"
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        from compiler.k8s.nodelayer import mig_profile_problem
+
+        for name in sorted(ctx.ir.pools):
+            host = ctx.ir.hosts[name]
+            for a_idx, slots in sorted(host.assignment_slots.items()):
+                for slot in slots:
+                    problem = mig_profile_problem(slot.instance.profile)
+                    if slot.profile is not None and problem:
+                        yield ctx.diag(self, ("hosts", name, "gpus", a_idx, "mig", slot.instance_index, "profile"),
+                                       f"the GPU Operator's MIG manager cannot create {slot.instance.profile!r}: "
+                                       f"mig-parted refuses the name ({problem})",
+                                       help="mig-parted knows [<C>c.]<G>g.<GB>gb and the `+me` attribute; use such "
+                                            "a profile, or `deploy: host` for this GPU")
+
+
+class ParallelGroupExceedsNode(Check):
+    """A model served on a node pool needs more GPUs per replica than a node of the pool has.
+
+    A pod's devices all come from one node, and Kiln writes no multinode workloads (Dynamo's
+    `multinode`, LeaderWorkerSet): a replica's tensor- and pipeline-parallel group (tp * pp GPUs)
+    must fit one node's `count` GPUs.
+    """
+
+    code = "K751"
+    name = "parallel-group-exceeds-node"
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        reported: set[str] = set()
+        for name, pool in sorted(ctx.ir.pools.items()):
+            count = ctx.ir.hosts[name].spec.count
+            for u in ctx.ir.host_units(name):
+                m = ctx.spec.models.get(u.model)
+                if m is None or u.model in reported:
+                    continue
+                group = m.parallelism.tp * m.parallelism.pp
+                if group > count:
+                    reported.add(u.model)
+                    yield ctx.diag(self, ("models", u.model, "parallelism"),
+                                   f"model {u.model!r} needs tp*pp = {group} GPUs per replica, more than the {count} "
+                                   f"a node of pool {name!r} has: a pod's GPUs come from one node",
+                                   help=f"serve it on nodes with {group} GPUs, or lower tp*pp to {count} or less")
+
+
+class DynamoTensorrtLlmMismatch(Check):
+    """The Dynamo release runs another TensorRT-LLM than `toolchain.tensorrt_llm`.
+
+    Each Dynamo release pins one TensorRT-LLM release candidate in its tensorrtllm-runtime image
+    (v1.6.x: 1.3.0rc29). Its `dynamo.trtllm` worker builds the LLM API from the options file
+    Kiln writes for `toolchain.tensorrt_llm`; the options are a strict model whose fields change
+    between release candidates, so an unknown field stops the worker at start on the GPU node. Pin
+    the TensorRT-LLM of the Dynamo release, or pick the release that runs yours.
+    """
+
+    code = "K851"
+    name = "dynamo-tensorrt-llm-mismatch"
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        k8s = ctx.spec.kubernetes
+        if k8s is None or k8s.runtime != "dynamo" or k8s.dynamo is None or not ctx.ir.pools:
+            return
+        version = k8s.dynamo.version
+        rel = dynamo_catalog.release(version)
+        path = ("kubernetes", "dynamo", "version")
+        if rel is None:
+            yield ctx.diag(self, path, f"Kiln has no record of the TensorRT-LLM that Dynamo {version} runs",
+                           severity=Severity.WARNING,
+                           help=f"known Dynamo lines: {', '.join(dynamo_catalog.known_lines())}; check that its "
+                                f"tensorrtllm-runtime image carries TensorRT-LLM {ctx.spec.toolchain.tensorrt_llm}")
+            return
+        if rel.tensorrt_llm != ctx.spec.toolchain.tensorrt_llm:
+            notes = [weak_fact_note(f"the TensorRT-LLM pin of Dynamo {rel.line}", rel.status,
+                                    dynamo_catalog.source())] if rel.status in WEAK_STATUSES else []
+            yield ctx.diag(self, path,
+                           f"Dynamo {version} runs TensorRT-LLM {rel.tensorrt_llm}, but the LLM-API options are written "
+                           f"for toolchain.tensorrt_llm {ctx.spec.toolchain.tensorrt_llm}",
+                           help=f"set toolchain.tensorrt_llm: \"{rel.tensorrt_llm}\", or the Dynamo release that "
+                                f"runs {ctx.spec.toolchain.tensorrt_llm}", notes=notes)
+
+
+class DynamoNeedsLlmapiTarget(Check):
+    """Runtime `dynamo` serves the `llmapi` target only.
+
+    Dynamo's TensorRT-LLM worker (`python3 -m dynamo.trtllm`) loads a Hugging Face checkpoint with
+    the LLM API and its options file; it does not run the engine target's Triton ensemble.
+    """
+
+    code = "K852"
+    name = "dynamo-needs-llmapi-target"
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if _runtime(ctx) == "dynamo" and ctx.ir.pools and ctx.spec.target != "llmapi":
+            yield ctx.diag(self, ("kubernetes", "runtime"),
+                           f"runtime dynamo cannot serve the {ctx.spec.target!r} target",
+                           help="use `target: llmapi`, or `runtime: deployment` (Triton)")
+
+
+class DynamoNeedsRuntimeImage(Check):
+    """Runtime `dynamo` needs `image.base`: Dynamo's tensorrtllm-runtime image, pinned by digest.
+
+    The worker pods run Kiln's serving image of their pool, and the `dynamo.trtllm` worker must be
+    in it; the default base, `toolchain.triton_image`, has no Dynamo. The frontend runs the base
+    itself.
+    """
+
+    code = "K853"
+    name = "dynamo-needs-runtime-image"
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if _runtime(ctx) != "dynamo" or not any(p.workloads for p in ctx.ir.pools.values()):
+            return
+        if ctx.spec.image is not None and ctx.spec.image.base is not None:
+            return
+        version = ctx.spec.kubernetes.dynamo.version if ctx.spec.kubernetes.dynamo else "<version>"
+        yield ctx.diag(self, ("image",) if ctx.spec.image is not None else ("kubernetes", "runtime"),
+                       "runtime dynamo needs `image.base` to be Dynamo's tensorrtllm-runtime image: the default "
+                       "base (toolchain.triton_image) has no dynamo.trtllm worker",
+                       help=f"image: {{repository: ..., base: nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:{version}"
+                            "@sha256:<digest>}")
+
+
+class KubernetesNameInvalid(Check):
+    """A Kubernetes object Kiln derives from the spec would get an invalid name.
+
+    Workloads are named `<model>-<pool>` (plus the device shape when a model has several on one
+    pool), Services `<model>` and DynamoGraphDeployment children `<model>-<component>`; object
+    names are DNS labels of at most 63 characters, and a Service name must start with a letter
+    (apimachinery validation). Shorten the model or pool name.
+    """
+
+    code = "K951"
+    name = "kubernetes-name-invalid"
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        from compiler.k8s.meta import name_problem
+        from compiler.k8s.nodelayer import configmap_name
+
+        if not ctx.ir.pools:
+            return
+        runtime = _runtime(ctx)
+        seen: set[tuple[str, str]] = set()
+
+        def check(name: str, kind: str, path: tuple):
+            problem = name_problem(name, kind)
+            if problem and (kind, name) not in seen:
+                seen.add((kind, name))
+                yield ctx.diag(self, path, f"the {kind} {name!r} would have an invalid name: {problem}", key=True,
+                               help="rename the model so that it starts with a letter" if "start" in problem
+                               else "shorten the model or node pool name")
+
+        yield from check(configmap_name(ctx.spec.name), "ConfigMap", ("name",))
+        per_model: dict[str, int] = {}
+        for pool in ctx.ir.pools.values():
+            for w in pool.workloads:
+                per_model[w.model] = per_model.get(w.model, 0) + 1
+        for pname, pool in sorted(ctx.ir.pools.items()):
+            for w in pool.workloads:
+                if runtime == "deployment":
+                    yield from check(w.name, "Deployment", ("hosts", pname))
+                    yield from check(w.model, "Service", ("models", w.model))
+                    continue
+                # the operator names a component's objects <dgd>-<component> (compiler/actions/k8s_dgd.py
+                # names the components), and the options ConfigMap is <model>-llm-api-options-<8 hex>
+                component = "worker" if per_model[w.model] == 1 else "worker-" + w.name[len(w.model) + 1:]
+                yield from check(f"{w.model}-{component}", "DynamoGraphDeployment component", ("hosts", pname))
+                yield from check(f"{w.model}-frontend", "DynamoGraphDeployment component", ("models", w.model))
+                yield from check(f"{w.model}-llm-api-options-{'0' * 8}", "ConfigMap", ("models", w.model))
+
+
+class NodePoolsOverlap(Check):
+    """Two node pools select the same nodes.
+
+    A pool's nodes are the nodes that carry all of its selector's labels. When one pool's selector
+    is part of another's, every node of the second pool is also a node of the first: the
+    node-label command would give those nodes both layouts in turn, and the first pool's pods
+    would land on the second pool's nodes. Give each pool a label of its own.
+    """
+
+    code = "K952"
+    name = "node-pools-overlap"
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        pools = sorted(ctx.ir.pools.values(), key=lambda p: p.name)
+        for i, a in enumerate(pools):
+            for b in pools[i + 1:]:
+                sa, sb = set(a.selector.items()), set(b.selector.items())
+                if sa <= sb or sb <= sa:
+                    wider, narrower = (a, b) if sa <= sb else (b, a)
+                    spec = ctx.spec.hosts[b.name]
+                    path = ("hosts", b.name, "node_pool", "selector") if spec.node_pool and spec.node_pool.selector \
+                        else ("hosts", b.name)
+                    yield ctx.diag(self, path,
+                                   f"node pools {a.name!r} and {b.name!r} select the same nodes: every node that "
+                                   f"matches {narrower.selector_text} also matches {wider.selector_text}",
+                                   help="give each pool a node label of its own in `node_pool.selector`")

@@ -1,0 +1,178 @@
+"""Node pools: the Kubernetes view of the hosts with `deploy: kubernetes`, derived once (pools pass).
+
+A `deploy: kubernetes` host stands for `node_pool.nodes` identical nodes, each with the host's
+GPUs laid out as its `gpus` say, so its serving units (units pass) describe one node. From them
+this pass derives what the Kubernetes target needs and the checks read:
+
+  - each GPU's MIG layout as mig-parted counts it (profile -> instances; mig-parted has no
+    placement), and the node's named layout: `all-disabled` (the GPU Operator's own name for a
+    node without MIG) or `kiln-<10 hex>` from the sha256 of the layout's mig-parted entries, so one
+    name stands for one layout wherever it is used and a changed layout is a new name;
+  - the MIG strategy the node needs to have its devices advertised (GPU Operator / device plugin:
+    `single` only when every GPU of the node is MIG-enabled with one profile, `mixed` otherwise);
+  - the workloads: one per (model, device shape) of the pool, whose replicas are the node's units
+    of that shape times the node count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from compiler.store.canonical import canonical_json
+
+from .types import Resolved, ServingUnit
+
+ALL_DISABLED = "all-disabled"
+POOL_LABEL = "kiln.io/pool"
+STRATEGIES = ("none", "single", "mixed")  # in the order each one advertises more layouts
+
+
+@dataclass(frozen=True)
+class GpuLayout:
+    """One GPU of a node: its MIG instances as mig-parted counts them; () = MIG disabled."""
+
+    index: int
+    profiles: tuple[tuple[str, int], ...]
+
+    @property
+    def mig(self) -> bool:
+        return bool(self.profiles)
+
+
+@dataclass(frozen=True)
+class PoolWorkload:
+    """The replicas of one model on one device shape of a pool."""
+
+    name: str  # object name: <model>-<pool>, plus -<shape> when the model has several shapes there
+    pool: str
+    model: str
+    mig_profile: str | None  # None: whole GPUs
+    gpus: int  # devices per replica: 1 for a MIG instance, tp*pp whole GPUs otherwise
+    per_node: int
+    replicas: int
+    units: tuple[str, ...]  # the node's units this workload replicates
+    path: tuple  # spec path of its first unit (diagnostics)
+
+
+@dataclass(frozen=True)
+class NodePool:
+    name: str
+    nodes: int
+    selector: Mapping[str, str]
+    gpu_product: str | None
+    gpus: tuple[GpuLayout, ...]  # every GPU of a node, 0..count-1
+    entries: tuple[Mapping, ...]  # the layout as mig-parted `mig-configs` entries
+    layout: str  # the mig-parted config name the nodes are labelled with
+    needs_strategy: str  # none | single | mixed
+    workloads: tuple[PoolWorkload, ...] = field(default=())
+
+    @property
+    def selector_text(self) -> str:
+        """The selector as `kubectl -l` takes it."""
+        return ",".join(f"{k}={v}" for k, v in sorted(self.selector.items()))
+
+
+def layout_entries(gpus: tuple[GpuLayout, ...]) -> list[dict]:
+    """mig-parted `mig-configs` entries for a node (api/spec/v1 MigConfigSpec): GPUs with the same
+    layout grouped by index; a node without MIG is one `devices: all` entry."""
+    if not any(g.mig for g in gpus):
+        return [{"devices": "all", "mig-enabled": False}]
+    groups: dict[tuple, list[int]] = {}
+    for g in gpus:
+        groups.setdefault(g.profiles, []).append(g.index)
+    out = []
+    for profiles, devices in sorted(groups.items(), key=lambda kv: kv[1]):
+        entry: dict = {"devices": sorted(devices), "mig-enabled": bool(profiles)}
+        if profiles:
+            entry["mig-devices"] = dict(profiles)
+        out.append(entry)
+    return out
+
+
+def layout_name(entries: list[dict]) -> str:
+    if entries == [{"devices": "all", "mig-enabled": False}]:
+        return ALL_DISABLED
+    return "kiln-" + hashlib.sha256(canonical_json(entries)).hexdigest()[:10]
+
+
+def needed_strategy(gpus: tuple[GpuLayout, ...]) -> str:
+    """The least MIG strategy under which the device plugin advertises every device of the node:
+    with `single` every GPU must be MIG-enabled and all instances share one profile
+    (NVIDIA/k8s-device-plugin internal/rm: single maps every MIG device to nvidia.com/gpu and
+    refuses a node whose MIG devices differ)."""
+    if not any(g.mig for g in gpus):
+        return "none"
+    profiles = {p for g in gpus for p, _ in g.profiles}
+    return "single" if all(g.mig for g in gpus) and len(profiles) == 1 else "mixed"
+
+
+def resource_name(strategy: str, mig_profile: str | None) -> str | None:
+    """The extended resource a replica requests: whole GPUs and MIG devices under `single` are
+    `nvidia.com/gpu`; under `mixed` a MIG device is `nvidia.com/mig-<profile>` with `+` written `.`
+    (NVIDIA/k8s-device-plugin internal/rm/rm.go AddDefaultResourcesToConfig). None: the strategy
+    does not advertise MIG devices (`none`)."""
+    if mig_profile is None or strategy == "single":
+        return "nvidia.com/gpu"
+    if strategy == "mixed":
+        return "nvidia.com/mig-" + mig_profile.replace("+", ".")
+    return None
+
+
+def shape_slug(mig_profile: str | None, gpus: int) -> str:
+    """A name fragment for a device shape: 3g.40gb -> 3g-40gb, 1g.10gb+me -> 1g-10gb-me, 8 GPUs -> 8gpu."""
+    if mig_profile is None:
+        return f"{gpus}gpu"
+    return "".join(c if c.isalnum() else "-" for c in mig_profile.lower())
+
+
+def _gpu_layouts(ir: Resolved, host) -> tuple[GpuLayout, ...]:
+    per_gpu: dict[int, Counter] = {}
+    for a_idx, slots in host.assignment_slots.items():
+        for g in host.spec.gpus[a_idx].indexes:
+            per_gpu[g] = Counter(s.instance.profile for s in slots)
+    return tuple(GpuLayout(i, tuple(sorted(per_gpu.get(i, Counter()).items()))) for i in range(host.spec.count))
+
+
+def _workloads(pool: str, nodes: int, units: list[ServingUnit], known_models) -> tuple[PoolWorkload, ...]:
+    groups: dict[tuple[str, str | None, int], list[ServingUnit]] = {}
+    for u in units:
+        if u.model not in known_models:
+            continue
+        profile = u.mig.instance.profile if u.mig is not None else None
+        groups.setdefault((u.model, profile, 1 if profile else len(u.gpu_indexes)), []).append(u)
+    shapes = Counter(model for model, _, _ in groups)
+    out = []
+    for (model, profile, gpus), members in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])):
+        name = f"{model}-{pool}" if shapes[model] == 1 else f"{model}-{pool}-{shape_slug(profile, gpus)}"
+        out.append(PoolWorkload(name, pool, model, profile, gpus, len(members), len(members) * nodes,
+                                tuple(u.id for u in members), members[0].path))
+    return tuple(out)
+
+
+def pools_pass(ir: Resolved) -> Resolved:
+    """The node pools of the hosts that deploy to Kubernetes."""
+    pools = {}
+    for name, host in ir.hosts.items():
+        if host.spec.deploy != "kubernetes":
+            continue
+        np = host.spec.node_pool
+        nodes = np.nodes if np is not None else 1
+        selector = dict(sorted((np.selector if np is not None and np.selector else {POOL_LABEL: name}).items()))
+        gpus = _gpu_layouts(ir, host)
+        entries = layout_entries(gpus)
+        pools[name] = NodePool(name, nodes, selector, np.gpu_product if np is not None else None, gpus,
+                               tuple(entries), layout_name(entries), needed_strategy(gpus),
+                               _workloads(name, nodes, ir.host_units(name), ir.models))
+    return dataclasses.replace(ir, pools=pools)
+
+
+def cluster_strategy(ir: Resolved) -> str:
+    """The MIG strategy of the cluster: the spec's, or the least that serves every pool."""
+    k8s = ir.spec.kubernetes
+    if k8s is not None and k8s.mig_strategy is not None:
+        return k8s.mig_strategy
+    return max((p.needs_strategy for p in ir.pools.values()), key=STRATEGIES.index, default="none")

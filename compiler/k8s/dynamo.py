@@ -1,0 +1,87 @@
+"""Runtime `dynamo`: a DynamoGraphDeployment (nvidia.com/v1beta1, the version Dynamo >= 1.5 stores)
+per model, and the ConfigMap holding its LLM-API options.
+
+Shape (ai-dynamo/dynamo deploy/operator/api/v1beta1: DynamoGraphDeploymentSpec,
+DynamoComponentDeploymentSharedSpec; the DGDs Dynamo's profiler writes, dynamo/profiler/templates/
+dgd/trtllm/agg.yaml in the ai-dynamo 1.6.1 wheel):
+  spec.backendFramework   trtllm
+  spec.components[]       `frontend` (type frontend: `python3 -m dynamo.frontend`, no GPU) and one
+                          worker per device shape and pool that serves the model (type worker:
+                          `python3 -m dynamo.trtllm --model-path --served-model-name
+                          --extra-engine-args FILE`), each with a podTemplate whose container is
+                          named `main` (the operator merges its defaults into that container)
+The worker runs Kiln's serving image of its pool (its base is Dynamo's tensorrtllm-runtime image,
+`image.base`, K853), with the checkpoint at /opt/kiln/models/<model> and the options file from the
+ConfigMap, whose name carries its content digest so that new options roll the workers.
+`runtimeVersionOverride` names the Dynamo release: Kiln's image tags are content digests, not
+Dynamo versions, and admission needs a version it can parse.
+
+Power: a worker on whole GPUs carries `dynamo.nvidia.com/gpu-power-limit` (watts) on its pod
+template, which Dynamo's Power Agent applies through NVML (ai-dynamo/dynamo PR #12012). Whether
+the agent handles MIG devices is unverified, so MIG workers do not carry it (node-tuning script).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from compiler.serving import layout
+
+from . import meta
+from .workloads import node_selector, tolerations
+
+API_VERSION = "nvidia.com/v1beta1"
+POWER_ANNOTATION = "dynamo.nvidia.com/gpu-power-limit"
+OPTIONS_DIR = "/etc/kiln/llm-api"
+OPTIONS_FILE = "llm-api-options.yaml"
+
+
+def options_configmap_name(model: str, options: bytes) -> str:
+    return f"{model}-llm-api-options-{hashlib.sha256(options).hexdigest()[:8]}"
+
+
+def options_configmap(*, model: str, spec_name: str, namespace: str, options: bytes) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": meta.metadata(options_configmap_name(model, options), spec_name, namespace=namespace,
+                                      labels_=meta.labels(spec_name, model=model)),
+            "data": {OPTIONS_FILE: options.decode("utf-8")}}
+
+
+def frontend(*, image: str, version: str) -> dict:
+    return {"name": "frontend", "type": "frontend", "replicas": 1, "runtimeVersionOverride": version,
+            "podTemplate": {"spec": {"containers": [
+                {"name": "main", "image": image, "command": ["python3"], "args": ["-m", "dynamo.frontend"]}]}}}
+
+
+def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, image: str, version: str,
+           resource: str, count: int, selector: dict[str, str], gpu_product: str | None, options_configmap_: str,
+           power_limit_w: int | None) -> dict:
+    template: dict = {
+        "metadata": {"labels": meta.labels(spec_name, model=model, pool=pool)},
+        "spec": {
+            "nodeSelector": node_selector(selector, gpu_product),
+            "tolerations": tolerations(),
+            "containers": [{
+                "name": "main",
+                "image": image,
+                "command": ["python3", "-m", "dynamo.trtllm"],
+                "args": ["--model-path", layout.model_dir(model), "--served-model-name", model,
+                         "--extra-engine-args", f"{OPTIONS_DIR}/{OPTIONS_FILE}"],
+                "resources": {"limits": {resource: str(count)}},
+                "volumeMounts": [{"name": "llm-api-options", "mountPath": OPTIONS_DIR, "readOnly": True}],
+            }],
+            "volumes": [{"name": "llm-api-options", "configMap": {"name": options_configmap_}}],
+        },
+    }
+    if power_limit_w is not None:
+        template["metadata"]["annotations"] = {POWER_ANNOTATION: str(power_limit_w)}
+    return {"name": name, "type": "worker", "replicas": replicas, "runtimeVersionOverride": version,
+            "podTemplate": template}
+
+
+def graph_deployment(*, model: str, spec_name: str, namespace: str, components: list[dict],
+                     artifacts: dict[str, str]) -> dict:
+    return {"apiVersion": API_VERSION, "kind": "DynamoGraphDeployment",
+            "metadata": meta.metadata(model, spec_name, namespace=namespace,
+                                      labels_=meta.labels(spec_name, model=model), artifacts=artifacts),
+            "spec": {"backendFramework": "trtllm", "components": components}}

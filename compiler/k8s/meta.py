@@ -1,0 +1,69 @@
+"""Object names, labels and annotations every Kubernetes object of a release carries."""
+
+from __future__ import annotations
+
+import json
+import re
+
+#: The Kubernetes version the manifests are written and validated for (tests/test_k8s.py checks
+#: every core object against its schemas with kubernetes-validate).
+KUBERNETES_VERSION = "1.34"
+
+MANAGED_BY = "kiln"
+SPEC_ANNOTATION = "kiln.io/spec"
+SPEC_DIGEST_ANNOTATION = "kiln.io/spec-digest"  # added to every object by the release stamp (tree.py)
+ARTIFACTS_ANNOTATION = "kiln.io/artifacts"  # the artifacts an object was rendered from, by content digest
+POOL_LABEL = "kiln.io/pool"
+MODEL_LABEL = "kiln.io/model"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"  # read by the GPU Operator's MIG manager
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by GPU Feature Discovery
+GPU_TAINT = "nvidia.com/gpu"
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+def name_problem(name: str, kind: str = "object") -> str | None:
+    """Why `name` cannot name a namespaced object of `kind` (None when it can). Services need a
+    DNS-1035 label (a leading letter), most other kinds a DNS-1123 label; both at most 63
+    characters (apimachinery validation, IsDNS1035Label / IsDNS1123Label)."""
+    if len(name) > 63:
+        return f"{len(name)} characters, more than the 63 a {kind} name may have"
+    pattern = _DNS1035_LABEL if kind == "Service" else _DNS1123_LABEL
+    if not pattern.fullmatch(name):
+        return ("a Service name must start with a letter" if kind == "Service"
+                else "a name holds lowercase letters, digits and '-' only")
+    return None
+
+
+def labels(spec_name: str, *, model: str | None = None, instance: str | None = None,
+           pool: str | None = None) -> dict[str, str]:
+    out = {"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/part-of": spec_name}
+    if model is not None:
+        out["app.kubernetes.io/name"] = model
+        out[MODEL_LABEL] = model
+    if instance is not None:
+        out["app.kubernetes.io/instance"] = instance
+    if pool is not None:
+        out[POOL_LABEL] = pool
+    return out
+
+
+def annotations(spec_name: str, artifacts: dict[str, str] | None = None) -> dict[str, str]:
+    """The spec's name and, by content digest, the artifacts the object was rendered from (its
+    image, its options file): a live object names the exact inputs the release manifest lists.
+    The spec digest itself is added by the release stamp, outside the object's own file, so an
+    edit elsewhere in the spec changes no object file (tree.py)."""
+    out = {SPEC_ANNOTATION: spec_name}
+    if artifacts:
+        out[ARTIFACTS_ANNOTATION] = json.dumps(dict(sorted(artifacts.items())), separators=(",", ":"))
+    return out
+
+
+def metadata(name: str, spec_name: str, *, namespace: str | None = None, labels_: dict | None = None,
+             artifacts: dict[str, str] | None = None) -> dict:
+    out: dict = {"name": name, "labels": labels_ or labels(spec_name), "annotations": annotations(spec_name, artifacts)}
+    if namespace is not None:
+        out["namespace"] = namespace
+    return out

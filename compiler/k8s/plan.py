@@ -1,0 +1,37 @@
+"""What replacing a workload's objects does to its pool, for `kiln plan` (pure).
+
+A workload's pods are replaced (rolled, one at a time) when anything in their template changes:
+the device they request, the command, ports, probes, image repository or node selection; a change
+of replica count adds or removes pods without touching the others. A new image of the same
+repository also rolls the pods; the image kind reports that (`container-restart` of the pool).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from compiler.graph.kinds import POOL, Disruption
+
+
+def _short(value) -> str:
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def workload_disruptions(pool: str, name: str, old: Mapping | None, new: Mapping, rolls: tuple[str, ...],
+                         replicas_key: str = "replicas", device: str = "") -> list[Disruption]:
+    """`old`/`new`: the workload's parameters as JSON; `rolls`: the keys whose change replaces the
+    pods; `device`: what one replica requests, e.g. `1 x nvidia.com/mig-3g.40gb`."""
+    if old is None:
+        return [Disruption(pool, POOL, "workload-roll",
+                           f"{name}: new, {new[replicas_key]} replica(s) of {device}")]
+    out = []
+    changed = [k for k in rolls if old.get(k) != new.get(k)]
+    if changed:
+        what = ", ".join(f"{k} {_short(old.get(k))} -> {_short(new.get(k))}" for k in changed)
+        out.append(Disruption(pool, POOL, "workload-roll", f"{name}: pods replaced one at a time ({what})"))
+    b, a = old.get(replicas_key), new[replicas_key]
+    if b != a:
+        delta = a - (b or 0)
+        out.append(Disruption(pool, POOL, "replicas", f"{name}: {b} -> {a} replicas ({delta:+d} x {device})"))
+    return out

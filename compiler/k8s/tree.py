@@ -1,0 +1,100 @@
+"""The release's Kustomize tree (what Argo CD syncs) and the GitOps glue around it.
+
+  kustomization.yaml        namespace.yaml, node-layer/, workloads/*.yaml, services/*.yaml, and the
+                            release stamp as a transformer
+  release-stamp.yaml        kustomize's builtin AnnotationsTransformer, restricted to
+                            metadata/annotations: `kiln.io/spec-digest` on every object, but not on
+                            pod templates (a spec digest there would restart every pod on any edit),
+                            and not in the objects' own files (so an edit changes only the files of
+                            the objects it changes)
+  argocd/application.yaml   the Argo CD Application (applied once, outside the tree it points at)
+  argocd/argocd-cm-health.yaml  runtime dynamo: the health check Argo CD needs for
+                            DynamoGraphDeployment (it has none built in), as a merge into argocd-cm
+
+No `namespace:` in the kustomizations: the node layer lives in the GPU Operator's namespace and the
+workloads in theirs, so every object names its own.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+from ruamel.yaml import YAML
+
+from compiler import resources
+
+from . import meta
+
+KUSTOMIZE_API = "kustomize.config.k8s.io/v1beta1"
+STAMP = "release-stamp.yaml"
+HEALTH_LUA = "dgd-health.lua"
+HEALTH_KEY = "resource.customizations.health.nvidia.com_DynamoGraphDeployment"
+
+
+def _literal(representer, data: str):
+    # multi-line text (a config file inside a ConfigMap, a Lua script) as a block the reader can read
+    style = "|" if "\n" in data else None
+    return representer.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+def dump(obj: object) -> str:
+    """One object as block YAML: keys sorted, no anchors (a copy through JSON shares nothing), no line
+    folding (an image reference stays on its line), multi-line strings as literal blocks."""
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.sort_base_mapping_type_on_output = True  # type: ignore[attr-defined]
+    yaml.width = 4096
+    yaml.representer.add_representer(str, _literal)
+    buf = io.StringIO()
+    yaml.dump(json.loads(json.dumps(obj)), buf)
+    return buf.getvalue()
+
+
+def documents(objects: list[dict], header: str = "") -> str:
+    """Objects as one YAML stream (deterministic bytes)."""
+    return header + "---\n".join(dump(o) for o in objects)
+
+
+def kustomization(resources_: list[str], transformers: list[str] | None = None) -> dict:
+    out: dict = {"apiVersion": KUSTOMIZE_API, "kind": "Kustomization", "resources": list(resources_)}
+    if transformers:
+        out["transformers"] = list(transformers)
+    return out
+
+
+def namespace(name: str, spec_name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta.metadata(name, spec_name)}
+
+
+def release_stamp(spec_name: str, spec_digest: str) -> dict:
+    return {"apiVersion": "builtin", "kind": "AnnotationsTransformer", "metadata": {"name": "kiln-release"},
+            "annotations": {meta.SPEC_ANNOTATION: spec_name, meta.SPEC_DIGEST_ANNOTATION: spec_digest},
+            "fieldSpecs": [{"path": "metadata/annotations", "create": True}]}
+
+
+def application(*, spec_name: str, namespace_: str, argocd_namespace: str, project: str, repo_url: str,
+                path: str, revision: str) -> dict:
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Application",
+        "metadata": meta.metadata(spec_name, spec_name, namespace=argocd_namespace),
+        "spec": {
+            "project": project,
+            "source": {"repoURL": repo_url, "path": path, "targetRevision": revision},
+            "destination": {"server": "https://kubernetes.default.svc", "namespace": namespace_},
+            "syncPolicy": {"automated": {"prune": True, "selfHeal": True}},
+        },
+    }
+
+
+def health_lua() -> str:
+    return resources.template_dir("k8s").joinpath(HEALTH_LUA).read_text(encoding="utf-8")
+
+
+def health_check(argocd_namespace: str) -> dict:
+    """A ConfigMap carrying only the health key: merge it into Argo CD's argocd-cm."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "argocd-cm", "namespace": argocd_namespace,
+                         "labels": {"app.kubernetes.io/name": "argocd-cm", "app.kubernetes.io/part-of": "argocd"}},
+            "data": {HEALTH_KEY: health_lua()}}

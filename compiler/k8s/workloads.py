@@ -1,0 +1,90 @@
+"""Runtime `deployment`: per workload a Deployment and a PodDisruptionBudget, per model a Service.
+
+A workload is the replicas of one model on one device shape of one node pool (compiler/ir/pools.py).
+Each pod runs Kiln's serving image of the pool, pinned by digest, with the container its serving
+runtime defines (runtime.py), the MIG device or GPUs it requests, and /dev/shm as memory.
+
+Rolling updates replace one pod at a time without a surge pod (maxSurge 0): a pool's devices are
+all assigned, so a surge pod could never be scheduled. The PodDisruptionBudget lets one pod of a
+workload go at a time (maxUnavailable 1, which still lets a one-replica workload be evicted, e.g.
+by the MIG manager's drain); the Service spans every pool that serves the model.
+"""
+
+from __future__ import annotations
+
+from . import meta
+from .runtime import SHM_SIZE, ServingContainer, probes
+
+
+def _selector(spec_name: str, instance: str) -> dict[str, str]:
+    return {"app.kubernetes.io/part-of": spec_name, "app.kubernetes.io/instance": instance}
+
+
+def node_selector(selector: dict[str, str], gpu_product: str | None) -> dict[str, str]:
+    out = dict(selector)
+    if gpu_product:
+        out[meta.GPU_PRODUCT_LABEL] = gpu_product
+    return dict(sorted(out.items()))
+
+
+def tolerations() -> list[dict]:
+    """GPU nodes are commonly tainted `nvidia.com/gpu:NoSchedule` so that only GPU pods land there."""
+    return [{"key": meta.GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: str, replicas: int,
+               image: str, container: ServingContainer, resource: str, count: int, selector: dict[str, str],
+               gpu_product: str | None, artifacts: dict[str, str]) -> dict:
+    pod_labels = meta.labels(spec_name, model=model, instance=name, pool=pool)
+    main = {
+        "name": "server",
+        "image": image,
+        "command": list(container.command),
+        "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in container.ports],
+        "resources": {"limits": {resource: str(count)}},
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        **probes(container),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta.metadata(name, spec_name, namespace=namespace, labels_=pod_labels, artifacts=artifacts),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": _selector(spec_name, name)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    "nodeSelector": node_selector(selector, gpu_product),
+                    "tolerations": tolerations(),
+                    "containers": [main],
+                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}],
+                },
+            },
+        },
+    }
+
+
+def disruption_budget(*, name: str, spec_name: str, namespace: str, pool: str, model: str) -> dict:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": meta.metadata(name, spec_name, namespace=namespace,
+                                  labels_=meta.labels(spec_name, model=model, instance=name, pool=pool)),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector(spec_name, name)}},
+    }
+
+
+def service(*, model: str, spec_name: str, namespace: str, ports: list[tuple[str, int]]) -> dict:
+    """One Service per model: its pods in every pool (selected by model, not by workload)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta.metadata(model, spec_name, namespace=namespace, labels_=meta.labels(spec_name, model=model)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {"app.kubernetes.io/part-of": spec_name, meta.MODEL_LABEL: model},
+            "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in ports],
+        },
+    }
