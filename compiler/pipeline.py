@@ -1,5 +1,6 @@
 """The front half of the compiler, as one pure call per file:
-load -> parse -> resolve -> analysis passes -> checks."""
+load -> parse -> resolve -> analysis passes -> checks (and, for a spec whose limits were measured
+by `kiln tune`, the comparison of its records with what it now builds: compiler/staleness.py)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,11 @@ def _validate(loaded, shown: str, base_dir: Path, options: Options, lock: Path |
         result.resolved = ir
         result.diagnostics.extend(diags)
         result.diagnostics.extend(run_checks(CheckContext(ir)))
+        if result.ok and any(m.measured is not None for m in ir.models.values()):
+            # measured limits: compare what the records measured with what the spec now builds (K914)
+            from compiler.staleness import stale_diagnostics
+
+            result.diagnostics.extend(stale_diagnostics(ir))
     elif parsed.partial is not None:
         # One run, all problems: the entries that parsed are checked too (the IR stays out of the
         # result: a spec with errors is never lowered).

@@ -19,7 +19,19 @@ def test_every_row_names_its_source_and_every_version_parses() -> None:
         for key, version in row.get("tags", {}).items():
             assert parse_version(version) is not None, (key, version)
     table = load_image_table()
-    assert {f.kind for f in table.families} == {"triton", "trtllm-release"}
+    assert {f.kind for f in table.families} == {"triton", "trtllm-release", "dynamo-runtime"}
+    for fam in table.families:
+        for version in fam.tags.values():  # tags read from another table (Dynamo's) parse too
+            assert parse_version(version) is not None, (fam.repository, version)
+
+
+def test_dynamo_runtime_image_ships_its_release_lines_tensorrt_llm() -> None:
+    from compiler.catalog import dynamo
+    table = load_image_table()
+    facts = table.facts("nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.6.1" + DIGEST)
+    assert facts.verdict == "ships" and facts.version == dynamo.release("1.6.1").tensorrt_llm == "1.3.0rc29"
+    assert table.facts("nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.9.0" + DIGEST).verdict == "unknown-tag"
+    assert table.facts("nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:latest" + DIGEST).verdict == "unknown-tag"
 
 
 def test_what_the_table_says_about_references() -> None:

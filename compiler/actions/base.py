@@ -46,9 +46,20 @@ class LowerContext:
                     roles["calibration"] = self.file_digest(q.calibration.data)
                 if q.quality_gate is not None:
                     roles["eval"] = self.file_digest(q.quality_gate.eval)
+                roles.update({role.split(":", 1)[1]: d for role, d in self.limit_inputs([name]).items()})
                 out[name] = roles
             self._model_inputs = out
         return self._model_inputs
+
+    def limit_inputs(self, models) -> dict[str, str]:
+        """The measurement records (`kiln tune`) the batch limits of `models` come from, by role
+        "<model>:measured": an action that reads a measured limit lists its record as an input."""
+        out = {}
+        for name in sorted(set(models)):
+            rm = self.ir.models.get(name)
+            if rm is not None and rm.measured is not None:
+                out[f"{name}:measured"] = rm.measured.digest
+        return out
 
 
 def checkpoint_action_id(ir: Resolved, model: str) -> str:

@@ -38,7 +38,8 @@ class CapacityReport(ActionKind[CapacityReportParams]):
 
     def lower(self, ctx: LowerContext) -> list[Action]:
         return [self.action(f"{self.kind}/{name}", CapacityReportParams(host=name, rows=ctx.ir.capacity_rows(name)),
-                            cause=_cause(ctx, name))
+                            cause=_cause(ctx, name),
+                            inputs=ctx.limit_inputs(u.model for u in ctx.ir.host_units(name)))
                 for name in sorted(ctx.ir.hosts)]
 
     def run(self, params: CapacityReportParams, ctx: RunContext) -> None:

@@ -210,6 +210,7 @@ def lower_model(ctx: LowerContext, name: str) -> Action:
         tensorrt_llm=ctx.spec.toolchain.tensorrt_llm)
     deps = (f"calibration-set/{name}",) if params.calibration is not None else ()
     needs = ("gpu",) + (() if source.path else ("network",))
+    inputs.update(ctx.limit_inputs([name]))  # the engine bakes max_batch_size in
     return ENGINE.action(f"engine/{name}", params, inputs=inputs, deps=deps, needs=needs, files=files)
 
 

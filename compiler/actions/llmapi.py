@@ -62,7 +62,8 @@ class LlmapiOptions(ActionKind[LlmapiOptionsParams]):
         if ctx.ir.target != "llmapi":
             return []
         return [self.action(f"{self.kind}/{name}", LlmapiOptionsParams(
-                    model=name, options=options(rm), tensorrt_llm=ctx.spec.toolchain.tensorrt_llm))
+                    model=name, options=options(rm), tensorrt_llm=ctx.spec.toolchain.tensorrt_llm),
+                    inputs=ctx.limit_inputs([name]))
                 for name, rm in sorted(ctx.ir.models.items())]
 
     def run(self, params: LlmapiOptionsParams, ctx: RunContext) -> None:

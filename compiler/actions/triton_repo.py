@@ -58,7 +58,8 @@ class TritonRepo(ActionKind[RepositoryParams]):
                 deps.append(params.tokenizers[m.name])
                 if params.target == "llmapi":
                     deps.append(f"{llmapi.KIND.kind}/{m.name}")
-            out.append(self.action(f"{self.kind}/{host}", params, deps=sorted(deps)))
+            out.append(self.action(f"{self.kind}/{host}", params, deps=sorted(deps),
+                                   inputs=ctx.limit_inputs(m.name for m in params.models)))
         return out
 
     def run(self, params: RepositoryParams, ctx: RunContext) -> None:

@@ -15,10 +15,11 @@ _COLS = ["Unit", "Model", "Slice", "Memory", "Weights", "Reserve", "KV pool", "H
          "Decode tok/s (b=1 / b=N)", "$/Mtok"]
 
 
-def unit_row(f: UnitFigures, max_batch: int, start: int | None = None) -> dict:
+def unit_row(f: UnitFigures, max_batch: int, start: int | None = None, measured: dict | None = None) -> dict:
     """One unit's figures as JSON data (bytes rounded to integers). `max_batch` is the model's
     max_batch_size; under attention DP it applies per rank, and the row gives the unit's total.
-    `start`: a MIG instance's placement (its first memory slot)."""
+    `start`: a MIG instance's placement (its first memory slot). `measured`: the model's measured
+    limit ({"record", "unit", "concurrency", "limit", "derivation"}), set beside the modelled bound."""
     c = f.capacity
     max_batch *= c.ranks
     d = {
@@ -32,7 +33,12 @@ def unit_row(f: UnitFigures, max_batch: int, start: int | None = None) -> dict:
         "reserve": [{"name": t.name, "bytes": round(t.bytes), "derivation": t.derivation} for t in c.reserve],
         "assumptions": list(f.assumptions),
         "decode": None, "cost_per_million_tokens": None,
+        "concurrency_bound": f.concurrency_bound, "measured": None,
     }
+    if measured is not None:
+        bound = f.concurrency_bound
+        d["measured"] = {**measured, "bound": bound,
+                         "ratio": float(f"{measured['concurrency'] / bound:.4g}") if bound > 0 else None}
     if f.decode is not None:
         d["decode"] = {"tokens_per_s_batch1": round(f.decode.tokens_per_s_batch1, 3),
                        "tokens_per_s_at_batch": round(f.decode.tokens_per_s_at_batch, 3), "batch": f.decode.batch}
@@ -54,6 +60,42 @@ def _cells(r: dict) -> list[str]:
             gib(r["kv_pool_bytes"]), gib(r["headroom_bytes"]), seqs if r["fits"] else "does not fit", decode, cost]
 
 
+_MEASURED_COLS = ["Unit", "Model", "Modelled (memory)", "Measured (SLA)", "Batch limit", "Measured/modelled",
+                  "Record"]
+
+
+def _measured_cells(r: dict) -> list[str]:
+    m = r["measured"]
+    record = m["record"] + ("" if m["unit"] == r["unit"] else f" (measured on {m['unit']})")
+    pct = None if m["ratio"] is None else m["ratio"] * 100
+    ratio = "-" if pct is None else f"{pct:.0f}%" if pct >= 10 else f"{pct:.2g}%"
+    return [r["unit"], r["model"], f"{m['bound']:,}", f"{m['concurrency']:,}", f"{m['limit']:,}", ratio, record]
+
+
+def _table(cols: list[str], cells: list[list[str]], fmt: str) -> list[str]:
+    if fmt == "markdown":
+        return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] + ["| " + " | ".join(c) + " |"
+                                                                            for c in cells]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+    line = "  ".join("{:<%d}" % w for w in widths)
+    return [line.format(*cols).rstrip(), "  ".join("-" * w for w in widths)] + [line.format(*c).rstrip()
+                                                                                for c in cells]
+
+
+def _measured_section(rows: list[dict], fmt: str) -> list[str]:
+    """Measured vs modelled: the concurrency `kiln tune` measured under the SLA beside the
+    concurrency memory allows (the capacity bound), so a reviewer sees how far the model is off."""
+    measured = [r for r in rows if r.get("measured")]
+    if not measured:
+        return []
+    head = "#### Measured vs modelled concurrency" if fmt == "markdown" else "Measured vs modelled concurrency"
+    out = ["", head] + ([""] if fmt == "markdown" else [])
+    out += _table(_MEASURED_COLS, [_measured_cells(r) for r in measured], fmt)
+    derivations = sorted({f"{r['model']}: {r['measured']['derivation']}" for r in measured})
+    out += [""] + [("- " if fmt == "markdown" else "  ") + d for d in derivations]
+    return out
+
+
 def render_capacity(rows: list[dict], fmt: str = "text") -> str:
     """`rows` from `unit_row`, in spec order."""
     if fmt == "json":
@@ -64,6 +106,7 @@ def render_capacity(rows: list[dict], fmt: str = "text") -> str:
     if fmt == "markdown":
         out = ["### Capacity", "", "| " + " | ".join(_COLS) + " |", "|" + "---|" * len(_COLS)]
         out += ["| " + " | ".join(c) + " |" for c in cells]
+        out += _measured_section(rows, fmt)
         if weak:
             out += ["", "Figures rest on facts that are not verified: " + "; ".join(weak) + "."]
         if assumptions:
@@ -75,6 +118,7 @@ def render_capacity(rows: list[dict], fmt: str = "text") -> str:
     out = ["Capacity (per GPU of each serving unit)", line.format(*_COLS).rstrip(),
            "  ".join("-" * w for w in widths)]
     out += [line.format(*c).rstrip() for c in cells]
+    out += _measured_section(rows, fmt)
     if weak:
         out += ["", "Not verified: " + "; ".join(weak)]
     if assumptions:

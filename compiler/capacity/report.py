@@ -59,6 +59,9 @@ class UnitFigures:
     cost_per_mtok: float | None  # at the reachable batch, when a price is given
     weak_facts: tuple[str, ...]  # facts this rests on that are inferred or unverified
     assumptions: tuple[str, ...] = ()  # what the decode figure and the reserve assume
+    # sequences the KV pool holds at once for the workload (at max_seq_len without one): the most
+    # concurrency memory allows, which bounds `kiln tune`'s search and is compared with its result
+    concurrency_bound: int = 0
 
 
 def unit_figures(unit, sizing: Sizing, arch: ModelArch, gpu: GpuSpec, price_per_gpu_hour: float | None) -> UnitFigures:
@@ -111,7 +114,7 @@ def unit_figures(unit, sizing: Sizing, arch: ModelArch, gpu: GpuSpec, price_per_
     if arch_weak:
         weak.append(f"{arch.name} {', '.join(arch_weak)} ({arch.status[arch_weak[0]]})")
     return UnitFigures(unit.id, unit.host, unit.model, gpu.name, slice_name, gpus, cap, decode, cost, tuple(weak),
-                       tuple(assumptions))
+                       tuple(assumptions), concurrency_bound=concurrent if cap.fits else 0)
 
 
 def size(x: float) -> str:

@@ -94,12 +94,20 @@ class ImageTable:
 def table_from_dict(data: dict) -> ImageTable:
     families = []
     for row in data["images"]:
+        tags = dict(row.get("tags", {}))
+        if row.get("tags_from") == "dynamo.json":  # Dynamo's runtime image: its tag is the Dynamo release
+            tags = {r["dynamo"]: r["tensorrt_llm"] for r in _dynamo_releases()}
         families.append(ImageFamily(
             repository=row["repository"], kind=row["kind"], tag_pattern=re.compile(row["tag_pattern"]),
-            tags=dict(row.get("tags", {})), tag_is_version=bool(row.get("tag_is_version", False)),
+            tags=tags, tag_is_version=bool(row.get("tag_is_version", False)),
             other_tags=re.compile(row["other_tags"]) if row.get("other_tags") else None,
             source=row["source"], status=row["status"]))
     return ImageTable(tuple(families))
+
+
+def _dynamo_releases() -> list[dict]:
+    text = (resources.files("compiler.catalog") / "data" / "dynamo.json").read_text(encoding="utf-8")
+    return json.loads(text)["releases"]
 
 
 @lru_cache(maxsize=1)

@@ -17,12 +17,37 @@ from compiler.capacity.report import Sizing, unit_figures
 from compiler.capacity.workload import traffic_shape
 from compiler.catalog.formats import SIXTEEN_BIT, load_format_table, normalize_activations
 
+from .measured import batch_limit
 from .pools import pools_pass
 from .types import Formats, ModuleFormat, Ports, Resolved, ResolvedHost, ResolvedModel, ServingUnit
 
 Pass = Callable[[Resolved], Resolved]
 
 PORT_STRIDE = 3  # replica n of a model on one host listens on its base ports + 3*n (K908)
+
+
+# --- measured limits -------------------------------------------------------------------------------
+def limits_pass(ir: Resolved) -> Resolved:
+    """Each measured `max_batch_size` becomes a number: the record's concurrency, per attention-DP
+    rank, rounded down to a CUDA-graph batch size (compiler/ir/measured.py). The number replaces the
+    reference in the model's spec (and the IR's spec), so the checks, the capacity figures, the
+    plan and every action read one value; the reference stays in `ResolvedModel.measured`."""
+    if not any(rm.measured is not None for rm in ir.models.values()):
+        return ir
+    models = dict(ir.models)
+    for name, rm in ir.models.items():
+        if rm.measured is None:
+            continue
+        m = rm.spec
+        ranks = m.parallelism.tp if m.parallelism.attention_dp and m.parallelism.tp > 1 else 1
+        limit, how = batch_limit(rm.measured.record.result.concurrency, target=ir.target,
+                                 cuda_graph_batch_sizes=m.runtime.cuda_graph_batch_sizes, ranks=ranks)
+        spec = m.model_copy(update={"limits": m.limits.model_copy(update={"max_batch_size": limit})})
+        models[name] = dataclasses.replace(rm, spec=spec,
+                                           measured=dataclasses.replace(rm.measured, limit=limit, derivation=how))
+    spec = ir.spec.model_copy(update={"models": {n: models[n].spec if n in models else m
+                                                 for n, m in ir.spec.models.items()}})
+    return dataclasses.replace(ir, spec=spec, models=models)
 
 
 # --- formats ---------------------------------------------------------------------------------------
@@ -235,7 +260,8 @@ def capacity_pass(ir: Resolved) -> Resolved:
     return dataclasses.replace(ir, units=tuple(units))
 
 
-PASSES: tuple[Pass, ...] = (formats_pass, units_pass, ports_pass, placements_pass, capacity_pass, pools_pass)
+PASSES: tuple[Pass, ...] = (limits_pass, formats_pass, units_pass, ports_pass, placements_pass, capacity_pass,
+                           pools_pass)
 
 
 def analyse(ir: Resolved, passes: tuple[Pass, ...] = PASSES) -> Resolved:

@@ -15,9 +15,11 @@ from compiler.catalog import ConfigError, LgipParseError, arch_from_hf_config, l
 from compiler.catalog.capture import Capture, gpu_with_capture, identify, read_capture
 from compiler.diagnostics import Diagnostic, Rule, Span
 from compiler.spec.loader import Document
-from compiler.spec.models import ArchitectureFile, Host, Model, Spec
+from compiler.spec.models import ArchitectureFile, Host, MeasuredLimit, Model, Spec
+from compiler.store.local import sha256_bytes
 
 from .lockfile import LockError, parse_lock
+from .measured import Measurement, RecordError, parse_record
 from .types import MigSlot, Resolved, ResolvedHost, ResolvedModel
 
 
@@ -75,6 +77,19 @@ class LockFileInvalid(Rule):
     name = "lock-file-invalid"
 
 
+class MeasuredRecordInvalid(Rule):
+    """A measured limit (`{measured: FILE}`) names a file that is missing or is not a measurement
+    record of that model.
+
+    `kiln tune SPEC --unit UNIT --url URL` writes the record (tune/<unit>.json beside the spec) after
+    it measured a unit serving the model, and points the limit at it. Commit the record with the
+    spec; to start over, give the limit as a number and run `kiln tune` again.
+    """
+
+    code = "K913"
+    name = "measured-record-invalid"
+
+
 class CaptureFitsNoHost(Rule):
     """A `--gpu-profiles` capture was taken on a GPU that no host of the spec uses.
 
@@ -98,6 +113,21 @@ def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple
     locked = _read_lock(lock, diags)
     captures = [c for c in (_read_capture(files, diags) for files in gpu_profiles) if c is not None]
     models = {name: _resolve_model(name, m, doc, base_dir, diags) for name, m in spec.models.items()}
+    # A model whose measured limit cannot be read is set aside like a model with a structure error:
+    # the rest is checked, and nothing that needs its limit is reported.
+    unreadable = set()
+    for name, rm in models.items():
+        if isinstance(rm.spec.limits.max_batch_size, MeasuredLimit):
+            measured = _read_measured(name, rm.spec.limits.max_batch_size.measured, doc, base_dir, diags)
+            if measured is None:
+                unreadable.add(name)
+            else:
+                models[name] = dataclasses.replace(rm, measured=measured)
+    if unreadable:
+        models = {n: m for n, m in models.items() if n not in unreadable}
+        spec = spec.model_copy(update={"models": {n: m for n, m in spec.models.items() if n not in unreadable}})
+        set_aside = dict(set_aside or {})
+        set_aside["models"] = frozenset(set_aside.get("models", frozenset()) | unreadable)
     hosts = {name: _resolve_host(name, h, doc, captures, diags) for name, h in spec.hosts.items()}
     if locked:
         hosts = {name: dataclasses.replace(h, locked=locked.get(name, {})) for name, h in hosts.items()}
@@ -135,6 +165,33 @@ def _read_lock(path: Path | None, diags: list[Diagnostic]):
         diags.append(Diagnostic(LockFileInvalid.code, LockFileInvalid.severity, f"not a valid lock file: {e.message}",
                                 str(path), Span(e.line, 1), "run `kiln lock SPEC` to write it again"))
     return None
+
+
+def _read_measured(model: str, ref: str, doc: Document, base_dir: Path, diags: list[Diagnostic]) -> Measurement | None:
+    where = ("models", model, "limits", "max_batch_size", "measured")
+    path = base_dir / ref
+    try:
+        raw = path.read_bytes()
+        record = parse_record(raw.decode("utf-8"))
+    except FileNotFoundError:
+        diags.append(_diag(MeasuredRecordInvalid, doc, where, f"no measurement record at {ref}",
+                           f"run `kiln tune {doc.file} --unit UNIT --url URL` against a unit serving {model!r}; "
+                           "it writes the record and this reference"))
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        diags.append(_diag(MeasuredRecordInvalid, doc, where, f"cannot read the measurement record {ref}: {e}"))
+        return None
+    except RecordError as e:
+        diags.append(_diag(MeasuredRecordInvalid, doc, where,
+                           f"{ref}, line {e.line}: {e.message}",
+                           "`kiln tune` writes these files; do not edit them"))
+        return None
+    if record.model != model:
+        diags.append(_diag(MeasuredRecordInvalid, doc, where,
+                           f"{ref} measured model {record.model!r} (unit {record.unit}), not {model!r}",
+                           f"point the limit at a record of {model!r}, or run `kiln tune` on a unit serving it"))
+        return None
+    return Measurement(ref, path, sha256_bytes(raw), record)
 
 
 def _read_capture(files: tuple[Path, ...], diags: list[Diagnostic]) -> Capture | None:

@@ -1,11 +1,11 @@
 """The Resolved IR: a parsed spec with its catalog facts attached and every derived fact computed once.
 
 `resolve` (resolve.py) attaches catalog entries and reads the files the spec names; the ordered
-passes (passes.py) then fill in the derived fields: effective formats, serving units, their
-ports, MIG placements, per-unit capacity figures, and the node pools of the hosts that deploy to
-Kubernetes (pools.py). Checks, the planner, actions and reports
-read these fields; none of them recomputes a fact that is here, and none reads the raw spec
-again. Every class is frozen: a pass returns a new IR (`dataclasses.replace`), so a stage can
+passes (passes.py) then fill in the derived fields: measured batch limits, effective formats,
+serving units, their ports, MIG placements, per-unit capacity figures, and the node pools of the
+hosts that deploy to Kubernetes (pools.py). Checks, the planner, actions and reports read these
+fields; none of them recomputes a fact that is here, and none reads the raw spec again. Every
+class is frozen: a pass returns a new IR (`dataclasses.replace`), so a stage can
 never see a half-analysed tree.
 
 A field that a pass could not fill (an unknown GPU, an unresolved architecture, a layout that
@@ -25,6 +25,7 @@ from compiler.spec.loader import Document
 from compiler.spec.models import Host, MigInstance, Model, Spec
 
 from .lockfile import LockedInstance
+from .measured import Measurement
 
 if TYPE_CHECKING:  # the format table's row types; only annotations name them here
     from compiler.catalog.formats import KvFormat, Recipe
@@ -101,6 +102,9 @@ class ResolvedModel:
     arch: ModelArch | None
     arch_origin: str  # "catalog", "config", or "" when unresolved
     formats: Formats | None = None  # formats pass
+    # `limits.max_batch_size: {measured: ...}`: the record resolution read; the limits pass sets its
+    # limit and puts it into `spec.limits.max_batch_size`, which everything after the passes reads
+    measured: Measurement | None = None
 
 
 @dataclass(frozen=True)
@@ -188,5 +192,14 @@ class Resolved:
         """The capacity figures of every sized unit (of one host), as rows (compiler.capacity.render)."""
         from compiler.capacity.render import unit_row
 
-        return [unit_row(u.figures, self.models[u.model].spec.limits.max_batch_size, u.mig_start)
+        return [unit_row(u.figures, self.models[u.model].spec.limits.max_batch_size, u.mig_start,
+                         self.measured_row(u.model))
                 for u in self.sized_units() if host is None or u.host == host]
+
+    def measured_row(self, model: str) -> dict | None:
+        """A model's measured limit as row data (compiler.capacity.render), or None."""
+        m = self.models[model].measured
+        if m is None or m.limit is None:
+            return None
+        return {"record": m.ref, "unit": m.record.unit, "concurrency": m.record.result.concurrency,
+                "limit": m.limit, "derivation": m.derivation}

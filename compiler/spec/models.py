@@ -208,12 +208,27 @@ class Parallelism(SpecModel):
     max_batch_size then applies per rank."""
 
 
+class MeasuredLimit(SpecModel):
+    """A limit measured by `kiln tune` rather than written down: the largest concurrency at which the
+    serving unit met the model's `sla`, rounded down to a CUDA-graph batch size."""
+
+    measured: RelPath
+    """The measurement record `kiln tune` wrote (e.g. tune/dev-h100.gpu0.mig0.json), relative to the
+    spec file. Commit it with the spec: its digest enters the keys of the artifacts that read the limit."""
+
+
+_BATCH_DOC = ("Largest number of sequences scheduled together: a number, or {measured: tune/<unit>.json}, "
+              "the concurrency `kiln tune` measured under the model's sla, rounded down to a CUDA-graph "
+              "batch size.")
+
+
 class Limits(SpecModel):
     """Build-time limits. For the engine target they are baked into the engine; for llmapi they go to
     the LLM-API options. Kiln's defaults are explicit (TensorRT-LLM's own max_batch_size default is 2048)."""
 
-    max_batch_size: Annotated[int, Field(ge=1, le=65536)] = 64
-    """Largest number of sequences scheduled together."""
+    max_batch_size: scalar_or_mapping(Annotated[int, Field(ge=1, le=65536)],  # type: ignore[valid-type]
+                                      MeasuredLimit, description=_BATCH_DOC) = Field(default=64,
+                                                                                     description=_BATCH_DOC)
 
     max_input_len: Annotated[int, Field(ge=1, le=4_194_304)] = 1024
     """Longest prompt in tokens."""
@@ -270,6 +285,31 @@ class Workload(SpecModel):
                 total = sum(b.share for b in value)
                 raise value_error(f"the shares of {key} add up to {total:g}, not 1",
                                   help="give each share as a fraction of all requests", key=key)
+        return self
+
+
+class Sla(SpecModel):
+    """Service-level targets for one model: what `kiln tune` holds a serving unit to while it searches
+    for the largest concurrency (and so the batch limit) that still meets them. Latencies are client
+    side, as AIPerf measures them against the unit's OpenAI-compatible endpoint."""
+
+    ttft_ms: Annotated[float, Field(gt=0, le=3_600_000)] | None = None
+    """Time to first token, in milliseconds, at `percentile`."""
+
+    tpot_ms: Annotated[float, Field(gt=0, le=3_600_000)] | None = None
+    """Time per output token (inter-token latency), in milliseconds, at `percentile`."""
+
+    percentile: Literal["p50", "p90", "p95", "p99"] = "p99"
+    """The statistic both latency targets apply to (p99: 99 of 100 tokens or requests meet them)."""
+
+    max_error_rate: Annotated[float, Field(gt=0, lt=1)] = 0.01
+    """Largest fraction of failed requests (rejections by admission control included)."""
+
+    @model_validator(mode="after")
+    def _a_target(self) -> "Sla":
+        if self.ttft_ms is None and self.tpot_ms is None:
+            raise value_error("an sla needs `ttft_ms`, `tpot_ms` or both",
+                              help="e.g. sla: {ttft_ms: 500, tpot_ms: 30, percentile: p99}")
         return self
 
 
@@ -402,6 +442,9 @@ class Model(SpecModel):
 
     workload: Workload | None = None
     """The traffic the model serves (prompt and output lengths); sharpens the capacity plan."""
+
+    sla: Sla | None = None
+    """Latency targets (TTFT, TPOT) that `kiln tune` measures the batch limit against."""
 
 
 # --- hosts ------------------------------------------------------------------------------------

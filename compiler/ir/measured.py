@@ -1,0 +1,273 @@
+"""Measured limits: the record `kiln tune` writes beside a spec, and how a limit is read from it.
+
+`kiln tune` drives AIPerf's SLA search against a serving unit and writes what it found to
+tune/<unit>.json: the largest concurrency that met the model's `sla`, the search and its probes,
+and what was measured (the artifact keys of the model, the image, the GPU slice, the tool). A
+spec refers to it (`limits.max_batch_size: {measured: tune/<unit>.json}`); resolution reads it,
+and the limits pass turns the measured concurrency into the batch limit everything else reads.
+
+The record is an input like calibration data: committed with the spec, its digest enters the
+keys of the artifacts that read the limit, and `git revert` of both gives the earlier build back.
+Its artifact keys say what was measured, so a spec that now builds something else is reported
+(K914) instead of silently carrying a number measured on other artifacts.
+
+Format (JSON, canonical, `"kind": "kiln.tune/v1"`): see `TuneRecord`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from compiler.catalog.cudagraphs import load_cuda_graph_defaults
+from compiler.diagnostics import Rule, Severity
+from compiler.store.canonical import pretty_json
+
+KIND = "kiln.tune/v1"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Probe(_Strict):
+    """One benchmark run of the search: a concurrency and what the SLA statistics were there."""
+
+    concurrency: int = Field(ge=1)
+    feasible: bool
+    ttft_ms: float | None = None  # time to first token at the SLA's percentile
+    tpot_ms: float | None = None  # inter-token latency at the SLA's percentile
+    error_rate_pct: float | None = None
+    requests: int | None = None
+
+
+class Breach(_Strict):
+    """The SLA filter that failed first at the lowest failing concurrency (AIPerf's first_breach)."""
+
+    metric: str
+    stat: str
+    op: str
+    threshold: float
+    observed: float | None = None
+
+
+class Result(_Strict):
+    concurrency: int = Field(ge=1)  # the largest concurrency that met the SLA
+    first_failing: int | None = None  # the lowest that did not (None: nothing in range failed)
+    limited_by: Literal["sla", "search-bound"]  # search-bound: the top of the range still passed
+    binding_constraint: str | None = None  # the AIPerf metric that set the boundary
+    first_breach: Breach | None = None
+    boundary_type: Literal["smooth", "cliff"] | None = None  # None: the search style does not assess it
+    monotonic: bool  # AIPerf found no feasible verdict above an infeasible one
+    accepted: list[str] = []  # irregularities the operator accepted (`--allow-...`): "non-monotonic", "cliff"
+    convergence: str | None = None
+    probes: list[Probe]
+
+
+class Search(_Strict):
+    tool: str  # "aiperf"
+    version: str
+    recipe: str
+    style: str
+    concurrency_min: int
+    concurrency_max: int
+    capacity_bound: int  # the unit's modelled concurrency (memory) that bounded the search
+    requests_per_probe: int | None = None  # None: AIPerf's default for the style
+    seed: int
+    command: list[str]
+    result_file: str  # the AIPerf file the result was read from, relative to the outputs
+    result_sha256: str
+    outputs: str  # where the run's AIPerf outputs were kept (relative to where kiln tune ran)
+
+
+class SlaRecord(_Strict):
+    ttft_ms: float | None
+    tpot_ms: float | None
+    percentile: str
+    max_error_rate: float
+
+
+class Served(_Strict):
+    """What the unit served while it was measured: the batch limit then, and the record it came from."""
+
+    max_batch_size: int
+    measured_digest: str | None = None
+
+
+class GpuRecord(_Strict):
+    name: str
+    slice: str  # MIG profile, "1 GPU" or the tensor-parallel group
+    clocks: dict[str, Any] | None = None  # the spec's locked clocks for that GPU
+    application_clocks: dict[str, Any] | None = None
+    power_limit_w: int | None = None
+    observed: dict[str, Any] | None = None  # nvidia-smi's report at measurement time, when it was reachable
+
+
+class ImageRecord(_Strict):
+    repository: str | None = None
+    digest: str | None = None  # the serving image's digest, from the store or --image-digest
+
+
+class TuneRecord(_Strict):
+    """A measurement record (tune/<unit>.json)."""
+
+    kind: Literal["kiln.tune/v1"]
+    spec: str
+    unit: str
+    model: str
+    measured_at: str
+    url: str
+    result: Result
+    search: Search
+    sla: SlaRecord
+    workload: dict[str, Any]
+    served: Served
+    artifacts: dict[str, str]  # action id -> key, as the spec built them when measured (see compiler.staleness)
+    image: ImageRecord
+    gpu: GpuRecord
+
+
+class RecordError(ValueError):
+    """Not a measurement record; `line` is 1-based (1 when unknown)."""
+
+    def __init__(self, message: str, line: int = 1) -> None:
+        super().__init__(message)
+        self.message, self.line = message, line
+
+
+def parse_record(text: str) -> TuneRecord:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RecordError(f"not JSON: {e.msg}", e.lineno) from None
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
+        raise RecordError(f"not a measurement record (it must be a JSON object with \"kind\": \"{KIND}\")")
+    try:
+        return TuneRecord.model_validate(doc)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise RecordError(f"{where}: {first['msg']}" + (f" (and {e.error_count() - 1} more)"
+                                                        if e.error_count() > 1 else "")) from None
+
+
+def render_record(record: TuneRecord) -> bytes:
+    return pretty_json(record.model_dump(mode="json"))
+
+
+def record_name(unit_id: str) -> str:
+    """The file name of a unit's record: its id with '/' as '.' (unit ids are names, digits and '/')."""
+    return unit_id.replace("/", ".") + ".json"
+
+
+# --- the limit -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Measurement:
+    """A model's measured `max_batch_size`: the record it refers to and, after the limits pass, the
+    limit taken from it."""
+
+    ref: str  # as the spec writes it
+    path: Path
+    digest: str  # "sha256:<hex>" of the record file
+    record: TuneRecord
+    limit: int | None = None  # limits pass
+    derivation: str = ""  # limits pass: how the limit follows from the measured concurrency
+
+
+def batch_limit(concurrency: int, *, target: str, cuda_graph_batch_sizes: list[int] | None,
+                ranks: int = 1) -> tuple[int, str]:
+    """The batch limit a measured unit concurrency gives, and how.
+
+    Under attention DP each of the `ranks` schedules its own batch, so the unit's concurrency is
+    split between them. On the llmapi target (TensorRT-LLM's PyTorch backend) the limit is rounded
+    down to a CUDA-graph batch size: the spec's `runtime.cuda_graph_batch_sizes`, else the sizes the
+    backend captures by default, so a full batch decodes on a captured graph rather than eagerly.
+    The engine target has no CudaGraphConfig; its limit is the concurrency itself."""
+    per_rank = max(1, concurrency // max(1, ranks))
+    what = f"measured concurrency {concurrency}" + (f" over {ranks} attention-DP ranks" if ranks > 1 else "")
+    if target != "llmapi":
+        return per_rank, f"{what}, taken as is (the engine target captures no CUDA-graph sizes)"
+    if cuda_graph_batch_sizes:
+        sizes, where = sorted(cuda_graph_batch_sizes), "runtime.cuda_graph_batch_sizes"
+    else:
+        defaults = load_cuda_graph_defaults()
+        sizes, where = list(defaults.batch_sizes), "TensorRT-LLM's default CUDA-graph sizes"
+    fit = [s for s in sizes if s <= per_rank]
+    if not fit:
+        return per_rank, f"{what}; no CUDA-graph batch size of {where} is <= {per_rank}"
+    if fit[-1] == per_rank:
+        return per_rank, f"{what}, a CUDA-graph batch size of {where}"
+    return fit[-1], f"{what}, rounded down to {fit[-1]}, the largest CUDA-graph batch size of {where} <= {per_rank}"
+
+
+# --- rules -----------------------------------------------------------------------------------------
+class MeasuredLimitStale(Rule):
+    """A measured limit was taken against something other than what the spec now describes.
+
+    `kiln tune` records what it measured: the artifact keys of the model (checkpoint, LLM-API
+    options, tokenizer, ...), the unit's GPU slice, the SLA and the workload. When the spec now
+    builds other artifacts for that model (a new quantization, a runtime option, another
+    TensorRT-LLM), serves it on another slice, or asks for another SLA or workload, the number no
+    longer answers the question the spec asks: serve the new build, run `kiln tune` again and
+    commit the new record. The batch limit it set is still built, so this is a warning.
+    """
+
+    code = "K914"
+    name = "measured-limit-stale"
+    severity = Severity.WARNING
+
+
+def unit_facts(ir, unit_id: str) -> dict[str, str] | None:
+    """The GPU and slice of a unit of the analysed IR (None when the spec has no such unit)."""
+    unit = next((u for u in ir.units if u.id == unit_id), None)
+    if unit is None:
+        return None
+    host = ir.hosts[unit.host]
+    if unit.mig is not None:
+        slice_ = unit.mig.instance.profile
+    elif len(unit.gpu_indexes) == 1:
+        slice_ = "1 GPU"
+    else:
+        slice_ = f"{len(unit.gpu_indexes)} GPUs"
+    return {"model": unit.model, "gpu": host.gpu.name if host.gpu is not None else host.spec.gpu, "slice": slice_}
+
+
+def sla_record(sla) -> SlaRecord:
+    return SlaRecord(ttft_ms=sla.ttft_ms, tpot_ms=sla.tpot_ms, percentile=sla.percentile,
+                     max_error_rate=sla.max_error_rate)
+
+
+def spec_changes(ir, model: str, measured: Measurement) -> list[str]:
+    """What differs between the spec and a model's record, other than artifacts (which need the
+    build graph: compiler/staleness.py): the unit and its slice, the SLA, the workload."""
+    rec = measured.record
+    rm = ir.models[model]
+    out = []
+    facts = unit_facts(ir, rec.unit)
+    if facts is None:
+        out.append(f"the spec has no unit {rec.unit!r} any more")
+    else:
+        if facts["model"] != model:
+            out.append(f"unit {rec.unit!r} now serves {facts['model']!r}")
+        if (facts["gpu"], facts["slice"]) != (rec.gpu.name, rec.gpu.slice):
+            out.append(f"unit {rec.unit!r} is now {facts['slice']} of {facts['gpu']} "
+                       f"(measured on {rec.gpu.slice} of {rec.gpu.name})")
+    sla = rm.spec.sla
+    if sla is None:
+        out.append("the model has no `sla` any more")
+    elif sla_record(sla) != rec.sla:
+        out.append(f"the sla changed ({_sla_text(rec.sla)} when measured, {_sla_text(sla_record(sla))} now)")
+    workload = rm.spec.workload.model_dump(mode="json") if rm.spec.workload is not None else None
+    if workload != rec.workload:
+        out.append("the workload changed" if workload is not None else "the model has no `workload` any more")
+    return out
+
+
+def _sla_text(s: SlaRecord) -> str:
+    parts = [f"TTFT {s.ttft_ms:g} ms" if s.ttft_ms is not None else "",
+             f"TPOT {s.tpot_ms:g} ms" if s.tpot_ms is not None else ""]
+    return f"{s.percentile} " + " and ".join(p for p in parts if p) + f", errors < {s.max_error_rate:.0%}"
