@@ -24,7 +24,7 @@ from compiler.actions.hf_config import CheckpointConfigError, config_plan, runti
 from compiler.build import build_spec, plan_spec
 from compiler.catalog.checkpoint_config import CheckpointConfigError as TableError
 from compiler.catalog.checkpoint_config import load_checkpoint_config, parse_table
-from compiler.checks.toolchain import TRITON_TRTLLM
+from compiler.catalog.images import load_image_table
 from compiler.resources import read_data
 from compiler.store.local import LocalStore
 
@@ -64,7 +64,9 @@ def plan4():
 # --- the table ----------------------------------------------------------------------------------------
 def test_every_tensorrt_llm_version_kiln_supports_has_a_row() -> None:
     table = load_checkpoint_config()
-    for version in sorted(set(TRITON_TRTLLM.values())):
+    triton = load_image_table().family("nvcr.io/nvidia/tritonserver")
+    assert triton is not None and triton.tags
+    for version in sorted(set(triton.tags.values())):
         row = table.runtime(version)
         assert row is not None, f"TensorRT-LLM {version} (a Triton image Kiln knows ships it) has no runtime row"
         assert row.config_schema in table.schemas

@@ -1,12 +1,14 @@
 """The LLM-API options Kiln writes use only TensorRT-LLM 1.2 field names and values.
 
-The field facts below are typed from ../shared/reference/trtllm-triton-facts.md §2 (LlmArgs,
-KvCacheConfig, SchedulerConfig, CudaGraphConfig, MoeConfig, attention backends); KvCacheConfig and
-QuantConfig are strict models there, so an unknown key would fail at load time on a GPU host.
+The fields, their types and their choices are data with their sources
+(compiler/actions/data/trtllm_llmapi.json: LlmArgs, KvCacheConfig, SchedulerConfig, CudaGraphConfig,
+MoeConfig); KvCacheConfig and the other nested configs are strict models there, so an unknown key
+would fail at load time on a GPU host.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,23 +16,31 @@ from ruamel.yaml import YAML
 
 from compiler.actions import llmapi
 from compiler.ir import ResolvedModel
+from compiler.serving import triton as tr
 from compiler.spec.models import Model
+
+FIELDS = json.loads((Path(__file__).parents[1] / "compiler" / "actions" / "data" / "trtllm_llmapi.json")
+                    .read_text(encoding="utf-8"))["llm_args"]
+KINDS = {"int": int, "bool": bool, "str": str, "float": float, "dict": dict, "list": list}
 
 
 def options(model: Model) -> dict:
     return llmapi.options(ResolvedModel("m", model, None, ""))
 
-TOP_LEVEL = {
-    "tensor_parallel_size": int, "pipeline_parallel_size": int, "moe_expert_parallel_size": int,
-    "max_batch_size": int, "max_num_tokens": int, "max_seq_len": int, "max_input_len": int,
-    "max_beam_width": int, "enable_chunked_prefill": bool, "attn_backend": str, "enable_attention_dp": bool,
-    "kv_cache_config": dict, "scheduler_config": dict, "cuda_graph_config": dict, "moe_config": dict,
-}
-KV_CACHE = {"free_gpu_memory_fraction": float, "enable_block_reuse": bool, "tokens_per_block": int, "dtype": str}
-ATTN = {"TRTLLM", "VANILLA", "FLASHINFER", "FLASHINFER_STAR_ATTENTION"}
-MOE = {"CUTLASS", "CUTEDSL", "WIDEEP", "TRTLLM", "DEEPGEMM", "VANILLA", "TRITON"}
-POLICIES = {"MAX_UTILIZATION", "GUARANTEED_NO_EVICT", "STATIC_BATCH"}
-KV_DTYPES = {"auto", "fp8"}
+
+def check(fields: dict, opts: dict, where: str = "") -> None:
+    assert set(opts) <= set(fields), set(opts) - set(fields)
+    for key, value in opts.items():
+        spec = fields[key]
+        if value is None:
+            assert spec.get("nullable"), f"{where}{key}"
+            continue
+        kind = KINDS[spec["type"]]
+        assert isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool)), f"{where}{key}"
+        assert value in spec.get("values", [value]), f"{where}{key}={value!r}"
+        if "fields" in spec:
+            check(spec["fields"], value, f"{where}{key}.")
+
 
 EXAMPLES = sorted((Path(__file__).parents[1] / "examples").glob("*/kiln.yaml"))
 
@@ -55,22 +65,29 @@ def _models() -> list[tuple[str, Model]]:
 @pytest.mark.parametrize("name,model", _models(), ids=lambda v: v if isinstance(v, str) else "")
 def test_options_use_only_known_fields(name: str, model: Model) -> None:
     opts = options(model)
-    assert set(opts) <= set(TOP_LEVEL), set(opts) - set(TOP_LEVEL)
-    for key, value in opts.items():
-        assert isinstance(value, TOP_LEVEL[key]) and not (TOP_LEVEL[key] is int and isinstance(value, bool)), key
-    assert set(opts["kv_cache_config"]) <= set(KV_CACHE)
-    for key, value in opts["kv_cache_config"].items():
-        assert isinstance(value, KV_CACHE[key]), key
+    check(FIELDS, opts)
     assert 0 < opts["kv_cache_config"]["free_gpu_memory_fraction"] <= 1
-    assert opts["kv_cache_config"]["dtype"] in KV_DTYPES
-    assert opts["attn_backend"] in ATTN
     assert set(opts["scheduler_config"]) == {"capacity_scheduler_policy"}
-    assert opts["scheduler_config"]["capacity_scheduler_policy"] in POLICIES
-    if "moe_config" in opts:
-        assert set(opts["moe_config"]) == {"backend"} and opts["moe_config"]["backend"] in MOE
-    if "cuda_graph_config" in opts:
+    if opts["cuda_graph_config"] is not None:
         sizes = opts["cuda_graph_config"]["batch_sizes"]
         assert set(opts["cuda_graph_config"]) == {"batch_sizes"} and sizes == sorted(sizes)
+
+
+@pytest.mark.parametrize("sizes", [None, [1, 2, 4]], ids=["unset", "listed"])
+def test_cuda_graphs_mean_the_same_on_both_targets(sizes) -> None:
+    """Unset: no graphs on either target (TorchLlmArgs would default to CudaGraphConfig(), graphs on,
+    so the options say null; the engine backend's cuda_graph_mode defaults to false). Listed: graphs
+    for exactly those sizes on the llmapi target; the engine target refuses a list (K603) and its
+    mode follows it."""
+    model = Model.model_validate({"source": {"path": "m"}, "runtime": {"cuda_graph_batch_sizes": sizes}})
+    opts = options(model)
+    doc = YAML(typ="safe", pure=True).load(tr.llm_api_yaml("m", opts).decode())
+    assert "cuda_graph_config" in doc  # written out, never left to the runtime's default
+    engine = tr.model_params(ResolvedModel("m", model, None, ""), 1)
+    if sizes is None:
+        assert doc["cuda_graph_config"] is None and engine.cuda_graph_mode is False
+    else:
+        assert doc["cuda_graph_config"] == {"batch_sizes": sizes} and engine.cuda_graph_mode is True
 
 
 def test_every_knob_reaches_its_field() -> None:

@@ -18,7 +18,8 @@ from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import RunContext
 from compiler.lower import lower
 from compiler.pipeline import validate_path
-from compiler.serving import rules
+from compiler.serving import backend, rules
+from compiler.serving.layout import ENGINE_SUBDIR
 from compiler.serving import triton as tr
 from compiler.serving.pbtxt import ConfigProblem, parse, parse_repository
 
@@ -77,15 +78,24 @@ def test_every_config_parses_strictly_and_passes_triton_rules(example: str, host
         assert {len(u.gpu_indexes) for u in units if u.model == m.name} == {width}
         # the model that meets the engine (or the LLM API) carries batching and admission control
         front = by_name[m.name if target == "llmapi" else f"{m.name}-tensorrt_llm"]
-        assert front.max_batch_size == model.limits.max_batch_size
-        db = front.dynamic_batching
-        assert db.max_queue_delay_microseconds == s.max_queue_delay_us
-        q = db.default_queue_policy
-        assert q.max_queue_size == (s.max_queue_size or 0)
-        if s.queue_timeout_ms is not None:
-            assert q.timeout_action == mc.ModelQueuePolicy.REJECT
-            assert q.default_timeout_microseconds == s.queue_timeout_ms * 1000
-            assert not q.allow_timeout_override
+        p = {k: v.string_value for k, v in front.parameters.items()}
+        if target == "llmapi":
+            # TensorRT-LLM's own LLM-API model's shape: no Triton batching, no dynamic batcher (its
+            # lost wake-ups stall a busy instance for 500 ms); the model admits, as Triton's queue would
+            assert front.max_batch_size == 0 and not front.HasField("dynamic_batching")
+            assert p["max_inflight_requests"] == str(model.limits.max_batch_size)
+            assert p["max_queue_size"] == str(s.max_queue_size or 0)
+            assert p["queue_timeout_ms"] == str(s.queue_timeout_ms or 0)
+        else:
+            assert front.max_batch_size == model.limits.max_batch_size
+            db = front.dynamic_batching
+            assert db.max_queue_delay_microseconds == s.max_queue_delay_us
+            q = db.default_queue_policy
+            assert q.max_queue_size == (s.max_queue_size or 0)
+            if s.queue_timeout_ms is not None:
+                assert q.timeout_action == mc.ModelQueuePolicy.REJECT
+                assert q.default_timeout_microseconds == s.queue_timeout_ms * 1000
+                assert not q.allow_timeout_override
         assert front.model_transaction_policy.decoupled == s.streaming
         ids = front.parameters["gpu_device_ids"].string_value
         assert ids == ";".join([",".join(map(str, range(width)))] * s.instances)
@@ -96,8 +106,8 @@ def test_every_config_parses_strictly_and_passes_triton_rules(example: str, host
             assert f"max_num_tokens: {model.limits.max_num_tokens}\n" in yaml_text
             assert f"tensor_parallel_size: {model.parallelism.tp}\n" in yaml_text
         else:
-            p = {k: v.string_value for k, v in front.parameters.items()}
-            assert p["gpt_model_path"] == f"/opt/kiln/models/{m.name}"
+            # the engine artifact (config.json under ENGINE_SUBDIR) is copied to /opt/kiln/models/<model>
+            assert p["gpt_model_path"] == f"/opt/kiln/models/{m.name}/{ENGINE_SUBDIR}"
             assert p["kv_cache_free_gpu_mem_fraction"] == str(model.runtime.kv_cache_memory_fraction)
             # build-time limits are the engine's: config.pbtxt would ignore them (tensorrtllm_backend#402)
             assert not {"max_num_tokens", "max_input_len", "max_seq_len"} & set(p)
@@ -149,10 +159,10 @@ ENS, PRE, TRT, POST = ("tiny/config.pbtxt", "tiny-preprocessing/config.pbtxt", "
 
 BROKEN = [
     ("placeholder-in-number", lambda f: edit(f, TRT, "max_batch_size: 8", "max_batch_size: ${triton_max_batch_size}"),
-     "tiny-tensorrt_llm/config.pbtxt:7:17: not a valid Triton model configuration: "
+     "tiny-tensorrt_llm/config.pbtxt:10:17: not a valid Triton model configuration: "
      "'max_batch_size: ${triton_max_batch_size}': Couldn't parse integer: $"),
-    ("placeholder-in-string", lambda f: edit(f, TRT, '"/opt/kiln/models/tiny"', '"${engine_dir}"'),
-     "tiny-tensorrt_llm/config.pbtxt:131: a template placeholder `${...}` survived"),
+    ("placeholder-in-string", lambda f: edit(f, TRT, '"/opt/kiln/models/tiny/engine"', '"${engine_dir}"'),
+     "tiny-tensorrt_llm/config.pbtxt:164: a template placeholder `${...}` survived"),
     ("unknown-field", lambda f: edit(f, PRE, "max_batch_size: 8", "max_batch_size: 8\nmax_input_len: 256"),
      'Message type "inference.ModelConfig" has no field named "max_input_len"'),
     ("preferred-above-max", lambda f: edit(f, PRE, "max_queue_delay_microseconds: 100",
@@ -187,7 +197,7 @@ BROKEN = [
      "tiny/config.pbtxt: ensemble output 'text_output' is produced by no step"),
     ("unknown-step-model", lambda f: edit(f, ENS, 'model_name: "tiny-postprocessing"', 'model_name: "tiny-post"'),
      "tiny/config.pbtxt: step 3 (tiny-post): no model 'tiny-post' in the repository"),
-    ("unused-ensemble-input", lambda f: edit(f, ENS, 'input_map { key: "random_seed" value: "seed" }', ""),
+    ("unused-ensemble-input", lambda f: edit(f, ENS, 'input_map { key: "seed" value: "seed" }', ""),
      "tiny/config.pbtxt: ensemble input 'seed' is read by no step"),
     ("two-decoupled-origins", lambda f: edit(edit(f, PRE, 'backend: "python"',
                                                   'backend: "python"\nmodel_transaction_policy { decoupled: true }'),
@@ -210,6 +220,37 @@ BROKEN = [
                                            '{ key: "gpu_device_ids" value: { string_value: "0" } },\n'
                                            '  { key: "gpu_device_ids" value: { string_value: "1" } }'),
      "tiny-tensorrt_llm/config.pbtxt: parameter 'gpu_device_ids' is set 2 times"),
+    # what the pinned TensorRT-LLM backend reads (compiler/actions/data/tensorrtllm_backend.json)
+    ("backend-parameter-without-fallback", lambda f: edit(f, TRT, '  { key: "tokenizer_dir" value: { string_value: "" } },\n', ""),
+     "tiny-tensorrt_llm/config.pbtxt: parameter 'tokenizer_dir' is missing; the tensorrtllm backend reads it "
+     "without a fallback and the model does not load"),
+    ("backend-input-renamed", lambda f: edit(edit(f, TRT, 'name: "seed"', 'name: "random_seed"'),
+                                             ENS, 'key: "seed" value: "seed"', 'key: "random_seed" value: "seed"'),
+     "tiny-tensorrt_llm/config.pbtxt: input 'random_seed' is not read by the tensorrtllm backend"),
+    ("backend-scalar-without-reshape", lambda f: edit(f, TRT, 'name: "input_lengths"\n    data_type: TYPE_INT32\n'
+                                                              '    dims: [ 1 ]\n    reshape: { shape: [ ] }\n',
+                                                      'name: "input_lengths"\n    data_type: TYPE_INT32\n'
+                                                      '    dims: [ 1 ]\n'),
+     "tiny-tensorrt_llm/config.pbtxt: input 'input_lengths' needs reshape: { shape: [] }: the tensorrtllm backend "
+     "splits a request's prompts along the batch dimension and reads one value per prompt"),
+    ("backend-input-type", lambda f: edit(f, TRT, 'name: "seed"\n    data_type: TYPE_UINT64',
+                                          'name: "seed"\n    data_type: TYPE_INT64'),
+     "tiny-tensorrt_llm/config.pbtxt: input 'seed' is TYPE_INT64; the tensorrtllm backend reads TYPE_UINT64"),
+    ("backend-parameter-unparsable", lambda f: edit(f, TRT, '{ key: "enable_kv_cache_reuse" value: { string_value: "true" } }',
+                                                    '{ key: "enable_kv_cache_reuse" value: { string_value: "yes" } }'),
+     "tiny-tensorrt_llm/config.pbtxt: parameter enable_kv_cache_reuse='yes' is not a bool the tensorrtllm backend "
+     "can read"),
+    ("backend-parameter-value", lambda f: edit(f, TRT, '{ key: "gpt_model_type" value: { string_value: "inflight_fused_batching" } }',
+                                               '{ key: "gpt_model_type" value: { string_value: "inflight" } }'),
+     "tiny-tensorrt_llm/config.pbtxt: parameter gpt_model_type='inflight' is not one of"),
+    ("backend-parameter-unknown", lambda f: edit(f, TRT, '{ key: "tokenizer_dir" value: { string_value: "" } }',
+                                                 '{ key: "tokenizer_dir" value: { string_value: "" } },\n'
+                                                 '  { key: "max_num_tokens" value: { string_value: "8192" } }'),
+     "tiny-tensorrt_llm/config.pbtxt: parameter 'max_num_tokens' is not read by the tensorrtllm backend"),
+    ("backend-output-missing", lambda f: edit(edit(f, TRT, 'output [\n  {\n    name: "output_ids"\n    data_type: TYPE_INT32\n'
+                                                            '    dims: [ -1, -1 ]\n  },\n', 'output [\n'),
+                                              ENS, 'output_map { key: "output_ids" value: "_output_ids" }\n', ""),
+     "tiny-tensorrt_llm/config.pbtxt: output 'output_ids' is missing; the tensorrtllm backend needs it"),
     ("oneof-broken", lambda f: edit(f, ENS, "ensemble_scheduling {", "dynamic_batching { }\nensemble_scheduling {"),
      'tiny/config.pbtxt:104:1: not a valid Triton model configuration: Field "ensemble_scheduling" is specified '
      'along with field "dynamic_batching", another member of oneof "scheduling_choice"'),
@@ -334,3 +375,94 @@ def test_action_refuses_templates_edited_after_planning(tmp_path: Path) -> None:
     with pytest.raises(triton_repo.RepositoryError, match="template changed"):
         triton_repo.KIND.run(params, RunContext(out, {}, {}, logging.getLogger("t")))
     assert "engine/preprocessing.py" in params.templates and "llmapi/model.py" not in params.templates
+
+
+# --- what the pinned TensorRT-LLM backend reads -------------------------------------------------
+ENGINE_CASES = [(e, h) for e, h, t in CASES if t == "engine"]
+
+
+@pytest.mark.parametrize("example,host", ENGINE_CASES, ids=[f"{e}-{h}" for e, h in ENGINE_CASES])
+def test_every_engine_repository_supplies_what_the_pinned_backend_reads(example: str, host: str) -> None:
+    """Each parameter the backend reads without a fallback is there, every parameter and tensor is
+    one the backend reads, with its type; per-prompt scalars are reshaped to [] (facts: the data file
+    compiler/actions/data/tensorrtllm_backend.json, from the TensorRT-LLM 1.2.x sources it cites)."""
+    params, files = rendered(example, host, "engine")
+    facts = backend.facts()
+    assert facts.source["repository"] == "NVIDIA/TensorRT-LLM" and "1.2" in facts.source["version"]
+    mc = __import__("tritonclient.grpc.model_config_pb2", fromlist=["x"])
+    for m in params.models:
+        config = parse("x", files[f"{m.name}-tensorrt_llm/config.pbtxt"].decode())
+        assert config.backend == backend.BACKEND
+        p = {k: v.string_value for k, v in config.parameters.items()}
+        required = {name for name, spec in facts.parameters.items() if spec["required"]}
+        assert required == {"gpt_model_type", "gpt_model_path", "tokenizer_dir", "xgrammar_tokenizer_info_path",
+                            "guided_decoding_backend"}
+        assert required <= set(p), required - set(p)
+        for name, value in p.items():
+            spec = facts.parameters[name]
+            assert backend.parses_as(spec["type"], value), (name, value)
+            assert value in spec.get("values", [value]), (name, value)
+        inputs = {t.name: t for t in config.input}
+        assert {n for n, spec in facts.inputs.items() if spec["required"]} <= set(inputs)
+        for name, t in inputs.items():
+            spec = facts.inputs[name]
+            assert mc.DataType.Name(t.data_type) == spec["data_type"] and list(t.dims) == spec["dims"], name
+            assert (list(t.reshape.shape) if t.HasField("reshape") else None) == spec["reshape"], name
+        assert "seed" in inputs and "random_seed" not in inputs
+        assert {n for n, spec in facts.outputs.items() if spec["required"]} <= {t.name for t in config.output}
+        assert backend.check(config) == []
+
+
+def test_gpt_model_path_is_where_the_engine_action_puts_the_engine(tmp_path: Path, monkeypatch) -> None:
+    """The engine artifact is copied to /opt/kiln/models/<model> in the image; the backend must be
+    pointed at the directory of its config.json, not the artifact's root. trtllm-build needs a GPU:
+    here it is stood in by writing what Engine.save writes (config.json, rank0.engine)."""
+    import json
+
+    from compiler.actions import engine
+    from compiler.serving.layout import model_dir
+    from tests.test_engine_recipe import engine_actions, engine_config
+
+    plan = engine_actions(tmp_path)
+    action = plan.graph.actions["engine/tiny"]
+
+    def build(params, source, calib, ckpt, engine_dir, ctx):  # what trtllm-build leaves behind
+        engine_dir.mkdir(parents=True)
+        (engine_dir / "config.json").write_text(json.dumps(engine_config(params)), encoding="utf-8")
+        (engine_dir / "rank0.engine").write_bytes(b"\0")
+
+    monkeypatch.setattr(engine, "_has_trtllm", lambda: True)
+    monkeypatch.setattr(engine, "_run_local", build)
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    (calib / "calibration.jsonl").write_text('{"text": "x"}\n', encoding="utf-8")
+    out = tmp_path / "artifact"
+    out.mkdir()
+    files = {f"source/{p.name}": p for p in QUICK_MODEL.iterdir()}
+    engine.run(action.params, RunContext(out, files, {"calibration-set/tiny": calib}, logging.getLogger("t")))
+    (found,) = [p.relative_to(out) for p in out.rglob("config.json")]
+    in_image = f"{model_dir('tiny')}/{found.parent.as_posix()}"
+    _, repo_files = rendered("quickstart", "dev-h100", "engine")
+    config = parse("x", repo_files["tiny-tensorrt_llm/config.pbtxt"].decode())
+    assert config.parameters["gpt_model_path"].string_value == in_image == f"/opt/kiln/models/tiny/{ENGINE_SUBDIR}"
+
+
+LLMAPI_CASES = [(e, h) for e, h, t in CASES if t == "llmapi"]
+
+
+@pytest.mark.parametrize("example,host", LLMAPI_CASES, ids=[f"{e}-{h}" for e, h in LLMAPI_CASES])
+def test_llmapi_models_have_the_tensors_of_tensorrt_llm_s_own_llmapi_model(example: str, host: str) -> None:
+    """Names, types and shapes of all_models/llmapi/tensorrt_llm/config.pbtxt (TensorRT-LLM 1.2.x, as
+    recorded in compiler/actions/data/trtllm_llmapi.json), so that model's clients work unchanged."""
+    import json
+
+    want = json.loads((ROOT / "compiler" / "actions" / "data" / "trtllm_llmapi.json").read_text())["triton_model"]
+    mc = __import__("tritonclient.grpc.model_config_pb2", fromlist=["x"])
+    params, files = rendered(example, host, "llmapi")
+    for m in params.models:
+        config = parse("x", files[f"{m.name}/config.pbtxt"].decode())
+        assert config.max_batch_size == want["max_batch_size"]
+        for kind, tensors in (("inputs", config.input), ("outputs", config.output)):
+            have = {t.name: {"data_type": mc.DataType.Name(t.data_type), "dims": list(t.dims)} for t in tensors}
+            assert have == {n: {"data_type": s["data_type"], "dims": s["dims"]} for n, s in want[kind].items()}, kind
+        assert {t.name for t in config.input if not t.optional} == {"text_input"}

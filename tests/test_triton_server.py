@@ -162,24 +162,84 @@ def test_llmapi_model_fails_only_for_want_of_tensorrt_llm(llmapi) -> None:
 # Triton validates an ensemble's wiring (types, shapes, mappings) only once every step has loaded.
 # The TensorRT-LLM backend needs a GPU build, so these tests replace that one model's backend with
 # a Python stand-in that keeps its generated interface (inputs, outputs, batching, queue policy)
-# and echoes the prompt's ids, taking 10 ms per requested token. Everything else is as built.
+# and the backend's own request handling (inflight_batcher_llm/src/utils.cc, 1.2.x: the batch
+# split's shape rules, one executor request per prompt, batch > 1 only when decoupled, the input
+# names it reads), and in place of an engine echoes each prompt's ids, then the seed when one
+# arrives as `seed`, taking 10 ms per requested token. Everything else is as built.
 STANDIN = '''
+import json
 import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
+def _get(r, name):
+    t = pb_utils.get_input_tensor_by_name(r, name)
+    return None if t is None else t.as_numpy()
+
+
 class TritonPythonModel:
+    def initialize(self, args):
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
+
+    def _prompts(self, r):
+        """splitBatchInputsTensors and createRequestsFromInputTensors, as the backend does them."""
+        ids = _get(r, "input_ids")
+        if ids.ndim != 2:
+            raise ValueError("Expected inputTokens tensors to have 2 dimensions")
+        batch = ids.shape[0]
+        lengths = _get(r, "input_lengths")
+        if batch > 1 and lengths.ndim != 1:
+            raise ValueError("Expected inputLengths tensors to have 1 dimension")
+        if not self.decoupled and batch > 1:
+            raise ValueError("Batch size > 1 requires the tensorrt_llm backend to be using decoupled "
+                             "transaction policy")
+        prompts = []
+        for b in range(batch):
+            def one(name):  # ITensor::slice(b, 1), then extractSingleton: exactly one value
+                t = _get(r, name)
+                if t is None:
+                    return None
+                t = t[b:b + 1] if batch > 1 else t
+                if t.size != 1:
+                    raise ValueError("Invalid size for tensor " + name)
+                return t.reshape(-1)[0].item()
+            n = int(lengths.reshape(-1)[b])
+            out = [int(x) for x in ids[b, :n]]
+            seed = one("seed")
+            prompts.append((out + ([seed] if seed is not None else []), one("request_output_len")))
+        return prompts
+
     def execute(self, requests):
-        out = []
+        if not self.decoupled:
+            out = []
+            for r in requests:
+                try:
+                    (ids, n), = self._prompts(r)
+                    time.sleep(n / 100)
+                    out.append(pb_utils.InferenceResponse([
+                        pb_utils.Tensor("output_ids", np.array([[ids]], dtype=np.int32)),
+                        pb_utils.Tensor("sequence_length", np.array([[len(ids)]], dtype=np.int32))]))
+                except ValueError as e:
+                    out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))))
+            return out
         for r in requests:
-            ids = pb_utils.get_input_tensor_by_name(r, "input_ids").as_numpy().reshape(1, 1, -1)
-            n = int(pb_utils.get_input_tensor_by_name(r, "request_output_len").as_numpy().reshape(-1)[0])
-            time.sleep(n / 100)
-            out.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("output_ids", ids.astype(np.int32)),
-                pb_utils.Tensor("sequence_length", np.array([[ids.shape[-1]]], dtype=np.int32))]))
-        return out
+            sender = r.get_response_sender()
+            try:
+                prompts = self._prompts(r)
+            except ValueError as e:
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                continue
+            for index, (ids, n) in enumerate(prompts):
+                for token in ids:  # one response per token and prompt, as the streaming backend sends them
+                    tensors = [pb_utils.Tensor("output_ids", np.array([[[token]]], dtype=np.int32)),
+                               pb_utils.Tensor("sequence_length", np.array([[1]], dtype=np.int32))]
+                    if len(prompts) > 1:
+                        tensors.append(pb_utils.Tensor("batch_index", np.array([[index]], dtype=np.int32)))
+                    sender.send(pb_utils.InferenceResponse(tensors))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
 '''
 
 
@@ -216,6 +276,17 @@ def test_triton_accepts_the_ensemble_and_answers_through_it(ensemble, tokenizer)
     status, body = ensemble.infer("tiny-bls", [strings("text_input", [PROMPT]), ints("max_tokens", [3])])
     assert status == 200, body
     assert outputs(body)["text_output"]["data"] == [tokenizer.decode(ids, skip_special_tokens=True)]
+
+
+def test_the_seed_reaches_the_engine_under_the_name_the_backend_reads(ensemble, tokenizer) -> None:
+    """The backend reads `seed` (utils.h InputFieldsNames::seed); under any other name a client's
+    seed is dropped without a word. The stand-in echoes what it reads as `seed`."""
+    ids = tokenizer(PROMPT).input_ids
+    for model in ("tiny", "tiny-bls"):
+        status, body = ensemble.infer(model, [strings("text_input", [PROMPT]), ints("max_tokens", [2]),
+                                              {"name": "seed", "shape": [1, 1], "datatype": "UINT64", "data": [7]}])
+        assert status == 200, (model, body)
+        assert outputs(body)["text_output"]["data"] == [tokenizer.decode(ids + [7], skip_special_tokens=True)], model
 
 
 def test_queue_timeout_rejects_instead_of_waiting(ensemble) -> None:
@@ -258,25 +329,6 @@ def test_triton_refuses_an_ensemble_that_kiln_refuses(tmp_path) -> None:
         server.stop()
 
 
-STREAMING_STANDIN = '''
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for r in requests:
-            sender = r.get_response_sender()
-            ids = pb_utils.get_input_tensor_by_name(r, "input_ids").as_numpy().reshape(-1)
-            for token in ids:  # one response per token, as a streaming engine sends them
-                sender.send(pb_utils.InferenceResponse([
-                    pb_utils.Tensor("output_ids", np.array([[[token]]], dtype=np.int32)),
-                    pb_utils.Tensor("sequence_length", np.array([[1]], dtype=np.int32))]))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-'''
-
-
 def test_triton_accepts_the_streaming_pipeline(tmp_path) -> None:
     """serving.streaming: the engine model and the BLS are decoupled; Triton loads the ensemble
     over the decoupled step (its validation includes the decoupled-origin rule)."""
@@ -287,7 +339,6 @@ def test_triton_accepts_the_streaming_pipeline(tmp_path) -> None:
     out = run_action(spec, "dev-h100", QUICK_MODEL, tmp_path)
     assert "decoupled: true" in (out / "tiny-tensorrt_llm" / "config.pbtxt").read_text(encoding="utf-8")
     with_standin_engine(out)
-    (out / "tiny-tensorrt_llm" / "1" / "model.py").write_text(STREAMING_STANDIN, encoding="utf-8")
     server = TritonServer(out, tmp_path)
     try:
         server.wait_live()
@@ -295,5 +346,45 @@ def test_triton_accepts_the_streaming_pipeline(tmp_path) -> None:
         assert all(m.get("state") == "READY" for m in index.values()), (index, server.log()[-4000:])
         # an ensemble asks for a CUDA stream; on a machine without a GPU that is logged and ignored
         assert foreign_errors(server.log(), ("CUDA driver version is insufficient",)) == []
+        # two prompts in one request reach the engine model split, one executor request each
+        # (the backend's batch split needs input_lengths as [batch]: reshape: { shape: [ ] })
+        got = two_prompts(server)
+        assert got == {0: [11, 12, 13], 1: [21, 22]}, got
     finally:
         server.stop()
+
+
+def two_prompts(server: TritonServer) -> dict:
+    """A two-prompt request straight to the decoupled engine model over a gRPC stream: the ids each
+    prompt's responses carry, by batch_index (or the error)."""
+    import queue
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    def tensor(name, array, kind):
+        t = grpcclient.InferInput(name, list(array.shape), kind)
+        t.set_data_from_numpy(array)
+        return t
+
+    inputs = [tensor("input_ids", np.array([[11, 12, 13], [21, 22, 0]], dtype=np.int32), "INT32"),
+              tensor("input_lengths", np.array([[3], [2]], dtype=np.int32), "INT32"),
+              tensor("request_output_len", np.array([[1], [1]], dtype=np.int32), "INT32")]
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc}")
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    client.async_stream_infer("tiny-tensorrt_llm", inputs, enable_empty_final_response=True)
+    got: dict = {}
+    try:
+        while True:
+            result, error = answers.get(timeout=30)
+            if error is not None:
+                return {"error": str(error)}
+            response = result.get_response()
+            if response.parameters["triton_final_response"].bool_param:
+                return got
+            index = int(result.as_numpy("batch_index").reshape(-1)[0])
+            got.setdefault(index, []).extend(int(x) for x in result.as_numpy("output_ids").reshape(-1))
+    finally:
+        client.stop_stream()
+        client.close()

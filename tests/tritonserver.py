@@ -61,15 +61,21 @@ def _free_port() -> int:
 
 
 class TritonServer:
-    def __init__(self, repository: Path, workdir: Path):
+    def __init__(self, repository: Path, workdir: Path, env: dict[str, str] | None = None):
+        """`env`: variables for the server and its Python models (PYTHONPATH entries are prepended)."""
+        extra = dict(env or {})
         root = _pytriton_root()
         binary = root / "tritonserver" / "bin" / "tritonserver"
         backends = backend_directory(workdir / "backends")
         libs = [sysconfig.get_config_var("LIBDIR") or "", str(root.parent / "nvidia_pytriton.libs")]
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = ":".join([p for p in libs if p] + [env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
+        env.update(extra)
+        if "PYTHONPATH" in extra and os.environ.get("PYTHONPATH"):
+            env["PYTHONPATH"] = f"{extra['PYTHONPATH']}:{os.environ['PYTHONPATH']}"
         self.http = _free_port()
-        grpc, metrics = _free_port(), _free_port()
+        self.grpc = _free_port()
+        grpc, metrics = self.grpc, _free_port()
         self.log_path = workdir / "tritonserver.log"
         self._log = open(self.log_path, "wb")
         args = [str(binary), f"--model-repository={repository}", f"--backend-directory={backends}",
@@ -111,8 +117,11 @@ class TritonServer:
         assert status == 200, body
         return {m["name"]: m for m in body}
 
-    def infer(self, model: str, inputs: list[dict], outputs: list[str] | None = None) -> tuple[int, dict]:
+    def infer(self, model: str, inputs: list[dict], outputs: list[str] | None = None,
+              request_id: str | None = None) -> tuple[int, dict]:
         body: dict = {"inputs": inputs}
+        if request_id is not None:
+            body["id"] = request_id
         if outputs:
             body["outputs"] = [{"name": n} for n in outputs]
         return self._request("POST", f"/v2/models/{model}/infer", body)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from compiler import resources
 from compiler.graph.model import Action
+from compiler.serving.layout import ENGINE_SUBDIR
 from compiler.store.canonical import pretty_json
 
 from .base import ActionKind, LowerContext, Params, RunContext
@@ -242,7 +243,7 @@ def run(params: EngineParams, ctx: RunContext) -> None:
         calib = work / "calib"
         calib.mkdir()
         shutil.copyfile(ctx.deps[f"calibration-set/{params.model}"] / "calibration.jsonl", calib / "train.jsonl")
-    engine_dir = ctx.out / "engine"
+    engine_dir = ctx.out / ENGINE_SUBDIR  # the Triton repository's gpt_model_path points here (serving.layout)
     if _has_trtllm():
         _run_local(params, model_dir, calib, work / "ckpt", engine_dir, ctx)
     else:
@@ -251,7 +252,7 @@ def run(params: EngineParams, ctx: RunContext) -> None:
     problems = check_engine_config(config, params)
     if problems:
         raise EngineError("the built engine does not match the spec: " + "; ".join(problems))
-    rec = recipe(params, "<model>", "<calibration>" if calib else None, "<checkpoint>", "engine")
+    rec = recipe(params, "<model>", "<calibration>" if calib else None, "<checkpoint>", ENGINE_SUBDIR)
     (ctx.out / "recipe.json").write_bytes(pretty_json(rec))
 
 

@@ -44,9 +44,19 @@ def options(rm: ResolvedModel) -> dict:
         opts["enable_attention_dp"] = True
     if k.moe is not None:
         opts["moe_config"] = {"backend": k.moe.upper()}
-    if rt.cuda_graph_batch_sizes is not None:
-        opts["cuda_graph_config"] = {"batch_sizes": sorted(rt.cuda_graph_batch_sizes)}
+    opts["cuda_graph_config"] = cuda_graph_config(rt.cuda_graph_batch_sizes)
     return opts
+
+
+def cuda_graph_config(sizes: list[int] | None) -> dict | None:
+    """CUDA graphs mean the same on both targets: captured for exactly the sizes the spec lists, and
+    none when it lists none. The engine target's backend leaves graphs off unless told
+    (`cuda_graph_mode`, default false: inflight_batcher_llm/src/model_instance_state.cc), while
+    TorchLlmArgs defaults to CudaGraphConfig(), i.e. graphs for batch sizes 1..31, 32, 64 and 128,
+    each up to 200 MB (tensorrt_llm/llmapi/llm_args.py, 1.2). So "none" is written out as null, the
+    value with which TorchLlmArgs captures no graph, rather than left to a default that differs by
+    runtime and by version and takes memory from every serving unit, a small MIG slice included."""
+    return None if sizes is None else {"batch_sizes": sorted(sizes)}
 
 
 class LlmapiOptionsParams(Params):
@@ -56,7 +66,7 @@ class LlmapiOptionsParams(Params):
 
 
 class LlmapiOptions(ActionKind[LlmapiOptionsParams]):
-    kind, version, Params = "llmapi-options", 1, LlmapiOptionsParams
+    kind, version, Params = "llmapi-options", 2, LlmapiOptionsParams
 
     def lower(self, ctx: LowerContext) -> list[Action]:
         if ctx.ir.target != "llmapi":

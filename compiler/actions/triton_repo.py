@@ -45,7 +45,7 @@ def tokenizer_files(directory) -> list:
 
 
 class TritonRepo(ActionKind[RepositoryParams]):
-    kind, version, Params = "triton-repo", 1, RepositoryParams
+    kind, version, Params = "triton-repo", 2, RepositoryParams
 
     def lower(self, ctx: LowerContext) -> list[Action]:
         out = []

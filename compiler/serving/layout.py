@@ -1,15 +1,23 @@
 """Where serving artifacts sit inside a serving image.
 
 Shared by the Triton repository (whose model.yaml and parameters point at checkpoint paths), the
-image (which copies trees to these paths) and the entrypoint, so the three cannot disagree.
+image (which copies trees to these paths), the entrypoint and the engine action (which writes its
+engine under ENGINE_SUBDIR of its artifact), so none of them can disagree.
 """
 
 from __future__ import annotations
 
 IMAGE_ROOT = "/opt/kiln"
 REPOSITORY_DIR = f"{IMAGE_ROOT}/repository"  # the Triton model repository of one host
+ENGINE_SUBDIR = "engine"  # inside an engine artifact: config.json and rank<N>.engine
 
 
 def model_dir(model: str) -> str:
-    """The checkpoint (or engine) directory of one model inside the image."""
+    """The checkpoint (or engine artifact) directory of one model inside the image."""
     return f"{IMAGE_ROOT}/models/{model}"
+
+
+def engine_dir(model: str) -> str:
+    """The directory the TensorRT-LLM backend loads (`gpt_model_path`): the one holding the engine's
+    config.json, which the engine action writes under ENGINE_SUBDIR of the artifact copied to model_dir."""
+    return f"{model_dir(model)}/{ENGINE_SUBDIR}"

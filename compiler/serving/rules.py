@@ -1,9 +1,10 @@
 """Triton's rules for a model repository, checked before anything is written or served.
 
 Each rule is one Triton enforces when it loads a repository (triton-inference-server/core
-`model_config_utils.cc`, `ensemble_scheduler/ensemble_utils.cc`; facts §5), plus two kiln adds
-because Triton accepts them silently and they are always mistakes: a `${...}` placeholder that
-survived inside a string, and an ensemble input nothing reads. A problem is one line,
+`model_config_utils.cc`, `ensemble_scheduler/ensemble_utils.cc`; facts §5), plus what kiln adds
+because Triton accepts it silently and it is always a mistake: a `${...}` placeholder that survived
+inside a string, an ensemble input nothing reads, and a TensorRT-LLM backend model that does not
+supply what that backend reads (compiler.serving.backend). A problem is one line,
 `<path>: <what is wrong>`, so a failed build names the file and the tensor.
 
 Map fields (`input_map`, `output_map`, `parameters`) are read a second time through a copy of the
@@ -16,6 +17,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from . import backend
 from .pbtxt import ConfigProblem, ParsedConfig, model_config_pb2, parse_repository
 
 ENSEMBLE = "ensemble"
@@ -116,6 +118,8 @@ def _model_rules(p: ParsedConfig, files: dict[str, bytes]) -> list[str]:
         for s in sets:
             if not s or not all(x.isdigit() for x in s.split(",")):
                 out.append(f"gpu_device_ids {ids!r}: {s!r} is not a comma-separated list of device ordinals")
+    if c.backend == backend.BACKEND:
+        out += backend.check(c)
     if c.platform != ENSEMBLE and c.backend == "python" and f"{p.model_dir}/1/model.py" not in files:
         out.append("a Python-backend model needs 1/model.py")
     if not any(f.startswith(f"{p.model_dir}/1/") for f in files):

@@ -29,7 +29,7 @@ from compiler import resources
 from compiler.graph.kinds import Params
 from compiler.ir import Resolved, ResolvedModel
 
-from .layout import REPOSITORY_DIR, model_dir
+from .layout import REPOSITORY_DIR, engine_dir, model_dir
 from .yamlout import dump_yaml
 
 TEMPLATE_DIR = resources.template_dir("triton")
@@ -189,7 +189,7 @@ def render(params: RepositoryParams, llm_options: dict[str, dict] | None = None,
             files[f"{name}/1/model.yaml"] = llm_api_yaml(name, llm_options[name], params.tensorrt_llm)
             continue
         names = engine_names(name)
-        ctx = {"m": m, "names": names, "tokenizer_dir": TOKENIZER_DIR, "model_path": model_dir(name)}
+        ctx = {"m": m, "names": names, "tokenizer_dir": TOKENIZER_DIR, "engine_path": engine_dir(name)}
         for part in ("ensemble", *ENGINE_PARTS):
             put(f"{names[part]}/config.pbtxt", f"engine/{part}.pbtxt.j2", **ctx)
         for part in ("preprocessing", "postprocessing", "bls"):
@@ -198,7 +198,7 @@ def render(params: RepositoryParams, llm_options: dict[str, dict] | None = None,
         files[f"{names['ensemble']}/1/README"] = (b"Version 1 of an ensemble: Triton reads the steps from "
                                                   b"../config.pbtxt; this directory only has to exist.\n")
         files[f"{names['tensorrt_llm']}/1/README"] = (f"Version 1 of the engine model: the backend reads the engine "
-                                                      f"from {model_dir(name)} (parameter gpt_model_path); this "
+                                                      f"from {engine_dir(name)} (parameter gpt_model_path); this "
                                                       f"directory only has to exist.\n").encode()
     return files
 

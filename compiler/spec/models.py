@@ -346,7 +346,8 @@ class Runtime(SpecModel):
     """Tokens per KV-cache page."""
 
     cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=65536)]] | None = None
-    """Batch sizes captured as CUDA graphs (CudaGraphConfig.batch_sizes); each must be <= max_batch_size."""
+    """Batch sizes captured as CUDA graphs (CudaGraphConfig.batch_sizes); each must be <= max_batch_size.
+    Unset: no CUDA graphs (the options file says `cuda_graph_config: null`; engines run with cuda_graph_mode off)."""
 
     @model_validator(mode="after")
     def _graphs(self) -> "Runtime":

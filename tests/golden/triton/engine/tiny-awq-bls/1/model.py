@@ -18,7 +18,7 @@ PRE_INPUTS = {"text_input": "text", "max_tokens": "max_tokens", "stop_words": "s
               "bad_words": "bad_words", "end_id": "end_id", "pad_id": "pad_id"}
 ENGINE_INPUTS = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "temperature": "temperature",
                  "repetition_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
-                 "frequency_penalty": "frequency_penalty", "seed": "random_seed", "beam_width": "beam_width",
+                 "frequency_penalty": "frequency_penalty", "seed": "seed", "beam_width": "beam_width",
                  "stream": "streaming"}
 # preprocessing output -> engine input
 PRE_TO_ENGINE = {"input_ids": "input_ids", "input_lengths": "input_lengths",

@@ -1,17 +1,26 @@
 """Kiln's LLM-API model: serves one model with TensorRT-LLM's LLM API (PyTorch backend) inside
-Triton's Python backend. Written for kiln (not derived from tensorrtllm_backend).
+Triton's Python backend. Written for kiln (not derived from tensorrtllm_backend); its inputs and
+outputs are those of TensorRT-LLM's own LLM-API Triton model (all_models/llmapi, 1.2.x), so a
+client of that model works unchanged.
 
-`1/model.yaml` holds the LLM() arguments (the checkpoint path, parallelism, limits, KV cache,
-scheduler); the tokenizer is the copy in this model's directory (parameter `tokenizer_dir`). This file binds the instance to its devices (parameter `gpu_device_ids`: one
-comma-separated set per instance, ';' between instances; ordinals of the devices the container
-sees) before TensorRT-LLM is imported, so CUDA only ever sees that set.
+`1/model.yaml` holds the LLM() arguments (checkpoint path, parallelism, limits, KV cache,
+scheduler); the tokenizer is the copy in this model's directory (parameter `tokenizer_dir`). The
+instance is bound to its devices (parameter `gpu_device_ids`: one comma-separated set per instance,
+';' between instances; ordinals of the devices the container sees) before TensorRT-LLM is imported.
 
-Requests of one Triton batch are submitted to the LLM together and batched in flight by it. When
-the model is decoupled, each request streams its text (`stream`, default true) from a background
-event loop and execute() returns at once; otherwise execute() waits for the whole batch.
+Serving: execute() hands each request to an asyncio event loop and returns at once; every answer
+goes through the request's response sender (decoupled or not), so the LLM batches requests in
+flight and a new request joins the running batch. Admission control is here, not in Triton's
+dynamic batcher (this model has none, as TensorRT-LLM's own): up to `max_inflight_requests` are
+generated at once; the next wait, first come first served, at most `max_queue_size` of them and
+each at most `queue_timeout_ms` (0: unbounded), and are rejected as Triton's queue rejects
+(UNAVAILABLE, the same messages). Nothing waits while there is room. A request is cancelled when
+its client cancels it (gRPC; checked every `cancellation_check_period_ms`) or when a request with
+the same id carries `stop: true`: its generation is aborted, it is answered with a CANCELLED error.
 """
 
 import asyncio
+import collections
 import json
 import os
 import re
@@ -20,6 +29,50 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+# request input -> SamplingParams field
+SAMPLING = {
+    "sampling_param_best_of": "best_of", "sampling_param_temperature": "temperature",
+    "sampling_param_top_k": "top_k", "sampling_param_top_p": "top_p",
+    "sampling_param_frequency_penalty": "frequency_penalty", "sampling_param_presence_penalty": "presence_penalty",
+    "sampling_param_max_tokens": "max_tokens", "sampling_param_seed": "seed",
+    "sampling_param_exclude_input_from_output": "exclude_input_from_output",
+    "sampling_param_return_perf_metrics": "return_perf_metrics",
+}
+# request flag -> output (a CompletionOutput field of the same name)
+OPTIONAL_OUTPUTS = {"return_finish_reason": "finish_reason", "return_stop_reason": "stop_reason",
+                    "return_cumulative_logprob": "cumulative_logprob"}
+# output -> (RequestPerfMetrics group, field, numpy type)
+PERF_OUTPUTS = {
+    "kv_cache_reused_block": ("kv_cache_metrics", "num_reused_blocks", np.int32),
+    "kv_cache_missed_block": ("kv_cache_metrics", "num_missed_blocks", np.int32),
+    "kv_cache_alloc_new_blocks": ("kv_cache_metrics", "num_new_allocated_blocks", np.int32),
+    "kv_cache_alloc_total_blocks": ("kv_cache_metrics", "num_total_allocated_blocks", np.int32),
+    "kv_cache_hit_rate": ("kv_cache_metrics", "kv_cache_hit_rate", np.float32),
+    "arrival_time_ns": ("timing_metrics", "arrival_time", np.int64),
+    "first_scheduled_time_ns": ("timing_metrics", "first_scheduled_time", np.int64),
+    "first_token_time_ns": ("timing_metrics", "first_token_time", np.int64),
+    "last_token_time_ns": ("timing_metrics", "last_token_time", np.int64),
+    "acceptance_rate": ("speculative_decoding", "acceptance_rate", np.float32),
+    "total_accepted_draft_tokens": ("speculative_decoding", "total_accepted_draft_tokens", np.int32),
+    "total_draft_tokens": ("speculative_decoding", "total_draft_tokens", np.int32),
+}
+CANCELLED_MESSAGE = "Request cancelled by client"
+# the words of Triton's own queue (core: scheduler_utils.cc), so clients see one behaviour
+QUEUE_FULL_MESSAGE = "Exceeds maximum queue size"
+QUEUE_TIMEOUT_MESSAGE = "Request timeout expired"
+
+
+class RequestError(ValueError):
+    """The client's request is wrong (answered as invalid argument)."""
+
+
+class Rejected(Exception):
+    """Admission control turned the request away (answered as unavailable)."""
+
+
+class Cancelled(Exception):
+    pass
+
 
 def _instance_index(name: str) -> int:
     """Triton names instances '<group>_<n>'; a single instance may have no suffix."""
@@ -27,13 +80,112 @@ def _instance_index(name: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _input(request, name: str, default=None):
+def _values(request, name: str):
     tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return default if tensor is None else tensor.as_numpy().reshape(-1)
+    return None if tensor is None else tensor.as_numpy().reshape(-1)
+
+
+def _scalar(request, name: str):
+    values = _values(request, name)
+    if values is None:
+        return None
+    if values.size != 1:
+        raise RequestError(f"{name}: expected one value, got {values.size}")
+    return values[0].item()
 
 
 def _text(value) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _nanoseconds(value) -> int:
+    """A timing metric (a timedelta, or seconds) as integer nanoseconds."""
+    seconds = value.total_seconds() if hasattr(value, "total_seconds") else float(value)
+    return int(round(seconds * 1e9))
+
+
+def _error(message: str, code=None):
+    error = pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+    return pb_utils.InferenceResponse(error=error)
+
+
+class Admission:
+    """Slots for requests in generation and a first-come queue for the rest. Used on the event
+    loop's thread only, so it needs no lock."""
+
+    def __init__(self, slots: int, max_queue: int, timeout_s: float):
+        self.free, self.max_queue, self.timeout_s = slots, max_queue, timeout_s
+        self.waiting: collections.deque = collections.deque()
+
+    async def enter(self, ticket) -> None:
+        """Take a slot, waiting for one if need be; Rejected when the queue is full or the wait too long."""
+        if self.free > 0 and not self.waiting:
+            self.free -= 1
+            return
+        if self.max_queue and len(self.waiting) >= self.max_queue:
+            raise Rejected(QUEUE_FULL_MESSAGE)
+        self.waiting.append(ticket)
+        await asyncio.wait({ticket}, timeout=self.timeout_s or None)
+        if ticket.done():  # a slot was handed over (possibly just as the wait ran out)
+            return
+        self.waiting.remove(ticket)
+        raise Rejected(QUEUE_TIMEOUT_MESSAGE)
+
+    def leave(self, ticket, held: bool) -> None:
+        if not held:  # gave up waiting (cancelled): only its place in the queue goes
+            if ticket in self.waiting:
+                self.waiting.remove(ticket)
+            return
+        while self.waiting:
+            nxt = self.waiting.popleft()
+            if not nxt.done():
+                nxt.set_result(True)  # the slot passes straight to the first in line
+                return
+        self.free += 1
+
+
+class Inflight:
+    """One request: its response sender, its place in admission, its LLM result, its state."""
+
+    def __init__(self, request, admission: Admission, loop):
+        self.request, self.admission = request, admission
+        self.sender = request.get_response_sender()
+        self.id = request.request_id() or ""
+        self.ticket = loop.create_future()
+        self.admitted = False  # holds a slot
+        self.left = False
+        self.result = None
+        self.task = None  # the coroutine serving it
+        self.cancelled = False
+        self.finished = False  # the final response is sent: nothing may follow it
+
+    def leave(self) -> None:
+        if not self.left:
+            self.left = True
+            self.admission.leave(self.ticket, held=self.admitted or self.ticket.done())
+
+    def send(self, response=None, final: bool = False) -> None:
+        if self.finished:
+            return
+        flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
+        self.finished = final
+        if final:  # the slot is free before the client hears of it: its next request finds room
+            self.leave()
+        if response is None:
+            self.sender.send(flags=flags)
+        else:
+            self.sender.send(response, flags=flags)
+
+    def cancel(self) -> None:
+        """Abort the generation and answer at once; the serving coroutine stops waiting."""
+        if self.cancelled or self.finished:
+            return
+        self.cancelled = True
+        if self.result is not None:
+            self.result.abort()
+        self.send(_error(CANCELLED_MESSAGE, pb_utils.TritonError.CANCELLED), final=True)
+        if self.task is not None and self.task is not asyncio.current_task():
+            self.task.cancel()
 
 
 class TritonPythonModel:
@@ -51,82 +203,143 @@ class TritonPythonModel:
         # the repository's own tokenizer copy, wherever the repository is mounted
         options["tokenizer"] = os.path.join(args["model_repository"], params["tokenizer_dir"])
         self.SamplingParams = SamplingParams
-        self.llm = LLM(**options)
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
-        if self.decoupled:
-            self.loop = asyncio.new_event_loop()
-            self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-            self.thread.start()
+        self.admission = Admission(int(params["max_inflight_requests"]), int(params["max_queue_size"]),
+                                   int(params["queue_timeout_ms"]) / 1000)
+        self.check_period = int(params["cancellation_check_period_ms"]) / 1000
+        self.inflight = {}  # id(entry) -> Inflight; touched on the event loop's thread only
+        self.llm = LLM(**options)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="kiln-llmapi", daemon=True)
+        self.thread.start()
+        self.watcher = asyncio.run_coroutine_threadsafe(self._watch_cancellations(), self.loop)
 
-    def _sampling(self, request):
-        kwargs = {"max_tokens": int(_input(request, "max_tokens")[0])}
-        for name, cast in (("temperature", float), ("top_k", int), ("top_p", float), ("seed", int)):
-            value = _input(request, name)
-            if value is not None:
-                kwargs[name] = cast(value[0])
-        stop = [_text(s) for s in _input(request, "stop_words", [])]
-        if stop:
-            kwargs["stop"] = stop
-        return self.SamplingParams(**kwargs)
-
-    @staticmethod
-    def _response(text: str, output) -> "pb_utils.InferenceResponse":
-        done = output.outputs[0]
-        tensors = [
-            pb_utils.Tensor("text_output", np.array([[text.encode("utf-8")]], dtype=np.object_)),
-            pb_utils.Tensor("finish_reason", np.array([[str(done.finish_reason or "").encode()]], dtype=np.object_)),
-            pb_utils.Tensor("num_input_tokens", np.array([[len(output.prompt_token_ids or [])]], dtype=np.int32)),
-            pb_utils.Tensor("num_output_tokens", np.array([[len(done.token_ids)]], dtype=np.int32)),
-        ]
-        return pb_utils.InferenceResponse(output_tensors=tensors)
-
-    @staticmethod
-    def _error(e: Exception):
-        return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e)))
-
-    async def _stream(self, request):
-        sender = request.get_response_sender()
-        try:
-            prompt = _text(_input(request, "text_input")[0])
-            stream = bool(_input(request, "stream", [True])[0])
-            last = None
-            async for output in self.llm.generate_async(prompt, self._sampling(request), streaming=stream):
-                last = output
-                if stream:
-                    sender.send(self._response(output.outputs[0].text_diff, output))
-            if not stream and last is not None:
-                sender.send(self._response(last.outputs[0].text, last))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        except Exception as e:
-            sender.send(self._error(e), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-
+    # --- Triton's side ---------------------------------------------------------------------------
     def execute(self, requests):
-        if self.decoupled:
-            for request in requests:
-                asyncio.run_coroutine_threadsafe(self._stream(request), self.loop)
-            return None
-        pending = []
         for request in requests:
-            try:
-                if bool(_input(request, "stream", [False])[0]):
-                    raise ValueError("this model is not decoupled: streaming is off (serving.streaming)")
-                prompt = _text(_input(request, "text_input")[0])
-                pending.append(self.llm.generate_async(prompt, self._sampling(request)))
-            except Exception as e:
-                pending.append(e)
-        responses = []
-        for item in pending:
-            try:
-                if isinstance(item, Exception):
-                    raise item
-                output = item.result()
-                responses.append(self._response(output.outputs[0].text, output))
-            except Exception as e:
-                responses.append(self._error(e))
-        return responses
+            asyncio.run_coroutine_threadsafe(self._serve(request), self.loop)
+        return None
 
     def finalize(self):
-        if getattr(self, "decoupled", False):
+        if getattr(self, "loop", None) is not None:
+            self.loop.call_soon_threadsafe(self.watcher.cancel)
+            for entry in list(self.inflight.values()):
+                self.loop.call_soon_threadsafe(entry.cancel)
             self.loop.call_soon_threadsafe(self.loop.stop)
-        if hasattr(self, "llm"):
+            self.thread.join(timeout=30)
+        if getattr(self, "llm", None) is not None:
             self.llm.shutdown()
+
+    # --- one request, on the event loop --------------------------------------------------------
+    def _parse(self, request):
+        prompts = _values(request, "text_input")
+        if prompts is None or prompts.size != 1:
+            raise RequestError("text_input: expected one prompt per request")
+        sampling = {}
+        for name, field in SAMPLING.items():
+            value = _scalar(request, name)
+            if value is not None:
+                sampling[field] = value
+        stop = _values(request, "sampling_param_stop")
+        if stop is not None:
+            words = [_text(s) for s in stop if _text(s)]
+            if words:
+                sampling["stop"] = words
+        streaming = bool(_scalar(request, "streaming") or False)
+        if streaming and not self.decoupled:
+            raise RequestError("streaming needs a decoupled model (serving.streaming: true)")
+        wanted = [field for flag, field in OPTIONAL_OUTPUTS.items() if _scalar(request, flag)]
+        try:
+            params = self.SamplingParams(**sampling)
+        except (TypeError, ValueError) as e:  # SamplingParams' own checks: the client's values
+            raise RequestError(f"sampling parameters: {e}") from None
+        return _text(prompts[0]), params, streaming, wanted
+
+    def _response(self, output, wanted, streaming: bool):
+        outs = output.outputs
+        text = [(o.text_diff if streaming else o.text).encode("utf-8") for o in outs]
+        tensors = [pb_utils.Tensor("text_output", np.array(text, dtype=np.object_))]
+        for field in wanted:
+            values = [getattr(o, field) for o in outs]
+            if field == "cumulative_logprob":
+                array = np.array([np.nan if v is None else v for v in values], dtype=np.float32)
+            else:
+                array = np.array([str(v).encode("utf-8") for v in values], dtype=np.object_)
+            tensors.append(pb_utils.Tensor(field, array))
+        metrics = getattr(outs[0], "request_perf_metrics", None)
+        if metrics is not None:
+            for name, (group, field, kind) in PERF_OUTPUTS.items():
+                value = getattr(getattr(metrics, group), field)
+                if name.endswith("_ns"):
+                    value = _nanoseconds(value)
+                tensors.append(pb_utils.Tensor(name, np.array([value], dtype=kind)))
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    async def _serve(self, request):
+        try:
+            stop = bool(_scalar(request, "stop"))
+        except RequestError as e:
+            request.get_response_sender().send(_error(str(e), pb_utils.TritonError.INVALID_ARG),
+                                               flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
+        if stop:  # it ends requests, it starts none: no slot, no queue
+            return await self._stop(request)
+        entry = Inflight(request, self.admission, self.loop)
+        entry.task = asyncio.current_task()
+        key = id(entry)
+        self.inflight[key] = entry
+        try:
+            prompt, params, streaming, wanted = self._parse(request)
+            await self.admission.enter(entry.ticket)
+            entry.admitted = True
+            if request.is_cancelled():
+                raise Cancelled()
+            entry.result = self.llm.generate_async(prompt, sampling_params=params, streaming=streaming)
+            last = None
+            async for output in entry.result:
+                if entry.cancelled:
+                    raise Cancelled()
+                last = output
+                if streaming:
+                    entry.send(self._response(output, wanted, streaming=True), final=output.finished)
+            if entry.cancelled:
+                raise Cancelled()
+            if not streaming:
+                entry.send(self._response(last, wanted, streaming=False), final=True)
+            entry.send(final=True)  # a no-op unless a stream ended without a finished response
+        except Cancelled:
+            entry.cancel()
+        except asyncio.CancelledError:  # cancel() from elsewhere: the CANCELLED answer is sent
+            pass
+        except Rejected as e:
+            entry.send(_error(str(e), pb_utils.TritonError.UNAVAILABLE), final=True)
+        except RequestError as e:
+            entry.send(_error(str(e), pb_utils.TritonError.INVALID_ARG), final=True)
+        except Exception as e:
+            entry.send(_error(f"generation failed: {e}"), final=True)
+        finally:
+            del self.inflight[key]
+            entry.leave()
+
+    async def _stop(self, request):
+        """`stop: true`: cancel the requests with this request's id, then answer it."""
+        sender = request.get_response_sender()
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        target = request.request_id() or ""
+        if not target:
+            sender.send(_error("stop: the request must carry the id of the request to cancel",
+                               pb_utils.TritonError.INVALID_ARG), flags=final)
+            return
+        for entry in list(self.inflight.values()):
+            if entry.id == target:
+                entry.cancel()
+        sender.send(pb_utils.InferenceResponse(output_tensors=[]), flags=final)
+
+    async def _watch_cancellations(self):
+        """Clients that cancel (gRPC cancellation, a closed stream) are seen here."""
+        while True:
+            await asyncio.sleep(self.check_period)
+            for entry in list(self.inflight.values()):
+                if not entry.cancelled and not entry.finished and entry.request.is_cancelled():
+                    entry.cancel()
+

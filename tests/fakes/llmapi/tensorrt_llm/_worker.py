@@ -1,0 +1,167 @@
+"""The stand-in's executor: a process of its own (as TensorRT-LLM's executor workers are), so that
+generating never competes with the Triton model's threads for one interpreter. It speaks JSON lines:
+commands on stdin ({"op": "submit", "rid", "ids", "params"} / {"op": "abort", "rid"}), one update per
+line on stdout ({"rid", "text", "token_ids", "finish_reason", "stop_reason", "logprob", "metrics",
+"done"}); events go to stderr, i.e. the server log, as `kiln-standin: ...`.
+
+Scheduling is in-flight batching: each iteration admits waiting requests up to max_batch_size and
+advances every active request by one token with the real torch model (KV cache per request), so a
+request joins a running batch at the next iteration. An iteration lasts at least `step_ms` (a GPU
+step's length; the tiny model alone is faster).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import sys
+import threading
+import time
+from typing import Optional
+
+
+def log(message: str) -> None:
+    print(f"kiln-standin: {message}", file=sys.stderr, flush=True)
+
+
+class Sequence:
+    def __init__(self, rid: int, ids: list, params: dict, torch):
+        self.rid, self.prompt_ids, self.params = rid, ids, params
+        self.generated: list[int] = []
+        self.past = None
+        self.next_input = ids
+        self.logprob = 0.0
+        self.arrival, self.first_scheduled, self.first_token = time.monotonic(), None, None
+        seed = params["seed"] if params["seed"] is not None else 0  # the C++ runtime's default seed
+        self.generator = torch.Generator().manual_seed(seed)
+
+
+class Executor:
+    def __init__(self, config: dict):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(1)
+        self.torch = torch
+        self.model = AutoModelForCausalLM.from_pretrained(config["model"], dtype=torch.float32).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(config["tokenizer"])
+        self.max_batch_size, self.max_seq_len = config["max_batch_size"], config["max_seq_len"]
+        self.tokens_per_block, self.step_s = config["tokens_per_block"], config["step_ms"] / 1000
+        self.waiting: "queue.Queue[Sequence]" = queue.Queue()
+        self.active: list[Sequence] = []
+        self.aborted: set[int] = set()
+        self.lock = threading.Lock()
+        self.out_lock = threading.Lock()
+
+    def emit(self, update: dict) -> None:
+        with self.out_lock:
+            sys.stdout.write(json.dumps(update) + "\n")
+            sys.stdout.flush()
+
+    def commands(self) -> None:
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            if cmd["op"] == "submit":
+                self.waiting.put(Sequence(cmd["rid"], cmd["ids"], cmd["params"], self.torch))
+            elif cmd["op"] == "abort":
+                with self.lock:
+                    self.aborted.add(cmd["rid"])
+        os._exit(0)  # stdin closed: the LLM shut down
+
+    def run(self) -> None:
+        threading.Thread(target=self.commands, daemon=True).start()
+        self.emit({"ready": True})
+        while True:
+            started = time.monotonic()
+            while len(self.active) < self.max_batch_size:
+                try:
+                    seq = self.waiting.get(timeout=0 if self.active else 0.05)
+                except queue.Empty:
+                    break
+                seq.first_scheduled = time.monotonic()
+                self.active.append(seq)
+                log(f"request {seq.rid} admitted; in flight: {len(self.active)}")
+            if not self.active:
+                continue
+            with self.torch.no_grad():
+                for seq in list(self.active):
+                    self.step(seq)
+            left = self.step_s - (time.monotonic() - started)
+            if left > 0:
+                time.sleep(left)
+
+    def step(self, seq: Sequence) -> None:
+        with self.lock:
+            abort = seq.rid in self.aborted
+            self.aborted.discard(seq.rid)
+        if abort:
+            log(f"request {seq.rid} aborted after {len(seq.generated)} of {seq.params['max_tokens']} tokens")
+            return self.finish(seq, "cancelled", None)
+        torch, p = self.torch, seq.params
+        out = self.model(torch.tensor([seq.next_input]), past_key_values=seq.past, use_cache=True)
+        seq.past = out.past_key_values
+        logits = out.logits[0, -1].float()
+        token = self.sample(logits, seq)
+        seq.logprob += torch.log_softmax(logits, -1)[token].item()
+        seq.generated.append(token)
+        seq.next_input = [token]
+        if seq.first_token is None:
+            seq.first_token = time.monotonic()
+        end_id = p["end_id"] if p["end_id"] is not None else self.tokenizer.eos_token_id
+        text = self.text(seq.generated, p)
+        stop = p["stop"]
+        for word in ([stop] if isinstance(stop, str) else (stop or [])):
+            if word in text:
+                return self.finish(seq, "stop", word, text if p["include_stop_str_in_output"] else
+                                   text[:text.index(word)])
+        if token == end_id and not p["ignore_eos"]:
+            seq.generated.pop()
+            return self.finish(seq, "stop", None)
+        if len(seq.generated) >= p["max_tokens"] or len(seq.prompt_ids) + len(seq.generated) >= self.max_seq_len:
+            return self.finish(seq, "length", None)
+        if p["streaming"]:
+            self.emit({"rid": seq.rid, "text": text, "token_ids": seq.generated, "finish_reason": None,
+                       "stop_reason": None, "logprob": seq.logprob, "metrics": None, "done": False})
+
+    def sample(self, logits, seq: Sequence) -> int:
+        p, torch = seq.params, self.torch
+        if p["greedy"]:
+            return int(logits.argmax())
+        logits = logits / (p["temperature"] if p["temperature"] else 1.0)
+        if p["top_k"]:
+            kth = torch.topk(logits, p["top_k"]).values[-1]
+            logits = torch.where(logits < kth, torch.full_like(logits, -math.inf), logits)
+        probs = torch.softmax(logits, -1)
+        if p["top_p"] is not None and p["top_p"] < 1:
+            ordered, index = torch.sort(probs, descending=True)
+            keep = torch.cumsum(ordered, -1) - ordered < p["top_p"]
+            probs = torch.zeros_like(probs).scatter(0, index[keep], ordered[keep])
+        return int(torch.multinomial(probs / probs.sum(), 1, generator=seq.generator))
+
+    def text(self, ids: list, p: dict) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=p["skip_special_tokens"])
+
+    def finish(self, seq: Sequence, reason: str, stop_reason, text: Optional[str] = None) -> None:
+        self.active.remove(seq)
+        if text is None:
+            text = self.text(seq.generated, seq.params)
+        metrics = None
+        if seq.params["return_perf_metrics"]:
+            blocks = math.ceil((len(seq.prompt_ids) + len(seq.generated)) / self.tokens_per_block)
+            metrics = {
+                "kv_cache_metrics": {"num_total_allocated_blocks": blocks, "num_new_allocated_blocks": blocks,
+                                     "num_reused_blocks": 0, "num_missed_blocks": blocks, "kv_cache_hit_rate": 0.0},
+                "timing_metrics": {"arrival_time": seq.arrival, "first_scheduled_time": seq.first_scheduled,
+                                   "first_token_time": seq.first_token or time.monotonic(),
+                                   "last_token_time": time.monotonic()},
+                "speculative_decoding": {"acceptance_rate": 0.0, "total_accepted_draft_tokens": 0,
+                                         "total_draft_tokens": 0}}
+        log(f"request {seq.rid} finished ({reason}) after {len(seq.generated)} tokens; in flight: {len(self.active)}")
+        self.emit({"rid": seq.rid, "text": text, "token_ids": seq.generated, "finish_reason": reason,
+                   "stop_reason": stop_reason, "logprob": seq.logprob, "metrics": metrics, "done": True})
+
+
+if __name__ == "__main__":
+    Executor(json.loads(sys.argv[1])).run()
