@@ -3,12 +3,14 @@ load -> parse -> resolve -> analysis passes -> checks."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.checks import CheckContext, run_checks
 from compiler.diagnostics import Diagnostic, sort_diagnostics
 from compiler.ir import Resolved, analyse, resolve
+from compiler.ir.inputs import input_roots
 from compiler.spec.loader import Document, load_file, load_text
 from compiler.spec.models import Spec
 from compiler.spec.parse import parse_document
@@ -21,6 +23,9 @@ class Options:
     # One capture per GPU model: its `nvidia-smi mig -lgip` (and -lgipp) output, in one file or two.
     # It replaces the catalog's MIG profiles for the hosts of that GPU only.
     gpu_profiles: tuple[tuple[Path, ...], ...] = ()
+    # A directory of model files a spec may read besides its repository (compiler/ir/inputs.py);
+    # the builder's $KILN_MODELS unless given.
+    models_root: str | None = field(default_factory=lambda: os.environ.get("KILN_MODELS") or None)
 
 
 @dataclass
@@ -55,12 +60,13 @@ def _validate(loaded, shown: str, base_dir: Path, options: Options) -> Validatio
         return result
     parsed = parse_document(loaded.document)
     # A value the loader already reported (an unknown tag, an unreadable scalar) fails the schema
-    # too; one diagnostic per place is enough.
-    reported = {(d.span.line, d.span.column) for d in loaded.diagnostics}
+    # too; one diagnostic per place is enough. (Not for a loader warning: an error still fails the spec.)
+    reported = {(d.span.line, d.span.column) for d in loaded.diagnostics if d.is_error}
     result.diagnostics.extend(d for d in parsed.diagnostics if (d.span.line, d.span.column) not in reported)
     result.spec = parsed.spec
-    if parsed.spec is not None and not result.diagnostics:
-        ir, diags = resolve(parsed.spec, loaded.document, result.base_dir, options.gpu_profiles)
+    if parsed.spec is not None and not any(d.is_error for d in result.diagnostics):
+        ir, diags = resolve(parsed.spec, loaded.document, result.base_dir, options.gpu_profiles,
+                            input_roots(result.base_dir, options.models_root))
         ir = analyse(ir)
         result.resolved = ir
         result.diagnostics.extend(diags)

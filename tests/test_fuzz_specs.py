@@ -118,7 +118,10 @@ def check_bytes(raw: bytes) -> None:
 _SPECIAL_TEXT = ["\u202eevil", "\u200f", "\u200b", "\U0001F680", "e\u0301", "a\u2028b", "\x1b[31m", "\x07",
                  "\x85", "'", '"', ": ", "- ", "#", "&a", "*a", "!tag", "{", "[", "%", "@", "`", "|", ">",
                  "yes", "no", "on", "off", "null", "~", "0x1F", "1e400", ".inf", "v1", "llama-3.1-70b",
-                 "3g.40gb", "H100-SXM5-80GB", "chat;rm -rf /", "$(reboot)", "", " ", "a" * 300]
+                 "3g.40gb", "H100-SXM5-80GB", "chat;rm -rf /", "$(reboot)", "", " ", "a" * 300,
+                 # paths that leave the spec's repository, or that no filesystem takes (issue 17)
+                 "/etc/passwd", "../../../../../../etc/passwd", "/dev/zero", "/usr/share/doc", "model/../../..",
+                 "data/" + "d" * 300, "a/" * 3000, "model/config.json/x", "."]
 
 texts = st.one_of(
     st.sampled_from(_SPECIAL_TEXT),
@@ -162,7 +165,12 @@ def _nested(depth: int, leaf: Any, use_lists: bool) -> Any:
     return leaf
 
 
-MUTATIONS = ["delete", "replace", "insert", "nest", "duplicate_models", "swap_type"]
+MUTATIONS = ["delete", "replace", "insert", "nest", "duplicate_models", "swap_type", "wrap", "unwrap", "input_path"]
+# Spec fields that name files, and what a hostile or unlucky spec puts there (issue 17)
+PATH_KEYS = ("path", "data", "eval", "config")
+HOSTILE_PATHS = ["/etc/passwd", "../../../../../../etc/passwd", "/dev/zero", "/usr/share/doc", "/proc/self/mem",
+                 "model/../../..", "data/" + "d" * 300, "a/" * 3000, "model/config.json/x", ".", "..", "/",
+                 "data/../model", "model/", "./data/calib-prose.jsonl", "data\\calib.jsonl", "~/x", "$HOME/x"]
 
 
 def mutate(data: Any, draw) -> Any:
@@ -178,6 +186,12 @@ def mutate(data: Any, draw) -> Any:
             else:  # every model again, under new names
                 for old in list(models):
                     models[f"{name}-{old}" if isinstance(old, str) else name] = copy.deepcopy(models[old])
+        return data
+    if kind == "input_path":  # a file the spec names, pointed somewhere it must not read
+        named = [p for p in paths if p and p[-1] in PATH_KEYS and isinstance(_get(data, p), str)]
+        if named:
+            target = draw(st.sampled_from(named))
+            _get(data, target[:-1])[target[-1]] = draw(st.sampled_from(HOSTILE_PATHS))
         return data
     if not path:  # the root itself
         if kind in ("replace", "swap_type"):
@@ -200,6 +214,10 @@ def mutate(data: Any, draw) -> Any:
             parent[draw(keys)] = draw(values)
     elif kind == "nest":
         parent[last] = _nested(draw(st.integers(1, 100)), parent[last], draw(st.booleans()))
+    elif kind == "wrap":  # a value the schema may take as a one-element list (`index: [0]`)
+        parent[last] = [parent[last]] * draw(st.integers(1, 3))
+    elif kind == "unwrap" and isinstance(parent[last], list) and parent[last]:  # a list cut to its head
+        parent[last] = parent[last][:1] if draw(st.booleans()) else parent[last][0]
     return data
 
 
@@ -239,11 +257,25 @@ def test_mutated_specs_never_crash(text: str) -> None:
 
 # --- raw text and bytes -----------------------------------------------------------------------
 
+DIRECTIVES = ["%YAML 1.3\n---\n", "%YAML 1.1\n---\n", "%YAML 2.0\n---\n", "%YAML 1.2\n---\n", "%YAML 9.9\n",
+              "%TAG ! tag:x,2000:\n---\n", "%TAG !! tag:x,2000:\n---\n", "%FOO bar\n---\n", "%YAML 1.1\n%YAML 1.1\n---\n"]
+
+
 @st.composite
 def edited_texts(draw) -> str:
     text = draw(st.sampled_from(EXAMPLE_TEXTS))
     for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(["delete", "insert", "swap_lines", "dup_line", "replace_char"]))
+        kind = draw(st.sampled_from(["delete", "insert", "swap_lines", "dup_line", "replace_char", "directive",
+                                     "anchor"]))
+        if kind == "directive":  # a YAML directive ahead of the document
+            text = draw(st.sampled_from(DIRECTIVES)) + text
+            continue
+        if kind == "anchor":  # the same anchor on two values (ruamel warns), and maybe an alias of it
+            spots = [m.end() for m in re.finditer(r": (?=[^\s{\[#&*|>'\"])", text)]
+            if len(spots) >= 2:
+                a, b = sorted(draw(st.lists(st.sampled_from(spots), min_size=2, max_size=2, unique=True)))
+                text = text[:a] + "&dup " + text[a:b] + "&dup " + text[b:]
+            continue
         n = len(text)
         if kind == "delete" and n:
             i = draw(st.integers(0, n - 1))
@@ -251,7 +283,9 @@ def edited_texts(draw) -> str:
         elif kind == "insert":
             i = draw(st.integers(0, n))
             piece = draw(st.one_of(texts, st.sampled_from(["\t", "\n", ":", "---\n", "- ", "  ", "&x ", "*x", "<<: *x\n",
-                                                           "!!python/object:os.system ", "\ufeff", "\r\n"])))
+                                                           "!!python/object:os.system ", "\ufeff", "\r\n",
+                                                           "%YAML 1.3\n---\n", "%YAML 1.1\n---\n", "%TAG !! x:\n---\n",
+                                                           "&dup ", "&dup 1 "])))
             text = text[:i] + piece + text[i:]
         elif kind in ("swap_lines", "dup_line"):
             lines = text.split("\n")

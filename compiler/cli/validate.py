@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import add_gpu_profiles, gpu_profiles
+from .common import add_gpu_profiles, check_output_file, gpu_profiles
 from .errors import UsageError
 from .exitcodes import ExitCode
 from .output import print_diagnostics, use_color
@@ -36,8 +36,13 @@ def cmd_validate(args: argparse.Namespace) -> ExitCode:
     from compiler.pipeline import Options, validate_path
 
     captures = gpu_profiles(args)
+    check_output_file(args.output, "--output")
     for spec in args.specs:
-        if not spec.exists():
+        try:
+            exists = spec.exists()
+        except (OSError, ValueError) as e:  # a name longer than the filesystem allows
+            raise UsageError(f"cannot use {str(spec)[:200]!r}: {getattr(e, 'strerror', None) or e}") from None
+        if not exists:
             raise UsageError(f"no such file: {spec}")
     options = Options(gpu_profiles=captures)
     results = [validate_path(spec, options) for spec in args.specs]

@@ -1,13 +1,16 @@
 """Resolution: attach catalog facts to a parsed spec, giving the IR that the passes complete.
 
-Pure except for reading the files a spec names (a model's config.json, a captured -lgip/-lgipp);
+Pure except for reading the files a spec names (a model's config.json, a captured -lgip/-lgipp),
+which are confined to the spec's repository first (inputs.py: K912, K913);
 faults become diagnostics of the rules below, which are raised here and nowhere else, and
 whatever cannot be resolved is left as None so that later passes and checks skip it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 from compiler.catalog import ConfigError, LgipParseError, arch_from_hf_config, load_gpu_catalog, load_model_catalog
@@ -16,6 +19,8 @@ from compiler.diagnostics import Diagnostic, Rule, Span
 from compiler.spec.loader import Document
 from compiler.spec.models import ArchitectureFile, Host, Model, Spec
 
+from .inputs import (InputRefused, InputRoots, InputUnusable, ResolvedInput, check_readable, confine, confine_path,
+                     input_roots)
 from .types import MigSlot, Resolved, ResolvedHost, ResolvedModel
 
 
@@ -75,13 +80,16 @@ class CaptureFitsNoHost(Rule):
     name = "capture-fits-no-host"
 
 
-def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple[Path, ...], ...] = ()
-            ) -> tuple[Resolved, list[Diagnostic]]:
-    """The IR before its passes: models with architectures, hosts with GPUs and MIG slots (from the
-    captures of `gpu_profiles` where they fit a host's GPU, else from the catalog)."""
+def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple[Path, ...], ...] = (),
+            roots: InputRoots | None = None) -> tuple[Resolved, list[Diagnostic]]:
+    """The IR before its passes: the spec's input paths confined to `roots` (inputs.py; default: the
+    spec's repository), models with architectures, hosts with GPUs and MIG slots (from the captures
+    of `gpu_profiles` where they fit a host's GPU, else from the catalog)."""
     diags: list[Diagnostic] = []
+    roots = roots if roots is not None else input_roots(base_dir)
+    inputs = _resolve_inputs(spec, doc, base_dir, roots, diags)
     captures = [c for c in (_read_capture(files, diags) for files in gpu_profiles) if c is not None]
-    models = {name: _resolve_model(name, m, doc, base_dir, diags) for name, m in spec.models.items()}
+    models = {name: _resolve_model(name, m, doc, inputs, roots, diags) for name, m in spec.models.items()}
     hosts = {name: _resolve_host(name, h, doc, captures, diags) for name, h in spec.hosts.items()}
     used = {source for h in hosts.values() for source in h.gpu_source.split(", ")}
     for c in captures:
@@ -95,7 +103,48 @@ def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple
                                     "the hosts use " + (", ".join(gpus) if gpus else "no GPU") +
                                     "; capture `nvidia-smi mig -lgip` (and -lgipp) on one of them"))
     return Resolved(spec, doc, base_dir, models, hosts,
-                    capture=", ".join(src for c in captures for src in c.sources) or None), diags
+                    capture=", ".join(src for c in captures for src in c.sources) or None, inputs=inputs), diags
+
+
+def input_fields(spec: Spec) -> list[tuple[str, tuple, bool]]:
+    """(value, spec path, is a directory) of every file or directory the spec names."""
+    out = []
+    for name, m in spec.models.items():
+        base = ("models", name)
+        if m.source.path is not None:
+            out.append((m.source.path, base + ("source", "path"), True))
+        if isinstance(m.architecture, ArchitectureFile):
+            out.append((m.architecture.config, base + ("architecture", "config"), False))
+        q = m.quantization
+        if q.calibration is not None:
+            out.append((q.calibration.data, base + ("quantization", "calibration", "data"), False))
+        if q.quality_gate is not None:
+            out.append((q.quality_gate.eval, base + ("quantization", "quality_gate", "eval"), False))
+    return out
+
+
+def _resolve_inputs(spec: Spec, doc: Document, base_dir: Path, roots: InputRoots,
+                    diags: list[Diagnostic]) -> dict[str, ResolvedInput]:
+    """Every input path confined (K912, K913 at each place that names a refused one), before
+    anything reads a file; the readable ones by the spec's text of the path."""
+    inputs: dict[str, ResolvedInput] = {}
+    refused: dict[str, InputRefused] = {}
+    for value, where, directory in input_fields(spec):
+        if value in inputs:
+            continue
+        if value not in refused:
+            try:
+                real = confine(value, base_dir, roots)
+                why = check_readable(real, directory)
+                if why is not None:
+                    raise InputRefused(InputUnusable, f"{value!r} exists but {why}")
+                inputs[value] = ResolvedInput(real, where)
+                continue
+            except InputRefused as e:
+                refused[value] = e
+        e = refused[value]
+        diags.append(_diag(e.rule, doc, where, e.message, e.help))
+    return inputs
 
 
 def _diag(rule: type[Rule], doc: Document, path: tuple, message: str, help: str | None = None,
@@ -107,7 +156,7 @@ def _read_capture(files: tuple[Path, ...], diags: list[Diagnostic]) -> Capture |
     texts = []
     for path in files:
         try:
-            texts.append((str(path), path.read_text(encoding="utf-8")))
+            texts.append((str(path), _read_bounded(path, MAX_CAPTURE_BYTES).decode("utf-8")))
         except (OSError, UnicodeDecodeError) as e:
             diags.append(Diagnostic(GpuProfilesInvalid.code, GpuProfilesInvalid.severity,
                                     f"cannot read GPU profile capture: {e}", str(path), Span(1, 1)))
@@ -122,7 +171,8 @@ def _read_capture(files: tuple[Path, ...], diags: list[Diagnostic]) -> Capture |
         return None
 
 
-def _resolve_model(name: str, m: Model, doc: Document, base_dir: Path, diags: list[Diagnostic]) -> ResolvedModel:
+def _resolve_model(name: str, m: Model, doc: Document, inputs: dict[str, ResolvedInput], roots: InputRoots,
+                   diags: list[Diagnostic]) -> ResolvedModel:
     path = ("models", name, "architecture")
     arch_ref = m.architecture
     if isinstance(arch_ref, str):
@@ -136,39 +186,57 @@ def _resolve_model(name: str, m: Model, doc: Document, base_dir: Path, diags: li
             return ResolvedModel(name, m, None, "")
         return ResolvedModel(name, m, arch, "catalog")
     if isinstance(arch_ref, ArchitectureFile):
-        config_path, where = base_dir / arch_ref.config, path + ("config",)
+        if arch_ref.config not in inputs:
+            return ResolvedModel(name, m, None, "")  # refused (K912, K913) before anything was read
+        config_path, where, shown = inputs[arch_ref.config].path, path + ("config",), arch_ref.config
     elif m.source.path is not None:
-        config_path, where = base_dir / m.source.path / "config.json", ("models", name, "source", "path")
+        if m.source.path not in inputs:
+            return ResolvedModel(name, m, None, "")  # refused (K912, K913) before anything was read
+        config_path, where = inputs[m.source.path].path / "config.json", ("models", name, "source", "path")
+        shown = f"{m.source.path.rstrip('/')}/config.json"
     else:
         diags.append(_diag(UnknownArchitecture, doc, ("models", name, "source"),
                            f"model {name!r} comes from Hugging Face but names no architecture",
                            "add `architecture: <catalog name>` or `architecture: {config: path/to/config.json}`; "
                            "validation never downloads weights"))
         return ResolvedModel(name, m, None, "")
-    if not isinstance(arch_ref, ArchitectureFile) and not config_path.parent.is_dir():
-        return ResolvedModel(name, m, None, "")  # the missing model directory is reported by K905
+    if not isinstance(arch_ref, ArchitectureFile):
+        if not config_path.parent.is_dir():
+            return ResolvedModel(name, m, None, "")  # the missing model directory is reported by K905
+        try:  # the model directory's own config.json may be a link out of the repository
+            config_path = confine_path(Path(os.path.realpath(config_path)), roots, shown)
+        except InputRefused as e:
+            diags.append(_diag(e.rule, doc, where, e.message, e.help))
+            return ResolvedModel(name, m, None, "")
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config = json.loads(_read_bounded(config_path, MAX_CONFIG_BYTES).decode("utf-8"))
         if not isinstance(config, dict):
             raise ConfigError("config.json is not a JSON object", "")
         arch = arch_from_hf_config(config, name)
     except FileNotFoundError:
-        diags.append(_diag(ArchitectureConfigInvalid, doc, where, f"no config.json at {_rel(config_path, base_dir)}",
+        diags.append(_diag(ArchitectureConfigInvalid, doc, where, f"no config.json at {shown}",
                            "the architecture is read from the model's config.json; give `architecture:` "
                            "or add the file"))
         return ResolvedModel(name, m, None, "")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ConfigError) as e:
-        diags.append(_diag(ArchitectureConfigInvalid, doc, where,
-                           f"cannot read the architecture from {_rel(config_path, base_dir)}: {e}"))
+    except (OSError, ValueError, RecursionError, ConfigError) as e:  # UnicodeDecodeError, JSONDecodeError
+        why = e.strerror if isinstance(e, OSError) and e.strerror else "nesting too deep" \
+            if isinstance(e, RecursionError) else e
+        diags.append(_diag(ArchitectureConfigInvalid, doc, where, f"cannot read the architecture from {shown}: {why}"))
         return ResolvedModel(name, m, None, "")
     return ResolvedModel(name, m, arch, "config")
 
 
-def _rel(p: Path, base: Path) -> str:
-    try:
-        return str(p.relative_to(base))
-    except ValueError:
-        return str(p)
+MAX_CONFIG_BYTES = 16 << 20  # a Hugging Face config.json is a few KB
+MAX_CAPTURE_BYTES = 1 << 20  # `nvidia-smi mig -lgip` prints a few KB
+
+
+def _read_bounded(path: Path, limit: int) -> bytes:
+    """At most `limit` bytes (OSError EFBIG past it), whatever stat says (a device never ends)."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+    return data
 
 
 def _resolve_host(name: str, h: Host, doc: Document, captures: list[Capture],

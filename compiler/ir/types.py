@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Mapping
 from compiler.capacity.placement import PlacementResult
 from compiler.capacity.report import UnitFigures
 from compiler.catalog.types import GpuSpec, MigProfile, ModelArch
+from .inputs import ResolvedInput
 from compiler.spec.loader import Document
 from compiler.spec.models import Host, MigInstance, Model, Spec
 
@@ -157,6 +158,13 @@ class Resolved:
     hosts: Mapping[str, ResolvedHost]
     units: tuple[ServingUnit, ...] = ()  # units pass, in host order then GPU order
     capture: str | None = None  # the --gpu-profiles capture, when one was given
+    # the spec's input paths (by their text in the spec) that resolution confined and found usable
+    # (inputs.py); a path missing here was refused, and nothing may read it
+    inputs: Mapping[str, ResolvedInput] = field(default_factory=dict)
+
+    def input_path(self, value: str) -> Path:
+        """The real path of an input the spec names (KeyError for one resolution refused)."""
+        return self.inputs[value].path
 
     @property
     def target(self) -> str:
