@@ -1,5 +1,7 @@
 """Property tests: whatever the input, the front end (and the whole pipeline) answers with a spec or
-with positioned diagnostics; it never raises.
+with positioned diagnostics; it never raises, and no library warning escapes (they are errors here).
+`kiln plan` runs on a bounded number of mutated specs too (lowering, the store, the renderers);
+benchmarks/fuzz_specs.py runs the same strategies through every command for as long as asked.
 
 Two sources of inputs: structured mutations of the example specs (as Python data, dumped back to
 YAML), and raw edits of the example files' text and bytes. The number of examples comes from the
@@ -7,6 +9,7 @@ hypothesis profile (tests/conftest.py: KILN_HYPOTHESIS_PROFILE=dev|ci)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import io
@@ -14,10 +17,12 @@ import json
 import re
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
-from hypothesis import example, given
+import pytest
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
@@ -41,6 +46,14 @@ for _example in EXAMPLE_FILES:
 
 def teardown_module() -> None:
     _SCRATCH.cleanup()
+
+
+@pytest.fixture(autouse=True)
+def _warnings_are_errors():
+    """A library warning would reach the user's stderr: here it fails the input that caused it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
 
 
 # --- checking one input -----------------------------------------------------------------------
@@ -330,3 +343,31 @@ def edited_bytes(draw) -> bytes:
 @example(EXAMPLE_TEXTS[0].encode()[:-7] + b"\xc3")
 def test_edited_bytes_never_crash(raw: bytes) -> None:
     check_bytes(raw)
+
+
+# --- plans ------------------------------------------------------------------------------------
+_PLAN_STORE = Path(_SCRATCH.name) / ".store"
+
+
+def check_plan(text: str) -> None:
+    """`kiln plan` (JSON, so every field of the plan is rendered) on `text`: an exit code that is
+    not a crash, and a plan or diagnostics."""
+    from compiler.cli import main
+
+    spec = Path(_SCRATCH.name) / "kiln.yaml"
+    spec.write_text(text, encoding="utf-8", errors="surrogatepass")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["plan", str(spec), "--store", str(_PLAN_STORE), "--format", "json"])
+    assert code in (0, 1), err.getvalue()
+    doc = json.loads(out.getvalue())
+    assert doc["actions"] is not None or doc["diagnostics"], doc
+
+
+# Bounded (a plan lowers the spec and reads the store): a few seconds in any profile.
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of(mutated_specs(), edited_texts()))
+@example(EXAMPLE_TEXTS[0])
+@example("%YAML 1.3\n---\n" + EXAMPLE_TEXTS[0])
+def test_plans_of_mutated_specs_never_crash(text: str) -> None:
+    check_plan(text)
