@@ -59,7 +59,10 @@ def test_yaml_1_2_stays_accepted(tmp_path: Path, capsys) -> None:
 def test_names_longer_than_the_filesystem_allows_are_usage_errors(tmp_path: Path, capsys) -> None:
     long_name = str(tmp_path / ("x" * 300 + ".yaml"))
     for argv in (["validate", long_name], ["plan", long_name], ["build", long_name],
-                 ["validate", str(QUICKSTART), "--output", str(tmp_path / ("o" * 300))]):
+                 ["validate", str(QUICKSTART), "--output", str(tmp_path / ("o" * 300))],
+                 ["validate", str(QUICKSTART), "--gpu-profiles", long_name], ["schema", "--output-dir", long_name],
+                 ["schema", "--output-dir", str(QUICKSTART / "x")], ["store", "verify", "--store", long_name],
+                 ["plan", str(QUICKSTART), "--store", long_name]):
         code, out, err = _run(capsys, *argv)
         assert code == 2 and err.startswith("kiln: error:") and "internal error" not in err, (argv, err)
 

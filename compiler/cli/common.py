@@ -27,7 +27,12 @@ def gpu_profiles(args) -> tuple[tuple[Path, ...], ...]:
             raise UsageError("--gpu-profiles takes one or two files (-lgip, then -lgipp) per GPU model; "
                              "repeat the option for another GPU model")
         for f in files:
-            if not f.is_file():
+            try:
+                found = f.is_file()
+            except (OSError, ValueError) as e:  # a name longer than the filesystem allows
+                raise UsageError(f"--gpu-profiles: cannot use {str(f)[:200]!r}: "
+                                 f"{getattr(e, 'strerror', None) or e}") from None
+            if not found:
                 raise UsageError(f"--gpu-profiles: no such file: {f}")
         captures.append(tuple(files))
     return tuple(captures)

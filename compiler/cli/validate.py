@@ -73,12 +73,16 @@ def cmd_schema(args: argparse.Namespace) -> ExitCode:
     if args.stdout:
         sys.stdout.write(schema_text())
         return ExitCode.OK
-    if args.check:
-        if schema_is_current(args.output_dir):
-            print(f"{args.output_dir / SCHEMA_FILE} is up to date")
-            return ExitCode.OK
-        print(f"{args.output_dir / SCHEMA_FILE} is stale; run `kiln schema` and commit the result", file=sys.stderr)
-        return ExitCode.ERRORS
-    path = write_schema(args.output_dir)
+    try:
+        if args.check:
+            if schema_is_current(args.output_dir):
+                print(f"{args.output_dir / SCHEMA_FILE} is up to date")
+                return ExitCode.OK
+            print(f"{args.output_dir / SCHEMA_FILE} is stale; run `kiln schema` and commit the result",
+                  file=sys.stderr)
+            return ExitCode.ERRORS
+        path = write_schema(args.output_dir)
+    except OSError as e:  # --output-dir is a file, or a name the filesystem does not take
+        raise UsageError(f"--output-dir {str(args.output_dir)[:200]}: {e.strerror or e}") from None
     print(f"wrote {path}")
     return ExitCode.OK
