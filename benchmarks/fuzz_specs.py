@@ -77,7 +77,7 @@ class Run:
         if problem is None and int(code) == 3:
             problem = err.getvalue()[-2000:]
         if problem is not None:
-            self.crashes.append((" ".join(argv[:-1] if argv[0] == "validate" else argv[:1]), raw, problem))
+            self.crashes.append((" ".join(a for a in argv if not a.startswith("/")), raw, problem))
         if elapsed > self.slowest[0]:
             self.slowest = (elapsed, raw, argv)
 
@@ -113,7 +113,8 @@ def main_(argv: list[str] | None = None) -> int:
         print(f"--- {cmd} on {len(raw)} bytes:\n{raw[:3000].decode('utf-8', 'replace')}\n--- {problem}")
     secs, raw, argv = run.slowest
     first = raw.split(b"\n", 1)[0][:80].decode("utf-8", "replace")
-    print(f"slowest input: {secs:.2f}s, `kiln {' '.join(argv[:-1])}` on {len(raw)} bytes (first line: {first!r})")
+    command = " ".join(a for a in argv if not a.startswith("/"))  # without the scratch paths
+    print(f"slowest input: {secs:.2f}s, `kiln {command}` on {len(raw)} bytes (first line: {first!r})")
     return 1 if run.crashes else 0
 
 

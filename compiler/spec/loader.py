@@ -68,7 +68,12 @@ def load_file(path: str | Path, display: str | None = None) -> LoadResult:
     p = Path(path)
     shown = display or str(path)
     try:
-        # At most the limit plus one byte, whatever stat says: /dev/zero or a pipe says 0 and never ends.
+        size = p.stat().st_size
+        if size > MAX_BYTES:  # a regular file says how long it is: refuse it unread
+            return LoadResult(None, [_diag(R.FileTooLarge, shown, Span(1, 1),
+                                           f"spec file is {size} bytes; the limit is {MAX_BYTES}",
+                                           help="split the fleet into several specs")])
+        # At most the limit plus one byte, whatever stat said: /dev/zero or a pipe says 0 and never ends.
         with open(p, "rb") as f:
             raw = f.read(MAX_BYTES + 1)
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in the name
