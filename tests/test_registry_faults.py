@@ -161,3 +161,15 @@ def test_a_cache_gives_up_once_its_time_budget_is_spent(tmp_path, registry, caps
     assert not outcome.failed and outcome.executed
     assert len(warnings) == 1 and "KILN_CACHE_BUDGET_S" in warnings[0], warnings
     json.dumps(warnings)
+
+
+def test_redact_masks_credentials_and_leaves_image_references_alone(monkeypatch) -> None:
+    from compiler.gitops.oci import redact
+
+    monkeypatch.setenv("KILN_REGISTRY_PASSWORD", "from-the-env")
+    assert redact("GET http://bob:pw1@127.0.0.1:5000/v2/x: denied") == "GET http://***@127.0.0.1:5000/v2/x: denied"
+    assert redact("cache bob:pw1@ghcr.io/team: down") == "cache ***@ghcr.io/team: down"
+    assert redact("the registry said: bad password from-the-env") == "the registry said: bad password ***"
+    image = "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3@sha256:" + "1" * 64
+    assert redact(f"base {image}") == f"base {image}"
+    assert redact("user@host") == "user@host"

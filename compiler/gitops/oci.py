@@ -27,15 +27,16 @@ TIMEOUT_S = 60  # per socket operation: a blob upload of a checkpoint must not b
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _REPO_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
 _HOST_RE = re.compile(r"[A-Za-z0-9.-]+(?::\d{1,5})?|\[[0-9A-Fa-f:.]+\](?::\d{1,5})?")
-# user:password@ in a reference or URL (a user name alone is not a secret)
-_USERINFO_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)?[^\s/@'\"<>]*:[^\s/@'\"<>]*@")
+# user:password@ opening a reference or following a URL's '//' (a user name alone is not a secret;
+# an image reference's name:tag@sha256:... is not a credential)
+_USERINFO_RE = re.compile(r"(?:(?<=//)|(?<![^\s'\"(=,]))[^\s/@'\"<>]+:[^\s/@'\"<>]*@(?!sha\d+:)")
 SECRET_ENV = ("KILN_REGISTRY_PASSWORD",)
 
 
 def redact(text: str) -> str:
     """`text` with registry credentials masked: user:password@ in references and URLs, and the value
     of the password variable wherever it appears (a registry may echo it in an error body)."""
-    text = _USERINFO_RE.sub(lambda m: (m.group("scheme") or "") + "***@", text)
+    text = _USERINFO_RE.sub("***@", text)
     for name in SECRET_ENV:
         secret = os.environ.get(name)
         if secret and len(secret) >= 3:
