@@ -18,7 +18,7 @@ class NotBuildable(Exception):
 
 def lower(result: Validation, digests: DigestCache, kinds: KindRegistry = REGISTRY) -> Graph:
     """The action graph of a spec that validated. An input that cannot be read now (it changed
-    since validation) adds a K913 diagnostic to `result` and raises NotBuildable."""
+    since validation) adds a K916 diagnostic to `result` and raises NotBuildable."""
     if not result.ok or result.resolved is None:
         raise NotBuildable(f"{result.file} has errors; run `kiln validate` for details")
     ctx = LowerContext(result.resolved, digests)

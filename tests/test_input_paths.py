@@ -54,7 +54,7 @@ def test_a_spec_cannot_publish_the_build_machines_files(tmp_path: Path, capsys) 
         argv = [command, str(hostile)] + (["--store", str(store)] if command != "validate" else [])
         code, out = _run(capsys, *argv)
         assert code == 1, out
-        assert _codes(out).count("K912") == 2 and "K903" not in _codes(out), out
+        assert _codes(out).count("K915") == 2 and "K903" not in _codes(out), out
         assert "'/etc/passwd' is outside the spec's repository" in out
     # nothing outside the repository was hashed (the digest cache lists every file Kiln read)
     cache = store / "digest-cache.json"
@@ -78,8 +78,8 @@ def test_inside_the_repository_is_fine_and_a_link_out_of_it_is_not(tmp_path: Pat
     (repo.root / "shared-data" / "calib-prose.jsonl").unlink()
     (repo.root / "shared-data" / "calib-prose.jsonl").symlink_to(outside)
     result = validate_path(spec)
-    assert [d.code for d in result.diagnostics if d.is_error] == ["K912"]
-    d = next(d for d in result.diagnostics if d.code == "K912")
+    assert [d.code for d in result.diagnostics if d.is_error] == ["K915"]
+    d = next(d for d in result.diagnostics if d.code == "K915")
     assert d.span.line == spec.read_text().splitlines().index(
         "      calibration: {data: ../shared-data/calib-prose.jsonl}") + 1
     assert "resolves to" in d.message and str(outside) in d.message
@@ -88,7 +88,7 @@ def test_inside_the_repository_is_fine_and_a_link_out_of_it_is_not(tmp_path: Pat
     shutil.move(repo.root / "deploy" / "model", tmp_path / "model-outside")
     (repo.root / "deploy" / "model").symlink_to(tmp_path / "model-outside")
     codes = sorted(d.code for d in validate_path(spec).diagnostics if d.is_error)
-    assert codes == ["K912", "K912", "K912"], codes
+    assert codes == ["K915", "K915", "K915"], codes
 
 
 def test_a_spec_outside_git_is_confined_to_its_directory(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ def test_a_spec_outside_git_is_confined_to_its_directory(tmp_path: Path) -> None
     text = spec.read_text(encoding="utf-8")
     shutil.move(tmp_path / "spec" / "model", tmp_path / "model")
     spec.write_text(text.replace("source: {path: model}", "source: {path: ../model}"), encoding="utf-8")
-    assert [d.code for d in validate_path(spec).diagnostics if d.is_error] == ["K912", "K912"]
+    assert [d.code for d in validate_path(spec).diagnostics if d.is_error] == ["K915", "K915"]
 
 
 def test_kiln_models_is_one_more_root_and_only_when_set(tmp_path: Path, monkeypatch) -> None:
@@ -106,7 +106,7 @@ def test_kiln_models_is_one_more_root_and_only_when_set(tmp_path: Path, monkeypa
     text = spec.read_text(encoding="utf-8")
     spec.write_text(text.replace("source: {path: model}", f"source: {{path: {models / 'tiny'}}}"), encoding="utf-8")
     monkeypatch.delenv("KILN_MODELS", raising=False)
-    assert {d.code for d in validate_path(spec).diagnostics if d.is_error} == {"K912"}
+    assert {d.code for d in validate_path(spec).diagnostics if d.is_error} == {"K915"}
     monkeypatch.setenv("KILN_MODELS", str(models))
     assert validate_path(spec).ok
     assert validate_path(spec, Options(models_root=None)).ok is False  # an explicit option wins
@@ -124,7 +124,7 @@ def test_an_input_that_vanishes_after_validation_is_a_diagnostic_at_lowering(tmp
     assert result.ok
     (tmp_path / "spec" / "data" / "calib-prose.jsonl").unlink()
     assert lower_or_report(result, DigestCache(None)) is None
-    assert [d.code for d in result.diagnostics] == ["K913"]
+    assert [d.code for d in result.diagnostics] == ["K916"]
     assert "calib-prose.jsonl" in result.diagnostics[0].message and result.diagnostics[0].span.line > 1
 
 
@@ -167,7 +167,7 @@ def test_an_input_that_exists_but_cannot_be_read_is_a_positioned_diagnostic() ->
             out = proc.stdout + proc.stderr
             assert proc.returncode == 1, out
             # the calibration file, and the model directory with an unreadable file (both models)
-            assert _codes(out).count("K913") == 3 and "Traceback" not in out and "internal error" not in out, out
+            assert _codes(out).count("K916") == 3 and "Traceback" not in out and "internal error" not in out, out
             assert "Permission denied" in out
     finally:
         shutil.rmtree(work, ignore_errors=True)

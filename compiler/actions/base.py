@@ -16,7 +16,7 @@ __all__ = ["ActionKind", "Disruption", "InputUnreadable", "LowerContext", "Param
 
 class InputUnreadable(Exception):
     """An input of the spec could not be read while lowering (it vanished, lost its permissions, or
-    the disk failed after validation): compiler/lower.py turns it into a K913 diagnostic at `where`."""
+    the disk failed after validation): compiler/lower.py turns it into a K916 diagnostic at `where`."""
 
     def __init__(self, where: tuple, message: str) -> None:
         super().__init__(message)

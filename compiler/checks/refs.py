@@ -32,7 +32,7 @@ class MissingFile(Check):
 
     Calibration data, evaluation sets and local model directories are inputs of the build; their
     content digests enter the artifacts' keys, so they must exist when the spec is validated.
-    A path that leaves the spec's repository is refused before this check looks for it (K912).
+    A path that leaves the spec's repository is refused before this check looks for it (K915).
     """
 
     code = "K905"
@@ -50,7 +50,7 @@ class MissingFile(Check):
                     (q.quality_gate.eval if q.quality_gate else None, ("quantization", "quality_gate", "eval"),
                      "evaluation set", False)):
                 if value is None or value not in ctx.ir.inputs:
-                    continue  # not given, or refused by resolution (K912, K913): never looked at
+                    continue  # not given, or refused by resolution (K915, K916): never looked at
                 path = ctx.ir.input_path(value)
                 if not (path.is_dir() if directory else path.is_file()):
                     kind = "a directory" if directory else "a file"

@@ -43,7 +43,7 @@ class InputOutsideRepository(Rule):
     Move the file into the repository (or under `$KILN_MODELS`), or fix the path.
     """
 
-    code = "K912"
+    code = "K915"
     name = "input-outside-repository"
 
 
@@ -55,7 +55,7 @@ class InputUnusable(Rule):
     the artifacts' keys, so each must be readable by the user who runs Kiln.
     """
 
-    code = "K913"
+    code = "K916"
     name = "input-unusable"
 
 
@@ -110,8 +110,8 @@ def input_roots(spec_dir: Path, models_root: str | Path | None = None) -> InputR
 
 
 def confine(value: str, base_dir: Path, roots: InputRoots) -> Path:
-    """The real path of the spec's `value` (relative to `base_dir`), or InputRefused (K912 outside
-    the roots, K913 a name no filesystem takes). Resolves names only: nothing is opened."""
+    """The real path of the spec's `value` (relative to `base_dir`), or InputRefused (K915 outside
+    the roots, K916 a name no filesystem takes). Resolves names only: nothing is opened."""
     if "\x00" in value:
         raise InputRefused(InputUnusable, f"path {_short(value)} contains a NUL byte")
     candidate = Path(value) if os.path.isabs(value) else base_dir / value

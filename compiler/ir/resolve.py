@@ -1,7 +1,7 @@
 """Resolution: attach catalog facts to a parsed spec, giving the IR that the passes complete.
 
 Pure except for reading the files a spec names (a model's config.json, a captured -lgip/-lgipp),
-which are confined to the spec's repository first (inputs.py: K912, K913);
+which are confined to the spec's repository first (inputs.py: K915, K916);
 faults become diagnostics of the rules below, which are raised here and nowhere else, and
 whatever cannot be resolved is left as None so that later passes and checks skip it.
 """
@@ -125,7 +125,7 @@ def input_fields(spec: Spec) -> list[tuple[str, tuple, bool]]:
 
 def _resolve_inputs(spec: Spec, doc: Document, base_dir: Path, roots: InputRoots,
                     diags: list[Diagnostic]) -> dict[str, ResolvedInput]:
-    """Every input path confined (K912, K913 at each place that names a refused one), before
+    """Every input path confined (K915, K916 at each place that names a refused one), before
     anything reads a file; the readable ones by the spec's text of the path."""
     inputs: dict[str, ResolvedInput] = {}
     refused: dict[str, InputRefused] = {}
@@ -187,11 +187,11 @@ def _resolve_model(name: str, m: Model, doc: Document, inputs: dict[str, Resolve
         return ResolvedModel(name, m, arch, "catalog")
     if isinstance(arch_ref, ArchitectureFile):
         if arch_ref.config not in inputs:
-            return ResolvedModel(name, m, None, "")  # refused (K912, K913) before anything was read
+            return ResolvedModel(name, m, None, "")  # refused (K915, K916) before anything was read
         config_path, where, shown = inputs[arch_ref.config].path, path + ("config",), arch_ref.config
     elif m.source.path is not None:
         if m.source.path not in inputs:
-            return ResolvedModel(name, m, None, "")  # refused (K912, K913) before anything was read
+            return ResolvedModel(name, m, None, "")  # refused (K915, K916) before anything was read
         config_path, where = inputs[m.source.path].path / "config.json", ("models", name, "source", "path")
         shown = f"{m.source.path.rstrip('/')}/config.json"
     else:
