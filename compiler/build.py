@@ -13,7 +13,7 @@ from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import DISRUPTION_ORDER, POOL, Disruption, KindRegistry
 from compiler.graph.model import Graph
 from compiler.graph.plan import PlannedAction, make_plan
-from compiler.lower import lower
+from compiler.lower import lower_or_report
 from compiler.pipeline import Options, Validation, validate_path
 from compiler.release import build_manifest, manifest_sections
 from compiler.store.local import LocalStore
@@ -28,8 +28,10 @@ def store_dir(explicit: Path | None) -> Path:
     return Path(env) if env else DEFAULT_STORE
 
 
-def open_store(path: Path) -> LocalStore:
-    return LocalStore(path)
+def open_store(path: Path, create: bool = True) -> LocalStore:
+    """The store at `path` (compiler.store.local.StoreUnusable when it cannot be one; with
+    `create=False`, also when there is no store there yet)."""
+    return LocalStore(path, create=create)
 
 
 @dataclass
@@ -63,8 +65,7 @@ def _prepare(spec: Path, store: LocalStore, options: Options | None,
              kinds: KindRegistry) -> tuple[BuildOutcome, DigestCache]:
     outcome = BuildOutcome(validate_path(spec, options))
     digests = DigestCache(store.root / "digest-cache.json")
-    if outcome.validation.ok:
-        outcome.graph = lower(outcome.validation, digests, kinds)
+    outcome.graph = lower_or_report(outcome.validation, digests, kinds)
     return outcome, digests
 
 
@@ -142,12 +143,16 @@ def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda 
                                + ", ".join(outcome.graph.order))
         selected = selection.chosen(outcome.graph)
     name = outcome.validation.spec.name
-    outcome.results = execute(outcome.graph, store, name, kinds, jobs=jobs, progress=progress,
-                              digest_of=digests.digest, builder=builder, selected=selected, remote=remote)
-    if not outcome.failed:
-        trees = {aid: r.tree for aid, r in outcome.results.items()}
-        pending = {r.id: r.error or "deferred" for r in outcome.deferred}
-        outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.resolved, pending,
-                                          manifest_sections(outcome.graph, trees, store, kinds))
-        outcome.manifest_digest = store.add_release(name, outcome.manifest)
+    # The shared lock is held from the first cache lookup until the release is recorded: until then
+    # nothing in the store references this build's new artifacts, and `kiln store gc` (which takes
+    # the lock alone) would remove them.
+    with store.lock():
+        outcome.results = execute(outcome.graph, store, name, kinds, jobs=jobs, progress=progress,
+                                  digest_of=digests.digest, builder=builder, selected=selected, remote=remote)
+        if not outcome.failed:
+            trees = {aid: r.tree for aid, r in outcome.results.items()}
+            pending = {r.id: r.error or "deferred" for r in outcome.deferred}
+            outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.resolved, pending,
+                                              manifest_sections(outcome.graph, trees, store, kinds))
+            outcome.manifest_digest = store.add_release(name, outcome.manifest)
     return outcome

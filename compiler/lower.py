@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from compiler.actions import REGISTRY
-from compiler.actions.base import LowerContext
+from compiler.actions.base import InputUnreadable, LowerContext
+from compiler.diagnostics import Diagnostic
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
+from compiler.ir.inputs import InputUnusable
 from compiler.pipeline import Validation
 
 
@@ -15,7 +17,25 @@ class NotBuildable(Exception):
 
 
 def lower(result: Validation, digests: DigestCache, kinds: KindRegistry = REGISTRY) -> Graph:
+    """The action graph of a spec that validated. An input that cannot be read now (it changed
+    since validation) adds a K916 diagnostic to `result` and raises NotBuildable."""
     if not result.ok or result.resolved is None:
         raise NotBuildable(f"{result.file} has errors; run `kiln validate` for details")
     ctx = LowerContext(result.resolved, digests)
-    return Graph.build([a for kind in kinds for a in kind.lower(ctx)])
+    try:
+        return Graph.build([a for kind in kinds for a in kind.lower(ctx)])
+    except InputUnreadable as e:
+        doc = result.resolved.document
+        result.diagnostics.append(Diagnostic(InputUnusable.code, InputUnusable.severity, e.message, doc.file,
+                                             doc.span_of(e.where)))
+        raise NotBuildable(f"{result.file}: {e.message}") from None
+
+
+def lower_or_report(result: Validation, digests: DigestCache, kinds: KindRegistry = REGISTRY) -> Graph | None:
+    """`lower`, or None when the spec has errors (lowering's own are added to `result`)."""
+    if not result.ok:
+        return None
+    try:
+        return lower(result, digests, kinds)
+    except NotBuildable:
+        return None

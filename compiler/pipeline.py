@@ -4,12 +4,14 @@ by `kiln tune`, the comparison of its records with what it now builds: compiler/
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.checks import CheckContext, run_checks
 from compiler.diagnostics import Diagnostic, sort_diagnostics
 from compiler.ir import Resolved, analyse, resolve
+from compiler.ir.inputs import input_roots
 from compiler.ir.lockfile import lock_path
 from compiler.spec.loader import Document, load_file, load_text
 from compiler.spec.models import Spec
@@ -23,6 +25,9 @@ class Options:
     # One capture per GPU model: its `nvidia-smi mig -lgip` (and -lgipp) output, in one file or two.
     # It replaces the catalog's MIG profiles for the hosts of that GPU only.
     gpu_profiles: tuple[tuple[Path, ...], ...] = ()
+    # A directory of model files a spec may read besides its repository (compiler/ir/inputs.py);
+    # the builder's $KILN_MODELS unless given.
+    models_root: str | None = field(default_factory=lambda: os.environ.get("KILN_MODELS") or None)
 
 
 @dataclass
@@ -58,12 +63,14 @@ def _validate(loaded, shown: str, base_dir: Path, options: Options, lock: Path |
         return result
     parsed = parse_document(loaded.document)
     # A value the loader already reported (an unknown tag, an unreadable scalar) fails the schema
-    # too; one diagnostic per place is enough.
-    reported = {(d.span.line, d.span.column) for d in loaded.diagnostics}
+    # too; one diagnostic per place is enough. (Not for a loader warning: an error still fails the spec.)
+    reported = {(d.span.line, d.span.column) for d in loaded.diagnostics if d.is_error}
     result.diagnostics.extend(d for d in parsed.diagnostics if (d.span.line, d.span.column) not in reported)
     result.spec = parsed.spec
-    if parsed.spec is not None and not result.diagnostics:
-        ir, diags = resolve(parsed.spec, loaded.document, result.base_dir, options.gpu_profiles, lock=lock)
+    roots = input_roots(result.base_dir, options.models_root)
+    if parsed.spec is not None and not any(d.is_error for d in result.diagnostics):
+        ir, diags = resolve(parsed.spec, loaded.document, result.base_dir, options.gpu_profiles, lock=lock,
+                            roots=roots)
         ir = analyse(ir)
         result.resolved = ir
         result.diagnostics.extend(diags)
@@ -77,7 +84,7 @@ def _validate(loaded, shown: str, base_dir: Path, options: Options, lock: Path |
         # One run, all problems: the entries that parsed are checked too (the IR stays out of the
         # result: a spec with errors is never lowered).
         ir, diags = resolve(parsed.partial, loaded.document, result.base_dir, options.gpu_profiles,
-                            set_aside=parsed.set_aside, lock=lock)
+                            set_aside=parsed.set_aside, lock=lock, roots=roots)
         result.diagnostics.extend(diags)
         result.diagnostics.extend(run_checks(CheckContext(analyse(ir))))
     result.diagnostics = sort_diagnostics(result.diagnostics)

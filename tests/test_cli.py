@@ -12,6 +12,7 @@ import pytest
 
 import compiler.cli.validate
 from compiler.cli import ExitCode, _parser, main
+from compiler.store.local import LocalStore
 from tests.gitrepo import GitRepo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,6 +76,7 @@ def cli_env(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("KILN_STORE", str(tmp_path / "store"))
     monkeypatch.setenv("KILN_BUILDER_HAS", "")  # nothing beyond the CPU: deferrals do not depend on the machine
+    LocalStore(tmp_path / "store")  # the store commands refuse a store that does not exist
     return tmp_path
 
 

@@ -1,5 +1,7 @@
 """Property tests: whatever the input, the front end (and the whole pipeline) answers with a spec or
-with positioned diagnostics; it never raises.
+with positioned diagnostics; it never raises, and no library warning escapes (they are errors here).
+`kiln plan` runs on a bounded number of mutated specs too (lowering, the store, the renderers);
+benchmarks/fuzz_specs.py runs the same strategies through every command for as long as asked.
 
 Two sources of inputs: structured mutations of the example specs (as Python data, dumped back to
 YAML), and raw edits of the example files' text and bytes. The number of examples comes from the
@@ -7,6 +9,7 @@ hypothesis profile (tests/conftest.py: KILN_HYPOTHESIS_PROFILE=dev|ci)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import io
@@ -14,10 +17,12 @@ import json
 import re
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
-from hypothesis import example, given
+import pytest
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
@@ -41,6 +46,14 @@ for _example in EXAMPLE_FILES:
 
 def teardown_module() -> None:
     _SCRATCH.cleanup()
+
+
+@pytest.fixture(autouse=True)
+def _warnings_are_errors():
+    """A library warning would reach the user's stderr: here it fails the input that caused it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
 
 
 # --- checking one input -----------------------------------------------------------------------
@@ -118,7 +131,10 @@ def check_bytes(raw: bytes) -> None:
 _SPECIAL_TEXT = ["\u202eevil", "\u200f", "\u200b", "\U0001F680", "e\u0301", "a\u2028b", "\x1b[31m", "\x07",
                  "\x85", "'", '"', ": ", "- ", "#", "&a", "*a", "!tag", "{", "[", "%", "@", "`", "|", ">",
                  "yes", "no", "on", "off", "null", "~", "0x1F", "1e400", ".inf", "v1", "llama-3.1-70b",
-                 "3g.40gb", "H100-SXM5-80GB", "chat;rm -rf /", "$(reboot)", "", " ", "a" * 300]
+                 "3g.40gb", "H100-SXM5-80GB", "chat;rm -rf /", "$(reboot)", "", " ", "a" * 300,
+                 # paths that leave the spec's repository, or that no filesystem takes (issue 17)
+                 "/etc/passwd", "../../../../../../etc/passwd", "/dev/zero", "/usr/share/doc", "model/../../..",
+                 "data/" + "d" * 300, "a/" * 3000, "model/config.json/x", "."]
 
 texts = st.one_of(
     st.sampled_from(_SPECIAL_TEXT),
@@ -162,7 +178,12 @@ def _nested(depth: int, leaf: Any, use_lists: bool) -> Any:
     return leaf
 
 
-MUTATIONS = ["delete", "replace", "insert", "nest", "duplicate_models", "swap_type"]
+MUTATIONS = ["delete", "replace", "insert", "nest", "duplicate_models", "swap_type", "wrap", "unwrap", "input_path"]
+# Spec fields that name files, and what a hostile or unlucky spec puts there (issue 17)
+PATH_KEYS = ("path", "data", "eval", "config")
+HOSTILE_PATHS = ["/etc/passwd", "../../../../../../etc/passwd", "/dev/zero", "/usr/share/doc", "/proc/self/mem",
+                 "model/../../..", "data/" + "d" * 300, "a/" * 3000, "model/config.json/x", ".", "..", "/",
+                 "data/../model", "model/", "./data/calib-prose.jsonl", "data\\calib.jsonl", "~/x", "$HOME/x"]
 
 
 def mutate(data: Any, draw) -> Any:
@@ -178,6 +199,12 @@ def mutate(data: Any, draw) -> Any:
             else:  # every model again, under new names
                 for old in list(models):
                     models[f"{name}-{old}" if isinstance(old, str) else name] = copy.deepcopy(models[old])
+        return data
+    if kind == "input_path":  # a file the spec names, pointed somewhere it must not read
+        named = [p for p in paths if p and p[-1] in PATH_KEYS and isinstance(_get(data, p), str)]
+        if named:
+            target = draw(st.sampled_from(named))
+            _get(data, target[:-1])[target[-1]] = draw(st.sampled_from(HOSTILE_PATHS))
         return data
     if not path:  # the root itself
         if kind in ("replace", "swap_type"):
@@ -200,6 +227,10 @@ def mutate(data: Any, draw) -> Any:
             parent[draw(keys)] = draw(values)
     elif kind == "nest":
         parent[last] = _nested(draw(st.integers(1, 100)), parent[last], draw(st.booleans()))
+    elif kind == "wrap":  # a value the schema may take as a one-element list (`index: [0]`)
+        parent[last] = [parent[last]] * draw(st.integers(1, 3))
+    elif kind == "unwrap" and isinstance(parent[last], list) and parent[last]:  # a list cut to its head
+        parent[last] = parent[last][:1] if draw(st.booleans()) else parent[last][0]
     return data
 
 
@@ -239,11 +270,25 @@ def test_mutated_specs_never_crash(text: str) -> None:
 
 # --- raw text and bytes -----------------------------------------------------------------------
 
+DIRECTIVES = ["%YAML 1.3\n---\n", "%YAML 1.1\n---\n", "%YAML 2.0\n---\n", "%YAML 1.2\n---\n", "%YAML 9.9\n",
+              "%TAG ! tag:x,2000:\n---\n", "%TAG !! tag:x,2000:\n---\n", "%FOO bar\n---\n", "%YAML 1.1\n%YAML 1.1\n---\n"]
+
+
 @st.composite
 def edited_texts(draw) -> str:
     text = draw(st.sampled_from(EXAMPLE_TEXTS))
     for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(["delete", "insert", "swap_lines", "dup_line", "replace_char"]))
+        kind = draw(st.sampled_from(["delete", "insert", "swap_lines", "dup_line", "replace_char", "directive",
+                                     "anchor"]))
+        if kind == "directive":  # a YAML directive ahead of the document
+            text = draw(st.sampled_from(DIRECTIVES)) + text
+            continue
+        if kind == "anchor":  # the same anchor on two values (ruamel warns), and maybe an alias of it
+            spots = [m.end() for m in re.finditer(r": (?=[^\s{\[#&*|>'\"])", text)]
+            if len(spots) >= 2:
+                a, b = sorted(draw(st.lists(st.sampled_from(spots), min_size=2, max_size=2, unique=True)))
+                text = text[:a] + "&dup " + text[a:b] + "&dup " + text[b:]
+            continue
         n = len(text)
         if kind == "delete" and n:
             i = draw(st.integers(0, n - 1))
@@ -251,7 +296,9 @@ def edited_texts(draw) -> str:
         elif kind == "insert":
             i = draw(st.integers(0, n))
             piece = draw(st.one_of(texts, st.sampled_from(["\t", "\n", ":", "---\n", "- ", "  ", "&x ", "*x", "<<: *x\n",
-                                                           "!!python/object:os.system ", "\ufeff", "\r\n"])))
+                                                           "!!python/object:os.system ", "\ufeff", "\r\n",
+                                                           "%YAML 1.3\n---\n", "%YAML 1.1\n---\n", "%TAG !! x:\n---\n",
+                                                           "&dup ", "&dup 1 "])))
             text = text[:i] + piece + text[i:]
         elif kind in ("swap_lines", "dup_line"):
             lines = text.split("\n")
@@ -296,3 +343,31 @@ def edited_bytes(draw) -> bytes:
 @example(EXAMPLE_TEXTS[0].encode()[:-7] + b"\xc3")
 def test_edited_bytes_never_crash(raw: bytes) -> None:
     check_bytes(raw)
+
+
+# --- plans ------------------------------------------------------------------------------------
+_PLAN_STORE = Path(_SCRATCH.name) / ".store"
+
+
+def check_plan(text: str) -> None:
+    """`kiln plan` (JSON, so every field of the plan is rendered) on `text`: an exit code that is
+    not a crash, and a plan or diagnostics."""
+    from compiler.cli import main
+
+    spec = Path(_SCRATCH.name) / "kiln.yaml"
+    spec.write_text(text, encoding="utf-8", errors="surrogatepass")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["plan", str(spec), "--store", str(_PLAN_STORE), "--format", "json"])
+    assert code in (0, 1), err.getvalue()
+    doc = json.loads(out.getvalue())
+    assert doc["actions"] is not None or doc["diagnostics"], doc
+
+
+# Bounded (a plan lowers the spec and reads the store): a few seconds in any profile.
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of(mutated_specs(), edited_texts()))
+@example(EXAMPLE_TEXTS[0])
+@example("%YAML 1.3\n---\n" + EXAMPLE_TEXTS[0])
+def test_plans_of_mutated_specs_never_crash(text: str) -> None:
+    check_plan(text)

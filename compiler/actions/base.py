@@ -10,12 +10,24 @@ from compiler.graph.kinds import ActionKind, Disruption, Params, RunContext
 from compiler.ir import Resolved
 from compiler.spec.models import Spec
 
-__all__ = ["ActionKind", "Disruption", "LowerContext", "Params", "RunContext", "checkpoint_action_id"]
+__all__ = ["ActionKind", "Disruption", "InputUnreadable", "LowerContext", "Params", "RunContext",
+           "checkpoint_action_id"]
+
+
+class InputUnreadable(Exception):
+    """An input of the spec could not be read while lowering (it vanished, lost its permissions, or
+    the disk failed after validation): compiler/lower.py turns it into a K916 diagnostic at `where`."""
+
+    def __init__(self, where: tuple, message: str) -> None:
+        super().__init__(message)
+        self.where, self.message = where, message
 
 
 @dataclass
 class LowerContext:
-    """The analysed IR of a spec that validated, and the digests of the files it names."""
+    """The analysed IR of a spec that validated, and the digests of the files it names. Files are
+    reached only through the IR's confined inputs (compiler/ir/inputs.py), never by joining the
+    spec's text to a directory."""
 
     ir: Resolved
     digests: DigestCache
@@ -29,8 +41,24 @@ class LowerContext:
     def base_dir(self) -> Path:
         return self.ir.base_dir
 
-    def file_digest(self, rel: str) -> str:
-        return self.digests.digest(self.base_dir / rel)
+    def input_path(self, value: str) -> Path:
+        """The real path of an input the spec names, as resolution confined it."""
+        return self.ir.input_path(value)
+
+    def file_digest(self, value: str) -> str:
+        return self._reading(value, lambda: self.digests.digest(self.input_path(value)))
+
+    def tree_digests(self, value: str) -> dict[str, str]:
+        """Relative path -> digest of every regular file of the directory the spec names `value`."""
+        return self._reading(value, lambda: tree_digests(self.input_path(value), self.digests))
+
+    def _reading(self, value: str, read):
+        try:
+            return read()
+        except OSError as e:
+            raise InputUnreadable(self.ir.inputs[value].where,
+                                  f"cannot read {value!r}: {getattr(e, 'filename', None) or ''}"
+                                  f"{': ' if getattr(e, 'filename', None) else ''}{e.strerror or e}") from None
 
     def model_inputs(self) -> dict[str, dict[str, str]]:
         """Digests of every file each model reads: weights/tokenizer/config, calibration and eval data."""
@@ -39,7 +67,7 @@ class LowerContext:
             for name, model in sorted(self.spec.models.items()):
                 roles: dict[str, str] = {}
                 if model.source.path is not None:
-                    for rel, digest in tree_digests(self.base_dir / model.source.path, self.digests).items():
+                    for rel, digest in self.tree_digests(model.source.path).items():
                         roles[f"source/{rel}"] = digest
                 q = model.quantization
                 if q.calibration is not None:

@@ -52,7 +52,7 @@ class CalibrationSet(ActionKind[CalibrationSetParams]):
             out.append(self.action(f"{self.kind}/{name}", CalibrationSetParams(model=name, samples=cal.samples,
                                                                                seed=cal.seed),
                                    inputs={"data": ctx.file_digest(cal.data)},
-                                   files={"data": str(ctx.base_dir / cal.data)}))
+                                   files={"data": str(ctx.input_path(cal.data))}))
         return out
 
     def run(self, params: CalibrationSetParams, ctx: RunContext) -> None:

@@ -123,7 +123,12 @@ def content_digest(root: Path, exclude: tuple[str, ...] = ("Dockerfile", METADAT
 
 
 def _copy_tree(src: Path, dest: Path) -> None:
+    """Copy a materialized dependency (compiler/store/local.py materialize: regular files and
+    directories only, every path inside it) into the context. A symbolic link cannot come from the
+    store; one found here is refused rather than followed out of the tree."""
     for p in sorted(src.rglob("*")):
+        if p.is_symlink():
+            raise RuntimeError(f"{p.relative_to(src)}: a symbolic link in a dependency's tree")
         if p.is_file():
             target = dest / p.relative_to(src)
             target.parent.mkdir(parents=True, exist_ok=True)

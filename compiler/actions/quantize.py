@@ -157,7 +157,7 @@ def lower_model(ctx: LowerContext, name: str) -> Action:
     if q.quality_gate is not None:
         g = q.quality_gate
         inputs["eval"] = ctx.file_digest(g.eval)
-        files["eval"] = str(ctx.base_dir / g.eval)
+        files["eval"] = str(ctx.input_path(g.eval))
         gate = EvalParams(metric=g.metric, samples=g.samples, max_tokens=EVAL_MAX_TOKENS)
     cal = q.calibration
     overrides = []

@@ -41,14 +41,12 @@ def lower_source(ctx: LowerContext, model) -> tuple[SourceRef, dict[str, str], d
     """(the `source` params, input digests by role, input paths by role) of one model. A local
     directory enters the key file by file (hashed once per content, cached by size and mtime); a
     Hugging Face source by repository, revision and expected digest."""
-    from compiler.graph.inputs import tree_digests
-
     src = model.source
     inputs: dict[str, str] = {}
     files: dict[str, str] = {}
     if src.path is not None:
-        base = ctx.base_dir / src.path
-        for rel, digest in tree_digests(base, ctx.digests).items():
+        base = ctx.input_path(src.path)
+        for rel, digest in ctx.tree_digests(src.path).items():
             inputs[f"source/{rel}"] = digest
             files[f"source/{rel}"] = str(base / rel)
         return SourceRef(path=True), inputs, files

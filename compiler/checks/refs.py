@@ -33,6 +33,7 @@ class MissingFile(Check):
 
     Calibration data, evaluation sets and local model directories are inputs of the build; their
     content digests enter the artifacts' keys, so they must exist when the spec is validated.
+    A path that leaves the spec's repository is refused before this check looks for it (K915).
     """
 
     code = "K905"
@@ -42,15 +43,20 @@ class MissingFile(Check):
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in ctx.spec.models.items():
             base = ("models", name)
-            if m.source.path is not None and not (ctx.base_dir / m.source.path).is_dir():
-                yield ctx.diag(self, base + ("source", "path"), f"model directory {m.source.path!r} does not exist")
             q = m.quantization
-            if q.calibration is not None and not (ctx.base_dir / q.calibration.data).is_file():
-                yield ctx.diag(self, base + ("quantization", "calibration", "data"),
-                               f"calibration data {q.calibration.data!r} does not exist")
-            if q.quality_gate is not None and not (ctx.base_dir / q.quality_gate.eval).is_file():
-                yield ctx.diag(self, base + ("quantization", "quality_gate", "eval"),
-                               f"evaluation set {q.quality_gate.eval!r} does not exist")
+            for value, where, what, directory in (
+                    (m.source.path, ("source", "path"), "model directory", True),
+                    (q.calibration.data if q.calibration else None, ("quantization", "calibration", "data"),
+                     "calibration data", False),
+                    (q.quality_gate.eval if q.quality_gate else None, ("quantization", "quality_gate", "eval"),
+                     "evaluation set", False)):
+                if value is None or value not in ctx.ir.inputs:
+                    continue  # not given, or refused by resolution (K915, K916): never looked at
+                path = ctx.ir.input_path(value)
+                if not (path.is_dir() if directory else path.is_file()):
+                    kind = "a directory" if directory else "a file"
+                    state = f"is not {kind}" if path.exists() else "does not exist"
+                    yield ctx.diag(self, base + where, f"{what} {value!r} {state}")
 
 
 class GpuIndexInvalid(Check):

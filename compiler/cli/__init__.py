@@ -45,11 +45,17 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
+    from compiler.gitops.oci import redact
+    from compiler.store.local import StoreError, StoreUnusable
+
     try:
         return args.handler(args)
-    except UsageError as e:
-        print(f"kiln: error: {e}", file=sys.stderr)
+    except (UsageError, StoreUnusable) as e:  # StoreUnusable: --store (or $KILN_STORE) is no store
+        print(f"kiln: error: {redact(str(e))}", file=sys.stderr)
         return ExitCode.USAGE
+    except StoreError as e:  # the store's own files; `kiln store verify` says more
+        print(f"kiln: error: store: {redact(str(e))}", file=sys.stderr)
+        return ExitCode.ERRORS
     except BrokenPipeError:
         return ExitCode.OK
     except KeyboardInterrupt:
@@ -58,6 +64,6 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
     except Exception as e:  # never show a traceback for a bug unless asked to
         if os.environ.get("KILN_DEBUG"):
             raise
-        print(f"kiln: internal error: {type(e).__name__}: {e}\n"
+        print(f"kiln: internal error: {type(e).__name__}: {redact(str(e))}\n"
               "This is a bug in kiln; rerun with KILN_DEBUG=1 for details.", file=sys.stderr)
         return ExitCode.INTERNAL

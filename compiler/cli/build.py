@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import STORE_HELP, remote_cache, require_file
+from .common import STORE_HELP, check_output_file, remote_cache, require_file, write_output
 from .errors import UsageError
 from .exitcodes import ExitCode
 from .output import print_diagnostics
@@ -36,6 +36,7 @@ def cmd_build(args: argparse.Namespace) -> ExitCode:
     from compiler.graph.builder import Selection
 
     require_file(args.spec)
+    check_output_file(args.manifest, "--manifest")
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     store = open_store(store_dir(args.store))
@@ -60,10 +61,7 @@ def cmd_build(args: argparse.Namespace) -> ExitCode:
               f"{len([r for r in outcome.failed if r.status == 'skipped'])} skipped, {cached} cached", file=sys.stderr)
         return ExitCode.ERRORS
     if args.manifest is not None:
-        tmp = args.manifest.with_name(args.manifest.name + ".tmp")
-        args.manifest.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(outcome.manifest)
-        tmp.replace(args.manifest)
+        write_output(args.manifest, outcome.manifest, "--manifest")
     if outcome.deferred:
         for r in sorted(outcome.deferred, key=lambda r: r.id):
             print(f"deferred: {r.id}: {r.error}", file=sys.stderr)

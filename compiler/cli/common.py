@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 from .errors import UsageError
@@ -25,15 +27,57 @@ def gpu_profiles(args) -> tuple[tuple[Path, ...], ...]:
             raise UsageError("--gpu-profiles takes one or two files (-lgip, then -lgipp) per GPU model; "
                              "repeat the option for another GPU model")
         for f in files:
-            if not f.is_file():
+            try:
+                found = f.is_file()
+            except (OSError, ValueError) as e:  # a name longer than the filesystem allows
+                raise UsageError(f"--gpu-profiles: cannot use {str(f)[:200]!r}: "
+                                 f"{getattr(e, 'strerror', None) or e}") from None
+            if not found:
                 raise UsageError(f"--gpu-profiles: no such file: {f}")
         captures.append(tuple(files))
     return tuple(captures)
 
 
 def require_file(spec: Path) -> None:
-    if not spec.is_file():
-        raise UsageError(f"no such file: {spec}")
+    try:
+        if spec.is_file():
+            return
+    except (OSError, ValueError) as e:  # a name longer than the filesystem allows, a NUL byte
+        raise UsageError(f"cannot use {str(spec)[:200]!r}: {getattr(e, 'strerror', None) or e}") from None
+    raise UsageError(f"no such file: {spec}")
+
+
+def check_output_file(path: Path | None, option: str) -> None:
+    """Refuse, before any work, an output file that cannot be written: a directory, a file where
+    its directory should be, a name the filesystem does not take."""
+    if path is None:
+        return
+    try:
+        if path.is_dir():
+            raise UsageError(f"{option} {path}: is a directory; give a file name")
+        for parent in path.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise UsageError(f"{option} {path}: {parent} is not a directory")
+                break
+        os.stat(path.parent if path.parent.exists() else "/")  # raises for a name too long to use
+        if len(os.fsencode(path.name)) > 255:
+            raise UsageError(f"{option} {str(path)[:200]}...: the file name is longer than the filesystem allows")
+    except OSError as e:
+        raise UsageError(f"{option} {str(path)[:200]}: {e.strerror or e}") from None
+
+
+def write_output(path: Path, data: bytes, option: str) -> None:
+    """Write `data` to a temporary file next to `path` and rename it over `path` (never half-written)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise UsageError(f"{option} {path}: cannot write it: {e.strerror or e}") from None
 
 
 def remote_cache(target: str, store):

@@ -22,9 +22,9 @@ def emit(text: str, output: Path | None) -> None:
     if output is None:
         _write(sys.stdout, text)
         return
-    tmp = output.with_name(output.name + ".tmp")
-    tmp.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-    tmp.replace(output)
+    from .common import write_output
+
+    write_output(output, (text if text.endswith("\n") else text + "\n").encode("utf-8"), "--output")
 
 
 def use_color(mode: str, stream: TextIO) -> bool:

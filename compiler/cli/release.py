@@ -7,10 +7,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import STORE_HELP, require_file
+from .common import STORE_HELP, check_output_file, require_file, write_output
 from .errors import UsageError
 from .exitcodes import ExitCode
-from .output import emit, print_diagnostics
+from .output import print_diagnostics
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,6 +45,7 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
     from compiler.gitops.publish import NotBuilt, publish_spec
 
     require_file(args.spec)
+    check_output_file(args.provenance, "--provenance")
     commit = args.commit
     if commit is None and not args.artifacts_only:
         try:
@@ -64,8 +65,7 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
         print_diagnostics([outcome.validation], stream=sys.stderr)
         return ExitCode.ERRORS
     if args.provenance is not None and outcome.provenance is not None:
-        args.provenance.parent.mkdir(parents=True, exist_ok=True)
-        emit(outcome.provenance.decode("utf-8"), args.provenance)
+        write_output(args.provenance, outcome.provenance, "--provenance")
     print(outcome.summary())
     return ExitCode.OK
 

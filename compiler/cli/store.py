@@ -15,7 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     v = st_sub.add_parser("verify", help="check every object, record and release in the store")
     v.add_argument("--store", type=Path)
     v.add_argument("--repair", action="store_true",
-                   help="remove corrupt objects and the records that need them; the next build rebuilds them")
+                   help="remove corrupt objects and files, and the records that need them; the next build "
+                        "rebuilds them")
     v.set_defaults(handler=cmd_store_verify)
     g = st_sub.add_parser("gc", help="remove what the last N releases of each spec do not reference")
     g.add_argument("--store", type=Path)
@@ -27,7 +28,7 @@ def cmd_store_verify(args: argparse.Namespace) -> ExitCode:
     from compiler.build import open_store, store_dir
     from compiler.store.maintenance import verify
 
-    store = open_store(store_dir(args.store))
+    store = open_store(store_dir(args.store), create=False)
     problems = verify(store, repair=args.repair)
     for p in problems:
         print(f"store: {p}")
@@ -44,7 +45,7 @@ def cmd_store_gc(args: argparse.Namespace) -> ExitCode:
 
     if args.keep < 1:
         raise UsageError("--keep must be at least 1")
-    stats = gc(open_store(store_dir(args.store)), args.keep)
+    stats = gc(open_store(store_dir(args.store), create=False), args.keep)
     print(f"kept {stats.kept_releases} release(s); removed {stats.removed_actions} action(s), "
           f"{stats.removed_objects} object(s), {stats.removed_tmp} temporary file(s)")
     return ExitCode.OK

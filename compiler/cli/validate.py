@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import add_gpu_profiles, gpu_profiles
+from .common import add_gpu_profiles, check_output_file, gpu_profiles
 from .errors import UsageError
 from .exitcodes import ExitCode
 from .output import print_diagnostics, use_color
@@ -36,8 +36,13 @@ def cmd_validate(args: argparse.Namespace) -> ExitCode:
     from compiler.pipeline import Options, validate_path
 
     captures = gpu_profiles(args)
+    check_output_file(args.output, "--output")
     for spec in args.specs:
-        if not spec.exists():
+        try:
+            exists = spec.exists()
+        except (OSError, ValueError) as e:  # a name longer than the filesystem allows
+            raise UsageError(f"cannot use {str(spec)[:200]!r}: {getattr(e, 'strerror', None) or e}") from None
+        if not exists:
             raise UsageError(f"no such file: {spec}")
     options = Options(gpu_profiles=captures)
     results = [validate_path(spec, options) for spec in args.specs]
@@ -68,12 +73,16 @@ def cmd_schema(args: argparse.Namespace) -> ExitCode:
     if args.stdout:
         sys.stdout.write(schema_text())
         return ExitCode.OK
-    if args.check:
-        if schema_is_current(args.output_dir):
-            print(f"{args.output_dir / SCHEMA_FILE} is up to date")
-            return ExitCode.OK
-        print(f"{args.output_dir / SCHEMA_FILE} is stale; run `kiln schema` and commit the result", file=sys.stderr)
-        return ExitCode.ERRORS
-    path = write_schema(args.output_dir)
+    try:
+        if args.check:
+            if schema_is_current(args.output_dir):
+                print(f"{args.output_dir / SCHEMA_FILE} is up to date")
+                return ExitCode.OK
+            print(f"{args.output_dir / SCHEMA_FILE} is stale; run `kiln schema` and commit the result",
+                  file=sys.stderr)
+            return ExitCode.ERRORS
+        path = write_schema(args.output_dir)
+    except OSError as e:  # --output-dir is a file, or a name the filesystem does not take
+        raise UsageError(f"--output-dir {str(args.output_dir)[:200]}: {e.strerror or e}") from None
     print(f"wrote {path}")
     return ExitCode.OK

@@ -3,44 +3,100 @@ key; a published artifact is fetched, verified blob by blob against its digests 
 into the local store, so the action counts as cached instead of running.
 
 A registry that cannot be reached or holds a bad artifact is a cache miss with a warning (the
-action is built locally), never a failed build.
+action is built locally), never a failed build. What a registry sends is not trusted: a tree
+manifest is checked (compiler/store/records.py: relative, normalized paths only) before anything of
+it is stored, so an artifact that names '../../x' is refused and built here.
+
+Time is bounded: each request waits at most KILN_CACHE_TIMEOUT_S (default 10 s) per socket
+operation, the first request that gets no answer makes the cache give up on that registry for the
+rest of the build, and once KILN_CACHE_BUDGET_S (default 3600 s) have gone into the cache no new
+request starts. Each of these is said once.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 
 from compiler.store.local import ActionRecord, LocalStore, StoreError
+from compiler.store.records import is_digest, parse_tree
 
 from . import artifacts as oa
-from .oci import Client, Registry, RegistryError
+from .oci import Client, Registry, RegistryError, RegistryUnreachable, redact
+
+CACHE_TIMEOUT_S = 10.0
+CACHE_BUDGET_S = 3600.0
+
+
+def _seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
 
 
 class RemoteCache:
-    def __init__(self, registry: Registry, store: LocalStore, warn=None) -> None:
+    def __init__(self, registry: Registry, store: LocalStore, warn=None, timeout: float | None = None,
+                 budget: float | None = None) -> None:
         self.registry = registry
-        self.client = Client(registry)
+        self.client = Client(registry, timeout if timeout is not None else _seconds("KILN_CACHE_TIMEOUT_S",
+                                                                                    CACHE_TIMEOUT_S))
         self.repo = registry.repo(oa.ARTIFACTS_REPO)
         self.store = store
-        self.warn = warn or (lambda line: print(f"kiln: warning: {line}", file=sys.stderr))
+        self._warn = warn or (lambda line: print(f"kiln: warning: {line}", file=sys.stderr))
+        self.budget = budget if budget is not None else _seconds("KILN_CACHE_BUDGET_S", CACHE_BUDGET_S)
+        self.spent = 0.0
+        self.given_up: str | None = None  # why this cache no longer asks its registry
         self.fetched: list[str] = []
 
+    def warn(self, line: str) -> None:
+        self._warn(redact(line))
+
+    def _give_up(self, why: str) -> None:
+        if self.given_up is None:
+            self.given_up = why
+            self.warn(f"cache {self.registry}: {why}; not asking it again in this run (what it would have "
+                      "provided is built here)")
+
+    def _usable(self) -> bool:
+        if self.given_up is None and self.spent >= self.budget:
+            self._give_up(f"{self.budget:g}s spent on the cache (KILN_CACHE_BUDGET_S)")
+        return self.given_up is None
+
     def has(self, key: str, kind: str) -> bool:
+        if not self._usable():
+            return False
+        start = time.monotonic()
         try:
             return self.client.manifest_digest(self.repo, oa.artifact_tag(kind, key)) is not None
+        except RegistryUnreachable as e:
+            self._give_up(str(e))
+            return False
         except RegistryError as e:
             self.warn(f"cache {self.registry}: {e}")
             return False
+        finally:
+            self.spent += time.monotonic() - start
 
     def __call__(self, graph, aid: str, spec_name: str) -> ActionRecord | None:
         """The executor's hook: import the artifact for `aid` from the registry, or None."""
+        if not self._usable():
+            return None
         action, key = graph.actions[aid], graph.keys[aid]
+        start = time.monotonic()
         try:
             record = self._fetch(action.kind, key, aid)
-        except (RegistryError, StoreError, ValueError, KeyError, TypeError) as e:
+        except RegistryUnreachable as e:
+            self._give_up(str(e))
+            return None
+        except (RegistryError, StoreError, ValueError, KeyError, TypeError, OSError) as e:
             self.warn(f"cache {self.registry}: {aid}: {e}; building it here")
             return None
+        finally:
+            self.spent += time.monotonic() - start
         if record is not None:
             self.store.set_ref(spec_name, aid, key, action.record(graph.keys))
             self.fetched.append(aid)
@@ -51,20 +107,29 @@ class RemoteCache:
         if got is None:
             return None
         doc = json.loads(got[0])
+        if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
+            raise ValueError("the artifact's manifest is not an OCI manifest")
         notes = doc.get("annotations") or {}
-        if notes.get(oa.A_KEY) != key or notes.get(oa.A_KIND) != kind:
+        if not isinstance(notes, dict) or notes.get(oa.A_KEY) != key or notes.get(oa.A_KIND) != kind:
             raise ValueError(f"the artifact tagged for {key} carries another key or kind")
-        tree = doc["config"]["digest"]
+        tree = doc["config"].get("digest")
+        if not is_digest(tree):
+            raise ValueError("the artifact's config is not a tree digest")
         tree_bytes = self.client.read_blob(self.repo, tree)  # verified against its digest
-        if self.store.put_bytes(tree_bytes) != tree:
-            raise ValueError("tree manifest digest mismatch")
-        for entry in self.store.tree(tree):
-            if self.store.has_blob(entry.digest) and self.store.blob_path(entry.digest).stat().st_size == entry.size:
+        try:
+            entries = parse_tree(tree_bytes)  # before anything of it is stored
+        except StoreError as e:
+            raise ValueError(f"refused: {e}") from None
+        self.store.put_bytes(tree_bytes)
+        for entry in entries:
+            if self.store.has_valid_blob(entry.digest, entry.size):
                 continue
             with self.store.workdir("fetch-") as work:
                 part = work / "blob"
                 with open(part, "wb") as f:
                     self.client.fetch_blob(self.repo, entry.digest, f)
+                if part.stat().st_size != entry.size:
+                    raise ValueError(f"{entry.path}: size does not match the tree")
                 if self.store.put_file(part) != entry.digest:
                     raise ValueError(f"{entry.path}: content does not match the tree")
         record = ActionRecord(key, kind, aid, tree, 0.0, None)  # no log: it was not built here

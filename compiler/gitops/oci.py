@@ -10,24 +10,50 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import json
 import os
 import re
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-TIMEOUT_S = 60
+MAX_MANIFEST = 4 << 20  # the limit registries put on manifests (distribution: 4 MiB)
+TIMEOUT_S = 60  # per socket operation: a blob upload of a checkpoint must not be cut short
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _REPO_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
+_HOST_RE = re.compile(r"[A-Za-z0-9.-]+(?::\d{1,5})?|\[[0-9A-Fa-f:.]+\](?::\d{1,5})?")
+# user:password@ opening a reference or following a URL's '//' (a user name alone is not a secret;
+# an image reference's name:tag@sha256:... is not a credential)
+_USERINFO_RE = re.compile(r"(?:(?<=//)|(?<![^\s'\"(=,]))[^\s/@'\"<>]+:[^\s/@'\"<>]*@(?!sha\d+:)")
+SECRET_ENV = ("KILN_REGISTRY_PASSWORD",)
+
+
+def redact(text: str) -> str:
+    """`text` with registry credentials masked: user:password@ in references and URLs, and the value
+    of the password variable wherever it appears (a registry may echo it in an error body)."""
+    text = _USERINFO_RE.sub("***@", text)
+    for name in SECRET_ENV:
+        secret = os.environ.get(name)
+        if secret and len(secret) >= 3:
+            text = text.replace(secret, "***")
+    return text
 
 
 class RegistryError(Exception):
-    """The registry refused a request or could not be reached (one line, no traceback)."""
+    """The registry refused a request or could not be reached (one line, no traceback, no credentials)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(message))
+
+
+class RegistryUnreachable(RegistryError):
+    """No answer: the connection failed or a request timed out. A cache gives up on such a registry
+    for the rest of a build (compiler/gitops/cache.py)."""
 
 
 @dataclass(frozen=True)
@@ -35,17 +61,27 @@ class Registry:
     host: str  # "127.0.0.1:5000", "ghcr.io"
     namespace: str  # "" or "team/inference"
     scheme: str = "https"
+    # (user, password) from a `user:password@host` reference; never printed (repr=False, __str__)
+    credentials: tuple[str, str] | None = field(default=None, repr=False, compare=False)
 
     @staticmethod
     def parse(target: str) -> "Registry":
-        """'host[:port][/namespace]' as in the spec's publish.registry."""
+        """'[user:password@]host[:port][/namespace]' as in the spec's publish.registry. Credentials in
+        the reference take the place of $KILN_REGISTRY_USERNAME/PASSWORD; no message shows them."""
         text = target.strip().removeprefix("oci://").rstrip("/")
         host, _, namespace = text.partition("/")
-        if not host or (namespace and not _REPO_RE.fullmatch(namespace)):
+        credentials = None
+        if "@" in host:
+            userinfo, _, host = host.rpartition("@")
+            user, sep, password = userinfo.partition(":")
+            if not sep or not user:
+                raise RegistryError(f"not a registry reference: {target!r} (give credentials as a user name, ':' and a password before '@')")
+            credentials = (urllib.parse.unquote(user), urllib.parse.unquote(password))
+        if not host or not _HOST_RE.fullmatch(host) or (namespace and not _REPO_RE.fullmatch(namespace)):
             raise RegistryError(f"not a registry reference: {target!r} (expected host[:port][/namespace])")
         plain = os.environ.get("KILN_REGISTRY_PLAIN_HTTP") == "1" or host.rsplit(":", 1)[0] in _LOOPBACK \
             or host.startswith("[::1]")
-        return Registry(host, namespace, "http" if plain else "https")
+        return Registry(host, namespace, "http" if plain else "https", credentials)
 
     def repo(self, name: str) -> str:
         return f"{self.namespace}/{name}" if self.namespace else name
@@ -55,8 +91,10 @@ class Registry:
 
 
 class Client:
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, timeout: float = TIMEOUT_S) -> None:
+        """`timeout`: seconds any one socket operation may wait (connect, or each read and write)."""
         self.registry = registry
+        self.timeout = timeout
         self._tokens: dict[str, str] = {}  # repository -> bearer token
 
     # --- transport -------------------------------------------------------------------------------
@@ -74,7 +112,7 @@ class Client:
                 body.seek(0)
             req = urllib.request.Request(url, data=body, method=method, headers=h)
             try:
-                resp = urllib.request.urlopen(req, timeout=TIMEOUT_S)
+                resp = urllib.request.urlopen(req, timeout=self.timeout)
             except urllib.error.HTTPError as e:
                 if e.code == 401 and attempt == 0:
                     self._authenticate(repo, e.headers.get("WWW-Authenticate", ""))
@@ -88,14 +126,17 @@ class Client:
                 raise RegistryError(f"{method} {url}: HTTP {e.code} {_error_text(detail)}") from None
             except (urllib.error.URLError, OSError) as e:
                 reason = getattr(e, "reason", e)
-                raise RegistryError(f"cannot reach {self.registry.host}: {reason}") from None
+                if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+                    raise RegistryUnreachable(f"{self.registry.host} did not answer within {self.timeout:g}s") from None
+                raise RegistryUnreachable(f"cannot reach {self.registry.host}: {reason}") from None
             if resp.status not in ok:
                 raise RegistryError(f"{method} {url}: unexpected HTTP {resp.status}")
             return resp
         raise RegistryError(f"{method} {url}: not authorized")  # not reached: the loop returns or raises
 
     def _authenticate(self, repo: str, challenge: str) -> None:
-        user, password = os.environ.get("KILN_REGISTRY_USERNAME"), os.environ.get("KILN_REGISTRY_PASSWORD")
+        user, password = self.registry.credentials or (os.environ.get("KILN_REGISTRY_USERNAME"),
+                                                       os.environ.get("KILN_REGISTRY_PASSWORD"))
         basic = None
         if user and password:
             basic = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
@@ -113,8 +154,8 @@ class Client:
         req = urllib.request.Request(fields.get("realm", "") + "?" + urllib.parse.urlencode(query),
                                      headers={"Authorization": basic} if basic else {})
         try:
-            with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
-                doc = json.loads(resp.read())
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                doc = json.loads(resp.read(1 << 20))
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise RegistryError(f"{self.registry.host}: token request failed: {e}") from None
         token = doc.get("token") or doc.get("access_token")
@@ -154,11 +195,20 @@ class Client:
             raise RegistryError(f"{repo}: blob {digest} is missing")
         h = hashlib.sha256()
         with resp:
-            while chunk := resp.read(1 << 20):
+            while chunk := self._read(resp, 1 << 20):
                 h.update(chunk)
                 dest.write(chunk)
         if "sha256:" + h.hexdigest() != digest:
             raise RegistryError(f"{repo}: blob {digest} does not match its digest")
+
+    def _read(self, resp, size: int) -> bytes:
+        """A read from a response; a stalled or broken transfer is the registry's failure."""
+        try:
+            return resp.read(size)
+        except (OSError, http.client.HTTPException) as e:
+            if isinstance(e, TimeoutError) or "timed out" in str(e):
+                raise RegistryUnreachable(f"{self.registry.host} stopped answering for {self.timeout:g}s") from None
+            raise RegistryUnreachable(f"{self.registry.host}: transfer failed: {e}") from None
 
     def read_blob(self, repo: str, digest: str) -> bytes:
         import io
@@ -187,7 +237,9 @@ class Client:
         if resp is None:
             return None
         with resp:
-            body = resp.read()
+            body = self._read(resp, MAX_MANIFEST + 1)
+        if len(body) > MAX_MANIFEST:
+            raise RegistryError(f"{repo}: manifest {ref} is larger than {MAX_MANIFEST} bytes")
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         if ref.startswith("sha256:") and digest != ref:
             raise RegistryError(f"{repo}: manifest {ref} does not match its digest")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compiler.graph.inputs import DigestCache
-from compiler.lower import lower
+from compiler.lower import lower_or_report
 from compiler.pipeline import Options, Validation, validate_path
 from compiler.store.local import LocalStore
 
@@ -29,11 +29,11 @@ def plan_against(spec: Path, ref: str, store: LocalStore, options: Options | Non
     # Base files live in a temporary directory: digest them without the store's path-keyed cache.
     with gitrev.spec_at(spec, commit) as base_spec:
         base = validate_path(base_spec, options, display=f"{ref}:{spec.name}") if base_spec else None
-        base_graph = lower(base, DigestCache(None)) if base is not None and base.ok else None
-    if not head.ok:
-        return BasePlan(head, base, None)
+        base_graph = lower_or_report(base, DigestCache(None)) if base is not None else None
     digests = DigestCache(store.root / "digest-cache.json")
-    head_graph = lower(head, digests)
+    head_graph = lower_or_report(head, digests)
+    if head_graph is None:
+        return BasePlan(head, base, None)
     digests.save()
     note = None
     if base is None:

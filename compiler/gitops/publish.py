@@ -71,6 +71,13 @@ def _spec_path(spec: Path) -> str:
 
 def publish_spec(spec: Path, store: LocalStore, registry: str | None, commit: str | None, *,
                  artifacts_only: bool = False) -> PublishOutcome:
+    # Shared with builds, so `kiln store gc` cannot remove an artifact while it is being pushed.
+    with store.lock():
+        return _publish(spec, store, registry, commit, artifacts_only)
+
+
+def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | None,
+             artifacts_only: bool) -> PublishOutcome:
     planned = plan_spec(spec, store)
     outcome = PublishOutcome(planned.validation)
     graph, result = planned.graph, planned.validation

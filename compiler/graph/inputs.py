@@ -7,13 +7,15 @@ Hashing multi-gigabyte weights on every plan would be slow, so digests are cache
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import threading
 from pathlib import Path
 
-from compiler.store.local import sha256_file
+from compiler.store.local import StoreError, sha256_file
+from compiler.store.records import parse_digest_cache
 
 
 class DigestCache:
@@ -24,9 +26,10 @@ class DigestCache:
         self._dirty = False
         if path is not None:
             try:
-                self._data = json.loads(path.read_text(encoding="utf-8"))
-            except (FileNotFoundError, ValueError):
-                self._data = {}
+                self._data, bad = parse_digest_cache(path.read_bytes())
+                self._dirty = bad > 0  # the next save writes the good entries back alone
+            except (OSError, StoreError):
+                self._data = {}  # unreadable or of another shape: every file is hashed again
 
     def digest(self, file: Path) -> str:
         st = file.stat()
@@ -47,9 +50,14 @@ class DigestCache:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix="digests-", dir=self.path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(self._data, f, sort_keys=True)
-        os.replace(tmp, self.path)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self._data, f, sort_keys=True)
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         self._dirty = False
 
 

@@ -1,6 +1,7 @@
 """Resolution: attach catalog facts to a parsed spec, giving the IR that the passes complete.
 
-Pure except for reading the files a spec names (a model's config.json, a captured -lgip/-lgipp);
+Pure except for reading the files a spec names (a model's config.json, a captured -lgip/-lgipp),
+which are confined to the spec's repository first (inputs.py: K915, K916);
 faults become diagnostics of the rules below, which are raised here and nowhere else, and
 whatever cannot be resolved is left as None so that later passes and checks skip it.
 """
@@ -8,7 +9,9 @@ whatever cannot be resolved is left as None so that later passes and checks skip
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
 from pathlib import Path
 
 from compiler.catalog import ConfigError, LgipParseError, arch_from_hf_config, load_gpu_catalog, load_model_catalog
@@ -20,6 +23,8 @@ from compiler.store.local import sha256_bytes
 
 from .lockfile import LockError, parse_lock
 from .measured import Measurement, RecordError, parse_record
+from .inputs import (InputRefused, InputRoots, InputUnusable, ResolvedInput, check_readable, confine, confine_path,
+                     input_roots)
 from .types import MigSlot, Resolved, ResolvedHost, ResolvedModel
 
 
@@ -105,20 +110,25 @@ class CaptureFitsNoHost(Rule):
 
 def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple[Path, ...], ...] = (),
             set_aside: dict[str, frozenset[str]] | None = None,
-            lock: Path | None = None) -> tuple[Resolved, list[Diagnostic]]:
-    """The IR before its passes: models with architectures, hosts with GPUs and MIG slots (from the
-    captures of `gpu_profiles` where they fit a host's GPU, else from the catalog), and the locked
-    placements of `lock` when that file exists."""
+            lock: Path | None = None, roots: InputRoots | None = None) -> tuple[Resolved, list[Diagnostic]]:
+    """The IR before its passes: the spec's input paths confined to `roots` (inputs.py; default: the
+    spec's repository), models with architectures, hosts with GPUs and MIG slots (from the captures
+    of `gpu_profiles` where they fit a host's GPU, else from the catalog), and the locked placements
+    of `lock` when that file exists."""
     diags: list[Diagnostic] = []
+    roots = roots if roots is not None else input_roots(base_dir)
+    inputs = _resolve_inputs(spec, doc, base_dir, roots, diags)
     locked = _read_lock(lock, diags)
     captures = [c for c in (_read_capture(files, diags) for files in gpu_profiles) if c is not None]
-    models = {name: _resolve_model(name, m, doc, base_dir, diags) for name, m in spec.models.items()}
+    models = {name: _resolve_model(name, m, doc, inputs, roots, diags) for name, m in spec.models.items()}
     # A model whose measured limit cannot be read is set aside like a model with a structure error:
     # the rest is checked, and nothing that needs its limit is reported.
     unreadable = set()
     for name, rm in models.items():
         if isinstance(rm.spec.limits.max_batch_size, MeasuredLimit):
-            measured = _read_measured(name, rm.spec.limits.max_batch_size.measured, doc, base_dir, diags)
+            ref = rm.spec.limits.max_batch_size.measured
+            # a record path refused by confinement (K915, K916) is never read
+            measured = _read_measured(name, ref, doc, inputs[ref].path, diags) if ref in inputs else None
             if measured is None:
                 unreadable.add(name)
             else:
@@ -145,7 +155,50 @@ def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple
     return Resolved(spec, doc, base_dir, models, hosts,
                     capture=", ".join(src for c in captures for src in c.sources) or None,
                     set_aside=dict(set_aside or {}),
-                    lock_file=str(lock) if locked is not None else None), diags
+                    lock_file=str(lock) if locked is not None else None, inputs=inputs), diags
+
+
+def input_fields(spec: Spec) -> list[tuple[str, tuple, bool]]:
+    """(value, spec path, is a directory) of every file or directory the spec names."""
+    out = []
+    for name, m in spec.models.items():
+        base = ("models", name)
+        if m.source.path is not None:
+            out.append((m.source.path, base + ("source", "path"), True))
+        if isinstance(m.architecture, ArchitectureFile):
+            out.append((m.architecture.config, base + ("architecture", "config"), False))
+        q = m.quantization
+        if q.calibration is not None:
+            out.append((q.calibration.data, base + ("quantization", "calibration", "data"), False))
+        if q.quality_gate is not None:
+            out.append((q.quality_gate.eval, base + ("quantization", "quality_gate", "eval"), False))
+        if isinstance(m.limits.max_batch_size, MeasuredLimit):
+            out.append((m.limits.max_batch_size.measured, base + ("limits", "max_batch_size", "measured"), False))
+    return out
+
+
+def _resolve_inputs(spec: Spec, doc: Document, base_dir: Path, roots: InputRoots,
+                    diags: list[Diagnostic]) -> dict[str, ResolvedInput]:
+    """Every input path confined (K915, K916 at each place that names a refused one), before
+    anything reads a file; the readable ones by the spec's text of the path."""
+    inputs: dict[str, ResolvedInput] = {}
+    refused: dict[str, InputRefused] = {}
+    for value, where, directory in input_fields(spec):
+        if value in inputs:
+            continue
+        if value not in refused:
+            try:
+                real = confine(value, base_dir, roots)
+                why = check_readable(real, directory)
+                if why is not None:
+                    raise InputRefused(InputUnusable, f"{value!r} exists but {why}")
+                inputs[value] = ResolvedInput(real, where)
+                continue
+            except InputRefused as e:
+                refused[value] = e
+        e = refused[value]
+        diags.append(_diag(e.rule, doc, where, e.message, e.help))
+    return inputs
 
 
 def _diag(rule: type[Rule], doc: Document, path: tuple, message: str, help: str | None = None,
@@ -167,11 +220,10 @@ def _read_lock(path: Path | None, diags: list[Diagnostic]):
     return None
 
 
-def _read_measured(model: str, ref: str, doc: Document, base_dir: Path, diags: list[Diagnostic]) -> Measurement | None:
+def _read_measured(model: str, ref: str, doc: Document, path: Path, diags: list[Diagnostic]) -> Measurement | None:
     where = ("models", model, "limits", "max_batch_size", "measured")
-    path = base_dir / ref
     try:
-        raw = path.read_bytes()
+        raw = _read_bounded(path, MAX_RECORD_BYTES)
         record = parse_record(raw.decode("utf-8"))
     except FileNotFoundError:
         diags.append(_diag(MeasuredRecordInvalid, doc, where, f"no measurement record at {ref}",
@@ -198,7 +250,7 @@ def _read_capture(files: tuple[Path, ...], diags: list[Diagnostic]) -> Capture |
     texts = []
     for path in files:
         try:
-            texts.append((str(path), path.read_text(encoding="utf-8")))
+            texts.append((str(path), _read_bounded(path, MAX_CAPTURE_BYTES).decode("utf-8")))
         except (OSError, UnicodeDecodeError) as e:
             diags.append(Diagnostic(GpuProfilesInvalid.code, GpuProfilesInvalid.severity,
                                     f"cannot read GPU profile capture: {e}", str(path), Span(1, 1)))
@@ -213,7 +265,8 @@ def _read_capture(files: tuple[Path, ...], diags: list[Diagnostic]) -> Capture |
         return None
 
 
-def _resolve_model(name: str, m: Model, doc: Document, base_dir: Path, diags: list[Diagnostic]) -> ResolvedModel:
+def _resolve_model(name: str, m: Model, doc: Document, inputs: dict[str, ResolvedInput], roots: InputRoots,
+                   diags: list[Diagnostic]) -> ResolvedModel:
     path = ("models", name, "architecture")
     arch_ref = m.architecture
     if isinstance(arch_ref, str):
@@ -227,39 +280,58 @@ def _resolve_model(name: str, m: Model, doc: Document, base_dir: Path, diags: li
             return ResolvedModel(name, m, None, "")
         return ResolvedModel(name, m, arch, "catalog")
     if isinstance(arch_ref, ArchitectureFile):
-        config_path, where = base_dir / arch_ref.config, path + ("config",)
+        if arch_ref.config not in inputs:
+            return ResolvedModel(name, m, None, "")  # refused (K915, K916) before anything was read
+        config_path, where, shown = inputs[arch_ref.config].path, path + ("config",), arch_ref.config
     elif m.source.path is not None:
-        config_path, where = base_dir / m.source.path / "config.json", ("models", name, "source", "path")
+        if m.source.path not in inputs:
+            return ResolvedModel(name, m, None, "")  # refused (K915, K916) before anything was read
+        config_path, where = inputs[m.source.path].path / "config.json", ("models", name, "source", "path")
+        shown = f"{m.source.path.rstrip('/')}/config.json"
     else:
         diags.append(_diag(UnknownArchitecture, doc, ("models", name, "source"),
                            f"model {name!r} comes from Hugging Face but names no architecture",
                            "add `architecture: <catalog name>` or `architecture: {config: path/to/config.json}`; "
                            "validation never downloads weights"))
         return ResolvedModel(name, m, None, "")
-    if not isinstance(arch_ref, ArchitectureFile) and not config_path.parent.is_dir():
-        return ResolvedModel(name, m, None, "")  # the missing model directory is reported by K905
+    if not isinstance(arch_ref, ArchitectureFile):
+        if not config_path.parent.is_dir():
+            return ResolvedModel(name, m, None, "")  # the missing model directory is reported by K905
+        try:  # the model directory's own config.json may be a link out of the repository
+            config_path = confine_path(Path(os.path.realpath(config_path)), roots, shown)
+        except InputRefused as e:
+            diags.append(_diag(e.rule, doc, where, e.message, e.help))
+            return ResolvedModel(name, m, None, "")
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config = json.loads(_read_bounded(config_path, MAX_CONFIG_BYTES).decode("utf-8"))
         if not isinstance(config, dict):
             raise ConfigError("config.json is not a JSON object", "")
         arch = arch_from_hf_config(config, name)
     except FileNotFoundError:
-        diags.append(_diag(ArchitectureConfigInvalid, doc, where, f"no config.json at {_rel(config_path, base_dir)}",
+        diags.append(_diag(ArchitectureConfigInvalid, doc, where, f"no config.json at {shown}",
                            "the architecture is read from the model's config.json; give `architecture:` "
                            "or add the file"))
         return ResolvedModel(name, m, None, "")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ConfigError) as e:
-        diags.append(_diag(ArchitectureConfigInvalid, doc, where,
-                           f"cannot read the architecture from {_rel(config_path, base_dir)}: {e}"))
+    except (OSError, ValueError, RecursionError, ConfigError) as e:  # UnicodeDecodeError, JSONDecodeError
+        why = e.strerror if isinstance(e, OSError) and e.strerror else "nesting too deep" \
+            if isinstance(e, RecursionError) else e
+        diags.append(_diag(ArchitectureConfigInvalid, doc, where, f"cannot read the architecture from {shown}: {why}"))
         return ResolvedModel(name, m, None, "")
     return ResolvedModel(name, m, arch, "config")
 
 
-def _rel(p: Path, base: Path) -> str:
-    try:
-        return str(p.relative_to(base))
-    except ValueError:
-        return str(p)
+MAX_CONFIG_BYTES = 16 << 20  # a Hugging Face config.json is a few KB
+MAX_CAPTURE_BYTES = 1 << 20  # `nvidia-smi mig -lgip` prints a few KB
+MAX_RECORD_BYTES = 1 << 20  # a `kiln tune` record is a few KB
+
+
+def _read_bounded(path: Path, limit: int) -> bytes:
+    """At most `limit` bytes (OSError EFBIG past it), whatever stat says (a device never ends)."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+    return data
 
 
 def _resolve_host(name: str, h: Host, doc: Document, captures: list[Capture],

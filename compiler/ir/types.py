@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Mapping
 from compiler.capacity.placement import PlacementResult
 from compiler.capacity.report import UnitFigures
 from compiler.catalog.types import GpuSpec, MigProfile, ModelArch
+from .inputs import ResolvedInput
 from compiler.spec.loader import Document
 from compiler.spec.models import Host, MigInstance, Model, Spec
 
@@ -176,6 +177,13 @@ class Resolved:
     # "hosts" -> names); checks do not report what follows from their absence
     set_aside: Mapping[str, frozenset[str]] = field(default_factory=dict)
     pools: Mapping[str, NodePool] = field(default_factory=dict)  # pools pass: hosts with deploy: kubernetes
+    # the spec's input paths (by their text in the spec) that resolution confined and found usable
+    # (inputs.py); a path missing here was refused, and nothing may read it
+    inputs: Mapping[str, ResolvedInput] = field(default_factory=dict)
+
+    def input_path(self, value: str) -> Path:
+        """The real path of an input the spec names (KeyError for one resolution refused)."""
+        return self.inputs[value].path
 
     @property
     def target(self) -> str:

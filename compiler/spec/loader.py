@@ -69,14 +69,20 @@ def load_file(path: str | Path, display: str | None = None) -> LoadResult:
     shown = display or str(path)
     try:
         size = p.stat().st_size
-        if size > MAX_BYTES:
+        if size > MAX_BYTES:  # a regular file says how long it is: refuse it unread
             return LoadResult(None, [_diag(R.FileTooLarge, shown, Span(1, 1),
                                            f"spec file is {size} bytes; the limit is {MAX_BYTES}",
                                            help="split the fleet into several specs")])
-        raw = p.read_bytes()
-    except OSError as e:
+        # At most the limit plus one byte, whatever stat said: /dev/zero or a pipe says 0 and never ends.
+        with open(p, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the name
         return LoadResult(None, [_diag(R.FileUnreadable, shown, Span(1, 1),
-                                       f"cannot read spec file: {e.strerror or e}")])
+                                       f"cannot read spec file: {getattr(e, 'strerror', None) or e}")])
+    if len(raw) > MAX_BYTES:
+        return LoadResult(None, [_diag(R.FileTooLarge, shown, Span(1, 1),
+                                       f"spec file is larger than {MAX_BYTES} bytes (the limit)",
+                                       help="split the fleet into several specs")])
     return load_bytes(raw, shown)
 
 
@@ -116,7 +122,14 @@ def load_text(text: str, file: str) -> LoadResult:
                  for m in tabs]
         return LoadResult(None, diags)
 
+    version = _yaml_version_diag(text, file)
+    if version is not None:
+        return LoadResult(None, [version])
     yaml = YAML(typ="safe", pure=True)
+    # ruamel reports a reused anchor as a Python warning on stderr; _Builder reports it as K015
+    # with its position instead, so ruamel's own report is switched off (its documented switch,
+    # not a warnings filter: any other warning still shows).
+    yaml.composer.warn_double_anchors = False
     try:
         nodes = list(yaml.compose_all(text))
     except MarkedYAMLError as e:
@@ -152,6 +165,25 @@ def load_text(text: str, file: str) -> LoadResult:
     return LoadResult(doc, builder.diagnostics)
 
 
+def _yaml_version_diag(text: str, file: str) -> Diagnostic | None:
+    """K014 for a `%YAML` directive other than 1.2 (ruamel asserts on 1.3 and reads 1.1 by other rules)."""
+    if not re.search(r"^%YAML", text, re.M):
+        return None
+    from ruamel.yaml.tokens import DirectiveToken
+
+    try:  # every document's directives: a later document's would still reach the parser
+        for token in YAML(typ="safe", pure=True).scan(text):
+            if isinstance(token, DirectiveToken) and token.name == "YAML" and tuple(token.value) != (1, 2):
+                major, minor = token.value
+                return _diag(R.UnsupportedYamlVersion, file, Span(token.start_mark.line + 1,
+                                                                  token.start_mark.column + 1),
+                             f"%YAML {major}.{minor}: Kiln reads YAML 1.2 only",
+                             help="remove the directive (or write %YAML 1.2)")
+    except YAMLError:
+        return None  # a syntax error: composing reports it, with its position
+    return None
+
+
 class _Budget(Exception):
     pass
 
@@ -166,6 +198,8 @@ class _Builder:
         self.key_spans: dict[Path_, Span] = {}
         self.count = 0
         self.fatal = False
+        self.anchors: dict[str, Node] = {}  # anchor -> the node it names (an alias is the same node)
+        self.reused: set[int] = set()  # nodes whose reused anchor was reported
 
     def build(self, node: Node, path: Path_) -> Any:
         try:
@@ -187,6 +221,16 @@ class _Builder:
                                           f"YAML nesting is deeper than {MAX_DEPTH} levels"))
             raise _Budget
         self.value_spans.setdefault(path, _node_span(node))
+        anchor = getattr(node, "anchor", None)
+        if anchor is not None:
+            first = self.anchors.setdefault(anchor, node)
+            if first is not node and id(node) not in self.reused:
+                self.reused.add(id(node))  # an alias of it is visited again: report it once
+                f = _node_span(first)
+                self.diagnostics.append(_diag(R.ReusedAnchor, self.file, _node_span(node),
+                                              f"anchor &{anchor} is already defined at line {f.line}, column "
+                                              f"{f.column}; aliases below refer to this one",
+                                              help="give each anchor its own name"))
         if isinstance(node, MappingNode):
             return self._mapping(node, path, depth)
         if isinstance(node, SequenceNode):

@@ -128,6 +128,32 @@ class UnknownTag(Rule):
     name = "unsupported-tag"
 
 
+class UnsupportedYamlVersion(Rule):
+    """A `%YAML` directive asks for a YAML version other than 1.2.
+
+    Kiln reads specs as YAML 1.2, where `yes`, `on` and `010` are a string, a string and ten.
+    Under YAML 1.1 the same text means true, true and eight, so a file that asks for 1.1 (or for
+    a version that does not exist) would not mean to Kiln what it says to its reviewer. Remove the
+    directive, or write `%YAML 1.2`.
+    """
+
+    code = "K014"
+    name = "yaml-version-unsupported"
+
+
+class ReusedAnchor(Rule):
+    """An anchor name (`&name`) is defined twice.
+
+    YAML allows it: an alias (`*name`) then refers to the most recent definition above it. A
+    reader who finds the first definition sees another value than the one deployed, so Kiln warns.
+    Give each anchor its own name.
+    """
+
+    code = "K015"
+    name = "reused-anchor"
+    severity = Severity.WARNING
+
+
 # --- K1xx: spec structure ---------------------------------------------------------------------
 
 class UnknownKey(Rule):

@@ -23,39 +23,23 @@ import os
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass
+import threading
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from .canonical import canonical_json
+from .records import (ActionRecord, FileEntry, StoreError, parse_action, parse_ref, parse_release_history,
+                      parse_tree, tree_path_problem)
+
+__all__ = ["ActionRecord", "FileEntry", "LocalStore", "StoreError", "StoreUnusable", "sha256_bytes", "sha256_file"]
 
 CHUNK = 1 << 20
+_SUBDIRS = ("objects/sha256", "actions", "refs", "releases", "logs", "tmp")
 
 
-class StoreError(Exception):
-    """A corrupt or unusable store (never a bad spec)."""
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    path: str  # relative, '/'-separated
-    digest: str  # "sha256:<hex>"
-    size: int
-    executable: bool
-
-
-@dataclass(frozen=True)
-class ActionRecord:
-    key: str
-    kind: str
-    action_id: str
-    tree: str  # digest of the output tree manifest
-    duration_s: float
-    log: str | None  # digest of the log blob
-
-    def to_json(self) -> dict:
-        return {"key": self.key, "kind": self.kind, "action_id": self.action_id, "tree": self.tree,
-                "duration_s": self.duration_s, "log": self.log}
+class StoreUnusable(Exception):
+    """The store directory cannot be used at all: it is a file, cannot be created, or (for a command
+    that only inspects a store) does not exist. A problem of the command line, not of the store."""
 
 
 def sha256_file(path: Path) -> str:
@@ -77,22 +61,64 @@ def _hex(digest: str) -> str:
 
 
 class LocalStore:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, create: bool = True) -> None:
+        """`create=False` (the store commands): the store must exist already, so that a mistyped
+        --store is an error instead of an empty store that verifies clean."""
         self.root = Path(root)
-        for sub in ("objects/sha256", "actions", "refs", "releases", "logs", "tmp"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self._guard = threading.Lock()
+        self._lock_fd: int | None = None
+        self._lock_mode: bool | None = None  # exclusive? while held
+        self._lock_depth = 0
+        try:
+            if self.root.exists() and not self.root.is_dir():
+                raise StoreUnusable(f"{self.root} is not a directory")
+            if not create and not (self.root / "objects").is_dir():
+                raise StoreUnusable(f"no Kiln store at {self.root}")
+            for sub in _SUBDIRS:
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreUnusable(f"cannot use {self.root} as a store: {e.strerror or e}") from None
 
     # --- locking ---------------------------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, exclusive: bool = False) -> Iterator[None]:
-        """Builds share the store; gc needs it alone. The lock dies with the process (flock)."""
+        """Builds share the store; gc needs it alone. The lock dies with the process (flock).
+
+        Re-entrant per LocalStore object: a build holds its shared lock from its first store read
+        until its release is recorded, and the executor inside it takes it again."""
+        with self._guard:
+            nested = self._lock_depth > 0
+            if nested:
+                if exclusive and not self._lock_mode:
+                    raise StoreError("cannot take the store alone while this process shares it")
+                self._lock_depth += 1
+        if nested:
+            try:
+                yield
+            finally:
+                self._release()
+            return
         fd = os.open(self.root / "store.lock", os.O_CREAT | os.O_RDWR, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        except BaseException:
+            os.close(fd)
+            raise
+        with self._guard:
+            self._lock_fd, self._lock_mode, self._lock_depth = fd, exclusive, 1
+        try:
             yield
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+            self._release()
+
+    def _release(self) -> None:
+        with self._guard:
+            self._lock_depth -= 1
+            if self._lock_depth > 0 or self._lock_fd is None:
+                return
+            fd, self._lock_fd, self._lock_mode = self._lock_fd, None, None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
     @contextlib.contextmanager
     def workdir(self, prefix: str = "work-") -> Iterator[Path]:
@@ -117,15 +143,26 @@ class LocalStore:
         except FileNotFoundError:
             return False
 
+    def has_valid_blob(self, digest: str, size: int) -> bool:
+        """The object is there with the right size and its content matches its digest. The write path
+        asks this, not the size alone: a corrupt object of the right size must be written over,
+        or a rebuild would keep it."""
+        if not self._has_intact_size(digest, size):
+            return False
+        try:
+            return sha256_file(self.blob_path(digest)) == digest
+        except OSError:
+            return False
+
     def put_bytes(self, data: bytes) -> str:
         digest = sha256_bytes(data)
-        if not self._has_intact_size(digest, len(data)):
+        if not self.has_valid_blob(digest, len(data)):
             self._place(digest, lambda f: f.write(data))
         return digest
 
     def put_file(self, path: Path) -> str:
         digest = sha256_file(path)
-        if not self._has_intact_size(digest, path.stat().st_size):
+        if not self.has_valid_blob(digest, path.stat().st_size):
             def copy(f) -> None:
                 with open(path, "rb") as src:
                     shutil.copyfileobj(src, f, CHUNK)
@@ -158,9 +195,24 @@ class LocalStore:
             data = path.read_bytes()
         except FileNotFoundError:
             raise StoreError(f"object {digest} is missing from the store") from None
+        except OSError as e:
+            raise StoreError(f"object {digest} cannot be read: {e.strerror or e}") from None
         if sha256_bytes(data) != digest:
             raise StoreError(f"object {digest} is corrupt (its content no longer matches its digest)")
         return data
+
+    def copy_blob(self, digest: str, dest: BinaryIO) -> None:
+        """Stream a blob into `dest`, verifying it (a checkpoint never has to fit in memory)."""
+        h = hashlib.sha256()
+        try:
+            with open(self.blob_path(digest), "rb") as f:
+                while chunk := f.read(CHUNK):
+                    h.update(chunk)
+                    dest.write(chunk)
+        except FileNotFoundError:
+            raise StoreError(f"object {digest} is missing from the store") from None
+        if "sha256:" + h.hexdigest() != digest:
+            raise StoreError(f"object {digest} is corrupt (its content no longer matches its digest)")
 
     # --- trees -----------------------------------------------------------------------------------
     def put_tree(self, directory: Path) -> str:
@@ -177,24 +229,40 @@ class LocalStore:
                 continue
             if not path.is_file():
                 raise StoreError(f"{rel}: only regular files can be stored in artifacts")
+            problem = tree_path_problem(rel)
+            if problem is not None:  # never write a tree that tree() would refuse
+                raise StoreError(problem)
             digest = self.put_file(path)
             entries.append({"path": rel, "digest": digest, "size": path.stat().st_size,
                             "executable": bool(path.stat().st_mode & stat.S_IXUSR)})
         return self.put_bytes(canonical_json({"kind": "kiln.tree/v1", "files": entries}))
 
     def tree(self, digest: str) -> list[FileEntry]:
-        doc = json.loads(self.read_bytes(digest))
-        if doc.get("kind") != "kiln.tree/v1":
-            raise StoreError(f"object {digest} is not a tree manifest")
-        return [FileEntry(e["path"], e["digest"], e["size"], e["executable"]) for e in doc["files"]]
+        """The files of a tree, every path checked (compiler/store/records.py): a tree from a registry
+        or an edited store that names '../x' or '/etc/x' is refused here, before anything is written."""
+        try:
+            return parse_tree(self.read_bytes(digest))
+        except StoreError as e:
+            raise StoreError(f"tree {digest[:19]}: {e}") from None
 
     def materialize(self, digest: str, dest: Path) -> None:
-        """Write a tree's files under `dest`, verifying each one."""
-        for entry in self.tree(digest):
-            target = dest / entry.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(self.read_bytes(entry.digest))
-            os.chmod(target, 0o755 if entry.executable else 0o644)
+        """Write a tree's files under `dest`, verifying each one. Paths were checked by tree(); the
+        writes still refuse to follow a symbolic link (one already under `dest`, or raced in), so
+        nothing is ever written outside `dest`."""
+        entries = self.tree(digest)
+        dest.mkdir(parents=True, exist_ok=True)
+        root = os.path.realpath(dest)
+        for entry in entries:
+            *dirs, name = entry.path.split("/")
+            parent = _make_dirs(root, dirs)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+            try:
+                fd = os.open(os.path.join(parent, name), flags, 0o644)
+            except OSError as e:
+                raise StoreError(f"cannot write {entry.path} under {dest}: {e.strerror or e}") from None
+            with os.fdopen(fd, "wb") as out:
+                self.copy_blob(entry.digest, out)
+                os.fchmod(out.fileno(), 0o755 if entry.executable else 0o644)
 
     # --- action records --------------------------------------------------------------------------
     def _action_path(self, key: str) -> Path:
@@ -204,18 +272,17 @@ class LocalStore:
     def get_action(self, key: str) -> ActionRecord | None:
         """The record for `key` when it and everything it names are present.
 
-        The tree manifest is read and verified; artifact files are checked by presence and size,
-        not re-hashed (a cache hit on a 70 GB checkpoint must stay cheap): `kiln store verify`
-        re-hashes everything and `--repair` drops what is corrupt so the next build replaces it.
-        A corrupt tree manifest is removed here, so the rebuild that follows writes a good one."""
-        path = self._action_path(key)
+        The record's shape and the tree manifest are read and verified; artifact files are checked by
+        presence and size, not re-hashed (a cache hit on a 70 GB checkpoint must stay cheap): `kiln
+        store verify` re-hashes everything and `--repair` drops what is corrupt so the next build
+        replaces it. A record of another shape counts as absent (the build writes a good one over it),
+        and a corrupt tree manifest is removed here, so the rebuild that follows writes a good one."""
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            record = parse_action(self._action_path(key).read_bytes(), key)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError):
+        except (OSError, StoreError):
             return None  # a torn record cannot exist (atomic rename) but a corrupted one can: rebuild
-        record = ActionRecord(doc["key"], doc["kind"], doc["action_id"], doc["tree"], doc["duration_s"], doc["log"])
         try:
             entries = self.tree(record.tree)
         except StoreError:
@@ -228,7 +295,7 @@ class LocalStore:
 
     def drop_blob(self, digest: str) -> None:
         """Remove an object that is corrupt (content addressing would otherwise keep it forever)."""
-        with contextlib.suppress(FileNotFoundError, StoreError):
+        with contextlib.suppress(OSError, StoreError):
             if self.has_blob(digest) and sha256_file(self.blob_path(digest)) != digest:
                 self.blob_path(digest).unlink()
 
@@ -262,9 +329,11 @@ class LocalStore:
         self._write_atomic(self._ref_path(spec, action_id), canonical_json({"key": key, "params": params}))
 
     def get_ref(self, spec: str, action_id: str) -> dict | None:
+        """What the slot last built, or None (also for a ref of another shape: the plan then says
+        "never built in this store", and the next build writes a good one)."""
         try:
-            return json.loads(self._ref_path(spec, action_id).read_text(encoding="utf-8"))
-        except (FileNotFoundError, ValueError):
+            return parse_ref(self._ref_path(spec, action_id).read_bytes())
+        except (OSError, StoreError):
             return None
 
     # --- logs ------------------------------------------------------------------------------------
@@ -274,21 +343,44 @@ class LocalStore:
     # --- releases --------------------------------------------------------------------------------
     def add_release(self, spec: str, manifest: bytes) -> str:
         digest = self.put_bytes(manifest)
-        history = self.releases(spec)
-        if not history or history[-1] != digest:
-            self.set_releases(spec, history + [digest])
+        history, bad = self.release_history(spec)
+        new = history if history and history[-1] == digest else history + [digest]
+        if bad or new != history:  # rewriting also drops lines that hold no release (a torn or edited line)
+            self.set_releases(spec, new)
         return digest
 
     def set_releases(self, spec: str, digests: list[str]) -> None:
         lines = "".join(json.dumps(d) + "\n" for d in digests)
         self._write_atomic(self.root / "releases" / f"{spec}.jsonl", lines.encode())
 
-    def releases(self, spec: str) -> list[str]:
+    def release_history(self, spec: str) -> tuple[list[str], list[int]]:
+        """(release digests, oldest first; line numbers that hold no release digest)."""
         path = self.root / "releases" / f"{spec}.jsonl"
         try:
-            return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            text = path.read_bytes().decode("utf-8", "replace")
         except FileNotFoundError:
-            return []
+            return [], []
+        except OSError as e:
+            raise StoreError(f"cannot read the release history of {spec}: {e.strerror or e}") from None
+        return parse_release_history(text)
+
+    def releases(self, spec: str) -> list[str]:
+        return self.release_history(spec)[0]
 
     def all_release_specs(self) -> list[str]:
-        return sorted(p.stem for p in (self.root / "releases").glob("*.jsonl"))
+        return sorted(p.stem for p in (self.root / "releases").glob("*.jsonl") if p.is_file())
+
+
+def _make_dirs(root: str, parts: list[str]) -> str:
+    """Create root/parts[0]/parts[1]/..., refusing any component that exists as something other
+    than a real directory (a symbolic link could lead out of `root`)."""
+    path = root
+    for part in parts:
+        path = os.path.join(path, part)
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode):
+                raise StoreError(f"cannot write under {path}: it exists and is not a directory") from None
+    return path

@@ -128,7 +128,8 @@ def plan_run(opts: TuneOptions) -> Planned:
     record_path = opts.record or opts.spec.parent / "tune" / record_name(unit.id)
     ref = Path(os.path.relpath(record_path.resolve(), opts.spec.resolve().parent)).as_posix()
     src = m.source
-    tokenizer = opts.tokenizer or (str((validation.base_dir / src.path).resolve()) if src.path else src.huggingface)
+    # a local source's path was confined to the spec's repository when the spec was validated
+    tokenizer = opts.tokenizer or (str(validation.resolved.input_path(src.path)) if src.path else src.huggingface)
     revision = None if (opts.tokenizer or src.path) else src.revision
 
     def lengths(v):

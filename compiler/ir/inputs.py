@@ -1,0 +1,180 @@
+"""The files a spec names, confined to where a reviewed spec may read.
+
+A spec in a GitOps repository is reviewed, then built by CI with the builder's permissions, and the
+files it names end up in artifacts that `kiln publish` pushes. So a spec reads only files inside its
+own repository, or inside a models root that the builder configures ($KILN_MODELS), never the rest
+of the machine: `calibration: {data: /etc/passwd}` is refused, not published.
+
+- The repository is the git work tree that contains the spec: the nearest directory at or above
+  the spec's own that holds `.git` (a directory, or the file of a worktree or submodule). A spec
+  outside any git work tree is confined to its own directory (and what is below it).
+- A relative path is relative to the spec's directory. An absolute path is accepted only when it
+  lies inside one of those roots (a builder's $KILN_MODELS is usually named absolutely).
+- Symbolic links are resolved before the check, so a link in the repository that points out of it
+  is refused like its target, and a refused path is never opened, listed or hashed.
+
+Resolution (resolve.py) confines every input path once and keeps the result in the IR
+(`Resolved.inputs`); the checks and lowering read files only through it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from compiler.diagnostics import Rule
+
+NAME_MAX = 255  # bytes in one path component (Linux filesystems)
+PATH_MAX = 4096  # bytes in a whole path (Linux)
+
+
+class InputOutsideRepository(Rule):
+    """A file or directory the spec names lies outside the spec's repository.
+
+    A reviewed spec must not be able to read the build machine: calibration and evaluation data,
+    model directories and config files become artifacts that `kiln publish` pushes to a registry.
+    Every input path is relative to the spec's file and must stay inside its repository (the git
+    work tree that contains the spec, or the spec's own directory when there is none) after
+    symbolic links are resolved. A builder may allow one more root for model files by setting
+    `$KILN_MODELS`; paths inside it may be written absolutely.
+
+    Move the file into the repository (or under `$KILN_MODELS`), or fix the path.
+    """
+
+    code = "K915"
+    name = "input-outside-repository"
+
+
+class InputUnusable(Rule):
+    """A file or directory the spec names exists but cannot be used.
+
+    Its name is longer than the filesystem allows, it cannot be read (permissions, an I/O error),
+    or it is neither a regular file nor a directory where one is expected. Inputs are hashed into
+    the artifacts' keys, so each must be readable by the user who runs Kiln.
+    """
+
+    code = "K916"
+    name = "input-unusable"
+
+
+@dataclass(frozen=True)
+class InputRoots:
+    """Where a spec may read: its repository, and the builder's models root when one is set."""
+
+    repository: Path
+    models: Path | None = None
+
+    def contains(self, path: Path) -> bool:
+        return any(_inside(path, root) for root in (self.repository, self.models) if root is not None)
+
+    def describe(self) -> str:
+        where = f"the spec's repository ({self.repository})"
+        return where + (f" or $KILN_MODELS ({self.models})" if self.models is not None else "")
+
+
+@dataclass(frozen=True)
+class ResolvedInput:
+    """A spec's input path after confinement: the real path, and where the spec names it."""
+
+    path: Path
+    where: tuple
+
+
+class InputRefused(Exception):
+    def __init__(self, rule: type[Rule], message: str, help: str | None = None) -> None:
+        super().__init__(message)
+        self.rule, self.message, self.help = rule, message, help
+
+
+def find_repository(spec_dir: Path) -> Path:
+    """The git work tree containing `spec_dir` (a resolved directory), else `spec_dir` itself."""
+    for d in (spec_dir, *spec_dir.parents):
+        try:
+            if (d / ".git").exists():
+                return d
+        except OSError:
+            break
+    return spec_dir
+
+
+def input_roots(spec_dir: Path, models_root: str | Path | None = None) -> InputRoots:
+    models = None
+    if models_root:
+        try:
+            models = Path(os.path.realpath(models_root))
+        except (OSError, ValueError):
+            models = None
+    return InputRoots(find_repository(spec_dir), models)
+
+
+def confine(value: str, base_dir: Path, roots: InputRoots) -> Path:
+    """The real path of the spec's `value` (relative to `base_dir`), or InputRefused (K915 outside
+    the roots, K916 a name no filesystem takes). Resolves names only: nothing is opened."""
+    if "\x00" in value:
+        raise InputRefused(InputUnusable, f"path {_short(value)} contains a NUL byte")
+    candidate = Path(value) if os.path.isabs(value) else base_dir / value
+    try:
+        real = Path(os.path.realpath(candidate))
+    except (OSError, ValueError) as e:
+        raise InputRefused(InputUnusable, f"cannot resolve {_short(value)}: {getattr(e, 'strerror', None) or e}") \
+            from None
+    return confine_path(real, roots, value)
+
+
+def confine_path(real: Path, roots: InputRoots, shown: str) -> Path:
+    """`real` (a resolved path) when it is inside the roots and a name the filesystem takes."""
+    if not roots.contains(real):
+        named = f"{_short(shown)} is" if os.path.normpath(shown) == str(real) else \
+            f"{_short(shown)} resolves to {_short(str(real))}, which is"
+        raise InputRefused(InputOutsideRepository, f"{named} outside {roots.describe()}",
+                           help="inputs must be files of the spec's repository (set $KILN_MODELS on the "
+                                "builder to allow a directory of model files)")
+    raw = os.fsencode(str(real))
+    if len(raw) >= PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        raise InputRefused(InputUnusable, f"path {_short(shown)} is longer than the filesystem allows",
+                           help=f"a file name has at most {NAME_MAX} bytes, a path {PATH_MAX - 1}")
+    return real
+
+
+def check_readable(path: Path, directory: bool) -> str | None:
+    """Why an existing input cannot be used, or None (also None when it does not exist: K905 says
+    that). Opens a file without reading it; lists a directory and opens each regular file in it."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno in (errno.ENOTDIR, errno.ELOOP):
+            return None
+        return f"cannot read it: {e.strerror or e}"
+    import stat as st_
+
+    if directory:
+        if not st_.S_ISDIR(st.st_mode):
+            return None  # K905: not a directory
+        try:
+            for p in sorted(path.rglob("*")):
+                if p.is_file() and not p.is_symlink():
+                    with open(p, "rb"):
+                        pass
+        except OSError as e:
+            return f"cannot read {getattr(e, 'filename', None) or path}: {e.strerror or e}"
+        return None
+    if not st_.S_ISREG(st.st_mode):
+        return None  # K905: not a regular file
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        return f"cannot read it: {e.strerror or e}"
+    return None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 120 else text[:117] + "...")
