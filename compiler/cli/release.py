@@ -28,13 +28,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     ini = sub.add_parser("init", help="install the CI workflows (validate, plan comment, build and publish)")
     ini.add_argument("spec", type=Path, metavar="SPEC", help="the spec the workflows build, relative to the repository")
-    ini.add_argument("--dir", type=Path, default=Path("."), help="the repository root (default: .)")
+    ini.add_argument("--dir", type=Path, help="the repository root (default: the root of the spec's git repository)")
     ini.add_argument("--registry", help="registry the workflows publish to and cache from "
                                         "(default: the spec's publish.registry)")
     ini.add_argument("--gpu-runner", default="self-hosted,linux,gpu", metavar="LABELS",
                      help="runner labels of the GPU jobs, comma-separated (default: self-hosted,linux,gpu)")
     ini.add_argument("--branch", default="main", help="the branch whose merges release (default: main)")
     ini.add_argument("--force", action="store_true", help="overwrite workflow files that differ")
+    ini.add_argument("--kiln-repo", metavar="URL",
+                     help="https:// or ssh:// URL of the Kiln repository the workflows install Kiln from "
+                          "(default: the one this Kiln was installed from, or its checkout's origin)")
+    ini.add_argument("--kiln-commit", metavar="COMMIT",
+                     help="full commit id of Kiln the workflows install (default: this Kiln's)")
     ini.set_defaults(handler=cmd_init)
 
 
@@ -72,13 +77,28 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
 
 def cmd_init(args: argparse.Namespace) -> ExitCode:
     from compiler.gitops.ci import InitConflict, install_workflows
+    from compiler.gitops.gitrev import GitError, repo_root
+    from compiler.gitops.kilnsource import SourceError, resolve_source
 
+    require_file(args.spec)
+    root = args.dir
+    if root is None:  # the workflows belong at the repository's root, wherever kiln runs from
+        try:
+            root = repo_root(args.spec)
+        except GitError as e:
+            raise UsageError(f"{args.spec} is not in a git repository ({e}): run `git init` there, "
+                             "or pass --dir") from None
+    try:
+        source = resolve_source(args.kiln_repo, args.kiln_commit)
+    except SourceError as e:
+        raise UsageError(str(e)) from None
     try:
         labels = tuple(label.strip() for label in args.gpu_runner.split(",") if label.strip())
-        written = install_workflows(args.dir, args.spec, registry=args.registry, force=args.force,
+        written = install_workflows(root, args.spec, source, registry=args.registry, force=args.force,
                                     gpu_runner=labels, branch=args.branch)
     except InitConflict as e:
         raise UsageError(str(e)) from None
     for path, state in written:
         print(f"{state}: {path}")
+    print(f"the workflows install {source.requirement()}")
     return ExitCode.OK
