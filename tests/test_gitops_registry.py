@@ -239,3 +239,65 @@ def test_a_registry_that_asks_for_credentials_gets_them_from_the_environment(tmp
         assert _executed(_build(spec, tmp_path / "B", capsys, "--cache", target)) == 0
     finally:
         secured.stop()
+
+
+def test_publish_refuses_a_dirty_spec_directory_and_never_moves_the_commit_tag(tmp_path, registry, capsys) -> None:
+    repo = GitRepo(tmp_path / "repo")
+    light_spec(repo.root / "deploy")
+    (repo.root / ".gitignore").write_text("*.log\n", encoding="utf-8")
+    spec, target = repo.root / "deploy" / "kiln.yaml", f"{registry.host}/dirty"
+    store = repo.root / "deploy" / ".kiln" / "store"  # Kiln's own outputs do not make the directory dirty
+    head = repo.commit("spec")
+    _build(spec, store, capsys)
+    _publish(spec, store, target, capsys)
+    client = Client(Registry.parse(target))
+    tagged = client.manifest_digest("dirty/quickstart", head)
+    assert tagged is not None
+
+    (repo.root / "deploy" / "notes.log").write_text("ignored by git\n", encoding="utf-8")
+    _publish(spec, store, target, capsys)  # ignored files do not count either; same content: a no-op
+    repo.edit("deploy/kiln.yaml", "max_queue_size: 16", "max_queue_size: 32")  # not committed
+    _build(spec, store, capsys)
+    assert main(["publish", str(spec), "--store", str(store), "--registry", target]) == 1
+    err = capsys.readouterr().err
+    assert f"differs from commit {head[:12]} (deploy/kiln.yaml)" in err and "--allow-dirty" in err
+    assert client.manifest_digest("dirty/quickstart", head) == tagged
+    # an explicit --commit is checked the same way
+    assert main(["publish", str(spec), "--store", str(store), "--registry", target, "--commit", head]) == 1
+    assert "differs from commit" in capsys.readouterr().err
+
+    out = _publish(spec, store, target, capsys, "--allow-dirty", "--provenance", str(tmp_path / "prov.json"))
+    ref = re.search(r"release (\S+):(dirty-[0-9a-f]{12}-[0-9a-f]{16})@(sha256:[0-9a-f]{64})", out)
+    assert ref and ref.group(2).startswith(f"dirty-{head[:12]}-"), out
+    assert client.manifest_digest("dirty/quickstart", ref.group(2)) == ref.group(3) != tagged
+    assert client.manifest_digest("dirty/quickstart", head) == tagged  # the commit's tag did not move
+    statement = json.loads((tmp_path / "prov.json").read_text(encoding="utf-8"))
+    params = statement["predicate"]["buildDefinition"]["externalParameters"]
+    assert params["commit"] == head and params["uncommittedChanges"] is True
+    assert not [d for d in statement["predicate"]["buildDefinition"]["resolvedDependencies"] if "gitCommit" in d["digest"]]
+
+    repo.git("checkout", "--", "deploy/kiln.yaml")
+    (repo.root / "deploy" / "extra.jsonl").write_text("{}\n", encoding="utf-8")  # untracked, not ignored
+    assert main(["publish", str(spec), "--store", str(store), "--registry", target]) == 1
+    assert "(deploy/extra.jsonl)" in capsys.readouterr().err
+
+
+def test_an_existing_commit_tag_is_never_moved_to_other_content(tmp_path, registry, capsys) -> None:
+    spec = light_spec(tmp_path / "spec")  # not in git: --commit is taken on trust, the registry is checked
+    target, commit = f"{registry.host}/moved", "6" * 40
+    _build(spec, tmp_path / "A", capsys)
+    _publish(spec, tmp_path / "A", target, capsys, "--commit", commit)
+    _publish(spec, tmp_path / "A", target, capsys, "--commit", commit)  # the same release again: fine
+    client = Client(Registry.parse(target))
+    tagged = client.manifest_digest("moved/quickstart", commit)
+    spec.write_text(spec.read_text(encoding="utf-8").replace("max_queue_size: 16", "max_queue_size: 32"),
+                    encoding="utf-8")
+    graph = build_spec(spec, LocalStore(tmp_path / "A")).graph
+    capsys.readouterr()
+    assert main(["publish", str(spec), "--store", str(tmp_path / "A"), "--registry", target, "--commit", commit]) == 1
+    err = capsys.readouterr().err
+    assert f"moved/quickstart:{commit} already names other content ({tagged})" in err
+    assert client.manifest_digest("moved/quickstart", commit) == tagged
+    # refused before anything was pushed: the new spec snapshot is not in the registry
+    tag = oa.artifact_tag("spec-snapshot", graph.keys["spec-snapshot"])
+    assert client.manifest_digest("moved/kiln-artifacts", tag) is None

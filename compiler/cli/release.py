@@ -24,6 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     pub.add_argument("--artifacts-only", action="store_true",
                      help="push the artifacts the store holds and no release (CI jobs that build part of a graph)")
     pub.add_argument("--provenance", type=Path, metavar="FILE", help="also write the provenance statement here")
+    pub.add_argument("--allow-dirty", action="store_true",
+                     help="publish although the spec's directory has uncommitted changes, under the tag "
+                          "dirty-<commit>-<release digest> instead of the commit's (which only ever names what the "
+                          "commit builds)")
     pub.set_defaults(handler=cmd_publish)
 
     ini = sub.add_parser("init", help="install the CI workflows (validate, plan comment, build and publish)")
@@ -43,23 +47,52 @@ def register(sub: argparse._SubParsersAction) -> None:
     ini.set_defaults(handler=cmd_init)
 
 
+def _release_commit(args: argparse.Namespace) -> tuple[str, bool]:
+    """(commit, dirty): the commit to tag (--commit or HEAD) and whether the spec's directory differs
+    from it. Outside a git repository --commit is taken on trust (and dirty is False)."""
+    from compiler.gitops.gitrev import GitError, changes_since, head_commit, repo_root
+
+    try:
+        repo_root(args.spec)
+    except GitError as e:
+        if args.commit is None:
+            raise UsageError(f"cannot tag the release: {e}; pass --commit") from None
+        return args.commit, False
+    try:
+        commit = args.commit or head_commit(args.spec)
+        changed = changes_since(args.spec, commit)
+    except GitError as e:
+        raise UsageError(f"cannot tag the release: {e}") from None
+    if changed and not args.allow_dirty:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise DirtyCheckout(f"{args.spec.parent} differs from commit {commit[:12]} ({shown}): a release is tagged "
+                            "with the commit that builds it; commit the changes first, or pass --allow-dirty to "
+                            "publish under a dirty-... tag")
+    return commit, bool(changed)
+
+
+class DirtyCheckout(Exception):
+    pass
+
+
 def cmd_publish(args: argparse.Namespace) -> ExitCode:
     from compiler.build import open_store, store_dir
-    from compiler.gitops.gitrev import GitError, head_commit
     from compiler.gitops.oci import RegistryError
-    from compiler.gitops.publish import NotBuilt, publish_spec
+    from compiler.gitops.publish import NotBuilt, TagConflict, publish_spec
 
     require_file(args.spec)
-    commit = args.commit
-    if commit is None and not args.artifacts_only:
+    commit, dirty = None, False
+    if not args.artifacts_only:
         try:
-            commit = head_commit(args.spec)
-        except GitError as e:
-            raise UsageError(f"cannot tag the release: {e}; pass --commit") from None
+            commit, dirty = _release_commit(args)
+        except DirtyCheckout as e:
+            print(f"kiln: error: {e}", file=sys.stderr)
+            return ExitCode.ERRORS
     store = open_store(store_dir(args.store))
     try:
-        outcome = publish_spec(args.spec, store, args.registry, commit, artifacts_only=args.artifacts_only)
-    except NotBuilt as e:
+        outcome = publish_spec(args.spec, store, args.registry, commit, artifacts_only=args.artifacts_only,
+                               dirty=dirty)
+    except (NotBuilt, TagConflict) as e:
         print(f"kiln: error: {e}", file=sys.stderr)
         return ExitCode.ERRORS
     except RegistryError as e:
