@@ -28,8 +28,9 @@ def store_dir(explicit: Path | None) -> Path:
     return Path(env) if env else DEFAULT_STORE
 
 
-def open_store(path: Path) -> LocalStore:
-    return LocalStore(path)
+def open_store(path: Path, create: bool = True) -> LocalStore:
+    """`create=False` for commands that only read the store (plan, publish): they never create it."""
+    return LocalStore(path, create=create)
 
 
 @dataclass
@@ -62,7 +63,8 @@ class BuildOutcome:
 def _prepare(spec: Path, store: LocalStore, options: Options | None,
              kinds: KindRegistry) -> tuple[BuildOutcome, DigestCache]:
     outcome = BuildOutcome(validate_path(spec, options))
-    digests = DigestCache(store.root / "digest-cache.json")
+    # A store that does not exist is not created by reading it (`kiln plan --store X`).
+    digests = DigestCache(store.root / "digest-cache.json" if store.root.is_dir() else None)
     if outcome.validation.ok:
         outcome.graph = lower(outcome.validation, digests, kinds)
     return outcome, digests

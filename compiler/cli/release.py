@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _release_commit(args: argparse.Namespace) -> tuple[str, bool]:
     """(commit, dirty): the commit to tag (--commit or HEAD) and whether the spec's directory differs
     from it. Outside a git repository --commit is taken on trust (and dirty is False)."""
-    from compiler.gitops.gitrev import GitError, changes_since, head_commit, repo_root
+    from compiler.gitops.gitrev import GitError, changes_since, repo_root, resolve_ref
 
     try:
         repo_root(args.spec)
@@ -59,7 +59,7 @@ def _release_commit(args: argparse.Namespace) -> tuple[str, bool]:
             raise UsageError(f"cannot tag the release: {e}; pass --commit") from None
         return args.commit, False
     try:
-        commit = args.commit or head_commit(args.spec)
+        commit = resolve_ref(args.spec, args.commit or "HEAD")  # the full id, also for --commit HEAD
         changed = changes_since(args.spec, commit)
     except GitError as e:
         raise UsageError(f"cannot tag the release: {e}") from None
@@ -80,7 +80,13 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
     from compiler.gitops.oci import RegistryError
     from compiler.gitops.publish import NotBuilt, TagConflict, publish_spec
 
+    from compiler.pipeline import validate_path
+
     require_file(args.spec)
+    validation = validate_path(args.spec)  # a spec with errors is the first thing to fix
+    if not validation.ok:
+        print_diagnostics([validation], stream=sys.stderr)
+        return ExitCode.ERRORS
     commit, dirty = None, False
     if not args.artifacts_only:
         try:
@@ -88,7 +94,7 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
         except DirtyCheckout as e:
             print(f"kiln: error: {e}", file=sys.stderr)
             return ExitCode.ERRORS
-    store = open_store(store_dir(args.store))
+    store = open_store(store_dir(args.store), create=False)
     try:
         outcome = publish_spec(args.spec, store, args.registry, commit, artifacts_only=args.artifacts_only,
                                dirty=dirty)

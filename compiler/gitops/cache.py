@@ -14,7 +14,7 @@ import sys
 from compiler.store.local import ActionRecord, LocalStore, StoreError
 
 from . import artifacts as oa
-from .oci import Client, Registry, RegistryError
+from .oci import Client, Registry, RegistryError, Unreachable
 
 
 class RemoteCache:
@@ -25,19 +25,34 @@ class RemoteCache:
         self.store = store
         self.warn = warn or (lambda line: print(f"kiln: warning: {line}", file=sys.stderr))
         self.fetched: list[str] = []
+        self.down: str | None = None  # why the registry is not asked any more (one warning, not one per action)
+
+    def _unreachable(self, e: Unreachable) -> None:
+        self.down = str(e)
+        self.warn(f"cache {self.registry}: {e}; building without the cache")
 
     def has(self, key: str, kind: str) -> bool:
+        if self.down:
+            return False
         try:
             return self.client.manifest_digest(self.repo, oa.artifact_tag(kind, key)) is not None
+        except Unreachable as e:
+            self._unreachable(e)
+            return False
         except RegistryError as e:
             self.warn(f"cache {self.registry}: {e}")
             return False
 
     def __call__(self, graph, aid: str, spec_name: str) -> ActionRecord | None:
         """The executor's hook: import the artifact for `aid` from the registry, or None."""
+        if self.down:
+            return None
         action, key = graph.actions[aid], graph.keys[aid]
         try:
             record = self._fetch(action.kind, key, aid)
+        except Unreachable as e:
+            self._unreachable(e)
+            return None
         except (RegistryError, StoreError, ValueError, KeyError, TypeError) as e:
             self.warn(f"cache {self.registry}: {aid}: {e}; building it here")
             return None

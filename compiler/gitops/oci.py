@@ -30,6 +30,10 @@ class RegistryError(Exception):
     """The registry refused a request or could not be reached (one line, no traceback)."""
 
 
+class Unreachable(RegistryError):
+    """No answer from the registry at all (connection refused, no route, timeout)."""
+
+
 @dataclass(frozen=True)
 class Registry:
     host: str  # "127.0.0.1:5000", "ghcr.io"
@@ -88,7 +92,7 @@ class Client:
                 raise RegistryError(f"{method} {url}: HTTP {e.code} {_error_text(detail)}") from None
             except (urllib.error.URLError, OSError) as e:
                 reason = getattr(e, "reason", e)
-                raise RegistryError(f"cannot reach {self.registry.host}: {reason}") from None
+                raise Unreachable(f"cannot reach {self.registry.host}: {reason}") from None
             if resp.status not in ok:
                 raise RegistryError(f"{method} {url}: unexpected HTTP {resp.status}")
             return resp

@@ -77,10 +77,12 @@ def _hex(digest: str) -> str:
 
 
 class LocalStore:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, create: bool = True) -> None:
+        """`create=False`: only read (a missing store reads as empty and is not created)."""
         self.root = Path(root)
-        for sub in ("objects/sha256", "actions", "refs", "releases", "logs", "tmp"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        if create:
+            for sub in ("objects/sha256", "actions", "refs", "releases", "logs", "tmp"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
 
     # --- locking ---------------------------------------------------------------------------------
     @contextlib.contextmanager
