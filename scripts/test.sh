@@ -8,7 +8,9 @@ started=$(bash scripts/services.sh)
 cleanup() { for pid in $started; do kill "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT
 bash scripts/install.sh --dev
-py="${KILN_VENV:-.venv}/bin/python"
+venv=${KILN_VENV:-.venv}
+[[ $venv == /* ]] || venv="$PWD/$venv"  # absolute: wheel_smoke.sh runs it from other directories
+py="$venv/bin/python"
 # CI runs more property-test examples than a developer's default run.
 export KILN_HYPOTHESIS_PROFILE=${KILN_HYPOTHESIS_PROFILE:-ci}
 "$py" -m compiler schema --check

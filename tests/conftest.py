@@ -18,10 +18,12 @@ def update_expectations(request: pytest.FixtureRequest) -> bool:
 
 # --- hypothesis profiles ------------------------------------------------------------------------
 # KILN_HYPOTHESIS_PROFILE=ci (scripts/test.sh) runs the property tests harder than a developer's
-# default "dev" run. Tests that pin their own max_examples keep it.
-settings.register_profile("ci", max_examples=2000, deadline=None,
+# default "dev" run. Tests that pin their own max_examples keep it. Every input a property test has
+# found a bug with is pinned with @example and runs every time; the random examples beyond them
+# are a budget (the spec fuzzers validate a whole spec per example: 2000 of them took minutes).
+settings.register_profile("ci", max_examples=300, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("dev", max_examples=200, deadline=None,
+settings.register_profile("dev", max_examples=100, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("KILN_HYPOTHESIS_PROFILE", "dev"))
 

@@ -227,7 +227,10 @@ def test_a_registry_that_asks_for_credentials_gets_them_from_the_environment(tmp
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         import crypt  # the standard library's bcrypt (libxcrypt), for the registry's htpasswd file
-    secured = RegistryProcess(htpasswd="kiln:" + crypt.crypt("s3cret", crypt.mksalt(crypt.METHOD_BLOWFISH)))
+    # bcrypt at its lowest cost (2^4 rounds): the registry checks the password on every request, and
+    # the default 2^12 made this test the slowest of the module; the authentication path is the same
+    salt = crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16)
+    secured = RegistryProcess(htpasswd="kiln:" + crypt.crypt("s3cret", salt))
     try:
         spec = light_spec(tmp_path / "spec")
         target = f"{secured.host}/private"

@@ -101,7 +101,8 @@ def cmd_show(args: argparse.Namespace) -> ExitCode:
             return ExitCode.OK
         entry = find_entry(store, artifact.tree, path)
         if entry is None:
-            raise UsageError(f"{artifact.id} has no file {path!r} (`kiln show {args.release} {artifact.id}` lists them)")
+            raise UsageError(f"{artifact.id} has no file {path!r} "
+                             f"(`kiln show {args.release} {artifact.id}` lists them)")
         sys.stdout.flush()
         copy_verified(store, entry, sys.stdout.buffer)
         sys.stdout.buffer.flush()
