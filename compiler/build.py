@@ -28,10 +28,11 @@ def store_dir(explicit: Path | None) -> Path:
     return Path(env) if env else DEFAULT_STORE
 
 
-def open_store(path: Path, create: bool = True) -> LocalStore:
-    """The store at `path` (compiler.store.local.StoreUnusable when it cannot be one; with
-    `create=False`, also when there is no store there yet)."""
-    return LocalStore(path, create=create)
+def open_store(path: Path, create: bool = True, missing_ok: bool = False) -> LocalStore:
+    """The store at `path` (compiler.store.local.StoreUnusable when it cannot be one). With
+    `create=False` (store commands, publish) there must be a store there already; `missing_ok`
+    (plan) reads a store that does not exist as empty. Neither creates one."""
+    return LocalStore(path, create=create, missing_ok=missing_ok)
 
 
 @dataclass
@@ -64,7 +65,8 @@ class BuildOutcome:
 def _prepare(spec: Path, store: LocalStore, options: Options | None,
              kinds: KindRegistry) -> tuple[BuildOutcome, DigestCache]:
     outcome = BuildOutcome(validate_path(spec, options))
-    digests = DigestCache(store.root / "digest-cache.json")
+    # A store that does not exist is not created by reading it (`kiln plan --store X`).
+    digests = DigestCache(store.root / "digest-cache.json" if store.root.is_dir() else None)
     outcome.graph = lower_or_report(outcome.validation, digests, kinds)
     return outcome, digests
 

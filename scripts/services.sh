@@ -14,7 +14,8 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
 }
 
-apt_install shellcheck docker.io docker-registry busybox-static
+# python3, python3-venv: Debian's own interpreter, which tests/test_install.py installs Kiln with.
+apt_install shellcheck docker.io docker-registry busybox-static python3 python3-venv
 
 if ! docker info >/dev/null 2>&1; then
   log=$(mktemp -t kiln-dockerd.XXXXXX.log)

@@ -25,7 +25,7 @@ if "$PY" -c 'import sys, setuptools; sys.exit(int(setuptools.__version__.split("
 fi
 step "building the wheel"
 "$PY" -m pip wheel "${pip_quiet[@]}" --no-deps "${isolation[@]}" -w "$tmp/dist" "$tmp/src" >/dev/null
-wheel=$(ls "$tmp"/dist/kiln-*.whl)
+wheel=$(ls "$tmp"/dist/kiln_compiler-*.whl)
 
 step "installing $(basename "$wheel") into a fresh venv"
 V="$tmp/venv/bin"
@@ -63,7 +63,9 @@ run 0 "$V/kiln" catalog
 run 0 "$V/kiln" catalog --models
 run 0 "$V/kiln" catalog --formats
 mkdir "$tmp/repo" && cp -r . "$tmp/repo/deploy"
-run 0 "$V/kiln" init "$tmp/repo/deploy/kiln.yaml" --dir "$tmp/repo" --registry registry.example/kiln
+# A wheel records no repository: the workflows' Kiln source is given (kilnsource.py).
+run 0 "$V/kiln" init "$tmp/repo/deploy/kiln.yaml" --dir "$tmp/repo" --registry registry.example/kiln \
+  --kiln-repo https://git.example/kiln --kiln-commit 0123456789abcdef0123456789abcdef01234567
 [[ -s $tmp/repo/.github/workflows/kiln-plan.yml && -s $tmp/repo/.github/workflows/kiln-release.yml ]] \
   || fail "kiln init wrote no workflows"
 

@@ -18,10 +18,12 @@ def update_expectations(request: pytest.FixtureRequest) -> bool:
 
 # --- hypothesis profiles ------------------------------------------------------------------------
 # KILN_HYPOTHESIS_PROFILE=ci (scripts/test.sh) runs the property tests harder than a developer's
-# default "dev" run. Tests that pin their own max_examples keep it.
-settings.register_profile("ci", max_examples=2000, deadline=None,
+# default "dev" run. Tests that pin their own max_examples keep it. Every input a property test has
+# found a bug with is pinned with @example and runs every time; the random examples beyond them
+# are a budget (the spec fuzzers validate a whole spec per example: 2000 of them took minutes).
+settings.register_profile("ci", max_examples=300, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("dev", max_examples=200, deadline=None,
+settings.register_profile("dev", max_examples=100, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("KILN_HYPOTHESIS_PROFILE", "dev"))
 
@@ -37,3 +39,32 @@ def registry():
     reg = Registry()
     yield reg
     reg.stop()
+
+
+# --- the quantized quickstart, built once per test run ------------------------------------------
+@pytest.fixture(scope="session")
+def quickstart_build(tmp_path_factory):
+    """examples/quickstart (with tests/quickstart.py's QUANTIZED_EDITS) built once for the whole run,
+    quantization and quality gates included, into one store: `(spec, store dir, BuildOutcome)`.
+
+    Quantizing is the slowest thing the suite does (INT4 AWQ above all), so every module that needs
+    a quantized checkpoint reads this store; a test that changes the spec or the store works on a
+    copy of it (`shutil.copytree(store, ...)`), never on the store itself."""
+    import shutil
+    from pathlib import Path
+
+    from compiler.build import build_spec
+    from compiler.graph.builder import Builder
+    from compiler.store.local import LocalStore
+    from tests.quickstart import QUANTIZED_EDITS, edited
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "quickstart"
+    root = tmp_path_factory.mktemp("quickstart-build")
+    shutil.copytree(example, root / "spec", ignore=shutil.ignore_patterns(".kiln"))
+    spec = root / "spec" / "kiln.yaml"
+    spec.write_text(edited(spec.read_text(encoding="utf-8"), QUANTIZED_EDITS), encoding="utf-8")
+    outcome = build_spec(spec, LocalStore(root / "store"), builder=Builder(fixed=frozenset({"torch"})))
+    assert outcome.validation.ok, [d.message for d in outcome.validation.diagnostics]
+    assert not outcome.failed and not outcome.deferred, [(r.id, r.status, r.error) for r in outcome.results.values()
+                                                         if r.status not in ("built", "cached")]
+    return spec, root / "store", outcome

@@ -45,7 +45,7 @@ class Request:
 class Engine:
     """The model and its scheduler thread."""
 
-    def __init__(self, model_dir: str, max_batch: int, threads: int) -> None:
+    def __init__(self, model_dir: str, max_batch: int, threads: int, step_floor_s: float = 0.0) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -55,6 +55,7 @@ class Engine:
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         self.eos = self.tokenizer.eos_token_id
         self.max_batch = max_batch
+        self.step_floor_s = step_floor_s
         self.waiting: queue.Queue[Request] = queue.Queue()
         self.running: list[Request] = []
         self.stopped = threading.Event()
@@ -97,7 +98,12 @@ class Engine:
 
     def _step(self, req: Request) -> None:
         if req in self.running:
+            started = time.monotonic()
             req.next_id, req.cache = self._forward([req.next_id], req.cache)
+            # a floor on one sequence's decode step, as a model too large for this CPU would have
+            rest = self.step_floor_s - (time.monotonic() - started)
+            if rest > 0:
+                time.sleep(rest)
             self._emit(req)
 
     def _emit(self, req: Request) -> None:
@@ -230,8 +236,10 @@ def main() -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--max-batch", type=int, default=64, help="most sequences running at once")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--step-floor-ms", type=float, default=0.0,
+                   help="least time one sequence's decode step takes (sequences are decoded one after another)")
     args = p.parse_args()
-    engine = Engine(args.model, args.max_batch, args.threads)
+    engine = Engine(args.model, args.max_batch, args.threads, args.step_floor_ms / 1000)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(engine, args.served_name))
     server.daemon_threads = True
 

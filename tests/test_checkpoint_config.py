@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from compiler.actions import hf_config
-from compiler.actions.hf_config import CheckpointConfigError, config_plan, runtime_config, source_config_bytes
+from compiler.actions.hf_config import (CheckpointConfigError, config_plan, require_plan, runtime_config,
+                                        source_config_bytes)
 from compiler.build import build_spec, plan_spec
 from compiler.catalog.checkpoint_config import CheckpointConfigError as TableError
 from compiler.catalog.checkpoint_config import load_checkpoint_config, parse_table
@@ -64,11 +65,12 @@ def plan4():
 # --- the table ----------------------------------------------------------------------------------------
 def test_every_tensorrt_llm_version_kiln_supports_has_a_row() -> None:
     table = load_checkpoint_config()
-    triton = load_image_table().family("nvcr.io/nvidia/tritonserver")
-    assert triton is not None and triton.tags
-    for version in sorted(set(triton.tags.values())):
+    images = load_image_table()
+    assert images.family("nvcr.io/nvidia/tritonserver").tags and images.family(
+        "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime").tags
+    for version in sorted({v for f in images.families for v in f.tags.values()}):
         row = table.runtime(version)
-        assert row is not None, f"TensorRT-LLM {version} (a Triton image Kiln knows ships it) has no runtime row"
+        assert row is not None, f"TensorRT-LLM {version} (an image Kiln knows ships it) has no runtime row"
         assert row.config_schema in table.schemas
         if row.transformers is None:
             assert row.status in ("inferred", "unverified"), version  # a guess must say so
@@ -199,21 +201,47 @@ def test_the_quantize_key_names_the_builder_toolchain_and_the_runtime_schema(tmp
     assert graph_b.keys["llmapi-options/tiny"] != graph_a.keys["llmapi-options/tiny"]  # the pin did change
 
 
-def test_a_runtime_pin_outside_the_table_is_refused_before_any_model_loads(tmp_path: Path) -> None:
+def test_a_runtime_pin_outside_the_table_is_refused_by_validate_and_by_the_actions(tmp_path: Path) -> None:
+    """`kiln validate` refuses the pin (K808 at toolchain.tensorrt_llm) before a build would; the
+    actions refuse it too, before any model loads, should a graph ever carry no plan."""
     from compiler.actions import REGISTRY
+    from compiler.pipeline import validate_path
 
-    spec = quickstart_copy(tmp_path / "spec", {
-        'tensorrt_llm: "1.2.1"': 'tensorrt_llm: "1.3.0"', IMAGE_TAG: "26.09-trtllm-python-py3",
-        "      weights: int4_awq\n      calibration: {data: data/calib-prose.jsonl, samples: 16, max_seq_len: 128, "
-        "seed: 7}\n      quality_gate: {eval: data/eval-prose.jsonl, metric: perplexity, max_regression_pct: 10.0}\n":
-        "      weights: bf16\n"})
-    graph = plan_spec(spec, LocalStore(tmp_path / "store")).graph
-    quantize, source = graph.actions["quantize/tiny"], graph.actions["model-source/tiny-awq"]
-    assert quantize.params.checkpoint_config is None and source.params.checkpoint_config is None
+    spec = quickstart_copy(tmp_path / "spec", {'tensorrt_llm: "1.2.1"': 'tensorrt_llm: "1.3.0"',
+                                               IMAGE_TAG: "26.09-trtllm-python-py3"})
+    result = validate_path(spec)
+    errors = [d for d in result.diagnostics if d.is_error]
+    assert [d.code for d in errors] == ["K808"], result.diagnostics
+    line = next(i for i, t in enumerate(spec.read_text().splitlines(), 1) if "tensorrt_llm:" in t)
+    assert errors[0].span.line == line and "1.3.0" in errors[0].message
+    assert plan_spec(spec, LocalStore(tmp_path / "store")).graph is None
+
+    graph = plan_spec(QUICKSTART / "kiln.yaml", LocalStore(tmp_path / "store")).graph
+    unplanned = graph.actions["quantize/tiny"].params.model_copy(update={"checkpoint_config": None})
     with pytest.raises(Exception, match="TensorRT-LLM reads config.json with"):
-        REGISTRY["quantize"].preflight(quantize.params)
+        REGISTRY["quantize"].preflight(unplanned)
     with pytest.raises(CheckpointConfigError, match="no row for it"):
-        REGISTRY["model-source"].preflight(source.params)
+        require_plan(None, "1.3.0")
+
+
+def test_kilns_schema4_config_reads_the_same_under_transformers5(tmp_path: Path) -> None:
+    """Why the Dynamo runtime images' release candidates get schema 4 without a transformers pin
+    read: a config Kiln writes in schema 4 gives transformers 5 (this builder's 5.14.1) the source's
+    RoPE theta and scaling, dtype and max positions, as it gives 4.57."""
+    transformers = pytest.importorskip("transformers")
+    assert transformers.__version__.startswith("5."), transformers.__version__
+    for source in (LLAMA31, QWEN3):
+        out = runtime_config({**LLAMA31_AS_TRANSFORMERS5_WRITES_IT, "quantization_config": {"quant_algo": "FP8"}}
+                             if source is LLAMA31 else dict(source), source, plan4())
+        d = tmp_path / source["model_type"]
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(out))
+        cfg = transformers.AutoConfig.from_pretrained(d)
+        rope = dict(cfg.rope_parameters)
+        assert rope.pop("rope_theta") == source["rope_theta"]
+        scaling = source["rope_scaling"] or {"rope_type": "default"}
+        assert rope == scaling, (rope, scaling)
+        assert str(cfg.dtype) == "torch.bfloat16" and cfg.max_position_embeddings == source["max_position_embeddings"]
 
 
 # --- the builder runs what the key says ----------------------------------------------------------------

@@ -105,6 +105,8 @@ CASES = [
     (["build", QUICKSTART, "-q", "--only", "spec-snapshot"], ExitCode.INCOMPLETE),
     (["build", QUICKSTART, "-q", "--only", "spec-snapshot", "--allow-partial"], ExitCode.OK),
     (["build", QUICKSTART, "--cache", "host/NOT A NAMESPACE"], ExitCode.USAGE),
+    (["export", QUICKSTART, "--to", "/nonexistent/out"], ExitCode.USAGE),  # no store: nothing built yet
+    (["show", QUICKSTART, "host-script/dev-h100/provision.sh"], ExitCode.USAGE),
     (["store", "verify"], ExitCode.OK),
     (["store", "gc", "--keep", "0"], ExitCode.USAGE),
     (["store", "gc", "--keep", "1"], ExitCode.OK),
@@ -128,7 +130,8 @@ def test_plan_base_and_init_return_exit_codes(tmp_path: Path, monkeypatch, capsy
     repo.commit("base")
     monkeypatch.chdir(repo.root)
     monkeypatch.setenv("KILN_STORE", str(tmp_path / "store"))
-    init = ["init", "deploy/kiln.yaml", "--registry", "127.0.0.1:5000/inference"]
+    init = ["init", "deploy/kiln.yaml", "--registry", "127.0.0.1:5000/inference",
+            "--kiln-repo", "https://git.example/kiln", "--kiln-commit", "0" * 40]
     steps = [(init, ExitCode.OK),
              (init + ["--branch", "release"], ExitCode.USAGE),  # the workflow differs: needs --force
              (["plan", "deploy/kiln.yaml", "--base", "main"], ExitCode.OK)]
@@ -167,8 +170,17 @@ def test_unexpected_exceptions(monkeypatch, capsys, exc: BaseException, expected
 
 def test_commands_are_listed_in_a_fixed_order() -> None:
     sub = next(a for a in _parser()._actions if a.dest == "command")
-    assert list(sub.choices) == ["validate", "explain", "schema", "catalog", "plan", "build", "lock", "tune", "publish",
-                                 "init", "store"]
+    assert list(sub.choices) == ["validate", "explain", "schema", "catalog", "plan", "build", "export", "show",
+                                 "lock", "tune", "publish", "init", "store"]
+
+
+def test_plan_reads_a_store_without_creating_it(tmp_path: Path, capsys) -> None:
+    store = tmp_path / "no" / "store"
+    assert main(["plan", QUICKSTART, "--store", str(store)]) == ExitCode.OK
+    assert "run" in capsys.readouterr().out
+    assert not (tmp_path / "no").exists()
+    assert main(["plan", QUICKSTART, "--store", str(store), "--matrix"]) == ExitCode.OK
+    assert not (tmp_path / "no").exists()
 
 
 # --- the library does not import the CLI -------------------------------------------------------------
@@ -202,3 +214,24 @@ def test_the_import_scan_sees_relative_imports(tmp_path: Path) -> None:
     assert "compiler.cli" in _imported_modules(CLI / "__main__.py")
     probe = PACKAGE / "gitops" / "cache.py"
     assert "compiler.gitops.oci" in _imported_modules(probe)  # `from .oci import ...`
+
+
+def test_plan_shows_each_units_mig_placement_as_the_host_plan_creates_it(tmp_path: Path, capsys) -> None:
+    import json
+
+    from compiler.build import open_store, plan_spec
+
+    spec = ROOT / "examples" / "b200-mig-three-models" / "kiln.yaml"
+    assert main(["plan", str(spec), "--store", str(tmp_path / "s"), "--format", "json"]) == ExitCode.OK
+    rows = json.loads(capsys.readouterr().out)["placements"]
+    graph = plan_spec(spec, open_store(tmp_path / "s", create=False, missing_ok=True)).graph
+    created = {(host, g["index"], i["slot"]): f"{i['profile_id']}:{i['start']}"
+               for host in ("b200-a",) for g in graph.actions[f"host-plan/{host}"].params.state.model_dump()["gpus"]
+               if g["mig"] for i in g["mig"]["instances"]}
+    assert len(rows) == len(created) == 6
+    for r in rows:
+        slot = int(r["unit"].rsplit("mig", 1)[1])
+        assert created[(r["host"], r["gpu"], slot)] == f"{r['profile_id']}:{r['start']}", r
+    assert main(["plan", str(spec), "--store", str(tmp_path / "s")]) == ExitCode.OK
+    text = capsys.readouterr().out
+    assert re.search(r"^b200-a/gpu0/mig1 +coder +0 +2g\.45gb +14:4 +4-5$", text, re.M), text

@@ -10,6 +10,7 @@ import json
 import re
 import shlex
 import shutil
+import sys
 import subprocess
 from pathlib import Path
 
@@ -19,8 +20,12 @@ from ruamel.yaml import YAML
 
 from compiler.cli import _parser, main
 from compiler.gitops.ci import InitConflict, render_workflows
+from compiler.gitops.kilnsource import KilnSource
 
+ROOT = Path(__file__).resolve().parents[1]
 SPEC = Path(__file__).parent / "golden" / "plan" / "calibration-and-mig" / "spec"
+KILN_REPO, KILN_COMMIT = "https://git.example/acme/kiln", "0123456789abcdef0123456789abcdef01234567"
+SOURCE = ["--kiln-repo", KILN_REPO, "--kiln-commit", KILN_COMMIT]
 EXPR = re.compile(r"\$\{\{(.*?)\}\}", re.S)
 CONTEXTS = {"github", "env", "secrets", "vars", "needs", "steps", "matrix", "job", "runner", "strategy", "inputs"}
 FUNCTIONS = {"always", "success", "failure", "cancelled", "fromJSON", "toJSON", "contains", "startsWith",
@@ -31,8 +36,8 @@ FUNCTIONS = {"always", "success", "failure", "cancelled", "fromJSON", "toJSON", 
 def installed(tmp_path: Path, capsys) -> dict[str, str]:
     shutil.copytree(SPEC, tmp_path / "deploy")
     assert main(["init", str(tmp_path / "deploy" / "kiln.yaml"), "--dir", str(tmp_path),
-                 "--registry", "127.0.0.1:5000/team"]) == 0
-    assert capsys.readouterr().out.count("wrote: ") == 2
+                 "--registry", "127.0.0.1:5000/team", *SOURCE]) == 0
+    assert capsys.readouterr().out.count("wrote: ") == 3  # two workflows and .gitignore
     return {p.name: p.read_text(encoding="utf-8") for p in sorted((tmp_path / ".github" / "workflows").iterdir())}
 
 
@@ -145,7 +150,7 @@ def test_the_release_fans_gpu_work_out_through_the_plan_matrix(installed) -> Non
 
 def test_init_keeps_what_it_wrote_and_refuses_to_overwrite_edits(tmp_path: Path, capsys) -> None:
     shutil.copytree(SPEC, tmp_path / "deploy")
-    args = ["init", str(tmp_path / "deploy" / "kiln.yaml"), "--dir", str(tmp_path)]
+    args = ["init", str(tmp_path / "deploy" / "kiln.yaml"), "--dir", str(tmp_path), *SOURCE]
     assert main(args) == 0  # the registry comes from the spec's publish.registry
     release = tmp_path / ".github" / "workflows" / "kiln-release.yml"
     assert '--registry "registry.example.com/inference"' in release.read_text(encoding="utf-8")
@@ -164,9 +169,172 @@ def test_init_keeps_what_it_wrote_and_refuses_to_overwrite_edits(tmp_path: Path,
 def test_values_that_would_need_quoting_are_refused(kwargs) -> None:
     values = {"spec": "deploy/kiln.yaml", "registry": "r.example.com/team", **kwargs}
     with pytest.raises(InitConflict):
-        render_workflows(values.pop("spec"), values.pop("registry"), **values)
+        render_workflows(values.pop("spec"), values.pop("registry"), KilnSource(KILN_REPO, KILN_COMMIT), **values)
 
 
 def test_a_spec_at_the_repository_root_watches_every_path() -> None:
-    texts = render_workflows("kiln.yaml", "r.example.com/team")
+    texts = render_workflows("kiln.yaml", "r.example.com/team", KilnSource(KILN_REPO, KILN_COMMIT))
     assert _load(texts["kiln-plan.yml"])["on"]["pull_request"]["paths"] == ["**"]
+
+
+# --- which Kiln the workflows install (issue: the public `kiln` is another project) ----------------
+
+def _project_name() -> str:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
+
+
+def _pip_installs(script: str) -> list[list[str]]:
+    """The arguments of every `python -m pip install` line of a run block, in order."""
+    out = []
+    for line in script.splitlines():
+        words = shlex.split(line)
+        if words[:4] == ["python", "-m", "pip", "install"]:
+            out.append(words[4:])
+    return out
+
+
+def _install_steps(installed):
+    for name, text in installed.items():
+        for job_id, job in _load(text)["jobs"].items():
+            runs = [s["run"] for s in job["steps"] if "run" in s]
+            installs = [args for run in runs for args in _pip_installs(run)]
+            uses_kiln = any(re.search(r"(?:^|\s|\$\()kiln ", run) for run in runs)
+            yield f"{name}:{job_id}", installs, uses_kiln
+
+
+def test_every_workflow_installs_this_project_from_its_repository_at_the_pinned_commit(installed) -> None:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    from compiler import DISTRIBUTION
+    from compiler.gitops.kilnsource import TORCH_PIN
+
+    assert canonicalize_name(_project_name()) == canonicalize_name(DISTRIBUTION) != "kiln"
+    install_sh = (ROOT / "scripts" / "install.sh").read_text(encoding="utf-8")
+    assert f"pip_install {TORCH_PIN}\n" in install_sh  # the same torch pin as a local install
+    jobs = 0
+    for where, installs, uses_kiln in _install_steps(installed):
+        kiln = [Requirement(args[0]) for args in installs if len(args) == 1 and "@" in args[0]]
+        assert uses_kiln == bool(kiln), (where, installs)  # every job that runs kiln installs it
+        if not kiln:
+            continue
+        jobs += 1
+        assert len(kiln) == 1 and all(len(args) == 1 for args in installs), (where, installs)
+        (req,) = kiln
+        assert canonicalize_name(req.name) == canonicalize_name(_project_name()), where
+        assert req.url == f"git+{KILN_REPO}@{KILN_COMMIT}", where
+        if "quantize" in req.extras:  # torch, exactly pinned, comes first in the same step
+            assert [args[0] for args in installs] == [TORCH_PIN, str(req)], where
+        else:
+            assert req.extras == set() and len(installs) == 1, where
+    assert jobs == 4  # plan; release: cpu, gpu, release
+
+
+def test_the_install_line_resolves_to_this_project_with_pip(installed, tmp_path: Path) -> None:
+    """pip itself reads the workflow's requirement against a git repository of this source tree: the
+    name it builds must be the name the line asks for (pip refuses a mismatch), at that commit."""
+    from tests.gitrepo import GitRepo
+
+    repo = GitRepo(tmp_path / "kiln")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copyfile(ROOT / name, repo.root / name)
+    shutil.copytree(ROOT / "compiler", repo.root / "compiler", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    commit = repo.commit("kiln")
+    (line,) = [args[-1] for _, installs, _ in _install_steps(installed) for args in installs
+               if "[quantize]" in args[-1]][:1]
+    local = line.replace(f"git+{KILN_REPO}@{KILN_COMMIT}", f"git+file://localhost{repo.root}@{commit}")
+    assert local != line
+    report = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index",
+                           "--no-build-isolation", "--quiet", "--disable-pip-version-check", "--report", str(report),
+                           local], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (item,) = json.loads(report.read_text(encoding="utf-8"))["install"]
+    assert item["metadata"]["name"] == _project_name()
+    assert item["download_info"]["vcs_info"]["commit_id"] == commit
+    assert item["requested_extras"] == ["quantize"]
+    assert any(r.startswith("nvidia-modelopt") for r in item["metadata"]["requires_dist"])
+    import tomllib  # and the command it installs is still `kiln`
+
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"] == \
+        {"kiln": "compiler.cli:main"}
+
+
+def test_init_from_a_subdirectory_writes_at_the_repository_root_and_ignores_the_store(
+        tmp_path: Path, capsys, monkeypatch) -> None:
+    from tests.gitrepo import GitRepo
+
+    repo = GitRepo(tmp_path / "repo")
+    shutil.copytree(SPEC, repo.root / "deploy")
+    (repo.root / ".gitignore").write_text("*.pyc", encoding="utf-8")  # no final newline
+    repo.commit("spec")
+    monkeypatch.chdir(repo.root / "deploy")
+    assert main(["init", "kiln.yaml", *SOURCE]) == 0
+    out = capsys.readouterr().out
+    assert not (repo.root / "deploy" / ".github").exists()
+    plan = _load((repo.root / ".github" / "workflows" / "kiln-plan.yml").read_text(encoding="utf-8"))
+    assert plan["on"]["pull_request"]["paths"] == ["deploy/**"]
+    assert (repo.root / ".gitignore").read_text(encoding="utf-8").splitlines()[0] == "*.pyc"
+    assert ".kiln/" in (repo.root / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert f"updated: {repo.root / '.gitignore'}" in out
+    assert f"kiln-compiler @ git+{KILN_REPO}@{KILN_COMMIT}" in out
+    assert main(["init", "kiln.yaml", *SOURCE]) == 0
+    assert capsys.readouterr().out.count("unchanged: ") == 2  # .gitignore already has the entry
+
+
+def test_init_outside_a_git_repository_needs_dir(tmp_path: Path, capsys) -> None:
+    shutil.copytree(SPEC, tmp_path / "deploy")
+    assert main(["init", str(tmp_path / "deploy" / "kiln.yaml"), *SOURCE]) == 2
+    assert "not in a git repository" in capsys.readouterr().err
+    assert not (tmp_path / ".github").exists() and not (tmp_path / "deploy" / ".github").exists()
+
+
+@pytest.mark.parametrize("repo, commit, error", [
+    ("file:///srv/kiln", KILN_COMMIT, "https:// or ssh://"), ("https://u:pw@git.example/kiln", KILN_COMMIT, "credentials"),
+    ("http://git.example/kiln", KILN_COMMIT, "https:// or ssh://"), (KILN_REPO, "main", "40-digit"),
+    (KILN_REPO, KILN_COMMIT[:12], "40-digit"), ("https://git.example/k$(reboot)", KILN_COMMIT, "https:// or ssh://")])
+def test_a_kiln_source_a_runner_cannot_install_is_a_usage_error(tmp_path: Path, capsys, repo, commit, error) -> None:
+    shutil.copytree(SPEC, tmp_path / "deploy")
+    assert main(["init", str(tmp_path / "deploy" / "kiln.yaml"), "--dir", str(tmp_path),
+                 "--kiln-repo", repo, "--kiln-commit", commit]) == 2
+    assert error in capsys.readouterr().err
+    assert not (tmp_path / ".github").exists()
+
+
+def test_the_default_source_is_where_the_running_kiln_came_from(tmp_path: Path) -> None:
+    from compiler.gitops.kilnsource import SourceError, repo_url, running_source
+    from tests.gitrepo import GitRepo
+
+    assert repo_url("git@github.example:acme/kiln.git") == "ssh://git@github.example/acme/kiln.git"
+    # pip's record of `pip install "kiln-compiler @ git+https://...@<sha>"` (PEP 610)
+    record = json.dumps({"url": KILN_REPO, "vcs_info": {"vcs": "git", "commit_id": KILN_COMMIT}})
+    assert running_source(tmp_path, record) == KilnSource(KILN_REPO, KILN_COMMIT)
+    wheel = json.dumps({"url": "file:///tmp/kiln_compiler-0.1.0-py3-none-any.whl", "archive_info": {}})
+    with pytest.raises(SourceError, match="--kiln-repo URL --kiln-commit"):
+        running_source(tmp_path, wheel)
+    # a source checkout (scripts/install.sh's editable install): origin and HEAD, clean and pushed
+    repo = GitRepo(tmp_path / "kiln")
+    shutil.copyfile(ROOT / "pyproject.toml", repo.root / "pyproject.toml")
+    (repo.root / "compiler").mkdir()
+    (repo.root / "compiler" / "__init__.py").write_text("", encoding="utf-8")
+    head = repo.commit("kiln")
+    with pytest.raises(SourceError, match="no `origin` remote"):
+        running_source(repo.root / "compiler", "")
+    repo.git("remote", "add", "origin", "git@github.example:acme/kiln.git")
+    with pytest.raises(SourceError, match="on no branch of its remotes"):
+        running_source(repo.root / "compiler", "")
+    repo.git("update-ref", "refs/remotes/origin/main", head)  # as after `git push`
+    assert running_source(repo.root / "compiler", "") == KilnSource("ssh://git@github.example/acme/kiln.git", head)
+    (repo.root / "compiler" / "__init__.py").write_text("x = 1\n", encoding="utf-8")
+    with pytest.raises(SourceError, match="uncommitted changes"):
+        running_source(repo.root / "compiler", "")
+    # another project's repository that merely contains a copy of the package is not a source
+    other = GitRepo(tmp_path / "other")
+    (other.root / "compiler").mkdir()
+    (other.root / "compiler" / "__init__.py").write_text("", encoding="utf-8")
+    (other.root / "pyproject.toml").write_text('[project]\nname = "other"\n', encoding="utf-8")
+    other.commit("other")
+    with pytest.raises(SourceError, match="cannot tell"):
+        running_source(other.root / "compiler", "")

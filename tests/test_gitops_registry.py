@@ -52,6 +52,8 @@ def test_a_fresh_store_builds_from_the_registry_cache_without_executing_anything
 
     out_b = _build(spec, tmp_path / "B", capsys, "--cache", target, "--manifest", str(tmp_path / "b.json"))
     assert _executed(out_b) == 0
+    total = len(json.loads((tmp_path / "a.json").read_text(encoding="utf-8"))["artifacts"])
+    assert f"0 executed, 0 cached, {total} fetched" in out_b  # fetched from the registry, not the store's
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
     assert main(["store", "verify", "--store", str(tmp_path / "B")]) == 0
 
@@ -136,8 +138,14 @@ def test_a_bad_or_absent_cache_falls_back_to_building(tmp_path, registry, capsys
     from tests.services import free_port
 
     spec = light_spec(tmp_path / "spec")
-    out = _build(spec, tmp_path / "A", capsys, "--cache", f"127.0.0.1:{free_port()}/nothing-listens")
-    assert _executed(out) > 0
+    assert main(["build", str(spec), "--store", str(tmp_path / "A"), "-q", "--only", "host-script",
+                 "--allow-partial", "--cache", f"127.0.0.1:{free_port()}/nothing-listens"]) == 0
+    out = capsys.readouterr()
+    assert _executed(out.out) > 0
+    # one warning for a registry that is down, not one per action (nor for those left out by --only)
+    warnings = [line for line in out.err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "cannot reach" in warnings[0] and "not asking it again" in warnings[0], out.err
+    _build(spec, tmp_path / "A", capsys)
     # an artifact whose blob the registry lost: the fetch fails verification, the action is built here
     store_a = LocalStore(tmp_path / "A")
     target = Registry.parse(f"{registry.host}/broken")
@@ -160,6 +168,11 @@ def test_a_bad_or_absent_cache_falls_back_to_building(tmp_path, registry, capsys
 
 def test_publish_needs_a_complete_build_and_a_target(tmp_path, registry, capsys) -> None:
     spec = light_spec(tmp_path / "spec")
+    # a --store that holds no store is a usage error (and is not created), as for the store commands
+    assert main(["publish", str(spec), "--store", str(tmp_path / "empty"), "--registry", registry.host,
+                 "--commit", "3" * 40]) == 2
+    assert "no Kiln store" in capsys.readouterr().err and not (tmp_path / "empty").exists()
+    LocalStore(tmp_path / "empty")  # a store without this spec's artifacts
     assert main(["publish", str(spec), "--store", str(tmp_path / "empty"), "--registry", registry.host,
                  "--commit", "3" * 40]) == 1
     assert "run `kiln build` first" in capsys.readouterr().err
@@ -219,7 +232,10 @@ def test_a_registry_that_asks_for_credentials_gets_them_from_the_environment(tmp
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         import crypt  # the standard library's bcrypt (libxcrypt), for the registry's htpasswd file
-    secured = RegistryProcess(htpasswd="kiln:" + crypt.crypt("s3cret", crypt.mksalt(crypt.METHOD_BLOWFISH)))
+    # bcrypt at its lowest cost (2^4 rounds): the registry checks the password on every request, and
+    # the default 2^12 made this test the slowest of the module; the authentication path is the same
+    salt = crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16)
+    secured = RegistryProcess(htpasswd="kiln:" + crypt.crypt("s3cret", salt))
     try:
         spec = light_spec(tmp_path / "spec")
         target = f"{secured.host}/private"
@@ -239,3 +255,65 @@ def test_a_registry_that_asks_for_credentials_gets_them_from_the_environment(tmp
         assert _executed(_build(spec, tmp_path / "B", capsys, "--cache", target)) == 0
     finally:
         secured.stop()
+
+
+def test_publish_refuses_a_dirty_spec_directory_and_never_moves_the_commit_tag(tmp_path, registry, capsys) -> None:
+    repo = GitRepo(tmp_path / "repo")
+    light_spec(repo.root / "deploy")
+    (repo.root / ".gitignore").write_text("*.log\n", encoding="utf-8")
+    spec, target = repo.root / "deploy" / "kiln.yaml", f"{registry.host}/dirty"
+    store = repo.root / "deploy" / ".kiln" / "store"  # Kiln's own outputs do not make the directory dirty
+    head = repo.commit("spec")
+    _build(spec, store, capsys)
+    _publish(spec, store, target, capsys)
+    client = Client(Registry.parse(target))
+    tagged = client.manifest_digest("dirty/quickstart", head)
+    assert tagged is not None
+
+    (repo.root / "deploy" / "notes.log").write_text("ignored by git\n", encoding="utf-8")
+    _publish(spec, store, target, capsys)  # ignored files do not count either; same content: a no-op
+    repo.edit("deploy/kiln.yaml", "max_queue_size: 16", "max_queue_size: 32")  # not committed
+    _build(spec, store, capsys)
+    assert main(["publish", str(spec), "--store", str(store), "--registry", target]) == 1
+    err = capsys.readouterr().err
+    assert f"differs from commit {head[:12]} (deploy/kiln.yaml)" in err and "--allow-dirty" in err
+    assert client.manifest_digest("dirty/quickstart", head) == tagged
+    # an explicit --commit is checked the same way
+    assert main(["publish", str(spec), "--store", str(store), "--registry", target, "--commit", head]) == 1
+    assert "differs from commit" in capsys.readouterr().err
+
+    out = _publish(spec, store, target, capsys, "--allow-dirty", "--provenance", str(tmp_path / "prov.json"))
+    ref = re.search(r"release (\S+):(dirty-[0-9a-f]{12}-[0-9a-f]{16})@(sha256:[0-9a-f]{64})", out)
+    assert ref and ref.group(2).startswith(f"dirty-{head[:12]}-"), out
+    assert client.manifest_digest("dirty/quickstart", ref.group(2)) == ref.group(3) != tagged
+    assert client.manifest_digest("dirty/quickstart", head) == tagged  # the commit's tag did not move
+    statement = json.loads((tmp_path / "prov.json").read_text(encoding="utf-8"))
+    params = statement["predicate"]["buildDefinition"]["externalParameters"]
+    assert params["commit"] == head and params["uncommittedChanges"] is True
+    assert not [d for d in statement["predicate"]["buildDefinition"]["resolvedDependencies"] if "gitCommit" in d["digest"]]
+
+    repo.git("checkout", "--", "deploy/kiln.yaml")
+    (repo.root / "deploy" / "extra.jsonl").write_text("{}\n", encoding="utf-8")  # untracked, not ignored
+    assert main(["publish", str(spec), "--store", str(store), "--registry", target]) == 1
+    assert "(deploy/extra.jsonl)" in capsys.readouterr().err
+
+
+def test_an_existing_commit_tag_is_never_moved_to_other_content(tmp_path, registry, capsys) -> None:
+    spec = light_spec(tmp_path / "spec")  # not in git: --commit is taken on trust, the registry is checked
+    target, commit = f"{registry.host}/moved", "6" * 40
+    _build(spec, tmp_path / "A", capsys)
+    _publish(spec, tmp_path / "A", target, capsys, "--commit", commit)
+    _publish(spec, tmp_path / "A", target, capsys, "--commit", commit)  # the same release again: fine
+    client = Client(Registry.parse(target))
+    tagged = client.manifest_digest("moved/quickstart", commit)
+    spec.write_text(spec.read_text(encoding="utf-8").replace("max_queue_size: 16", "max_queue_size: 32"),
+                    encoding="utf-8")
+    graph = build_spec(spec, LocalStore(tmp_path / "A")).graph
+    capsys.readouterr()
+    assert main(["publish", str(spec), "--store", str(tmp_path / "A"), "--registry", target, "--commit", commit]) == 1
+    err = capsys.readouterr().err
+    assert f"moved/quickstart:{commit} already names other content ({tagged})" in err
+    assert client.manifest_digest("moved/quickstart", commit) == tagged
+    # refused before anything was pushed: the new spec snapshot is not in the registry
+    tag = oa.artifact_tag("spec-snapshot", graph.keys["spec-snapshot"])
+    assert client.manifest_digest("moved/kiln-artifacts", tag) is None

@@ -163,3 +163,14 @@ def test_boundary_specs_are_clean(name: str, tmp_path: Path) -> None:
     result = validate_path(spec)
     assert not result.diagnostics, "\n".join(f"{d.span.line}:{d.span.column} {d.code} {d.message}"
                                              for d in result.diagnostics)
+
+
+def test_k401_suggests_a_larger_mig_profile_only_where_the_whole_gpu_would_hold_the_model() -> None:
+    cases = ROOT / "tests" / "cases" / "hardware" / "memory"
+    helps = {d.message.split("'")[1]: d.help for d in validate_path(cases / "weights-do-not-fit-mig.yaml").diagnostics
+             if d.code == "K401"}
+    assert helps["small"].startswith("use a larger MIG profile")  # 15 GiB: a whole H100 holds it
+    assert helps["big"].startswith("not even a whole H100-SXM5-80GB (79.6 GiB) holds it")
+    assert "larger MIG profile" not in helps["big"]
+    (whole_gpu,) = [d.help for d in validate_path(cases / "weights-do-not-fit.yaml").diagnostics if d.code == "K401"]
+    assert "MIG" not in whole_gpu  # no MIG involved

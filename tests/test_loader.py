@@ -534,6 +534,15 @@ def test_quote_hint_uses_the_written_text() -> None:
     assert d.code == "K103" and d.help == 'quote it: "1.10"'
 
 
+def test_unquote_hint_only_for_text_that_is_a_number() -> None:
+    _, diags = front_end(MINIMAL.replace("count: 1", 'count: "2"'))
+    [d] = diags
+    assert d.code == "K103" and d.help == "write the number without quotes"
+    _, diags = front_end(MINIMAL.replace("count: 1", "count: lots"))
+    [d] = diags
+    assert d.code == "K103" and d.help == "'lots' is not a number: write an integer, without quotes", d.help
+
+
 def test_values_are_shown_in_yaml_spelling() -> None:
     _, diags = front_end(MINIMAL.replace("count: 1", "count: true").replace("name: llama8b-h100", "name: null"))
     text = " ".join(d.message for d in diags)

@@ -45,7 +45,7 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps",
                     "--no-build-isolation", "--no-index", "-w", str(tmp / "dist"), str(src)],
                    check=True, capture_output=True, text=True)
-    (built,) = (tmp / "dist").glob("kiln-*.whl")
+    (built,) = (tmp / "dist").glob("kiln_compiler-*.whl")
     with zipfile.ZipFile(built) as zf:
         yield zf
 

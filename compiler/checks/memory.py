@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from compiler.capacity.memory import gpu_memory_bytes
 from compiler.capacity.report import gib
 from compiler.diagnostics import Diagnostic, Severity
 
@@ -49,8 +50,19 @@ class WeightsDoNotFit(Check):
                 f"model {unit.model!r} does not fit on {fig.slice} of {fig.gpu} ({unit.id}): weights need "
                 f"{gib(cap.weight_bytes)} per GPU ({fmt}) plus a {gib(cap.reserve_bytes)} reserve, "
                 f"the unit has {gib(cap.gpu_memory_bytes)}",
-                help="use a larger MIG profile or more GPUs (tp), or a smaller weight format",
-                notes=_notes(fig))
+                help=self._help(ctx, unit, cap), notes=_notes(fig))
+
+    @staticmethod
+    def _help(ctx: CheckContext, unit, cap) -> str:
+        """A larger MIG profile only where one could help: the whole GPU would hold the weights."""
+        if unit.mig is None:
+            return "use more GPUs (tp, or pp), or a smaller weight format"
+        gpu = ctx.ir.hosts[unit.host].gpu
+        whole = gpu_memory_bytes(gpu)
+        if cap.weight_bytes + cap.reserve_bytes <= whole:
+            return "use a larger MIG profile (or the whole GPU), or a smaller weight format"
+        return (f"not even a whole {gpu.name} ({gib(whole)}) holds it: serve it on several GPUs (tp) without MIG, "
+                "or use a smaller weight format")
 
 
 class NoSequenceFits(Check):

@@ -33,12 +33,13 @@ def release(text: str) -> tuple[int, int, int] | None:
 
 
 def _images(spec) -> list[tuple[tuple, str]]:
-    """(spec path, reference) of every image whose TensorRT-LLM must match the pin: the Triton image of
-    the toolchain and, when set, the serving image's base (which then replaces it in the image)."""
-    out = [(("toolchain", "triton_image"), spec.toolchain.triton_image)]
+    """(spec path, reference) of the image whose TensorRT-LLM must match the pin: the base the serving
+    image is built from (compiler/actions/image_context.py), i.e. `image.base` when set, else
+    `toolchain.triton_image`. A `triton_image` that a base replaces runs nowhere, so it is not held to
+    the pin (a Dynamo fleet pins the runtime image's TensorRT-LLM, which no Triton image ships)."""
     if spec.image is not None and spec.image.base is not None:
-        out.append((("image", "base"), spec.image.base))
-    return out
+        return [(("image", "base"), spec.image.base)]
+    return [(("toolchain", "triton_image"), spec.toolchain.triton_image)]
 
 
 class EngineNeedsOldTrtllm(Check):
@@ -109,7 +110,8 @@ class ImageTrtllmMismatch(Check):
     0.21.0, 25.09-25.10 1.0.0, 25.11 1.0.3, 25.12-26.02 1.1.0, 26.03 1.2.0, 26.04-26.07 1.2.1);
     a `nvcr.io/nvidia/tensorrt-llm/release:<version>` image ships the version of its tag. Other
     tritonserver variants (`-py3`, `-vllm-python-py3`, ...) have no TensorRT-LLM at all. Checked
-    for `toolchain.triton_image` and, when set, `image.base`.
+    for the serving image's base: `image.base` when set (it replaces `toolchain.triton_image`),
+    else `toolchain.triton_image`.
     """
 
     code = "K803"
@@ -158,8 +160,8 @@ class ImageUnverifiable(Check):
     Kiln knows which TensorRT-LLM release each `nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3`
     tag and each `nvcr.io/nvidia/tensorrt-llm/release:<version>` image ships (K803). For a tag
     outside that table, an image without a tag, or another image (a private rebuild), it cannot
-    check that the image matches `toolchain.tensorrt_llm`; make sure it does. Checked for
-    `toolchain.triton_image` and, when set, `image.base`.
+    check that the image matches `toolchain.tensorrt_llm`; make sure it does. Checked for the
+    serving image's base, as K803.
     """
 
     code = "K804"
@@ -187,6 +189,42 @@ class ImageUnverifiable(Check):
                 yield ctx.diag(self, path, f"cannot verify that {_short(facts.family.repository)}:{facts.tag} ships "
                                            f"TensorRT-LLM {pinned}: the tag is not in Kiln's table{span}",
                                help="check the Triton compatibility matrix for this tag")
+
+
+class CheckpointConfigUnknown(Check):
+    """Kiln does not know how the pinned TensorRT-LLM reads a checkpoint's config.json.
+
+    Every checkpoint Kiln writes (`quantize/<model>`, and `model-source/<model>` on the llmapi
+    target) carries a config.json in the layout the serving runtime's own transformers version
+    reads (RoPE theta and scaling, dtype): a config the runtime misreads serves garbage. The table
+    compiler/catalog/data/checkpoint_config.json gives that transformers version and layout per
+    TensorRT-LLM release, with sources; `kiln build` refuses to write a checkpoint for a release it
+    does not list, so validation refuses the pin first. Pin a listed release (`kiln catalog
+    --formats` shows the toolchain), or add the release's row with its source.
+    """
+
+    code = "K808"
+    name = "checkpoint-config-unknown"
+    order = 80
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        from compiler.catalog.checkpoint_config import load_checkpoint_config
+
+        table = load_checkpoint_config()
+        pinned = ctx.spec.toolchain.tensorrt_llm
+        if table.runtime(pinned) is not None:
+            return
+        writers = sorted(name for name, rm in ctx.ir.models.items()
+                         if ctx.spec.target == "llmapi" or (rm.formats is not None and rm.formats.quantized))
+        if not writers:
+            return
+        known = ", ".join(sorted(table.runtimes, key=lambda v: parse_version(v) or ()))
+        shown = ", ".join(repr(n) for n in writers[:3]) + (" and more" if len(writers) > 3 else "")
+        yield ctx.diag(self, ("toolchain", "tensorrt_llm"),
+                       f"Kiln does not know which transformers version TensorRT-LLM {pinned} reads config.json with, "
+                       f"so it cannot write the checkpoint{'s' * (len(writers) > 1)} of {shown}",
+                       help=f"pin one of {known}, or add {pinned} to compiler/catalog/data/checkpoint_config.json "
+                            "with its source")
 
 
 class LlmapiNeedsNewTrtllm(Check):

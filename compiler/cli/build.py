@@ -52,7 +52,9 @@ def cmd_build(args: argparse.Namespace) -> ExitCode:
         print_diagnostics([result], stream=sys.stderr, suffix="; nothing built")
         return ExitCode.ERRORS
     executed = len(outcome.executed)
-    cached = sum(r.status == "cached" for r in outcome.results.values())
+    fetched = sum(r.status == "cached" and r.fetched for r in outcome.results.values())
+    cached = sum(r.status == "cached" for r in outcome.results.values()) - fetched
+    counts = f"{executed} executed, {cached} cached" + (f", {fetched} fetched" if fetched else "")
     if outcome.failed:
         for r in outcome.failed:
             where = f" (log: {r.log})" if r.log else ""
@@ -65,8 +67,49 @@ def cmd_build(args: argparse.Namespace) -> ExitCode:
     if outcome.deferred:
         for r in sorted(outcome.deferred, key=lambda r: r.id):
             print(f"deferred: {r.id}: {r.error}", file=sys.stderr)
-        print(f"release {outcome.manifest_digest}: {executed} executed, {cached} cached, {len(outcome.deferred)} "
+        print(f"release {outcome.manifest_digest}: {counts}, {len(outcome.deferred)} "
               "deferred (incomplete: a builder that has what they need completes it)")
+        print(summary(args, store, outcome))
         return ExitCode.OK if args.allow_partial else ExitCode.INCOMPLETE
-    print(f"release {outcome.manifest_digest}: {executed} executed, {cached} cached")
+    print(f"release {outcome.manifest_digest}: {counts}")
+    print(summary(args, store, outcome))
     return ExitCode.OK
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""  # not reached
+
+
+def summary(args: argparse.Namespace, store, outcome) -> str:
+    """Where the manifest is, what was produced (per kind, with sizes), the quality-gate figures and
+    the command to run next."""
+    import json
+    import shlex
+
+    from compiler.releases import load_release, sizes_by_kind
+
+    release = load_release(store, outcome.manifest_digest)
+    lines = [f"manifest: {args.manifest if args.manifest is not None else store.blob_path(release.digest)}"]
+    rows = sizes_by_kind(store, list(release.artifacts))
+    width = max((len(r.kind) for r in rows), default=0)
+    lines.append("produced (per kind: artifacts, files, size):")
+    lines += [f"  {r.kind:<{width}}  {r.artifacts:>3}  {r.files:>5}  {_size(r.bytes):>10}" for r in rows]
+    pending = [a for a in release.artifacts if a.tree is None]
+    if pending:
+        lines.append(f"  (pending: {', '.join(a.id for a in pending)})")
+    gates = json.loads(release.manifest).get("quality") or {}
+    if gates:
+        lines.append("quality gates:")
+        for model, g in gates.items():
+            reg = "unbounded" if g["regression_pct"] is None else f"{g['regression_pct']:+.2f}%"
+            lines.append(f"  {model}: {g['metric']} {g['unquantized']:g} -> {g['quantized']:g} ({reg}, allowed "
+                         f"{g['max_regression_pct']:g}%) {'passed' if g['passed'] else 'FAILED'}")
+    spec = shlex.quote(str(args.spec))
+    store_opt = f" --store {shlex.quote(str(args.store))}" if args.store is not None else ""
+    lines.append(f"next: kiln export {spec}{store_opt} --to DIR   (every artifact, provision.sh and the Triton "
+                 f"repositories included; `kiln show {spec}{store_opt} ARTIFACT/PATH` prints one file)")
+    return "\n".join(lines)

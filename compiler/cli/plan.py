@@ -39,17 +39,22 @@ def cmd_plan(args: argparse.Namespace) -> ExitCode:
 def _plan_store(args: argparse.Namespace) -> ExitCode:
     """Plain `kiln plan`: each action cached or to run (and why), disruptions, capacity."""
     from compiler.build import open_store, plan_spec, store_dir
+    from compiler.capacity.mig_layout import placement_rows, render_placements
     from compiler.capacity.render import render_capacity
     from compiler.graph.plan import render_disruptions, render_plan
     from compiler.pipeline import Options
 
-    outcome = plan_spec(args.spec, open_store(store_dir(args.store)), Options(gpu_profiles=gpu_profiles(args)))
+    # planning reads the store, never creates it
+    store = open_store(store_dir(args.store), create=False, missing_ok=True)
+    outcome = plan_spec(args.spec, store, Options(gpu_profiles=gpu_profiles(args)))
     result = outcome.validation
     figures = result.resolved.capacity_rows() if result.resolved is not None else []
+    placements = placement_rows(result.resolved.units) if result.resolved is not None else []
     if args.format == "json":
         emit(json.dumps({"diagnostics": diagnostic_records([result]),
                          "actions": json.loads(render_plan(outcome.plan, "json")) if outcome.graph else None,
                          "disruptions": json.loads(render_disruptions(outcome.disruptions, "json")),
+                         "placements": placements,
                          "capacity": json.loads(render_capacity(figures, "json"))}, indent=2, sort_keys=True), None)
     else:
         parts = []
@@ -58,6 +63,8 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
         if outcome.graph is not None:
             parts.append(render_plan(outcome.plan, args.format))
             parts.append(render_disruptions(outcome.disruptions, args.format))
+        if placements:
+            parts.append(render_placements(placements, args.format))
         if figures:
             parts.append(render_capacity(figures, args.format))
         parts.append(footer_line([result]))
@@ -76,7 +83,7 @@ def _plan_gitops(args: argparse.Namespace) -> ExitCode:
 
     if args.base is None and not args.matrix:
         raise UsageError("--cache goes with --base or --matrix")
-    store = open_store(store_dir(args.store))
+    store = open_store(store_dir(args.store), create=False, missing_ok=True)
     remote = remote_cache(args.cache, store) if args.cache else None
     has_remote = remote.has if remote is not None else (lambda key, kind: False)
     options = Options(gpu_profiles=gpu_profiles(args))

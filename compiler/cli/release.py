@@ -24,38 +24,82 @@ def register(sub: argparse._SubParsersAction) -> None:
     pub.add_argument("--artifacts-only", action="store_true",
                      help="push the artifacts the store holds and no release (CI jobs that build part of a graph)")
     pub.add_argument("--provenance", type=Path, metavar="FILE", help="also write the provenance statement here")
+    pub.add_argument("--allow-dirty", action="store_true",
+                     help="publish although the spec's directory has uncommitted changes, under the tag "
+                          "dirty-<commit>-<release digest> instead of the commit's (which only ever names what the "
+                          "commit builds)")
     pub.set_defaults(handler=cmd_publish)
 
     ini = sub.add_parser("init", help="install the CI workflows (validate, plan comment, build and publish)")
     ini.add_argument("spec", type=Path, metavar="SPEC", help="the spec the workflows build, relative to the repository")
-    ini.add_argument("--dir", type=Path, default=Path("."), help="the repository root (default: .)")
+    ini.add_argument("--dir", type=Path, help="the repository root (default: the root of the spec's git repository)")
     ini.add_argument("--registry", help="registry the workflows publish to and cache from "
                                         "(default: the spec's publish.registry)")
     ini.add_argument("--gpu-runner", default="self-hosted,linux,gpu", metavar="LABELS",
                      help="runner labels of the GPU jobs, comma-separated (default: self-hosted,linux,gpu)")
     ini.add_argument("--branch", default="main", help="the branch whose merges release (default: main)")
     ini.add_argument("--force", action="store_true", help="overwrite workflow files that differ")
+    ini.add_argument("--kiln-repo", metavar="URL",
+                     help="https:// or ssh:// URL of the Kiln repository the workflows install Kiln from "
+                          "(default: the one this Kiln was installed from, or its checkout's origin)")
+    ini.add_argument("--kiln-commit", metavar="COMMIT",
+                     help="full commit id of Kiln the workflows install (default: this Kiln's)")
     ini.set_defaults(handler=cmd_init)
+
+
+def _release_commit(args: argparse.Namespace) -> tuple[str, bool]:
+    """(commit, dirty): the commit to tag (--commit or HEAD) and whether the spec's directory differs
+    from it. Outside a git repository --commit is taken on trust (and dirty is False)."""
+    from compiler.gitops.gitrev import GitError, changes_since, repo_root, resolve_ref
+
+    try:
+        repo_root(args.spec)
+    except GitError as e:
+        if args.commit is None:
+            raise UsageError(f"cannot tag the release: {e}; pass --commit") from None
+        return args.commit, False
+    try:
+        commit = resolve_ref(args.spec, args.commit or "HEAD")  # the full id, also for --commit HEAD
+        changed = changes_since(args.spec, commit)
+    except GitError as e:
+        raise UsageError(f"cannot tag the release: {e}") from None
+    if changed and not args.allow_dirty:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise DirtyCheckout(f"{args.spec.parent} differs from commit {commit[:12]} ({shown}): a release is tagged "
+                            "with the commit that builds it; commit the changes first, or pass --allow-dirty to "
+                            "publish under a dirty-... tag")
+    return commit, bool(changed)
+
+
+class DirtyCheckout(Exception):
+    pass
 
 
 def cmd_publish(args: argparse.Namespace) -> ExitCode:
     from compiler.build import open_store, store_dir
-    from compiler.gitops.gitrev import GitError, head_commit
     from compiler.gitops.oci import RegistryError
-    from compiler.gitops.publish import NotBuilt, publish_spec
+    from compiler.gitops.publish import NotBuilt, TagConflict, publish_spec
+
+    from compiler.pipeline import validate_path
 
     require_file(args.spec)
     check_output_file(args.provenance, "--provenance")
-    commit = args.commit
-    if commit is None and not args.artifacts_only:
+    validation = validate_path(args.spec)  # a spec with errors is the first thing to fix
+    if not validation.ok:
+        print_diagnostics([validation], stream=sys.stderr)
+        return ExitCode.ERRORS
+    commit, dirty = None, False
+    if not args.artifacts_only:
         try:
-            commit = head_commit(args.spec)
-        except GitError as e:
-            raise UsageError(f"cannot tag the release: {e}; pass --commit") from None
-    store = open_store(store_dir(args.store))
+            commit, dirty = _release_commit(args)
+        except DirtyCheckout as e:
+            print(f"kiln: error: {e}", file=sys.stderr)
+            return ExitCode.ERRORS
+    store = open_store(store_dir(args.store), create=False)
     try:
-        outcome = publish_spec(args.spec, store, args.registry, commit, artifacts_only=args.artifacts_only)
-    except NotBuilt as e:
+        outcome = publish_spec(args.spec, store, args.registry, commit, artifacts_only=args.artifacts_only,
+                               dirty=dirty)
+    except (NotBuilt, TagConflict) as e:
         print(f"kiln: error: {e}", file=sys.stderr)
         return ExitCode.ERRORS
     except RegistryError as e:
@@ -72,13 +116,28 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
 
 def cmd_init(args: argparse.Namespace) -> ExitCode:
     from compiler.gitops.ci import InitConflict, install_workflows
+    from compiler.gitops.gitrev import GitError, repo_root
+    from compiler.gitops.kilnsource import SourceError, resolve_source
 
+    require_file(args.spec)
+    root = args.dir
+    if root is None:  # the workflows belong at the repository's root, wherever kiln runs from
+        try:
+            root = repo_root(args.spec)
+        except GitError as e:
+            raise UsageError(f"{args.spec} is not in a git repository ({e}): run `git init` there, "
+                             "or pass --dir") from None
+    try:
+        source = resolve_source(args.kiln_repo, args.kiln_commit)
+    except SourceError as e:
+        raise UsageError(str(e)) from None
     try:
         labels = tuple(label.strip() for label in args.gpu_runner.split(",") if label.strip())
-        written = install_workflows(args.dir, args.spec, registry=args.registry, force=args.force,
+        written = install_workflows(root, args.spec, source, registry=args.registry, force=args.force,
                                     gpu_runner=labels, branch=args.branch)
     except InitConflict as e:
         raise UsageError(str(e)) from None
     for path, state in written:
         print(f"{state}: {path}")
+    print(f"the workflows install {source.requirement()}")
     return ExitCode.OK

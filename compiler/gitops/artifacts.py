@@ -48,7 +48,15 @@ def release_tag(commit: str) -> str:
     return commit
 
 
+def dirty_release_tag(commit: str, release_digest: str) -> str:
+    """The tag of a release built from a checkout with uncommitted changes: it names no commit (a
+    commit's tag must only ever name what that commit builds) and carries the release manifest's
+    digest, so it can never be moved to other content either."""
+    return f"dirty-{commit[:12]}-{release_digest.removeprefix('sha256:')[:16]}"
+
+
 def provenance_tag(commit: str) -> str:
+    """The provenance next to the release tagged `commit` (or a dirty_release_tag)."""
     return f"{commit}.provenance"
 
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import jinja2
 
-from compiler import __version__, resources
+from compiler import resources
+
+from .kilnsource import QUANTIZE_EXTRA, TORCH_PIN, KilnSource
 
 TEMPLATES = resources.template_dir("ci")
 WORKFLOWS = {"kiln-plan.yml": "kiln-plan.yml.j2", "kiln-release.yml": "kiln-release.yml.j2"}
@@ -34,9 +36,11 @@ def _environment() -> jinja2.Environment:
                               keep_trailing_newline=True, autoescape=False)
 
 
-def render_workflows(spec: str, registry: str, *, gpu_runner: tuple[str, ...] = DEFAULT_GPU_RUNNER,
-                     branch: str = "main", python: str = "3.11") -> dict[str, str]:
-    """Pure: workflow file name -> text."""
+def render_workflows(spec: str, registry: str, source: KilnSource, *,
+                     gpu_runner: tuple[str, ...] = DEFAULT_GPU_RUNNER, branch: str = "main",
+                     python: str = "3.11") -> dict[str, str]:
+    """Pure: workflow file name -> text. `source`: the repository and commit the jobs install Kiln
+    from (compiler/gitops/kilnsource.py); jobs that quantize install the torch pin first."""
     if not _PATH_RE.fullmatch(spec) or spec.startswith("/") or ".." in spec.split("/"):
         raise InitConflict(f"spec path {spec!r}: use a relative path of letters, digits, '.', '_', '-' and '/'")
     if not _REGISTRY_RE.fullmatch(registry):
@@ -52,8 +56,9 @@ def render_workflows(spec: str, registry: str, *, gpu_runner: tuple[str, ...] = 
         "gpu_runner": "[" + ", ".join(gpu_runner) + "]",
         "branch": branch,
         "python": python,
-        "install": f'python -m pip install "kiln=={__version__}"',
-        "install_gpu": f'python -m pip install "kiln[quantize]=={__version__}"',
+        "kiln": source.requirement(),
+        "kiln_quantize": source.requirement(QUANTIZE_EXTRA),
+        "torch": TORCH_PIN,
     }
     env = _environment()
     out = {name: env.get_template(template).render(values) for name, template in WORKFLOWS.items()}
@@ -62,9 +67,11 @@ def render_workflows(spec: str, registry: str, *, gpu_runner: tuple[str, ...] = 
     return out
 
 
-def install_workflows(root: Path, spec: Path, *, registry: str | None = None, force: bool = False,
-                      gpu_runner: tuple[str, ...] = DEFAULT_GPU_RUNNER, branch: str = "main") -> list[tuple[Path, str]]:
-    """Write the workflows under root/.github/workflows; [(path, "wrote"|"unchanged"|"replaced")]."""
+def install_workflows(root: Path, spec: Path, source: KilnSource, *, registry: str | None = None,
+                      force: bool = False, gpu_runner: tuple[str, ...] = DEFAULT_GPU_RUNNER,
+                      branch: str = "main") -> list[tuple[Path, str]]:
+    """Write the workflows under root/.github/workflows and `.kiln/` into root/.gitignore;
+    [(path, "wrote"|"unchanged"|"replaced")]."""
     if not TEMPLATES.is_dir():
         raise InitConflict(f"the CI templates are not installed ({TEMPLATES} is missing)")
     if not spec.is_file():
@@ -80,7 +87,7 @@ def install_workflows(root: Path, spec: Path, *, registry: str | None = None, fo
         if parsed is None or parsed.publish is None:
             raise InitConflict(f"{spec} has no publish.registry: set it or pass --registry")
         registry = parsed.publish.registry
-    texts = render_workflows(rel, registry, gpu_runner=gpu_runner, branch=branch)
+    texts = render_workflows(rel, registry, source, gpu_runner=gpu_runner, branch=branch)
     target = root / ".github" / "workflows"
     plan = []
     for name, text in texts.items():
@@ -89,6 +96,11 @@ def install_workflows(root: Path, spec: Path, *, registry: str | None = None, fo
         if old is not None and old != text and not force:
             raise InitConflict(f"{path} exists and differs; pass --force to replace it")
         plan.append((path, text, "unchanged" if old == text else "replaced" if old is not None else "wrote"))
+    ignore = root / ".gitignore"
+    old_ignore = ignore.read_text(encoding="utf-8") if ignore.is_file() else None
+    new_ignore = with_store_ignored(old_ignore)
+    if new_ignore != old_ignore:
+        plan.append((ignore, new_ignore, "wrote" if old_ignore is None else "updated"))
     target.mkdir(parents=True, exist_ok=True)
     for path, text, state in plan:  # checked all first: nothing half-written
         if state != "unchanged":
@@ -96,3 +108,16 @@ def install_workflows(root: Path, spec: Path, *, registry: str | None = None, fo
             tmp.write_text(text, encoding="utf-8")
             tmp.replace(path)
     return [(path, state) for path, _, state in plan]
+
+
+_STORE_PATTERNS = {".kiln", ".kiln/", "/.kiln", "/.kiln/", "**/.kiln", "**/.kiln/"}
+
+
+def with_store_ignored(gitignore: str | None) -> str:
+    """The .gitignore text with `.kiln/` (the default store and build outputs, at any depth) in it."""
+    text = gitignore or ""
+    if any(line.strip() in _STORE_PATTERNS for line in text.splitlines()):
+        return text
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text + "# Kiln's local store and outputs (kiln init)\n.kiln/\n"

@@ -38,6 +38,19 @@ def head_commit(spec: Path) -> str:
     return _git(spec.resolve().parent, "rev-parse", "HEAD").decode().strip()
 
 
+def changes_since(spec: Path, commit: str) -> list[str]:
+    """Paths (relative to the repository root) in the spec's directory whose content differs from
+    `commit`: edited or deleted tracked files, staged or not, and untracked files git does not
+    ignore. Kiln's own outputs (anything under a `.kiln` directory) do not count."""
+    root = repo_root(spec)
+    commit = resolve_ref(spec, commit)
+    rel_dir = spec.resolve().parent.relative_to(root.resolve()).as_posix()
+    where = ["--", "." if rel_dir == "." else rel_dir]
+    tracked = _git(root, "diff", "--name-only", "--no-renames", commit, *where).decode().splitlines()
+    untracked = _git(root, "ls-files", "--others", "--exclude-standard", *where).decode().splitlines()
+    return sorted({p for p in tracked + untracked if p and ".kiln" not in p.split("/")})
+
+
 def resolve_ref(spec: Path, ref: str) -> str:
     try:
         return _git(spec.resolve().parent, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").decode().strip()

@@ -26,8 +26,11 @@ def _hex(digest: str) -> dict:
     return {"sha256": digest.removeprefix("sha256:")}
 
 
-def statement(release: bytes, release_ref: str, release_oci_digest: str, spec_path: str, commit: str) -> bytes:
-    """release: the release manifest bytes; release_ref: where it was pushed ("<repo>:<commit>")."""
+def statement(release: bytes, release_ref: str, release_oci_digest: str, spec_path: str, commit: str, *,
+              dirty: bool = False) -> bytes:
+    """release: the release manifest bytes; release_ref: where it was pushed ("<repo>:<commit>").
+    `dirty`: built from uncommitted changes on top of `commit`, so the commit is no dependency: the
+    statement says so and names the commit only as the base."""
     doc = json.loads(release)
     from compiler.store.local import sha256_bytes
 
@@ -38,7 +41,7 @@ def statement(release: bytes, release_ref: str, release_oci_digest: str, spec_pa
     for host, image in sorted((doc.get("images") or {}).items()):  # serving images, pushed by digest
         subjects.append({"name": image["reference"].split("@")[0], "digest": _hex(image["digest"]),
                          "annotations": {"host": host}})
-    deps = [{"uri": f"git+{spec_path}@{commit}", "digest": {"gitCommit": commit}}]
+    deps = [] if dirty else [{"uri": f"git+{spec_path}@{commit}", "digest": {"gitCommit": commit}}]
     image = doc["toolchain"].get("triton_image")
     if image and "@sha256:" in image:
         deps.append({"uri": f"oci://{image.split('@')[0]}", "digest": _hex(image.split("@")[1])})
@@ -47,7 +50,8 @@ def statement(release: bytes, release_ref: str, release_oci_digest: str, spec_pa
             "buildType": BUILD_TYPE,
             "externalParameters": {"spec": {"path": spec_path, "digest": doc["spec"]["digest"],
                                             "name": doc["spec"]["name"]},
-                                   "commit": commit},
+                                   "commit": commit,
+                                   **({"uncommittedChanges": True} if dirty else {})},
             "internalParameters": {"toolchain": doc["toolchain"], "target": doc["spec"]["target"]},
             "resolvedDependencies": deps,
         },

@@ -21,6 +21,10 @@ class NotBuilt(Exception):
     """The store lacks artifacts of the spec (or there is nowhere to publish): a one-line error."""
 
 
+class TagConflict(Exception):
+    """The registry's tag for this commit already names other content: a commit's tag never moves."""
+
+
 @dataclass
 class PublishOutcome:
     validation: object
@@ -69,15 +73,26 @@ def _spec_path(spec: Path) -> str:
         return spec.name
 
 
+def _check_tags(client: Client, repo: str, wanted: dict[str, bytes]) -> None:
+    """Each tag must be absent or already name exactly these bytes (then pushing it again is a no-op)."""
+    for tag, body in wanted.items():
+        there = client.manifest_digest(repo, tag)
+        if there is not None and there != sha256_bytes(body):
+            raise TagConflict(f"{repo}:{tag} already names other content ({there}); a commit's tag is never moved to "
+                              "another release: publish from a clean checkout of that commit, or from a new commit")
+
+
 def publish_spec(spec: Path, store: LocalStore, registry: str | None, commit: str | None, *,
-                 artifacts_only: bool = False) -> PublishOutcome:
+                 artifacts_only: bool = False, dirty: bool = False) -> PublishOutcome:
+    """`dirty`: the spec's directory has uncommitted changes: the release is tagged
+    `dirty_release_tag(commit, ...)`, never `commit`."""
     # Shared with builds, so `kiln store gc` cannot remove an artifact while it is being pushed.
     with store.lock():
-        return _publish(spec, store, registry, commit, artifacts_only)
+        return _publish(spec, store, registry, commit, artifacts_only, dirty)
 
 
 def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | None,
-             artifacts_only: bool) -> PublishOutcome:
+             artifacts_only: bool, dirty: bool) -> PublishOutcome:
     planned = plan_spec(spec, store)
     outcome = PublishOutcome(planned.validation)
     graph, result = planned.graph, planned.validation
@@ -95,6 +110,29 @@ def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | 
         raise NotBuilt(f"{len(outcome.missing)} artifact(s) of {result.file} are not in the store "
                        f"({', '.join(outcome.missing[:3])}{', ...' if len(outcome.missing) > 3 else ''}): "
                        "run `kiln build` first")
+    release = None
+    if not artifacts_only:
+        if not commit:
+            raise NotBuilt("a release needs the spec's git commit")
+        # The release manifest exactly as `kiln build` writes it (whatever it comes to list): a build
+        # whose every action is in the store executes nothing and returns those bytes.
+        built = build_spec(spec, store)
+        if built.executed or built.manifest is None:
+            raise NotBuilt(f"{result.file} changed while publishing; run `kiln build` and publish again")
+        release = built.manifest
+        tag = oa.dirty_release_tag(commit, sha256_bytes(release)) if dirty else oa.release_tag(commit)
+        release_repo = outcome.registry.repo(result.spec.name)
+        manifest = oa.release_artifact(release, result.spec.name, spec_digest(result.spec),
+                                       result.spec.toolchain.model_dump(mode="json"))
+        outcome.release_digest = sha256_bytes(manifest)
+        outcome.release_ref = f"{outcome.registry.host}/{release_repo}:{tag}"
+        outcome.provenance = statement(release, outcome.release_ref, outcome.release_digest, _spec_path(spec), commit,
+                                       dirty=dirty)
+        subject = oa.descriptor(OCI_MANIFEST, outcome.release_digest, len(manifest))
+        provenance = oa.provenance_artifact(outcome.provenance, subject)
+        # Before anything is pushed: a tag that names other content stops the whole publish.
+        _check_tags(client, release_repo, {tag: manifest, oa.provenance_tag(tag): provenance})
+
     for aid in graph.order:
         record = records[aid]
         if record is None:
@@ -103,29 +141,13 @@ def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | 
         pushed, blobs = push_artifact(client, store, repo, action.kind, action.version, graph.keys[aid], record.tree)
         (outcome.pushed if pushed else outcome.present).append(aid)
         outcome.blobs_uploaded += blobs
-    if artifacts_only:
+    if release is None:
         return outcome
-    if not commit:
-        raise NotBuilt("a release needs the spec's git commit")
 
-    # The release manifest exactly as `kiln build` writes it (whatever it comes to list): a build
-    # whose every action is in the store executes nothing and returns those bytes.
-    built = build_spec(spec, store)
-    if built.executed or built.manifest is None:
-        raise NotBuilt(f"{result.file} changed while publishing; run `kiln build` and publish again")
-    release = built.manifest
-    release_repo = outcome.registry.repo(result.spec.name)
     for blob in (oa.EMPTY, release):
         outcome.blobs_uploaded += client.push_blob(release_repo, sha256_bytes(blob), len(blob), blob)
-    manifest = oa.release_artifact(release, result.spec.name, spec_digest(result.spec),
-                                   result.spec.toolchain.model_dump(mode="json"))
-    outcome.release_digest = client.put_manifest(release_repo, oa.release_tag(commit), manifest)
-    outcome.release_ref = f"{outcome.registry.host}/{release_repo}:{oa.release_tag(commit)}"
-
-    outcome.provenance = statement(release, outcome.release_ref, outcome.release_digest, _spec_path(spec), commit)
+    client.put_manifest(release_repo, tag, manifest)
     outcome.blobs_uploaded += client.push_blob(release_repo, sha256_bytes(outcome.provenance),
                                                len(outcome.provenance), outcome.provenance)
-    subject = oa.descriptor(OCI_MANIFEST, outcome.release_digest, len(manifest))
-    client.put_manifest(release_repo, oa.provenance_tag(commit), oa.provenance_artifact(outcome.provenance, subject))
+    client.put_manifest(release_repo, oa.provenance_tag(tag), provenance)
     return outcome
-

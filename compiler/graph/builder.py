@@ -20,15 +20,24 @@ from typing import Iterable
 
 
 NEED_TEXT = {
-    "torch": "torch, transformers and nvidia-modelopt (pip install torch==2.13.0, then pip install '.[quantize]')",
+    "torch": "torch, transformers and nvidia-modelopt",
     "gpu": "a GPU builder (a CUDA device)",
     "docker": "a reachable Docker Engine",
     "network": "network access to the model hub (or a local copy verified by source.digest)",
 }
 
 
+TORCH_MODULES = ("torch", "transformers", "modelopt")
+INSTALL_HINT = ("bash scripts/install.sh in a checkout; or pip install torch==2.13.0, then the quantize extra "
+                "kiln-compiler[quantize]")
+
+
+def _missing_torch_modules() -> list[str]:
+    return [m for m in TORCH_MODULES if importlib.util.find_spec(m) is None]
+
+
 def _has_torch() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "modelopt"))
+    return not _missing_torch_modules()
 
 
 def _has_gpu() -> bool:
@@ -92,8 +101,21 @@ class Builder:
 
 
 
-def describe(needs: Iterable[str]) -> str:
-    return "; ".join(NEED_TEXT.get(n, n) for n in needs)
+def describe(needs: Iterable[str], builder=None) -> str:
+    """What the needs are, and for torch why this builder lacks it: the modules that are not
+    installed (with how to install them), or, when they are, the KILN_BUILDER_HAS pin that leaves
+    it out (only the cheap torch probe runs here; the others may take seconds)."""
+    parts = []
+    for n in needs:
+        text = NEED_TEXT.get(n, n)
+        if n == "torch":
+            gone = _missing_torch_modules()
+            if gone:
+                text += f" ({', '.join(gone)} not installed: {INSTALL_HINT})"
+            elif getattr(builder, "fixed", None) is not None:
+                text += f" (installed, but {ENV_FIXED}={','.join(sorted(builder.fixed))!r} leaves it out)"
+        parts.append(text)
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)

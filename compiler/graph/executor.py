@@ -34,6 +34,7 @@ class ActionResult:
     duration_s: float = 0.0
     log: Path | None = None
     error: str | None = None
+    fetched: bool = False  # "cached" from the registry cache (`--cache`), not from the local store
 
 
 class InputChanged(Exception):
@@ -75,7 +76,8 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry
                         record = remote(graph, aid, spec_name)
                         fetched = record is not None
                     if record is not None:
-                        results[aid] = ActionResult(aid, key, "cached", record.tree, record.duration_s)
+                        results[aid] = ActionResult(aid, key, "cached", record.tree, record.duration_s,
+                                                    fetched=fetched)
                         progress(f"[{len(results)}/{total}] {'fetched' if fetched else 'cached'} {aid}")
                         continue
                     why = (f"waits for {waiting[0]}" if waiting else
@@ -108,7 +110,7 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry
 
 def _lacking(kinds: KindRegistry, builder: Builder, action) -> str | None:
     missing = kinds.missing(action, builder)
-    return f"needs {describe(missing)}" if missing else None
+    return f"needs {describe(missing, builder)}" if missing else None
 
 
 def _run_one(graph: Graph, kinds: KindRegistry, aid: str, store: LocalStore, spec_name: str, results: dict,

@@ -49,7 +49,7 @@ def make_plan(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegist
                 if waiting:
                     planned.deferred = f"waits for {waiting[0]}"
                 elif missing:
-                    planned.deferred = f"needs {describe(missing)}"
+                    planned.deferred = f"needs {describe(missing, builder)}"
                 if planned.deferred:
                     deferred.add(aid)
         out.append(planned)

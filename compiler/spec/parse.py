@@ -174,7 +174,10 @@ def _to_diagnostic(doc: Document, err: dict) -> Diagnostic:
         if etype == "string_type" and isinstance(value, (int, float)) and not isinstance(value, bool):
             hint = f'quote it: "{_source_text(doc, span) or _show(value)}"'
         if etype in ("int_type", "float_type") and isinstance(value, str):
-            hint = "write the number without quotes"
+            # a quoted number is fixed by unquoting it; any other text is not a number at all
+            number = "an integer" if etype == "int_type" else "a number"
+            hint = ("write the number without quotes" if _is_number(value.strip()) else
+                    f"{_show(value)} is not a number: write {number}, without quotes")
         got = "null" if value is None else f"{_type_of(value)} {_show(value)}"
         if isinstance(value, (dict, list)):
             got = _show(value)
@@ -183,6 +186,14 @@ def _to_diagnostic(doc: Document, err: dict) -> Diagnostic:
 
 
 # --- helpers ----------------------------------------------------------------------------------
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.lower() not in ("nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity")
+
 
 def _dotted(path: tuple) -> str:
     out = ""

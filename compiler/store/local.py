@@ -61,9 +61,10 @@ def _hex(digest: str) -> str:
 
 
 class LocalStore:
-    def __init__(self, root: Path, create: bool = True) -> None:
-        """`create=False` (the store commands): the store must exist already, so that a mistyped
-        --store is an error instead of an empty store that verifies clean."""
+    def __init__(self, root: Path, create: bool = True, missing_ok: bool = False) -> None:
+        """`create=False` (the store commands, publish): the store must exist already, so that a
+        mistyped --store is an error instead of an empty store that verifies clean. With
+        `missing_ok` (plan), a store that does not exist reads as empty and is not created."""
         self.root = Path(root)
         self._guard = threading.Lock()
         self._lock_fd: int | None = None
@@ -73,7 +74,10 @@ class LocalStore:
             if self.root.exists() and not self.root.is_dir():
                 raise StoreUnusable(f"{self.root} is not a directory")
             if not create and not (self.root / "objects").is_dir():
-                raise StoreUnusable(f"no Kiln store at {self.root}")
+                if missing_ok and not self.root.exists():
+                    return
+                raise StoreUnusable(f"no Kiln store at {self.root} (`kiln build` creates it; check --store or "
+                                    "$KILN_STORE)")
             for sub in _SUBDIRS:
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
         except OSError as e:
