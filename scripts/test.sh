@@ -16,4 +16,7 @@ export KILN_HYPOTHESIS_PROFILE=${KILN_HYPOTHESIS_PROFILE:-ci}
 "$py" -m compiler schema --check
 # The wheel, installed in a fresh venv, runs the quickstart from its packaged templates and data.
 PYTHON="$py" bash scripts/wheel_smoke.sh
-"$py" -m pytest -q "$@"
+# Two workers, each taking whole test files (module fixtures stay in one process): the suite
+# waits on real servers, Docker and subprocesses as much as it computes. KILN_TEST_WORKERS=0 runs
+# it in one process.
+"$py" -m pytest -q -n "${KILN_TEST_WORKERS:-2}" --dist loadfile "$@"
