@@ -44,9 +44,9 @@ fi
 # From here on: outside the source tree, with nothing of it on the path.
 unset PYTHONPATH
 export KILN_STORE="$tmp/store"
-mkdir "$tmp/work"
-tar -C "$ROOT/examples" --exclude=.kiln -cf - quickstart | tar -C "$tmp/work" -xf -
-cd "$tmp/work/quickstart"
+mkdir "$tmp/specs"
+tar -C "$ROOT/examples" --exclude=.kiln -cf - quickstart | tar -C "$tmp/specs" -xf -
+cd "$tmp/specs/quickstart"
 where=$("$V/python" -c 'import compiler; print(compiler.__file__)')
 [[ $where == "$tmp/venv/"* ]] || fail "compiler is imported from $where, not from the venv"
 

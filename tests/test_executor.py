@@ -137,3 +137,15 @@ def test_params_of_another_kind_are_refused() -> None:
 
     with pytest.raises(TypeError, match="params must be StepParams"):
         Step().action("a", OtherParams(x=1))
+
+
+def test_every_registered_kind_lowers_and_runs() -> None:
+    """The base class only names `lower` and `run`; a kind of the build's registry that did not
+    override both would fail in the middle of a build instead of here."""
+    from compiler.actions import REGISTRY
+
+    kinds = list(REGISTRY)
+    assert len(kinds) >= 15
+    for kind in kinds:
+        for hook in ("lower", "run"):
+            assert getattr(type(kind), hook) is not getattr(ActionKind, hook), f"{kind.kind} does not override {hook}"

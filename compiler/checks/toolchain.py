@@ -227,6 +227,50 @@ class CheckpointConfigUnknown(Check):
                             "with its source")
 
 
+def llmapi_facts_release() -> tuple[int, int] | None:
+    """The release line (major, minor) whose LLM-API Kiln's options and Triton model were read from
+    (compiler/actions/data/trtllm_llmapi.json, `_source.version`, e.g. "1.2.x")."""
+    import json
+
+    from compiler.resources import read_data
+
+    version = json.loads(read_data("actions", "data", "trtllm_llmapi.json"))["_source"]["version"]
+    r = release(version.replace(".x", ".0"))
+    return r[:2] if r else None
+
+
+class LlmapiOptionsUnverified(Check):
+    """The LLM-API options are written for another TensorRT-LLM release line than the pinned one.
+
+    On the llmapi target, Kiln writes each model's LLM-API options (read by the Triton llmapi model,
+    by `trtllm-serve --config` and by Dynamo's `--extra-engine-args`) with the field names of the
+    release whose source it read (compiler/actions/data/trtllm_llmapi.json, TensorRT-LLM 1.2.x).
+    TensorRT-LLM checks the options against a strict model whose fields change between releases and
+    release candidates, so for a pin of another line Kiln cannot tell whether the runtime accepts
+    the file: a field it renamed fails the server at start. Check the options file against the
+    pinned release, or pin a 1.2.x release.
+    """
+
+    code = "K809"
+    name = "llmapi-options-unverified"
+    severity = Severity.WARNING
+    order = 80
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if ctx.spec.target != "llmapi" or not ctx.spec.models:
+            return
+        pinned = ctx.spec.toolchain.tensorrt_llm
+        r, known = release(pinned), llmapi_facts_release()
+        if r is None or known is None or r[:2] == known or r[:2] < (1, 2):
+            return  # unparseable, or older than 1.2 (K805 refuses it)
+        line = f"{known[0]}.{known[1]}"
+        yield ctx.diag(self, ("toolchain", "tensorrt_llm"),
+                       f"the LLM-API options are written with TensorRT-LLM {line}'s field names; Kiln has not "
+                       f"read {pinned}'s options model, so it cannot tell whether that release accepts them",
+                       help=f"check the generated llmapi-options against TensorRT-LLM {pinned}'s llm_args.py, "
+                            f"or pin a {line}.x release")
+
+
 class LlmapiNeedsNewTrtllm(Check):
     """The llmapi target with TensorRT-LLM older than 1.2.
 

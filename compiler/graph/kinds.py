@@ -90,11 +90,13 @@ class ActionKind(Generic[P]):
     version: ClassVar[int]
     Params: ClassVar[type[Params]]
 
+    # The two hooks every registered kind overrides (tests/test_executor.py checks the registry);
+    # the base only names them. A kind whose actions a test places in a graph by hand needs no lower.
     def lower(self, ctx: Any) -> list[Action]:
-        raise NotImplementedError
+        raise NotImplementedError(f"action kind {self.kind!r} does not lower a spec")
 
     def run(self, params: P, ctx: RunContext) -> None:
-        raise NotImplementedError
+        raise NotImplementedError(f"action kind {self.kind!r} has no run")
 
     def preflight(self, params: P) -> None:
         """Raise what `run` would raise for these parameters alone (a recipe a tool has no format
