@@ -9,6 +9,7 @@ registry and point the spec's `image.base` at it by digest.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -226,10 +227,10 @@ def base_image(registry, tmp_path_factory) -> str:
     (ctx / "bin" / "tritonserver").chmod(0o755)
     (ctx / "Dockerfile").write_text("FROM scratch\nCOPY bin/ /bin/\nENV PATH=/bin\n")
     repo = f"{registry.host}/kiln-test/base"
-    client = dockerbuild.connect()
-    client.images.build(path=str(ctx), tag=f"{repo}:v1", rm=True)
-    result = dockerbuild.push(client, repo, "v1", LOG)
-    return f"{repo}@{result.digest}"
+    with contextlib.closing(dockerbuild.connect()) as client:
+        client.images.build(path=str(ctx), tag=f"{repo}:v1", rm=True)
+        result = dockerbuild.push(client, repo, "v1", LOG)
+        return f"{repo}@{result.digest}"
 
 
 def _blobs(registry) -> dict[str, int]:
@@ -261,83 +262,82 @@ def test_image_build_push_pull_and_weights_layer_reuse(tmp_path: Path, registry,
     name = "kiln/quickstart"
     spec = _spec_copy(tmp_path, f"image: {{repository: {registry.host}/{name}, base: {base_image}}}\n")
     store = open_store(tmp_path / "store")
-    client = dockerbuild.connect()
+    with contextlib.closing(dockerbuild.connect()) as client:
+        before = _blobs(registry)
+        first = build_spec(spec, store)
+        assert not first.failed, [(r.id, r.error) for r in first.failed]
+        after_first = _blobs(registry)
+        manifest = json.loads(first.manifest)
+        entry = manifest["images"][HOST]
+        ref = entry["reference"]
+        assert ref.startswith(f"{registry.host}/{name}@sha256:")
 
-    before = _blobs(registry)
-    first = build_spec(spec, store)
-    assert not first.failed, [(r.id, r.error) for r in first.failed]
-    after_first = _blobs(registry)
-    manifest = json.loads(first.manifest)
-    entry = manifest["images"][HOST]
-    ref = entry["reference"]
-    assert ref.startswith(f"{registry.host}/{name}@sha256:")
+        # Pull back by digest: drop the local copy of the pushed image, then pull it.
+        client.images.remove(f"{registry.host}/{name}:{_tag(store, first)}", force=True)
+        pulled = client.images.pull(ref)
+        assert entry["digest"] in pulled.attrs["RepoDigests"][0]
+        labels = pulled.attrs["Config"]["Labels"]
+        # no spec digest label: a spec edit that leaves the content alone must not change the image
+        assert spec_digest(first.validation.spec) not in labels.values()
+        assert labels["io.kiln.content.digest"] == entry["content_digest"]
+        assert labels["org.opencontainers.image.base.digest"] == base_image.rsplit("@", 1)[1]
+        assert pulled.attrs["Config"]["Entrypoint"] == [image_context.ENTRYPOINT_PATH]
 
-    # Pull back by digest: drop the local copy of the pushed image, then pull it.
-    client.images.remove(f"{registry.host}/{name}:{_tag(store, first)}", force=True)
-    pulled = client.images.pull(ref)
-    assert entry["digest"] in pulled.attrs["RepoDigests"][0]
-    labels = pulled.attrs["Config"]["Labels"]
-    # no spec digest label: a spec edit that leaves the content alone must not change the image
-    assert spec_digest(first.validation.spec) not in labels.values()
-    assert labels["io.kiln.content.digest"] == entry["content_digest"]
-    assert labels["org.opencontainers.image.base.digest"] == base_image.rsplit("@", 1)[1]
-    assert pulled.attrs["Config"]["Entrypoint"] == [image_context.ENTRYPOINT_PATH]
+        # The checkpoint and the repository are where the entrypoint looks for them, byte for byte.
+        ckpt_tree = first.results["quantize/tiny"].tree
+        expected = {e.path: store.read_bytes(e.digest) for e in store.tree(ckpt_tree)}
+        inside = _files_in_image(client, ref, layout.model_dir("tiny"))
+        assert {k.split("/", 1)[1]: v for k, v in inside.items()} == expected
+        repo_files = _files_in_image(client, ref, layout.REPOSITORY_DIR)
+        assert "repository/tiny/config.pbtxt" in repo_files and "repository/tiny/1/model.yaml" in repo_files
 
-    # The checkpoint and the repository are where the entrypoint looks for them, byte for byte.
-    ckpt_tree = first.results["quantize/tiny"].tree
-    expected = {e.path: store.read_bytes(e.digest) for e in store.tree(ckpt_tree)}
-    inside = _files_in_image(client, ref, layout.model_dir("tiny"))
-    assert {k.split("/", 1)[1]: v for k, v in inside.items()} == expected
-    repo_files = _files_in_image(client, ref, layout.REPOSITORY_DIR)
-    assert "repository/tiny/config.pbtxt" in repo_files and "repository/tiny/1/model.yaml" in repo_files
+        # The entrypoint starts the server on the repository with the unit's ports.
+        out = client.containers.run(ref, remove=True).decode()
+        assert f"tritonserver --model-repository={layout.REPOSITORY_DIR} --model-control-mode=explicit " \
+            "--load-model=tiny --http-port=8000 --grpc-port=8001 --metrics-port=8002" in out
+        assert f"found {layout.REPOSITORY_DIR}/tiny/config.pbtxt" in out
+        assert "found /opt/kiln/models/tiny/config.json" in out
 
-    # The entrypoint starts the server on the repository with the unit's ports.
-    out = client.containers.run(ref, remove=True).decode()
-    assert f"tritonserver --model-repository={layout.REPOSITORY_DIR} --model-control-mode=explicit " \
-        "--load-model=tiny --http-port=8000 --grpc-port=8001 --metrics-port=8002" in out
-    assert f"found {layout.REPOSITORY_DIR}/tiny/config.pbtxt" in out
-    assert "found /opt/kiln/models/tiny/config.json" in out
+        # Only a serving setting changes: the repository layer is new, the weights layer is not.
+        text = spec.read_text().replace("max_queue_size: 16", "max_queue_size: 32")
+        assert text != spec.read_text()
+        spec.write_text(text)
+        second = build_spec(spec, store)
+        assert not second.failed, [(r.id, r.error) for r in second.failed]
+        after_second = _blobs(registry)
+        executed = {r.id for r in second.executed}
+        assert "quantize/tiny" not in executed and f"image/{HOST}" in executed
+        entry2 = json.loads(second.manifest)["images"][HOST]
+        assert entry2["digest"] != entry["digest"]
 
-    # Only a serving setting changes: the repository layer is new, the weights layer is not.
-    text = spec.read_text().replace("max_queue_size: 16", "max_queue_size: 32")
-    assert text != spec.read_text()
-    spec.write_text(text)
-    second = build_spec(spec, store)
-    assert not second.failed, [(r.id, r.error) for r in second.failed]
-    after_second = _blobs(registry)
-    executed = {r.id for r in second.executed}
-    assert "quantize/tiny" not in executed and f"image/{HOST}" in executed
-    entry2 = json.loads(second.manifest)["images"][HOST]
-    assert entry2["digest"] != entry["digest"]
+        m1 = _registry_manifest(registry, name, entry["digest"])
+        m2 = _registry_manifest(registry, name, entry2["digest"])
+        n_base = len(_registry_manifest(registry, "kiln-test/base", base_image.rsplit("@", 1)[1])["layers"])
+        weights1, weights2 = m1["layers"][n_base], m2["layers"][n_base]
+        repo1, repo2 = m1["layers"][n_base + 1], m2["layers"][n_base + 1]
+        assert weights1["digest"] == weights2["digest"]  # the same layer, not re-uploaded
+        assert repo1["digest"] != repo2["digest"]
+        assert m1["layers"][n_base + 2] == m2["layers"][n_base + 2]  # entrypoint: rebuilt, same bytes
 
-    m1 = _registry_manifest(registry, name, entry["digest"])
-    m2 = _registry_manifest(registry, name, entry2["digest"])
-    n_base = len(_registry_manifest(registry, "kiln-test/base", base_image.rsplit("@", 1)[1])["layers"])
-    weights1, weights2 = m1["layers"][n_base], m2["layers"][n_base]
-    repo1, repo2 = m1["layers"][n_base + 1], m2["layers"][n_base + 1]
-    assert weights1["digest"] == weights2["digest"]  # the same layer, not re-uploaded
-    assert repo1["digest"] != repo2["digest"]
-    assert m1["layers"][n_base + 2] == m2["layers"][n_base + 2]  # entrypoint: rebuilt, same bytes
+        pushed_first = {d: s for d, s in after_first.items() if d not in before}
+        pushed_second = {d: s for d, s in after_second.items() if d not in after_first}
+        first_bytes, second_bytes = sum(pushed_first.values()), sum(pushed_second.values())
+        print(f"\nbytes pushed: first build {first_bytes} ({len(pushed_first)} blobs), "
+              f"second build {second_bytes} ({len(pushed_second)} blobs); weights layer {weights1['size']} bytes")
+        weights_hex = weights1["digest"].split(":", 1)[1]
+        assert weights_hex in pushed_first and weights_hex not in pushed_second
+        assert second_bytes < weights1["size"] < first_bytes
 
-    pushed_first = {d: s for d, s in after_first.items() if d not in before}
-    pushed_second = {d: s for d, s in after_second.items() if d not in after_first}
-    first_bytes, second_bytes = sum(pushed_first.values()), sum(pushed_second.values())
-    print(f"\nbytes pushed: first build {first_bytes} ({len(pushed_first)} blobs), "
-          f"second build {second_bytes} ({len(pushed_second)} blobs); weights layer {weights1['size']} bytes")
-    weights_hex = weights1["digest"].split(":", 1)[1]
-    assert weights_hex in pushed_first and weights_hex not in pushed_second
-    assert second_bytes < weights1["size"] < first_bytes
+        # Reverting the edit is a rollback: nothing runs, the first manifest (and image) comes back.
+        spec.write_text(text.replace("max_queue_size: 32", "max_queue_size: 16"))
+        third = build_spec(spec, store)
+        assert not third.executed and third.manifest == first.manifest
 
-    # Reverting the edit is a rollback: nothing runs, the first manifest (and image) comes back.
-    spec.write_text(text.replace("max_queue_size: 32", "max_queue_size: 16"))
-    third = build_spec(spec, store)
-    assert not third.executed and third.manifest == first.manifest
-
-    # A host-only edit (clock locks) does not touch the image: serving containers keep running it.
-    spec.write_text(spec.read_text().replace("graphics_mhz: 1755", "graphics_mhz: 1700"))
-    fourth = build_spec(spec, store)
-    assert {r.id for r in fourth.executed} == {"spec-snapshot", f"host-plan/{HOST}", f"host-script/{HOST}"}
-    assert json.loads(fourth.manifest)["images"][HOST] == entry
+        # A host-only edit (clock locks) does not touch the image: serving containers keep running it.
+        spec.write_text(spec.read_text().replace("graphics_mhz: 1755", "graphics_mhz: 1700"))
+        fourth = build_spec(spec, store)
+        assert {r.id for r in fourth.executed} == {"spec-snapshot", f"host-plan/{HOST}", f"host-script/{HOST}"}
+        assert json.loads(fourth.manifest)["images"][HOST] == entry
 
 
 def _tag(store, outcome) -> str:
@@ -354,29 +354,29 @@ def test_rebuilds_give_the_same_layers_and_image_digest(tmp_path: Path, registry
     params = dict(_context_action(tmp_path / "spec").actions[f"image-context/{HOST}"].params.to_json())
     params["base"] = base_image
     ctx_out = _render(tmp_path, "ctx", params)
-    client = dockerbuild.connect()
-    repository = f"{registry.host}/kiln/repro"
-    built, layers, normalized, digests = [], [], [], []
-    for i in range(2):
-        with open(tmp_path / f"ctx{i}.tar", "w+b") as f:
-            dockerbuild.write_context_tar(ctx_out, ["Dockerfile", "layers"], f)
-            f.seek(0)
-            built.append(dockerbuild.build(client, f, f"kiln-test-repro:{i}", LOG, nocache=True))
-        layers.append(client.images.get(built[i]).attrs["RootFS"]["Layers"])
-        normalized.append(dockerbuild.normalize(client, built[i], base_image, f"{repository}:build{i}", LOG))
-        digests.append(dockerbuild.push(client, repository, f"build{i}", LOG).digest)
-    assert layers[0] == layers[1]
-    assert built[0] != built[1]  # the classic builder's own result is not reproducible
-    assert normalized[0] == normalized[1]
-    assert digests[0] == digests[1]
-    config = _registry_config(registry, "kiln/repro", digests[0])
-    assert normalized[0] == "sha256:" + hashlib.sha256(config).hexdigest()
-    doc = json.loads(config)
-    assert doc["created"] == dockerbuild.FIXED_CREATED and "container" not in doc
-    assert doc["config"]["Labels"]["io.kiln.content.digest"].startswith("sha256:")
-    # the normalized image still runs: its entrypoint and layers are intact
-    out = client.containers.run(normalized[0], remove=True).decode()
-    assert "found /opt/kiln/models/tiny/config.json" in out
+    with contextlib.closing(dockerbuild.connect()) as client:
+        repository = f"{registry.host}/kiln/repro"
+        built, layers, normalized, digests = [], [], [], []
+        for i in range(2):
+            with open(tmp_path / f"ctx{i}.tar", "w+b") as f:
+                dockerbuild.write_context_tar(ctx_out, ["Dockerfile", "layers"], f)
+                f.seek(0)
+                built.append(dockerbuild.build(client, f, f"kiln-test-repro:{i}", LOG, nocache=True))
+            layers.append(client.images.get(built[i]).attrs["RootFS"]["Layers"])
+            normalized.append(dockerbuild.normalize(client, built[i], base_image, f"{repository}:build{i}", LOG))
+            digests.append(dockerbuild.push(client, repository, f"build{i}", LOG).digest)
+        assert layers[0] == layers[1]
+        assert built[0] != built[1]  # the classic builder's own result is not reproducible
+        assert normalized[0] == normalized[1]
+        assert digests[0] == digests[1]
+        config = _registry_config(registry, "kiln/repro", digests[0])
+        assert normalized[0] == "sha256:" + hashlib.sha256(config).hexdigest()
+        doc = json.loads(config)
+        assert doc["created"] == dockerbuild.FIXED_CREATED and "container" not in doc
+        assert doc["config"]["Labels"]["io.kiln.content.digest"].startswith("sha256:")
+        # the normalized image still runs: its entrypoint and layers are intact
+        out = client.containers.run(normalized[0], remove=True).decode()
+        assert "found /opt/kiln/models/tiny/config.json" in out
 
 
 def _registry_config(registry, name: str, digest: str) -> bytes:
@@ -410,33 +410,33 @@ def test_entrypoint_of_a_host_with_several_units(tmp_path: Path, base_image: str
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(f'name: "{u["model"]}"\n')
     (ctx / "Dockerfile").write_text(f'FROM {base_image}\nCOPY entry/ /\nENTRYPOINT ["{image_context.ENTRYPOINT_PATH}"]\n')
-    client = dockerbuild.connect()
-    with open(tmp_path / "ctx.tar", "w+b") as f:
-        dockerbuild.write_context_tar(ctx, ["Dockerfile", "entry"], f)
-        f.seek(0)
-        image_id = dockerbuild.build(client, f, "kiln-test-entrypoint:b200", LOG)
+    with contextlib.closing(dockerbuild.connect()) as client:
+        with open(tmp_path / "ctx.tar", "w+b") as f:
+            dockerbuild.write_context_tar(ctx, ["Dockerfile", "entry"], f)
+            f.seek(0)
+            image_id = dockerbuild.build(client, f, "kiln-test-entrypoint:b200", LOG)
 
-    def run(*args: str) -> tuple[int, str]:
-        c = client.containers.run(image_id, list(args), detach=True)
-        try:
-            code = c.wait()["StatusCode"]
-            return code, c.logs().decode()
-        finally:
-            c.remove(force=True)
+        def run(*args: str) -> tuple[int, str]:
+            c = client.containers.run(image_id, list(args), detach=True)
+            try:
+                code = c.wait()["StatusCode"]
+                return code, c.logs().decode()
+            finally:
+                c.remove(force=True)
 
-    code, out = run()
-    assert code == 2 and "name one of:" in out and all(u["id"] in out for u in units)
-    chat = [u for u in units if u["model"] == "chat"][1]  # the second replica: ports offset
-    assert chat["ports"]["http"] != 8000
-    for name in (chat["id"],):
-        code, out = run(name, "--log-verbose=1")
-        assert code == 0, out
-        p = chat["ports"]
-        assert f"tritonserver --model-repository={layout.REPOSITORY_DIR} --model-control-mode=explicit " \
-            f"--load-model=chat --http-port={p['http']} --grpc-port={p['grpc']} --metrics-port={p['metrics']} " \
-            "--log-verbose=1" in out
-        assert f"found {layout.REPOSITORY_DIR}/chat/config.pbtxt" in out
-    code, out = run("chat")  # two chat units here: not a name the entrypoint knows, so a command
-    assert code != 0 and "tritonserver" not in out
-    code, out = run("tritonserver", "--model-repository=/elsewhere", "--http-port=1234")
-    assert code == 0 and "tritonserver --model-repository=/elsewhere --http-port=1234" in out
+        code, out = run()
+        assert code == 2 and "name one of:" in out and all(u["id"] in out for u in units)
+        chat = [u for u in units if u["model"] == "chat"][1]  # the second replica: ports offset
+        assert chat["ports"]["http"] != 8000
+        for name in (chat["id"],):
+            code, out = run(name, "--log-verbose=1")
+            assert code == 0, out
+            p = chat["ports"]
+            assert f"tritonserver --model-repository={layout.REPOSITORY_DIR} --model-control-mode=explicit " \
+                f"--load-model=chat --http-port={p['http']} --grpc-port={p['grpc']} --metrics-port={p['metrics']} " \
+                "--log-verbose=1" in out
+            assert f"found {layout.REPOSITORY_DIR}/chat/config.pbtxt" in out
+        code, out = run("chat")  # two chat units here: not a name the entrypoint knows, so a command
+        assert code != 0 and "tritonserver" not in out
+        code, out = run("tritonserver", "--model-repository=/elsewhere", "--http-port=1234")
+        assert code == 0 and "tritonserver --model-repository=/elsewhere --http-port=1234" in out

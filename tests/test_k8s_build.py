@@ -9,6 +9,7 @@ with a small base image built here (as tests/test_image.py does: no Triton image
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -70,9 +71,9 @@ def base_image(registry, tmp_path_factory) -> str:
     (ctx / "bin" / "sh").symlink_to("busybox")
     (ctx / "Dockerfile").write_text("FROM scratch\nCOPY bin/ /bin/\nENV PATH=/bin\n")
     repo = f"{registry.host}/kiln-test/k8s-base"
-    client = dockerbuild.connect()
-    client.images.build(path=str(ctx), tag=f"{repo}:v1", rm=True)
-    return f"{repo}@{dockerbuild.push(client, repo, 'v1', LOG).digest}"
+    with contextlib.closing(dockerbuild.connect()) as client:
+        client.images.build(path=str(ctx), tag=f"{repo}:v1", rm=True)
+        return f"{repo}@{dockerbuild.push(client, repo, 'v1', LOG).digest}"
 
 
 def _write(spec_dir: Path, registry, base: str, profile: str) -> Path:

@@ -12,6 +12,7 @@ ID is a function of the layers and settings alone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -30,14 +31,15 @@ class DockerError(RuntimeError):
 
 
 def connect(timeout: int = 6 * 3600):
-    """A client for the daemon that DOCKER_HOST (or the default socket) names, checked with a ping.
-    The timeout bounds one socket read: a COPY of a large checkpoint prints nothing for minutes."""
+    """A client for the daemon that DOCKER_HOST (or the default socket) names, checked with a ping;
+    the caller closes it (its connection pool holds sockets). The timeout bounds one socket read: a COPY of a large checkpoint prints nothing for minutes."""
     try:
         import docker
     except ImportError:  # a dependency of the package, but say so plainly if it is missing
         raise DockerError("the Docker SDK (Python package `docker`) is not installed") from None
     try:
-        docker.from_env(timeout=10).ping()  # fail fast where nothing answers
+        with contextlib.closing(docker.from_env(timeout=10)) as probe:  # fail fast where nothing answers
+            probe.ping()
         client = docker.from_env(timeout=timeout)
     except Exception as e:  # DockerException, connection errors: all mean "no daemon here"
         where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")

@@ -296,6 +296,8 @@ def _run_container(params, model_dir: Path, calib, work: Path, engine_dir: Path,
                                      stdout=True, stderr=True)
     except docker.errors.DockerException as e:
         raise EngineError(f"the TensorRT-LLM container failed: {e}") from None
+    finally:
+        client.close()
     ctx.log.info("%s", logs.decode("utf-8", "replace")[-40000:])
 
 

@@ -17,6 +17,7 @@ release manifest's digest be a label: the manifest lists this image's digest.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 
@@ -50,10 +51,14 @@ def local_content_tag(host: str, context) -> str:
 
 
 def run(params: ImageParams, ctx: RunContext) -> None:
+    with contextlib.closing(dockerbuild.connect()) as client:
+        _build_and_push(client, params, ctx)
+
+
+def _build_and_push(client, params: ImageParams, ctx: RunContext) -> None:
     host, repository = params.host, params.repository
     context = ctx.deps[f"{image_context.KIND.kind}/{host}"]
     meta = json.loads((context / image_context.METADATA).read_text(encoding="utf-8"))
-    client = dockerbuild.connect()
     content_tag = local_content_tag(host, context)
     content_hex = content_tag.rsplit(":", 1)[1]
     try:
