@@ -13,7 +13,7 @@ from compiler.diagnostics import Diagnostic, sort_diagnostics
 from compiler.ir import Resolved, analyse, resolve
 from compiler.ir.inputs import input_roots
 from compiler.ir.lockfile import lock_path
-from compiler.spec.loader import Document, load_file, load_text
+from compiler.spec.loader import Document, LoadResult, load_file, load_text
 from compiler.spec.models import Spec
 from compiler.spec.parse import parse_document
 
@@ -56,7 +56,14 @@ def validate_text(text: str, base_dir: Path, display: str = "kiln.yaml", options
                      lock_path(base_dir / Path(display).name))
 
 
-def _validate(loaded, shown: str, base_dir: Path, options: Options, lock: Path | None) -> Validation:
+def validate_loaded(loaded: LoadResult, base_dir: Path, options: Options | None = None) -> Validation:
+    """Validate what `load_text` returned, as if it were the file it names in `base_dir`: for callers
+    that load one text and validate edits of its data (the spans stay the loaded text's)."""
+    shown = loaded.document.file if loaded.document is not None else "kiln.yaml"
+    return _validate(loaded, shown, base_dir.resolve(), options or Options(), lock_path(base_dir / Path(shown).name))
+
+
+def _validate(loaded: LoadResult, shown: str, base_dir: Path, options: Options, lock: Path | None) -> Validation:
     result = Validation(shown, loaded.document, None, diagnostics=list(loaded.diagnostics), base_dir=base_dir)
     if loaded.document is None:
         result.diagnostics = sort_diagnostics(result.diagnostics)

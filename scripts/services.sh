@@ -10,8 +10,13 @@ apt_install() {
   local missing=()
   for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
   [ ${#missing[@]} -eq 0 ] && return 0
-  apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+  # One apt at a time: scripts/test.sh runs this next to scripts/install.sh, which may install
+  # python3-venv (the lock file is shared with it).
+  (
+    flock 9
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+  ) 9>"${TMPDIR:-/tmp}/kiln-apt.lock"
 }
 
 # python3, python3-venv: Debian's own interpreter, which tests/test_install.py installs Kiln with.

@@ -4,15 +4,31 @@
 # running), runs pytest, stops what it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-started=$(bash scripts/services.sh)
-cleanup() { for pid in $started; do kill "$pid" 2>/dev/null || true; done; }
+# The services (Debian packages, Docker Engine) and Kiln's install (PyPI) mostly wait on the
+# network, so they run side by side; services.sh prints the PIDs it started, for cleanup to stop.
+services_out=$(mktemp)
+services_job=''
+cleanup() {
+  if [ -n "$services_job" ]; then wait "$services_job" 2>/dev/null || true; fi
+  while read -r pid; do kill "$pid" 2>/dev/null || true; done <"$services_out"
+  rm -f "$services_out"
+}
 trap cleanup EXIT
+bash scripts/services.sh >"$services_out" &
+services_job=$!
 bash scripts/install.sh --dev
+wait "$services_job"
+services_job=''
 venv=${KILN_VENV:-.venv}
 [[ $venv == /* ]] || venv="$PWD/$venv"  # absolute: wheel_smoke.sh runs it from other directories
 py="$venv/bin/python"
 # CI runs more property-test examples than a developer's default run.
 export KILN_HYPOTHESIS_PROFILE=${KILN_HYPOTHESIS_PROFILE:-ci}
+# Compiled once here, not in every process: the suite starts Kiln (and the stand-ins under tests/)
+# in hundreds of subprocesses, which would each compile them again where PYTHONDONTWRITEBYTECODE
+# is set (it is on some CI images); a fifth of a second each.
+# Not the data trees: templates, golden files and cases are files the tests compare, not modules.
+"$py" -m compileall -q -j 0 -x '/(templates|golden|cases|data)/' compiler tests >/dev/null
 "$py" -m compiler schema --check
 # The wheel, installed in a fresh venv, runs the quickstart from its packaged templates and data.
 PYTHON="$py" bash scripts/wheel_smoke.sh

@@ -4,7 +4,7 @@
 # tree, so only the installed package (its templates and data files included) can be imported.
 # Checks validate, plan, catalog, init, and a build of everything that needs neither torch nor a
 # GPU: the host script and the Triton repository must come out of the packaged templates exactly
-# as they do from the source tree. scripts/test.sh runs it; pip's cache keeps reruns quick.
+# as they do from the source tree. scripts/test.sh runs it; uv's (or pip's) cache keeps reruns quick.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
@@ -29,16 +29,21 @@ wheel=$(ls "$tmp"/dist/kiln_compiler-*.whl)
 
 step "installing $(basename "$wheel") into a fresh venv"
 V="$tmp/venv/bin"
-if "$PY" -m pip --python "$PY" --version >/dev/null 2>&1; then  # pip >= 22.3 installs into another env
-  "$PY" -m venv --without-pip "$tmp/venv"  # seeding the venv with its own pip takes longer than the test
-  pip=("$PY" -m pip --python "$V/python")
-else
-  "$PY" -m venv "$tmp/venv"
-  pip=("$V/python" -m pip)
-fi
 # No byte-compiling of the dependencies (numpy and grpcio alone take seconds); Kiln itself is
 # compiled as pip would, which also puts __pycache__ next to the Triton model files it ships.
-"${pip[@]}" install "${pip_quiet[@]}" --root-user-action=ignore --no-compile "$wheel"
+if "$PY" -m uv --version >/dev/null 2>&1; then  # scripts/install.sh puts uv next to Kiln: seconds, not tens
+  "$PY" -m venv --without-pip "$tmp/venv"
+  "$PY" -m uv pip install --quiet --python "$V/python" "$wheel"
+else
+  if "$PY" -m pip --python "$PY" --version >/dev/null 2>&1; then  # pip >= 22.3 installs into another env
+    "$PY" -m venv --without-pip "$tmp/venv"  # seeding the venv with its own pip takes longer than the test
+    pip=("$PY" -m pip --python "$V/python")
+  else
+    "$PY" -m venv "$tmp/venv"
+    pip=("$V/python" -m pip)
+  fi
+  "${pip[@]}" install "${pip_quiet[@]}" --root-user-action=ignore --no-compile "$wheel"
+fi
 "$V/python" -m compileall -q "$("$V/python" -c 'import compiler, os; print(os.path.dirname(compiler.__file__))')" >/dev/null
 
 # From here on: outside the source tree, with nothing of it on the path.

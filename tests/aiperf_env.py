@@ -4,8 +4,8 @@ AIPerf pins versions of packages the test interpreter already has at others (ric
 among more), and `kiln tune` only ever runs it as a subprocess, so it gets an environment of its
 own: the `aiperf` named by $KILN_AIPERF, else one on PATH at the pinned version, else a venv made
 once under the user's cache directory ($XDG_CACHE_HOME or ~/.cache, `kiln/aiperf-<version>`)
-with `pip install aiperf==<version>` from the package index. Only an index that cannot be reached
-skips the tests that need it; a failing install fails them.
+with aiperf==<version> from the package index (tests/venvs.py: uv, else pip). Only an index that
+cannot be reached skips the tests that need it; a failing install fails them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from tests import venvs
 
 VERSION = "0.13.0"  # compiler/tune/aiperf.py VERSION_TESTED; pyproject's `tune` extra pins the same
 
@@ -54,10 +56,9 @@ def aiperf_executable() -> str:
             return str(exe)
         shutil.rmtree(venv, ignore_errors=True)  # a half-made venv from an interrupted run
         # made in place: a venv's scripts name their interpreter by absolute path, so it cannot move
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+        venvs.make(venv)
         pip = [str(venv / "bin" / "python"), "-m", "pip"]
-        proc = subprocess.run(pip + ["install", "--disable-pip-version-check", f"aiperf=={VERSION}"],
-                              capture_output=True, text=True, timeout=1800)
+        proc = venvs.install(venv, f"aiperf=={VERSION}", timeout=1800)
         if proc.returncode != 0:
             reach = subprocess.run(pip + ["index", "versions", "aiperf"], capture_output=True, text=True,
                                    timeout=300)

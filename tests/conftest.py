@@ -11,6 +11,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="rewrite the inline expectations of spec cases and golden files from current output")
 
 
+# --- scheduling ---------------------------------------------------------------------------------
+# pytest-xdist (scripts/test.sh: --dist loadfile) hands whole files to its workers in collection
+# order, so a slow file collected last runs alone while the other worker idles. The slowest files
+# (about 20 s or more of an idle 2-core run each; `pytest --durations`) go first, longest first;
+# the rest keep their order. Only the order changes: every test still runs.
+SLOW_FILES = ("test_store.py", "test_triton_server.py", "test_quantize.py", "test_host_scripts.py",
+              "test_tune.py", "test_llmapi_serving.py", "test_image.py", "test_serving_lifecycle.py",
+              "test_gitops_registry.py", "test_install.py", "test_format_walk.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))  # stable: file order kept
+
+
 @pytest.fixture
 def update_expectations(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-expectations"))

@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests import venvs
+
 # pip's own words when the index cannot be reached (no network, DNS, proxy, TLS interception)
 _OFFLINE = ("NewConnectionError", "Failed to establish a new connection", "Temporary failure in name resolution",
             "Network is unreachable", "ConnectionError", "ProxyError", "ConnectTimeoutError", "ReadTimeoutError",
@@ -61,11 +63,9 @@ class RuntimeTransformers:
         self.dir.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=self.dir.name + ".", dir=self.dir.parent))
         try:
-            subprocess.run([sys.executable, "-m", "venv", str(scratch)], check=True, capture_output=True, timeout=300)
+            venvs.make(scratch)
             # --no-cache-dir: the shared pip cache may belong to another user; the venv is cached instead
-            done = subprocess.run([str(scratch / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-cache-dir",
-                                   "--disable-pip-version-check", f"transformers=={self.version}"],
-                                  capture_output=True, text=True, timeout=900)
+            done = venvs.install(scratch, f"transformers=={self.version}", timeout=900, pip_args=("--no-cache-dir",))
             if done.returncode != 0:
                 text = done.stdout + done.stderr
                 if any(s in text for s in _OFFLINE):

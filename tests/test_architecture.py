@@ -48,3 +48,11 @@ def test_layers() -> None:
     # only the CLI and `python -m compiler` import the CLI
     importers = {p for p, ds in edges.items() if "compiler.cli" in ds}
     assert importers <= {"compiler.__main__"}, importers
+
+
+def test_the_slow_files_the_scheduler_puts_first_exist() -> None:
+    """conftest.SLOW_FILES orders the suite for pytest-xdist; a renamed file would drop out silently."""
+    from tests.conftest import SLOW_FILES
+
+    here = Path(__file__).resolve().parent
+    assert [name for name in SLOW_FILES if not (here / name).is_file()] == []

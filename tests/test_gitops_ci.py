@@ -213,7 +213,8 @@ def test_every_workflow_installs_this_project_from_its_repository_at_the_pinned_
 
     assert canonicalize_name(_project_name()) == canonicalize_name(DISTRIBUTION) != "kiln"
     install_sh = (ROOT / "scripts" / "install.sh").read_text(encoding="utf-8")
-    assert f"pip_install {TORCH_PIN}\n" in install_sh  # the same torch pin as a local install
+    # the same torch pin as a local install
+    assert re.search(rf"^  pip_install (--[a-z-]+ )*{re.escape(TORCH_PIN)}\n", install_sh, re.M), TORCH_PIN
     jobs = 0
     for where, installs, uses_kiln in _install_steps(installed):
         kiln = [Requirement(args[0]) for args in installs if len(args) == 1 and "@" in args[0]]

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -33,6 +34,9 @@ EXAMPLES = ROOT / "examples"
 FAKES = ROOT / "tests" / "fakes"
 GOLDEN = ROOT / "tests" / "golden" / "host"
 EXAMPLE_NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "kiln.yaml").is_file())
+# The stand-in runs as `python3` from PATH: this interpreter's directory comes first, so a version
+# manager's shim (tens of milliseconds a call, dozens of calls a run) is not what starts it.
+FAKE_PATH = os.pathsep.join([str(FAKES), str(Path(sys.executable).parent), os.environ["PATH"]])
 NO_DOCKER = "kiln-test-no-docker"  # a docker command that does not exist: the fake-GPU tests never reach Docker
 
 
@@ -98,7 +102,7 @@ class Host:
     def run(self, script: Path, *args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
         self.runs += 1
         self.log = self.root / f"calls-{self.runs}.jsonl"
-        full_env = {**os.environ, "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}",
+        full_env = {**os.environ, "PATH": FAKE_PATH,
                     "KILN_FAKE_SMI_STATE": str(self.state), "KILN_FAKE_SMI_LOG": str(self.log),
                     "KILN_STATE_DIR": str(self.state_dir), "KILN_BOOT_ID_FILE": str(self.boot),
                     "KILN_DOCKER": NO_DOCKER, **(env or {})}

@@ -57,10 +57,16 @@ def test_install_sh_on_debians_python_installs_into_the_project_venv(debian_pyth
 
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "KILN_VENV")}
     env.update(PYTHON=str(debian_python), PATH=f"/usr/bin:/bin:{env.get('PATH', '')}")
-    for attempt in ("first", "again"):  # the second run is a no-op that still succeeds
-        proc = subprocess.run(["bash", "scripts/install.sh", "--no-quantize"], cwd=clone, env=env,
-                              capture_output=True, text=True, timeout=900)
+    # The first run installs with uv (fetched into the venv); the second, a no-op that still
+    # succeeds, goes through pip, the installer where uv cannot be had (KILN_INSTALLER=pip).
+    for attempt, installer in (("first", "uv"), ("again", "pip")):
+        proc = subprocess.run(["bash", "scripts/install.sh", "--no-quantize"], cwd=clone,
+                              env={**env, "KILN_INSTALLER": installer}, capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, f"{attempt}: {proc.stdout}\n{proc.stderr}"
+        if attempt == "first":
+            uv = subprocess.run([str(clone / ".venv" / "bin" / "python"), "-m", "uv", "--version"],
+                                capture_output=True, text=True, env=env)
+            assert uv.returncode == 0 and uv.stdout.startswith("uv "), uv
     assert "run .venv/bin/kiln, or `source .venv/bin/activate`" in proc.stderr
 
     kiln = clone / ".venv" / "bin" / "kiln"

@@ -11,21 +11,30 @@ in-memory model each model is compared with is made once per module.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-try:
-    import modelopt.torch.quantization  # noqa: F401
-    import torch
-    import transformers  # noqa: F401
-    from safetensors import safe_open
-except ImportError as e:  # pragma: no cover - depends on the machine
-    pytestmark = pytest.mark.skip(reason=f"quantization needs torch, transformers and nvidia-modelopt ({e}); "
-                                         "bash scripts/install.sh --dev installs them")
-    torch = None
+_MISSING = [m for m in ("torch", "transformers", "modelopt", "safetensors") if importlib.util.find_spec(m) is None]
+if _MISSING:  # pragma: no cover - depends on the machine
+    pytestmark = pytest.mark.skip(reason=f"quantization needs torch, transformers and nvidia-modelopt "
+                                         f"({', '.join(_MISSING)} missing); bash scripts/install.sh --dev installs them")
+torch = safe_open = None  # imported by _heavy_imports, once a test of this module runs
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _heavy_imports():
+    """torch and ModelOpt (about ten seconds of imports) load when this module's tests run, not when
+    the suite is collected: the pytest-xdist worker that runs none of them never pays for them."""
+    global torch, safe_open
+    import modelopt.torch.quantization  # noqa: F401  (a broken install fails here, not skips)
+    import torch as torch_module
+    from safetensors import safe_open as safe_open_function
+
+    torch, safe_open = torch_module, safe_open_function
 
 from compiler.build import build_spec, plan_spec
 from compiler.graph.builder import Selection

@@ -114,3 +114,16 @@ def test_the_check_catches_a_command_or_flag_that_does_not_exist() -> None:
     assert "deploy" not in COMMANDS
     assert "--frobnicate" not in COMMANDS["build"]._option_string_actions
     assert _flags("kiln build x --only a --cache=r -q") == ["--only", "--cache", "-q"]
+
+
+def test_install_lines_name_this_distribution() -> None:
+    """`pip install 'kiln[...]'` installs somebody else's project (the HTML-templating `kiln` on
+    PyPI): every extra the README or Kiln's own messages name is this distribution's."""
+    from compiler import DISTRIBUTION
+
+    texts = {"README.md": README}
+    texts.update({str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in (ROOT / "compiler").rglob("*.py")})
+    wrong = [(name, m.group(0)) for name, text in texts.items()
+             for m in re.finditer(r"""(?:install\s+|['"])([A-Za-z][\w.-]*)\[(tune|quantize|test|gpu)\]""", text)
+             if m.group(1) != DISTRIBUTION]
+    assert wrong == []

@@ -143,7 +143,7 @@ def find_aiperf(explicit: str | None) -> str:
         raise AiperfNotFound(f"{candidate} is not an executable file")
     found = shutil.which("aiperf")
     if found is None:
-        raise AiperfNotFound("no `aiperf` on PATH; install it (pip install 'kiln[tune]', or into a virtual "
+        raise AiperfNotFound("no `aiperf` on PATH; install it (pip install 'kiln-compiler[tune]', or into a virtual "
                              "environment of its own) and give its path with --aiperf or $KILN_AIPERF")
     return found
 

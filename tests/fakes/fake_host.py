@@ -11,12 +11,14 @@ This module uses only the standard library: the stand-in imports it too.
 
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import Path
-from typing import Any, Iterable
+import os
+from collections.abc import Iterable
 
-CATALOG = Path(__file__).resolve().parents[2] / "compiler" / "catalog" / "data" / "gpus.json"
+# Only cheap imports at module level (json pulls in re and collections anyway): the stand-in
+# imports this module on every call.
+CATALOG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                       "compiler", "catalog", "data", "gpus.json")
 
 # Product names as nvidia-smi prints them (`-L`, `--query-gpu=name`), where a real capture showed
 # one: "NVIDIA H200" and "NVIDIA H100 80GB HBM3" (utkuozdemir/nvidia_gpu_exporter
@@ -26,19 +28,22 @@ PRODUCT_NAMES = {"H200-SXM-141GB": "NVIDIA H200", "H100-SXM5-80GB": "NVIDIA H100
 
 
 def _uuid(seed: str, prefix: str) -> str:
+    import hashlib  # only for new instances' UUIDs
+
     h = hashlib.sha256(seed.encode()).hexdigest()
     return f"{prefix}-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
 def catalog_gpu(model: str) -> dict:
-    data = json.loads(CATALOG.read_text(encoding="utf-8"))
+    with open(CATALOG, encoding="utf-8") as f:
+        data = json.load(f)
     model = data.get("aliases", {}).get(model, model)
     if model not in data["gpus"]:
         raise KeyError(f"{model!r} is not in the GPU catalog")
     return {"model": model, **data["gpus"][model]}
 
 
-def make_host(state_path: Path | str, gpu_model: str, count: int, driver: str,
+def make_host(state_path: str | os.PathLike, gpu_model: str, count: int, driver: str,
               processes: dict[int, Iterable[dict | int]] | None = None, *, mig_enabled: Iterable[int] = ()) -> dict:
     """Write a fresh host: MIG disabled (unless listed in `mig_enabled`), no GPU instances,
     persistence off, default power limit and application clocks, no clock locks.
@@ -90,18 +95,19 @@ def make_host(state_path: Path | str, gpu_model: str, count: int, driver: str,
     return state
 
 
-def load(state_path: Path | str) -> dict:
-    return json.loads(Path(state_path).read_text(encoding="utf-8"))
+def load(state_path: str | os.PathLike) -> dict:
+    with open(state_path, encoding="utf-8") as f:
+        return json.load(f)
 
 
-def save(state_path: Path | str, state: dict) -> None:
-    path = Path(state_path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+def save(state_path: str | os.PathLike, state: dict) -> None:
+    tmp = os.fspath(state_path) + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(state, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, state_path)
 
 
-def reboot(state_path: Path | str) -> dict:
+def reboot(state_path: str | os.PathLike) -> dict:
     """What a reboot (or driver reload) does to a GPU: a pending MIG mode takes effect, GPU and
     compute instances are gone, clock locks, application clocks, power limit and persistence
     revert to their defaults, and no process runs."""
@@ -123,10 +129,10 @@ def gi_layout(state: dict, index: int) -> list[tuple[int, int]]:
     return sorted((gi["profile_id"], gi["start"]) for gi in state["gpus"][index]["gis"])
 
 
-def mutating_calls(log_path: Path | str) -> list[dict[str, Any]]:
+def mutating_calls(log_path: str | os.PathLike) -> list[dict]:
     """The mutating calls the stand-in recorded in its call log (KILN_FAKE_SMI_LOG)."""
-    path = Path(log_path)
-    if not path.exists():
+    if not os.path.exists(log_path):
         return []
-    calls = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    with open(log_path, encoding="utf-8") as f:
+        calls = [json.loads(line) for line in f.read().splitlines() if line.strip()]
     return [c for c in calls if c["mutating"]]
