@@ -14,7 +14,6 @@ import fcntl
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from tests import venvs
