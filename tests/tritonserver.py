@@ -3,8 +3,17 @@
 The wheel keeps the Python backend's stub apart, one per Python version; a backend directory of
 the test's own gets libtriton_python.so, its utilities and the stub for this interpreter (the
 wheel's files are never changed). The stub links libpython3.X.so, so this interpreter's LIBDIR
-goes first on LD_LIBRARY_PATH (its stdlib and site-packages, numpy and transformers included,
-are then the stub's), then the wheel's bundled libraries.
+goes first on LD_LIBRARY_PATH, then the wheel's bundled libraries.
+
+The packages the models import (numpy, transformers) come from the test environment by the Python
+backend's own mechanism for that, an execution environment: every Python model of the served copy
+of the repository gets the `EXECUTION_ENV_PATH` parameter naming this interpreter's virtual
+environment (python_backend README, "Creating Custom Execution Environments"; an unpacked
+environment is a directory with `bin/activate`). The backend sources that script before it starts
+the stub, so the stub's embedded interpreter finds the environment's `python3` first on PATH and
+takes the environment's site-packages. Without it the stub runs the base interpreter (a pyenv
+build, Debian's python3) with whatever happens to be installed there, and an environment
+variable such as PYTHONPATH does not reach the embedded interpreter.
 
 The server listens on 127.0.0.1 only, on ports chosen free, and is stopped (by its own pid) when
 the test ends.
@@ -54,6 +63,42 @@ def backend_directory(dest: Path) -> Path:
     return dest
 
 
+def execution_environment() -> Path:
+    """This interpreter's virtual environment, the execution environment of the served models."""
+    env = Path(sys.prefix)
+    if sys.prefix == sys.base_prefix or not (env / "bin" / "activate").is_file():
+        raise TritonUnavailable(f"the tests run in {env}, not a virtual environment with bin/activate: "
+                                "the Python models' execution environment must be one (scripts/install.sh --dev)")
+    return env
+
+
+def python_models(repository: Path) -> list[Path]:
+    """The config.pbtxt of every model of `repository` that the Python backend runs."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    found = []
+    for config in sorted(repository.glob("*/config.pbtxt")):
+        parsed = text_format.Parse(config.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
+        if parsed.backend == "python":
+            found.append(config)
+    return found
+
+
+def with_execution_environment(repository: Path, dest: Path, env: Path) -> Path:
+    """A copy of `repository` at `dest` whose Python models run in `env` (the original is unchanged)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(repository, dest, symlinks=True)
+    for config in python_models(dest):
+        text = config.read_text(encoding="utf-8")
+        if "EXECUTION_ENV_PATH" in text:
+            continue
+        with open(config, "a", encoding="utf-8") as f:
+            f.write(f'\nparameters: {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{env}" }} }}\n')
+    return dest
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -67,6 +112,8 @@ class TritonServer:
         root = _pytriton_root()
         binary = root / "tritonserver" / "bin" / "tritonserver"
         backends = backend_directory(workdir / "backends")
+        self.repository = with_execution_environment(repository, workdir / "served-repository",
+                                                     execution_environment())
         libs = [sysconfig.get_config_var("LIBDIR") or "", str(root.parent / "nvidia_pytriton.libs")]
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = ":".join([p for p in libs if p] + [env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
@@ -78,7 +125,7 @@ class TritonServer:
         grpc, metrics = self.grpc, _free_port()
         self.log_path = workdir / "tritonserver.log"
         self._log = open(self.log_path, "wb")
-        args = [str(binary), f"--model-repository={repository}", f"--backend-directory={backends}",
+        args = [str(binary), f"--model-repository={self.repository}", f"--backend-directory={backends}",
                 "--http-address=127.0.0.1", f"--http-port={self.http}", "--grpc-address=127.0.0.1",
                 f"--grpc-port={grpc}", f"--metrics-port={metrics}", "--allow-metrics=false",
                 "--disable-auto-complete-config", "--exit-on-error=false", "--strict-readiness=false",
