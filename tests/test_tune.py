@@ -4,11 +4,15 @@ generating with the checkpoint, streamed over an OpenAI-compatible endpoint on 1
 figures checked. Nothing is mocked and no result file is canned: the numbers come from this run.
 
 The server decodes running sequences one after another, each step taking at least STEP_FLOOR_MS, so
-TPOT grows with concurrency whatever the machine's speed: at concurrency 1 the unit meets the SLA
-(TTFT p99 ~50-90 ms against 200, TPOT p99 ~8-30 ms against 40, idle to busy 2-core machine), at 8
-TPOT is about 8 x 8 = 64 ms against 40 (an idle machine alone came within 1 ms of 40 before the
-floor), so the boundary falls inside the 3-point grid 1, 3, 8 whatever the noise does at 3. One tune
-run (about 30 s to 2 minutes here) serves all the tests of the module.
+a sequence waits about concurrency x STEP_FLOOR_MS between its tokens whatever the machine's speed.
+The SLA of this run (SLA below, not the quickstart's) puts the boundary inside the 3-point grid 1, 3,
+8 on an idle or a loaded machine alike: at 8, TPOT p99 is at least 8 x 30 = 240 ms against 200, by
+the floor alone, so it fails however fast the machine; at 1 it is one decode step of the tiny model,
+30 ms idle and 111 ms measured at load 16 on a 2-core machine, so it passes unless the machine is
+slower still; TTFT (a 32-token prefill, ~50 ms idle, ~530 ms at load 16) gets 5 s, so the verdict
+rests on TPOT's floor, not on the machine's load. (The quickstart's own 200/40 ms SLA, which the
+records under tests/data/tune were made with, failed concurrency 1 at load 16.) Whatever happens at
+3 is allowed. One tune run (about 40 s to 2 minutes here) serves all the tests of the module.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "examples" / "quickstart"
 UNIT = "dev-h100/gpu0/mig0"
 GRID = [1, 3, 8]
-STEP_FLOOR_MS = 8
+STEP_FLOOR_MS = 30
+QUICKSTART_SLA = "sla: {ttft_ms: 200, tpot_ms: 40, percentile: p99}"
+SLA = "sla: {ttft_ms: 5000, tpot_ms: 200, percentile: p99}"
+TTFT_MS, TPOT_MS = 5000, 200
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +102,8 @@ def tuned(tmp_path_factory, aiperf: str, served_model: str):
     for name in ("model", "data"):
         shutil.copytree(QUICKSTART / name, work / name)
     before = with_tuning((QUICKSTART / "kiln.yaml").read_text(encoding="utf-8"))
+    assert before.count(QUICKSTART_SLA) == 1
+    before = before.replace(QUICKSTART_SLA, SLA)
     (work / "kiln.yaml").write_text(before, encoding="utf-8")
     served = validate_path(work / "kiln.yaml")
     assert served.ok, served.diagnostics
@@ -126,10 +135,10 @@ def test_tune_measures_the_unit_and_records_it(tuned) -> None:
                             .read_text(encoding="utf-8"))
         ttft, tpot = export["time_to_first_token"]["p99"], export["inter_token_latency"]["p99"]
         assert (p.ttft_ms, p.tpot_ms) == (ttft, tpot)
-        assert p.feasible == (ttft <= 200 and tpot <= 40 and export["request_error_rate"]["avg"] < 1)
+        assert p.feasible == (ttft <= TTFT_MS and tpot <= TPOT_MS and export["request_error_rate"]["avg"] < 1)
         assert p.requests == 16
     # what was measured, and how
-    assert (record.sla.ttft_ms, record.sla.tpot_ms, record.sla.percentile) == (200, 40, "p99")
+    assert (record.sla.ttft_ms, record.sla.tpot_ms, record.sla.percentile) == (TTFT_MS, TPOT_MS, "p99")
     assert record.workload == {"input_tokens": 32, "output_tokens": 16}
     assert record.search.capacity_bound == tuned["served"].resolved.units[0].figures.concurrency_bound > 8
     assert (record.search.concurrency_max, record.search.style, record.search.tool) == (8, "grid", "aiperf")
