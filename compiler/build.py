@@ -90,7 +90,8 @@ def _spec_changes(graph: Graph, store: LocalStore, spec_name: str) -> list:
     ref = store.get_ref(spec_name, SNAPSHOT.kind)
     if snap is None or ref is None:
         return []
-    return spec_diff((ref["params"].get("params") or {}).get("spec"), snap.params_json.get("spec"))
+    last = ref["params"].get("params")  # a ref's record, as the store holds it: its shape is not trusted
+    return spec_diff(last.get("spec") if isinstance(last, dict) else None, snap.params_json.get("spec"))
 
 
 def graph_disruptions(graph: Graph, earlier, kinds: KindRegistry) -> list[Disruption]:

@@ -84,7 +84,17 @@ def spec_diff(before: Any, after: Any) -> list[tuple[str, Any, Any]]:
     """(spec path, old, new) for every field that differs between two parsed specs (their JSON form)."""
     if not isinstance(before, dict) or not isinstance(after, dict):
         return []
-    return _diff(before, after)
+    return _diff_fields(before, after)
+
+
+def _diff_fields(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
+    """_diff of two documents rooted at the spec, field by field: the spec's own `name` is a field
+    like any other, not a catalog record's name that would stand for everything else."""
+    out = []
+    for k in sorted(set(old) | set(new), key=str):
+        out.extend(_diff(old.get(k), new.get(k), str(k)) if k in old and k in new else
+                   [(str(k), old.get(k), new.get(k))])
+    return out
 
 
 def record_reasons(last: dict, graph: Graph, aid: str, will_run: Mapping[str, list[str]],
@@ -100,7 +110,7 @@ def record_reasons(last: dict, graph: Graph, aid: str, will_run: Mapping[str, li
         reasons.append(f"Kiln's {action.kind} changed (v{last.get('version')} -> v{action.version})")
     # What the user changed (an action's `cause`, rooted at the spec) explains a rebuild better than
     # what it changes in the artifact (its params); params speak when the cause did not move.
-    changes = _diff(last.get("cause") or {}, dict(action.cause))
+    changes = _diff_fields(last.get("cause") or {}, dict(action.cause))
     if changes:
         reasons += [f"{path}: {_short(old)} -> {_short(new)}" for path, old, new in changes]
     else:
@@ -141,7 +151,9 @@ def _param_reasons(action, changes: list, spec_changes: list | None) -> list[str
 def _input_reasons(last: dict, action) -> list[str]:
     """Input files that changed, by the spec field that names them (one line per field)."""
     old_inputs, new_inputs = last.get("inputs", {}), dict(action.inputs)
-    paths = {**(last.get("input_paths") or {}), **dict(action.input_paths)}
+    recorded = last.get("input_paths")  # from a store ref: used only where it has the shape Kiln writes
+    paths = {k: v for k, v in recorded.items() if isinstance(v, str)} if isinstance(recorded, dict) else {}
+    paths.update(action.input_paths)
     by_field: dict[str, list[tuple[str, str]]] = {}
     for role in sorted(set(old_inputs) | set(new_inputs)):
         if old_inputs.get(role) != new_inputs.get(role):

@@ -10,7 +10,7 @@ from compiler import resources
 
 
 def starter_text() -> str:
-    return resources.package_file("templates", "starter", "kiln.yaml").read_text(encoding="utf-8")
+    return (resources.template_dir("starter") / "kiln.yaml").read_text(encoding="utf-8")
 
 
 def write_starter(path: Path) -> Path:
