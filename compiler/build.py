@@ -83,13 +83,14 @@ def plan_spec(spec: Path, store: LocalStore, options: Options | None = None,
     return outcome
 
 
-def _spec_changes(graph: Graph, store: LocalStore, spec_name: str) -> list:
-    """The spec's own changes since the store's last build of it (from the snapshot's records)."""
+def _spec_changes(graph: Graph, store: LocalStore, spec_name: str) -> list | None:
+    """The spec's own changes since the store's last build of it (from the snapshot's records);
+    None when the store has no usable record of that build."""
     from compiler.actions.snapshot import KIND as SNAPSHOT
     snap = graph.actions.get(SNAPSHOT.kind)
     ref = store.get_ref(spec_name, SNAPSHOT.kind)
     if snap is None or ref is None:
-        return []
+        return None
     last = ref["params"].get("params")  # a ref's record, as the store holds it: its shape is not trusted
     return spec_diff(last.get("spec") if isinstance(last, dict) else None, snap.params_json.get("spec"))
 

@@ -10,6 +10,7 @@ for nothing else. `plan_spec` must announce that set (with a reason naming the c
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,9 @@ def to_run(outcome) -> dict[str, list[str]]:
 
 def deferred(outcome) -> set[str]:
     return {p.id for p in outcome.plan if p.deferred}
+
+
+SPEC_PATH = re.compile(r"^(models|hosts|toolchain|kubernetes|image|publish|name|target)\b[.:\[]?")
 
 
 # --- the table ----------------------------------------------------------------------------------
@@ -220,6 +224,9 @@ def test_one_edit_rebuilds_exactly_what_reads_it(row: Row, tmp_path: Path) -> No
         assert any(text in r for r in runs[aid]), f"{aid}: no reason mentions {text!r}: {runs[aid]}"
     for aid, reasons in runs.items():
         assert reasons and not any("never built" in r for r in reasons), (aid, reasons)
+        # one naming scheme: every reason is a path of the spec (what a dependency carries included)
+        for r in reasons:
+            assert SPEC_PATH.match(r) or r.startswith("... and "), (aid, r)
 
     second = build_spec(spec, store)
     assert not second.failed

@@ -80,10 +80,11 @@ def root_reasons(reasons: list[str]) -> list[str]:
     return out
 
 
-def spec_diff(before: Any, after: Any) -> list[tuple[str, Any, Any]]:
-    """(spec path, old, new) for every field that differs between two parsed specs (their JSON form)."""
+def spec_diff(before: Any, after: Any) -> list[tuple[str, Any, Any]] | None:
+    """(spec path, old, new) for every field that differs between two parsed specs (their JSON form);
+    None when either is unknown (not a spec's JSON form)."""
     if not isinstance(before, dict) or not isinstance(after, dict):
-        return []
+        return None
     return _diff_fields(before, after)
 
 
@@ -129,22 +130,22 @@ def record_reasons(last: dict, graph: Graph, aid: str, will_run: Mapping[str, li
 
 def _param_reasons(action, changes: list, spec_changes: list | None) -> list[str]:
     """Parameter changes named by the spec fields with the same old and new values (the action's
-    own model or host first). A parameter that is a transformed value (an enum renamed for the
-    tool) is named by the spec changes of the action's model or host; one no spec change explains
-    is Kiln's or its catalog's."""
+    own model or host first). A parameter that is a transformed value (an enum spelled for the
+    tool) is named by the spec changes of the action's model or host, else by every spec change;
+    when the spec did not change at all, it is Kiln's or its catalog's. `spec_changes` None: unknown."""
     subject = action.id.partition("/")[2]
     scope = (f"models.{subject}.", f"hosts.{subject}.")
-    spec_changes = spec_changes or []
-    scoped = [c for c in spec_changes if c[0].startswith(scope)]
+    known = spec_changes or []
+    scoped = [c for c in known if c[0].startswith(scope)]
     out: list[str] = []
     for path, old, new in changes:
-        same = [c for c in spec_changes if c[1] == old and c[2] == new]
-        named = [c for c in same if c[0].startswith(scope)] or same or scoped
+        same = [c for c in known if c[1] == old and c[2] == new]
+        named = [c for c in same if c[0].startswith(scope)] or same or scoped or known
         if named:
             out += [f"{p}: {_short(o)} -> {_short(n)}" for p, o, n in named]
         else:
             out.append(f"{action.kind} parameter {path}: {_short(old)} -> {_short(new)}"
-                       + (" (not a spec change: Kiln or its catalog)" if spec_changes else ""))
+                       + (" (the spec did not change: Kiln or its catalog did)" if spec_changes == [] else ""))
     return list(dict.fromkeys(out))
 
 
