@@ -166,3 +166,13 @@ hosts:
     assert "8000 (http), 8001 (grpc), 8002 (metrics)" in ab.message
     assert "h/gpu2 (model 'c') and h/gpu0 (model 'a')" in ac.message and "port 8002 (metrics)" in ac.message
     assert "9000" not in ac.message
+
+
+def test_kiln_catalog_says_a_family_name_is_ambiguous(capsys) -> None:
+    from compiler.cli import main
+
+    assert main(["catalog", "H100"]) == 0
+    err = capsys.readouterr().err
+    assert "H100-PCIe-80GB" in err and "H100-NVL-94GB" in err and "K909" in err
+    assert main(["catalog", "H100-SXM"]) == 0
+    assert capsys.readouterr().err == ""  # one part: nothing to say
