@@ -107,3 +107,23 @@ def test_the_guide_names_only_fields_the_reference_has() -> None:
     for path in paths:
         parent, _, leaf = path.rpartition(".")
         assert f"## `{path}`" in reference or (f"## `{parent}`" in reference and f"| `{leaf}` |" in reference), path
+
+
+def test_every_command_of_the_guide_parses() -> None:
+    import shlex
+
+    from compiler.cli import _parser
+
+    guide = (ROOT / "docs" / "first-spec.md").read_text(encoding="utf-8")
+    lines = [line.strip() for line in guide.splitlines() if line.startswith("    kiln ")]
+    lines += [m for m in re.findall(r"`(kiln [^`]+)`", guide) if "SPEC" not in m and "CODE" not in m]
+    assert len(lines) >= 5
+    for line in lines:
+        words = shlex.split(line.split("#")[0])[1:]
+        if len(words) == 1:  # a command named in prose (`kiln validate`): it must exist
+            assert words[0] in _parser()._subparsers._group_actions[0].choices, line
+            continue
+        try:
+            _parser().parse_args(words)
+        except SystemExit as e:
+            raise AssertionError(f"docs/first-spec.md: `{line}` does not parse") from e
