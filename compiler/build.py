@@ -12,7 +12,7 @@ from compiler.graph.executor import ActionResult, execute
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import DISRUPTION_ORDER, POOL, Disruption, KindRegistry
 from compiler.graph.model import Graph
-from compiler.graph.plan import PlannedAction, make_plan
+from compiler.graph.plan import PlannedAction, make_plan, spec_diff
 from compiler.lower import lower_or_report
 from compiler.pipeline import Options, Validation, validate_path
 from compiler.release import build_manifest, manifest_sections
@@ -75,11 +75,24 @@ def plan_spec(spec: Path, store: LocalStore, options: Options | None = None,
               builder: Builder | None = None, kinds: KindRegistry = REGISTRY) -> BuildOutcome:
     outcome, digests = _prepare(spec, store, options, kinds)
     if outcome.graph is not None:
-        outcome.plan = make_plan(outcome.graph, store, outcome.validation.spec.name, kinds,
-                                 builder if builder is not None else Builder())
+        name = outcome.validation.spec.name
+        outcome.plan = make_plan(outcome.graph, store, name, kinds, builder if builder is not None else Builder(),
+                                 spec_changes=_spec_changes(outcome.graph, store, name))
         outcome.disruptions = store_disruptions(outcome.graph, store, outcome.validation.spec.name, kinds)
     digests.save()
     return outcome
+
+
+def _spec_changes(graph: Graph, store: LocalStore, spec_name: str) -> list | None:
+    """The spec's own changes since the store's last build of it (from the snapshot's records);
+    None when the store has no usable record of that build."""
+    from compiler.actions.snapshot import KIND as SNAPSHOT
+    snap = graph.actions.get(SNAPSHOT.kind)
+    ref = store.get_ref(spec_name, SNAPSHOT.kind)
+    if snap is None or ref is None:
+        return None
+    last = ref["params"].get("params")  # a ref's record, as the store holds it: its shape is not trusted
+    return spec_diff(last.get("spec") if isinstance(last, dict) else None, snap.params_json.get("spec"))
 
 
 def graph_disruptions(graph: Graph, earlier, kinds: KindRegistry) -> list[Disruption]:

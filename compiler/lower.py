@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from compiler.actions import REGISTRY
-from compiler.actions.base import InputUnreadable, LowerContext
+from compiler.actions.base import InputUnreadable, LowerContext, input_spec_path
 from compiler.diagnostics import Diagnostic
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import KindRegistry
@@ -23,7 +25,7 @@ def lower(result: Validation, digests: DigestCache, kinds: KindRegistry = REGIST
         raise NotBuildable(f"{result.file} has errors; run `kiln validate` for details")
     ctx = LowerContext(result.resolved, digests)
     try:
-        return Graph.build([a for kind in kinds for a in kind.lower(ctx)])
+        return Graph.build([_with_input_paths(a, ctx) for kind in kinds for a in kind.lower(ctx)])
     except InputUnreadable as e:
         doc = result.resolved.document
         result.diagnostics.append(Diagnostic(InputUnusable.code, InputUnusable.severity, e.message, doc.file,
@@ -39,3 +41,10 @@ def lower_or_report(result: Validation, digests: DigestCache, kinds: KindRegistr
         return lower(result, digests, kinds)
     except NotBuildable:
         return None
+
+
+def _with_input_paths(action, ctx: LowerContext):
+    """The action with the spec path of each input file (for the plan's reasons)."""
+    paths = {role: p for role in action.inputs
+             if (p := input_spec_path(action.id, role, ctx.spec.models)) is not None}
+    return dataclasses.replace(action, input_paths=paths) if paths else action

@@ -1,7 +1,7 @@
 """The files shipped inside the package, found with importlib.resources (never relative to the
 source tree, so an installed wheel finds them as a checkout does).
 
-  compiler/templates/<set>/   Jinja2 templates and verbatim files: ci, host, image, k8s, triton
+  compiler/templates/<set>/   Jinja2 templates and verbatim files: ci, host, image, k8s, starter, triton
   compiler/*/data/*.json      data files (catalog/data, actions/data)
 
 Templates are read with jinja2.FileSystemLoader and hashed file by file (action keys carry their
@@ -16,7 +16,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 PACKAGE = "compiler"
-TEMPLATE_SETS = ("ci", "host", "image", "k8s", "triton")
+TEMPLATE_SETS = ("ci", "host", "image", "k8s", "starter", "triton")
 
 
 class ResourceError(Exception):

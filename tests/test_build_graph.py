@@ -10,6 +10,7 @@ for nothing else. `plan_spec` must announce that set (with a reason naming the c
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,9 @@ def deferred(outcome) -> set[str]:
     return {p.id for p in outcome.plan if p.deferred}
 
 
+SPEC_PATH = re.compile(r"^(models|hosts|toolchain|kubernetes|image|publish|name|target)\b[.:\[]?")
+
+
 # --- the table ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Row:
@@ -123,13 +127,13 @@ ROWS = [
     Row("host-clocks", MIG,
         replace_once("kiln.yaml", "graphics_mhz: 1965", "graphics_mhz: 1800"),
         frozenset({"host-plan/b200-a", "host-script/b200-a", "spec-snapshot"}),
-        {"host-plan/b200-a": "clocks.graphics_mhz: 1965 -> 1800",
-         "host-script/b200-a": "depends on host-plan/b200-a, which changes",
+        {"host-plan/b200-a": "hosts.b200-a.clocks.graphics_mhz: 1965 -> 1800",
+         "host-script/b200-a": "hosts.b200-a.clocks.graphics_mhz: 1965 -> 1800 (via host-plan/b200-a)",
          "spec-snapshot": "hosts.b200-a.clocks.graphics_mhz"}),
     Row("calibration-samples", MIG,
         replace_once("kiln.yaml", "samples: 256", "samples: 128"),
         frozenset({"image-context/b200-a", "image/b200-a", "calibration-set/intent", "quantize/intent", "spec-snapshot"}),
-        {"calibration-set/intent": "samples: 256 -> 128",
+        {"calibration-set/intent": "models.intent.quantization.calibration.samples: 256 -> 128",
          "spec-snapshot": "models.intent.quantization.calibration.samples"}),
     Row("calibration-max-seq-len", MIG,  # applied by the quantize step, not by calibration-set
         replace_once("kiln.yaml", "samples: 256, max_seq_len: 512", "samples: 256, max_seq_len: 1024"),
@@ -138,14 +142,15 @@ ROWS = [
     Row("calibration-data-content", MIG,  # calib-code.jsonl is read by coder only
         append_line("data/calib-code.jsonl", '{"text": "def added_sample(): return 1"}'),
         frozenset({"image-context/b200-a", "image/b200-a", "calibration-set/coder", "quantize/coder", "spec-snapshot"}),
-        {"calibration-set/coder": "input data changed",
-         "spec-snapshot": "input coder:calibration changed"}),
+        {"calibration-set/coder": "models.coder.quantization.calibration.data: the file's content changed",
+         "spec-snapshot": "models.coder.quantization.calibration.data: the file's content changed"}),
     Row("shared-calibration-data-content", MIG,  # calib-chat.jsonl is read by chat and intent
         append_line("data/calib-chat.jsonl", '{"text": "one more calibration sample"}'),
         frozenset({"image-context/b200-a", "image/b200-a", "calibration-set/chat", "calibration-set/intent", "quantize/chat", "quality-gate/chat",
                    "quantize/intent", "spec-snapshot"}),
-        {"calibration-set/chat": "input data changed", "calibration-set/intent": "input data changed",
-         "spec-snapshot": "input chat:calibration changed"}),
+        {"calibration-set/chat": "models.chat.quantization.calibration.data: the file's content changed",
+         "calibration-set/intent": "models.intent.quantization.calibration.data: the file's content changed",
+         "spec-snapshot": "models.chat.quantization.calibration.data: the file's content changed"}),
     Row("calibration-file-renamed", MIG,  # same bytes under a new name: files are hashed, not named
         rename_calibration,
         frozenset({"spec-snapshot"}),
@@ -155,11 +160,11 @@ ROWS = [
     Row("eval-data-content", MIG,  # quantize measures both figures on it; the gate compares them
         append_line("data/eval-chat.jsonl", '{"text": "another evaluation line"}'),
         frozenset({"image-context/b200-a", "image/b200-a", "quantize/chat", "quality-gate/chat", "spec-snapshot"}),
-        {"spec-snapshot": "input chat:eval changed"}),
+        {"spec-snapshot": "models.chat.quantization.quality_gate.eval: the file's content changed"}),
     Row("weights-file", QUICK, new_weights,
         frozenset({"quantize/tiny", "quality-gate/tiny", "quantize/tiny-awq", "quality-gate/tiny-awq",
                    "spec-snapshot"}),
-        {"spec-snapshot": "input tiny:source/model.safetensors changed"}),
+        {"spec-snapshot": "models.tiny.source.path: model.safetensors changed"}),
     Row("toolchain-tensorrt-llm", MIG,  # 26.03 is the Triton release that ships TensorRT-LLM 1.2.0
         both(replace_once("kiln.yaml", 'tensorrt_llm: "1.2.1"', 'tensorrt_llm: "1.2.0"'),
              replace_once("kiln.yaml", "tritonserver:26.04-trtllm", "tritonserver:26.03-trtllm")),
@@ -174,20 +179,20 @@ ROWS = [
     Row("mig-profile", MIG,
         replace_once("kiln.yaml", "{profile: 1g.23gb, serves: intent}", "{profile: 1g.45gb, serves: intent}"),
         frozenset({"host-plan/b200-a", "host-script/b200-a", "capacity-report/b200-a", "spec-snapshot"}),
-        {"host-plan/b200-a": 'spec.gpus[0].mig[2].profile: "1g.23gb" -> "1g.45gb"',
-         "host-script/b200-a": "depends on host-plan/b200-a, which changes",
-         "capacity-report/b200-a": 'units[2].profile: "1g.23gb" -> "1g.45gb"',
-         "spec-snapshot": 'spec.hosts.b200-a.gpus[0].mig[2].profile: "1g.23gb" -> "1g.45gb"'}),
+        {"host-plan/b200-a": 'hosts.b200-a.gpus[0].mig[2].profile: "1g.23gb" -> "1g.45gb"',
+         "host-script/b200-a": 'hosts.b200-a.gpus[0].mig[2].profile: "1g.23gb" -> "1g.45gb" (via host-plan/b200-a)',
+         "capacity-report/b200-a": 'hosts.b200-a.gpus[0].mig[2].profile: "1g.23gb" -> "1g.45gb"',
+         "spec-snapshot": 'hosts.b200-a.gpus[0].mig[2].profile: "1g.23gb" -> "1g.45gb"'}),
     Row("max-batch-size", MIG,
         replace_once("kiln.yaml", "limits: {max_batch_size: 32", "limits: {max_batch_size: 24"),
         frozenset({"triton-repo/b200-a", "image-context/b200-a", "image/b200-a", "llmapi-options/intent", "capacity-report/b200-a", "spec-snapshot"}),
-        {"llmapi-options/intent": "options.max_batch_size: 32 -> 24",
+        {"llmapi-options/intent": "models.intent.limits.max_batch_size: 32 -> 24",
          "capacity-report/b200-a": "models.intent.limits.max_batch_size: 32 -> 24",
          "spec-snapshot": "models.intent.limits.max_batch_size"}),
     Row("runtime-scheduler", MIG,  # the capacity math reads only kv_cache_memory_fraction of runtime
         replace_once("kiln.yaml", "scheduler: guaranteed_no_evict", "scheduler: max_utilization"),
         frozenset({"triton-repo/b200-a", "image-context/b200-a", "image/b200-a", "llmapi-options/chat", "spec-snapshot"}),
-        {"llmapi-options/chat": "capacity_scheduler_policy",
+        {"llmapi-options/chat": 'models.chat.runtime.scheduler: "guaranteed_no_evict" -> "max_utilization"',
          "spec-snapshot": "models.chat.runtime.scheduler"}),
     Row("comment-only", MIG,
         replace_once("kiln.yaml", "# One B200 host.", "# One B200 host (comment edited)."),
@@ -219,6 +224,9 @@ def test_one_edit_rebuilds_exactly_what_reads_it(row: Row, tmp_path: Path) -> No
         assert any(text in r for r in runs[aid]), f"{aid}: no reason mentions {text!r}: {runs[aid]}"
     for aid, reasons in runs.items():
         assert reasons and not any("never built" in r for r in reasons), (aid, reasons)
+        # one naming scheme: every reason is a path of the spec (what a dependency carries included)
+        for r in reasons:
+            assert SPEC_PATH.match(r) or r.startswith("... and "), (aid, r)
 
     second = build_spec(spec, store)
     assert not second.failed

@@ -120,8 +120,8 @@ def test_a_second_run_executes_nothing_and_the_plan_says_why_a_key_moved(store: 
     assert {r.status for r in execute(first, store, "spec", kinds).values()} == {"cached"}
     edited = graph(step, ("a", (), {"seconds": 0.01}), ("b", ("a",), {}))
     plan = {p.id: p for p in make_plan(edited, store, "spec", kinds)}
-    assert plan["a"].reasons == ["seconds: 0.0 -> 0.01"]
-    assert plan["b"].reasons == ["depends on a, which changes"]
+    assert plan["a"].reasons == ["step parameter seconds: 0.0 -> 0.01"]  # no spec to name it by
+    assert plan["b"].reasons == ["step parameter seconds: 0.0 -> 0.01 (via a)"]
 
 
 def test_an_unknown_kind_is_a_clear_error() -> None:

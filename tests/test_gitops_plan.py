@@ -63,9 +63,14 @@ def test_the_plan_names_exactly_those_rebuilds_and_the_one_disrupted_gpu(repo: G
     assert set(rebuilt) == {"calibration-set/coder", "quantize/coder", "spec-snapshot", "host-plan/b200-a",
                             "host-script/b200-a", "capacity-report/b200-a"}
     assert all(a["change"] == "changed" for a in doc["actions"])
-    assert rebuilt["calibration-set/coder"]["reasons"] == ["input data changed"]
-    assert rebuilt["quantize/coder"]["reasons"] == ["depends on calibration-set/coder, which changes"]
-    assert rebuilt["host-plan/b200-a"]["reasons"] == ['spec.gpus[1].mig[2].profile: "1g.23gb" -> "1g.45gb"']
+    data = "models.coder.quantization.calibration.data: the file's content changed"
+    profile = 'hosts.b200-a.gpus[1].mig[2].profile: "1g.23gb" -> "1g.45gb"'
+    assert rebuilt["calibration-set/coder"]["reasons"] == [data]
+    assert rebuilt["quantize/coder"]["reasons"] == [data + " (via calibration-set/coder)"]
+    assert rebuilt["host-plan/b200-a"]["reasons"] == [profile]
+    assert rebuilt["capacity-report/b200-a"]["reasons"] == [profile]  # one naming scheme: spec paths
+    assert rebuilt["spec-snapshot"]["reasons"] == [profile, data]
+    assert doc["summary"] == "6 artifacts to rebuild, 12 unchanged; 1 host disrupted"
     assert [(d["host"], d["gpu"], d["kind"]) for d in doc["disruptions"]] == [("b200-a", 1, "mig-reslice")]
     assert [c["unit"] for c in doc["capacity"]] == ["b200-a/gpu1/mig2"]
     assert doc["matrix"] == {"include": []}  # FP8 quantization runs without a GPU

@@ -89,7 +89,7 @@ models:
     serving: {{ports: {{http: 8200, grpc: 8201, metrics: 8202}}}}
 hosts:
   h100:
-    gpu: H100
+    gpu: H100-SXM5-80GB
     count: 2
     gpus:
       - {{index: 0, serves: sq}}

@@ -395,7 +395,7 @@ def test_cli_schema_check_fails_on_stale_copy(tmp_path: Path, capsys: pytest.Cap
     stale = json.loads(schema_text())
     stale["description"] = "an older description"
     (tmp_path / SCHEMA_FILE).write_text(json.dumps(stale, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    assert main(["schema", "--check", "--output-dir", str(tmp_path)]) == 1
+    assert main(["schema", "--check", "--output-dir", str(tmp_path), "--reference", str(tmp_path / "ref.md")]) == 1
     err = capsys.readouterr().err
     assert "stale" in err and "kiln schema" in err
 
@@ -403,10 +403,11 @@ def test_cli_schema_check_fails_on_stale_copy(tmp_path: Path, capsys: pytest.Cap
 def test_cli_schema_check_fails_when_missing_then_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from compiler.spec.schema import SCHEMA_FILE, schema_text
 
-    assert main(["schema", "--check", "--output-dir", str(tmp_path)]) == 1
-    assert main(["schema", "--output-dir", str(tmp_path)]) == 0
+    ref = ["--reference", str(tmp_path / "ref.md")]
+    assert main(["schema", "--check", "--output-dir", str(tmp_path), *ref]) == 1
+    assert main(["schema", "--output-dir", str(tmp_path), *ref]) == 0
     assert (tmp_path / SCHEMA_FILE).read_text(encoding="utf-8") == schema_text()
-    assert main(["schema", "--check", "--output-dir", str(tmp_path)]) == 0
+    assert main(["schema", "--check", "--output-dir", str(tmp_path), *ref]) == 0
     capsys.readouterr()
     assert main(["schema", "--stdout"]) == 0
     assert json.loads(capsys.readouterr().out) == json.loads(schema_text())

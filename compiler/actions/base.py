@@ -11,7 +11,7 @@ from compiler.ir import Resolved
 from compiler.spec.models import Spec
 
 __all__ = ["ActionKind", "Disruption", "InputUnreadable", "LowerContext", "Params", "RunContext",
-           "checkpoint_action_id"]
+           "checkpoint_action_id", "input_spec_path"]
 
 
 class InputUnreadable(Exception):
@@ -88,6 +88,23 @@ class LowerContext:
             if rm is not None and rm.measured is not None:
                 out[f"{name}:measured"] = rm.measured.digest
         return out
+
+
+def input_spec_path(action_id: str, role: str, models) -> str | None:
+    """The spec field that names the file of an input role, by the roles' conventions above
+    (model_inputs, limit_inputs, lower_source): "data" of calibration-set/chat is
+    models.chat.quantization.calibration.data. None for a role of no model."""
+    model, _, rest = role.partition(":")
+    if not rest or model not in models:  # a role of the action's own model: "<kind>/<model>"
+        model, rest = action_id.partition("/")[2], role
+    if model not in models:
+        return None
+    field = {"data": "quantization.calibration.data", "calibration": "quantization.calibration.data",
+             "eval": "quantization.quality_gate.eval",
+             "measured": "limits.max_batch_size.measured"}.get(rest)
+    if field is None and rest.startswith("source/"):
+        field = "source.path"
+    return f"models.{model}.{field}" if field else None
 
 
 def checkpoint_action_id(ir: Resolved, model: str) -> str:

@@ -25,10 +25,10 @@ _READS = {"dtype": True, "parallelism": True,
 
 
 def _cause(ctx: LowerContext, host: str) -> dict[str, Any]:
+    """Rooted at the spec, so the plan's reasons are spec paths (hosts.<h>.gpus[1].mig[2].profile)."""
     units = ctx.ir.host_units(host)
-    return {"gpu": ctx.ir.hosts[host].spec.gpu, "price_per_gpu_hour": ctx.ir.hosts[host].spec.price_per_gpu_hour,
-            "units": [{"id": u.id, "model": u.model, "profile": u.mig.instance.profile if u.mig else None}
-                      for u in units],
+    return {"hosts": {host: ctx.ir.hosts[host].spec.model_dump(mode="json",
+                                                              include={"gpu", "count", "price_per_gpu_hour", "gpus"})},
             "models": {m: ctx.ir.models[m].spec.model_dump(mode="json", include=_READS)
                        for m in sorted({u.model for u in units})}}
 

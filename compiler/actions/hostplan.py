@@ -102,7 +102,7 @@ class HostPlan(ActionKind[HostPlanParams]):
     def lower(self, ctx: LowerContext) -> list[Action]:
         # Node pools (deploy: kubernetes) get the GPU Operator node layer instead (k8s-node-layer).
         return [self.action(f"{self.kind}/{name}", HostPlanParams(state=desired_state(host)),
-                            cause={"spec": host.spec.model_dump(mode="json")})
+                            cause={"hosts": {name: host.spec.model_dump(mode="json")}})
                 for name, host in sorted(ctx.ir.hosts.items()) if host.spec.deploy == "host"]
 
     def run(self, params: HostPlanParams, ctx: RunContext) -> None:

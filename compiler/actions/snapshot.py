@@ -40,7 +40,8 @@ class Snapshot(ActionKind[SnapshotParams]):
                                 profile=u.mig.instance.profile if u.mig else None) for u in ir.units])
         inputs = {f"{model}:{role}": d for model, roles in sorted(ctx.model_inputs().items())
                   for role, d in roles.items()}
-        return [self.action(self.kind, params, inputs=inputs)]
+        # the cause is the spec itself: its reasons are spec paths (models.chat.quantization.weights)
+        return [self.action(self.kind, params, inputs=inputs, cause=params.spec)]
 
     def run(self, params: SnapshotParams, ctx: RunContext) -> None:
         (ctx.out / "resolved-spec.json").write_bytes(pretty_json(params.to_json()))

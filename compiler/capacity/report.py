@@ -124,3 +124,16 @@ def size(x: float) -> str:
 
 def gib(x: float) -> str:
     return f"{x / GiB:,.1f} GiB" if math.isfinite(x) else "n/a"
+
+
+def gib_apart(a: float, b: float) -> tuple[str, str]:
+    """``a`` and ``b`` in GiB with as many decimals as it takes to tell them apart (up to 3, then MiB,
+    then bytes): a message comparing "0.5 GiB" with "0.5 GiB" says nothing."""
+    if not (math.isfinite(a) and math.isfinite(b)) or a == b:
+        return gib(a), gib(b)
+    for places in (1, 2, 3):
+        pa, pb = f"{a / GiB:,.{places}f} GiB", f"{b / GiB:,.{places}f} GiB"
+        if pa != pb:
+            return pa, pb
+    pa, pb = f"{a / (1 << 20):,.1f} MiB", f"{b / (1 << 20):,.1f} MiB"
+    return (pa, pb) if pa != pb else (f"{a:,.0f} bytes", f"{b:,.0f} bytes")

@@ -29,6 +29,16 @@ def _vnorm(name: str) -> str:
     return n[len("nvidia-"):] if n.startswith("nvidia-") else n
 
 
+def _tokens(name: str) -> list[str]:
+    # "NVIDIA H100 80GB HBM3" -> ["h100", "80gb", "hbm3"]: the first token is the model family
+    return [t for t in _vnorm(name).split("-") if t]
+
+
+def _shared(want: list[str], have: list[str]) -> int:
+    """How many of ``want``'s tokens ``have`` has; a prefix counts ("sxm" matches "sxm5")."""
+    return sum(1 for w in want if any(h.startswith(w) or w.startswith(h) for h in have))
+
+
 @dataclass(frozen=True)
 class Variant:
     """A GPU people name that the catalog lacks, and the catalog part closest to it (if any)."""
@@ -168,10 +178,12 @@ class GpuCatalog:
         return (v.base, v.reason) if v is not None else None
 
     def suggest(self, name: str, n: int = 3) -> list[str]:
-        """Catalog keys close to ``name`` (aliases count, but keys are returned).
+        """Catalog keys close to ``name`` (aliases count, but keys are returned), closest in meaning first.
 
         A known variant's base comes first ("H800" suggests the H100 SXM5, not the H200 its spelling is
         closest to); a known variant without a base suggests nothing, since a look-alike name would mislead.
+        Then the parts of the same model family ("H100-80GB": the H100s, never the A100 its spelling is
+        closest to), most tokens in common first; then names that are merely spelled alike.
         """
         if not isinstance(name, str) or not name.strip():
             return []
@@ -179,6 +191,9 @@ class GpuCatalog:
         if v is not None and v.base is None:
             return []
         out: list[str] = [v.base] if v is not None and v.base is not None else []
+        for key in self._family_ranked(name):
+            if key not in out:
+                out.append(key)
         hits = difflib.get_close_matches(_norm(name), list(self._index), n=n * 3, cutoff=0.6)
         for h in hits:
             key = self._index[h]
@@ -186,14 +201,56 @@ class GpuCatalog:
                 out.append(key)
         return out[:n]
 
+    def _family_ranked(self, name: str) -> list[str]:
+        """Keys whose family token (the first: "h100", "a100", "gh200") is ``name``'s, best match first."""
+        want = _tokens(name)
+        scored: dict[str, tuple[int, float]] = {}
+        for spelling, key in self._index.items():
+            have = _tokens(spelling)
+            if not want or not have or have[0] != want[0]:
+                continue
+            score = (_shared(want, have), difflib.SequenceMatcher(None, _vnorm(name), _vnorm(spelling)).ratio())
+            scored[key] = max(scored.get(key, score), score)
+        return sorted(scored, key=lambda k: (-scored[k][0], -scored[k][1], k))
+
+    def ambiguous(self, name: str) -> tuple[str, ...]:
+        """The catalog keys an ambiguous alias could mean ("H100": the SXM5, PCIe and NVL parts), else ().
+
+        An alias is ambiguous when its tokens fit more than one catalog key: "H100" names a family of
+        three parts whose power limits, clocks, MIG profiles and memory differ, so resolving it to one
+        of them would check the spec against facts of a part the host may not have. Catalog keys and
+        aliases that name one part ("H100-SXM", "NVIDIA H100 80GB HBM3") are not ambiguous.
+        """
+        if not isinstance(name, str) or name in self._gpus or _norm(name) in {_norm(k) for k in self._gpus}:
+            return ()
+        if self.resolve_name(name) is None:
+            return ()
+        want = _tokens(name)
+        fits = tuple(k for k in self._gpus
+                     if _tokens(k)[0] == want[0] and _shared(want[1:], _tokens(k)[1:]) == len(want) - 1)
+        return fits if len(fits) > 1 else ()
+
     def hint(self, name: str) -> str | None:
-        """One sentence for an unknown-GPU diagnostic (K901): the variant's reason, else the closest name."""
+        """One sentence for an unknown-GPU diagnostic (K901): the variant's reason, else the closest names.
+
+        When several parts of the family fit equally well ("H100-80GB": the SXM5 and the PCIe card),
+        all of them are named: picking one would be a guess.
+        """
         v = self.variant(name)
         if v is not None:
             tail = f"; the nearest catalog GPU is {v.base!r}" if v.base else ""
             return f"{name!r} is not in the catalog: {v.reason}{tail}"
         close = self.suggest(name)
-        return f"did you mean {close[0]!r}?" if close else None
+        if not close:
+            return None
+        family = self._family_ranked(name)
+        if family and family[0] == close[0]:
+            want = _tokens(name)
+            best = _shared(want, _tokens(family[0]))
+            tied = [k for k in self._gpus if k in family and _shared(want, _tokens(k)) == best]
+            if len(tied) > 1:
+                return "did you mean one of " + ", ".join(repr(k) for k in tied) + "?"
+        return f"did you mean {close[0]!r}?"
 
     @property
     def variants(self) -> dict[str, tuple[str | None, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from compiler.capacity.memory import gpu_memory_bytes
-from compiler.capacity.report import gib
+from compiler.capacity.report import gib, gib_apart
 from compiler.diagnostics import Diagnostic, Severity
 
 from .base import Check, CheckContext, weak_fact_note
@@ -82,14 +82,28 @@ class NoSequenceFits(Check):
             cap = fig.capacity
             if not cap.fits or cap.kv_bytes_per_token == 0 or cap.max_sequences >= 1:
                 continue
-            lim = ctx.spec.models[unit.model].limits
+            model = ctx.spec.models[unit.model]
+            lim = model.limits
             need = cap.blocks_per_sequence * cap.tokens_per_block * cap.kv_bytes_per_token
+            need_s, pool_s = gib_apart(need, cap.kv_pool_bytes)
             yield ctx.diag(
                 self, unit.path + ("serves",),
                 f"no sequence of max_seq_len={lim.max_seq_len} fits in the KV cache of {unit.id}: one sequence "
-                f"needs {gib(need)}, the pool has {gib(cap.kv_pool_bytes)}",
-                help="lower limits.max_seq_len, use an fp8 KV cache, or give the model more memory",
-                notes=_notes(fig))
+                f"needs {need_s}, the pool has {pool_s}",
+                help=self._help(model, unit, cap), notes=_notes(fig))
+
+    @staticmethod
+    def _help(model, unit, cap) -> str:
+        """Only fixes the spec does not already have: no fp8 KV cache suggested to a spec that has one."""
+        fixes = []
+        held = cap.blocks_in_pool * cap.tokens_per_block
+        fixes.append(f"lower limits.max_seq_len (the pool holds about {held:,} tokens)" if held
+                     else "lower limits.max_seq_len")
+        if model.quantization.kv_cache in ("auto", "bf16", "fp16"):
+            fixes.append("use an fp8 KV cache (quantization.kv_cache: fp8)")
+        fixes.append("give the model more memory (a larger MIG profile)" if unit.mig is not None
+                     else "give the model more memory (more GPUs: parallelism.tp)")
+        return ", ".join(fixes[:-1]) + ", or " + fixes[-1]
 
 
 class BatchNotReachable(Check):

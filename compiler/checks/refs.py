@@ -124,18 +124,23 @@ class PortConflict(Check):
             if host.deploy == "kubernetes":
                 continue
             units = [u for u in ctx.ir.units if u.host == hname and u.model in ctx.spec.models]
-            seen: dict[int, str] = {}
-            reported: set[tuple[str, int]] = set()
+            # one diagnostic per pair of clashing units, naming both and every port they share
+            seen: dict[int, tuple[str, str, str]] = {}  # port -> (unit id, model, kind) of its first user
             for u in units:
+                clashes: dict[tuple[str, str], list[str]] = {}
                 for kind, port in u.ports.as_dict().items():
-                    if port in seen and seen[port] != u.id and (u.model, port) not in reported:
-                        reported.add((u.model, port))
-                        yield ctx.diag(self, u.path + ("serves",),
-                                       f"port {port} ({kind}) of {u.id} (model {u.model!r}) is already used by "
-                                       f"{seen[port]} on host {hname!r}",
-                                       help=f"give model {u.model!r} distinct `serving.ports`; one container runs "
-                                            "per serving unit")
-                    seen.setdefault(port, u.id)
+                    first = seen.get(port)
+                    if first is not None and first[0] != u.id:
+                        other = "" if first[2] == kind else f" as {first[2]}"
+                        clashes.setdefault(first[:2], []).append(f"{port} ({kind}{other})")
+                    seen.setdefault(port, (u.id, u.model, kind))
+                for (other_id, other_model), ports in clashes.items():
+                    many = len(ports) > 1
+                    yield ctx.diag(self, u.path + ("serves",),
+                                   f"{u.id} (model {u.model!r}) and {other_id} (model {other_model!r}) on host "
+                                   f"{hname!r} both listen on port{'s' if many else ''} {', '.join(ports)}",
+                                   help=f"give model {u.model!r} distinct `serving.ports`; one container runs "
+                                        "per serving unit")
 
 
 def _choices(value: str, known: list[str]) -> str:

@@ -14,14 +14,14 @@ from typing import Sequence
 
 from compiler import __version__
 
-from . import artifacts, build, catalog, lock, plan, release, store, tune, validate
+from . import artifacts, build, catalog, lock, plan, release, render, store, tune, validate
 from .errors import UsageError
 from .exitcodes import ExitCode
 
 __all__ = ["ExitCode", "UsageError", "build_parser", "main"]
 
 # `kiln --help` lists the commands in this order.
-COMMAND_MODULES = (validate, catalog, plan, build, artifacts, lock, tune, release, store)
+COMMAND_MODULES = (validate, catalog, plan, render, build, artifacts, lock, tune, release, store)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .errors import UsageError
 from .exitcodes import ExitCode
@@ -37,5 +38,9 @@ def cmd_catalog(args: argparse.Namespace) -> ExitCode:
     if args.gpu is not None and catalog.get(args.gpu) is None:
         hint = ", ".join(catalog.suggest(args.gpu)) or ", ".join(catalog.names)
         raise UsageError(f"unknown GPU {args.gpu!r}; did you mean: {hint}")
+    candidates = catalog.ambiguous(args.gpu) if args.gpu is not None else ()
+    if candidates:  # a family name: show the part it resolves to, and say a spec must choose (K909)
+        print(f"kiln: note: {args.gpu!r} names {len(candidates)} parts ({', '.join(candidates)}); showing "
+              f"{catalog.resolve_name(args.gpu)}. A spec must name one (K909).", file=sys.stderr)
     emit(render_catalog(catalog, args.format, gpu=args.gpu), None)
     return ExitCode.OK

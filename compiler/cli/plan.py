@@ -41,7 +41,7 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
     from compiler.build import open_store, plan_spec, store_dir
     from compiler.capacity.mig_layout import placement_rows, render_placements
     from compiler.capacity.render import render_capacity
-    from compiler.graph.plan import render_disruptions, render_plan
+    from compiler.graph.plan import render_disruptions, render_plan, summary_line
     from compiler.pipeline import Options
 
     # planning reads the store, never creates it
@@ -50,14 +50,15 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
     result = outcome.validation
     figures = result.resolved.capacity_rows() if result.resolved is not None else []
     placements = placement_rows(result.resolved.units) if result.resolved is not None else []
+    summary = summary_line(outcome.plan, outcome.disruptions) if outcome.graph is not None else None
     if args.format == "json":
-        emit(json.dumps({"diagnostics": diagnostic_records([result]),
+        emit(json.dumps({"summary": summary, "diagnostics": diagnostic_records([result]),
                          "actions": json.loads(render_plan(outcome.plan, "json")) if outcome.graph else None,
                          "disruptions": json.loads(render_disruptions(outcome.disruptions, "json")),
                          "placements": placements,
                          "capacity": json.loads(render_capacity(figures, "json"))}, indent=2, sort_keys=True), None)
     else:
-        parts = []
+        parts = [f"**{summary}**" if args.format == "markdown" else summary] if summary else []
         if result.diagnostics:
             parts.append(render_diagnostics([result], footer=False))
         if outcome.graph is not None:

@@ -32,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     ini = sub.add_parser("init", help="install the CI workflows (validate, plan comment, build and publish)")
     ini.add_argument("spec", type=Path, metavar="SPEC", help="the spec the workflows build, relative to the repository")
+    ini.add_argument("--example", action="store_true",
+                     help="instead: write a commented starter spec to SPEC (which must not exist) and stop")
     ini.add_argument("--dir", type=Path, help="the repository root (default: the root of the spec's git repository)")
     ini.add_argument("--registry", help="registry the workflows publish to and cache from "
                                         "(default: the spec's publish.registry)")
@@ -114,11 +116,29 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
+def _write_example(spec: Path) -> ExitCode:
+    """`kiln init --example SPEC`: the starter spec (compiler/templates/starter), then the next steps."""
+    from compiler.spec.starter import write_starter
+
+    try:
+        write_starter(spec)
+    except FileExistsError:
+        raise UsageError(f"{spec} exists; --example writes a new file only (pick another name)") from None
+    except OSError as e:
+        raise UsageError(f"cannot write {str(spec)[:200]}: {e.strerror or e}") from None
+    print(f"wrote {spec}: one model on one GPU, with comments")
+    print(f"next: kiln validate {spec}, then kiln plan {spec}; once it is in a git repository, "
+          f"kiln init {spec} installs the CI workflows")
+    return ExitCode.OK
+
+
 def cmd_init(args: argparse.Namespace) -> ExitCode:
     from compiler.gitops.ci import InitConflict, install_workflows
     from compiler.gitops.gitrev import GitError, repo_root
     from compiler.gitops.kilnsource import SourceError, resolve_source
 
+    if args.example:
+        return _write_example(args.spec)
     require_file(args.spec)
     root = args.dir
     if root is None:  # the workflows belong at the repository's root, wherever kiln runs from

@@ -27,7 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     s = sub.add_parser("schema", help="write the JSON Schema of the spec")
     s.add_argument("--output-dir", type=Path, default=Path("schemas"))
-    s.add_argument("--check", action="store_true", help="exit 1 if the schema on disk is stale")
+    s.add_argument("--check", action="store_true", help="exit 1 if the schema or the field reference on disk is stale")
+    s.add_argument("--reference", type=Path, metavar="FILE",
+                   help="the field reference generated from the schema (default: docs/spec-reference.md beside "
+                        "the output directory)")
     s.add_argument("--stdout", action="store_true", help="print the schema instead of writing it")
     s.set_defaults(handler=cmd_schema)
 
@@ -68,21 +71,28 @@ def cmd_explain(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_schema(args: argparse.Namespace) -> ExitCode:
+    from compiler.spec.reference import REFERENCE_FILE, reference_is_current, write_reference
     from compiler.spec.schema import SCHEMA_FILE, schema_is_current, schema_text, write_schema
 
     if args.stdout:
         sys.stdout.write(schema_text())
         return ExitCode.OK
+    # the reference sits where the repository keeps it relative to schemas/ (docs/spec-reference.md)
+    reference = args.reference if args.reference is not None else args.output_dir.parent / REFERENCE_FILE
     try:
         if args.check:
-            if schema_is_current(args.output_dir):
-                print(f"{args.output_dir / SCHEMA_FILE} is up to date")
+            stale = [p for p, current in ((args.output_dir / SCHEMA_FILE, schema_is_current(args.output_dir)),
+                                          (reference, reference_is_current(reference))) if not current]
+            if not stale:
+                print(f"{args.output_dir / SCHEMA_FILE} and {reference} are up to date")
                 return ExitCode.OK
-            print(f"{args.output_dir / SCHEMA_FILE} is stale; run `kiln schema` and commit the result",
-                  file=sys.stderr)
+            for path in stale:
+                print(f"{path} is stale; run `kiln schema` and commit the result", file=sys.stderr)
             return ExitCode.ERRORS
         path = write_schema(args.output_dir)
+        ref = write_reference(reference)
     except OSError as e:  # --output-dir is a file, or a name the filesystem does not take
-        raise UsageError(f"--output-dir {str(args.output_dir)[:200]}: {e.strerror or e}") from None
-    print(f"wrote {path}")
+        where = e.filename if getattr(e, "filename", None) else args.output_dir
+        raise UsageError(f"{str(where)[:200]}: {e.strerror or e}") from None
+    print(f"wrote {path} and {ref}")
     return ExitCode.OK

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from compiler.graph.plan import render_disruptions
+from compiler.graph.plan import disrupted_phrase, render_disruptions
 
 from .semplan import CapacityDelta, SemanticPlan
 
@@ -46,6 +46,17 @@ def _cap_change(d: CapacityDelta) -> str:
     return ", ".join(parts)
 
 
+def summary(plan: SemanticPlan) -> str:
+    """The plan in one line: "6 artifacts to rebuild (2 cached), 12 unchanged; 1 host disrupted"."""
+    todo = [a for a in plan.actions if a.change != "removed"]
+    cached = sum(a.cached for a in todo)
+    removed = len(plan.actions) - len(todo)
+    n = len(todo)
+    return (f"{n} artifact{'' if n == 1 else 's'} to rebuild" + (f" ({cached} cached)" if cached else "")
+            + (f", {removed} removed" if removed else "") + f", {plan.unchanged} unchanged; "
+            + disrupted_phrase(plan.disruptions))
+
+
 def _action_word(a) -> str:
     return "cached" if a.cached else {"new": "new", "changed": "rebuild", "removed": "removed"}[a.change]
 
@@ -56,7 +67,7 @@ def render_semantic(plan: SemanticPlan, fmt: str) -> str:
     if fmt == "markdown":
         return _markdown(plan)
     lines = [f"Plan against {plan.base} ({plan.base_commit[:12]}): "
-             + ("changes" if plan.changed else "no change")]
+             + ("changes" if plan.changed else "no change") + f": {summary(plan)}"]
     if plan.base_note:
         lines.append(f"  note: {plan.base_note}")
     lines.append(f"Artifacts: {len(plan.actions)} differ, {plan.unchanged} unchanged; {_time_line(plan)}")
@@ -81,7 +92,7 @@ def _md(text: str) -> str:
 
 def _markdown(plan: SemanticPlan) -> str:
     head = "changes" if plan.changed else "no change"
-    lines = [f"## Kiln plan against `{plan.base}` ({plan.base_commit[:12]}): {head}", ""]
+    lines = [f"## Kiln plan against `{plan.base}` ({plan.base_commit[:12]}): {head}", "", f"**{summary(plan)}**", ""]
     if plan.base_note:
         lines += [f"> {plan.base_note}", ""]
     lines += ["### Artifacts", "", f"{len(plan.actions)} differ, {plan.unchanged} unchanged; {_time_line(plan)}.",
@@ -108,6 +119,7 @@ def plan_dict(plan: SemanticPlan) -> dict:
     return {
         "base": {"ref": plan.base, "commit": plan.base_commit, "note": plan.base_note},
         "changed": plan.changed,
+        "summary": summary(plan),
         "actions": [{"id": a.id, "kind": a.kind, "change": a.change, "reasons": a.reasons, "needs": list(a.needs),
                      "cached": a.cached, "expected_s": a.expected_s} for a in plan.actions],
         "unchanged": plan.unchanged,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compiler.graph.model import Graph
-from compiler.graph.plan import record_reasons
+from compiler.graph.plan import record_reasons, root_reasons, spec_diff
 from compiler.store.local import LocalStore
 
 GIB = 1024 ** 3
@@ -62,6 +62,14 @@ def _record(graph: Graph, aid: str) -> dict:
     return graph.actions[aid].record(graph.keys)
 
 
+def _spec(graph: Graph | None) -> dict | None:
+    """The parsed spec a graph was lowered from (its snapshot's parameters)."""
+    from compiler.actions.snapshot import KIND as SNAPSHOT
+
+    snap = graph.actions.get(SNAPSHOT.kind) if graph is not None else None
+    return snap.params_json.get("spec") if snap is not None else None
+
+
 def _expected(store: LocalStore, spec_name: str, aid: str, base_key: str | None) -> float | None:
     """How long the slot took the last time this store built it."""
     for key in (base_key, (store.get_ref(spec_name, aid) or {}).get("key")):
@@ -75,8 +83,9 @@ def _expected(store: LocalStore, spec_name: str, aid: str, base_key: str | None)
 def action_changes(base: Graph | None, head: Graph, store: LocalStore, spec_name: str,
                    has_remote=lambda key, kind: False) -> tuple[list[ActionChange], int]:
     changes: list[ActionChange] = []
-    rebuilt: set[str] = set()
+    rebuilt: dict[str, list[str]] = {}  # action -> its root reasons (spec paths), for its dependents
     unchanged = 0
+    spec_changes = spec_diff(_spec(base), _spec(head))
     for aid in head.order:
         action, key = head.actions[aid], head.keys[aid]
         base_key = base.keys.get(aid) if base is not None else None
@@ -86,9 +95,9 @@ def action_changes(base: Graph | None, head: Graph, store: LocalStore, spec_name
         if base_key is None:
             change = ActionChange(aid, action.kind, "new", ["not in the base revision"], action.needs)
         else:
-            change = ActionChange(aid, action.kind, "changed", record_reasons(_record(base, aid), head, aid, rebuilt),
-                                  action.needs)
-        rebuilt.add(aid)
+            change = ActionChange(aid, action.kind, "changed",
+                                  record_reasons(_record(base, aid), head, aid, rebuilt, spec_changes), action.needs)
+        rebuilt[aid] = root_reasons(change.reasons)
         change.cached = store.get_action(key) is not None or has_remote(key, action.kind)
         change.expected_s = 0.0 if change.cached else _expected(store, spec_name, aid, base_key)
         changes.append(change)

@@ -32,6 +32,9 @@ class Action:
     # desired state, capacity figures): not in the key, recorded so a plan can name the edit that
     # changed the artifact rather than everything the edit changed in it.
     cause: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # role -> the spec path that names the input file ("models.chat.quantization.calibration.data"),
+    # so a plan says which field's file changed; not in the key
+    input_paths: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @cached_property
     def params_json(self) -> dict[str, Any]:
@@ -44,6 +47,8 @@ class Action:
                "deps": {d: dep_keys[d] for d in self.deps}, "version": self.version}
         if self.cause:
             out["cause"] = dict(self.cause)
+        if self.input_paths:
+            out["input_paths"] = dict(self.input_paths)
         return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from compiler.store.local import LocalStore
 
@@ -28,11 +28,12 @@ class PlannedAction:
 
 
 def make_plan(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry,
-              builder: Builder | None = None) -> list[PlannedAction]:
+              builder: Builder | None = None, spec_changes: list | None = None) -> list[PlannedAction]:
     """Each action cached or to run, with the reasons; with a builder, also which ones it would
-    defer (needs it lacks, or a deferred dependency)."""
+    defer (needs it lacks, or a deferred dependency). `spec_changes`: the spec's own changes since
+    the store's last build (spec_diff), which name a rebuild whose parameters only echo a spec field."""
     out: list[PlannedAction] = []
-    will_run: set[str] = set()
+    will_run: dict[str, list[str]] = {}  # action -> its root reasons (spec paths), for its dependents
     deferred: set[str] = set()
     for aid in graph.order:
         action, key = graph.actions[aid], graph.keys[aid]
@@ -41,8 +42,8 @@ def make_plan(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegist
         if record is not None:
             planned.last_duration_s = record.duration_s
         else:
-            planned.reasons = _reasons(graph, aid, store.get_ref(spec_name, aid), will_run)
-            will_run.add(aid)
+            planned.reasons = _reasons(graph, aid, store.get_ref(spec_name, aid), will_run, spec_changes)
+            will_run[aid] = root_reasons(planned.reasons)
             if builder is not None:
                 waiting = [d for d in action.deps if d in deferred]
                 missing = kinds.missing(action, builder)
@@ -56,38 +57,120 @@ def make_plan(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegist
     return out
 
 
-def _reasons(graph: Graph, aid: str, ref: dict | None, will_run: set[str]) -> list[str]:
-    action = graph.actions[aid]
+NEVER_BUILT = "never built in this store"
+VIA = " (via "
+
+
+def _reasons(graph: Graph, aid: str, ref: dict | None, will_run: Mapping[str, list[str]],
+             spec_changes: list | None) -> list[str]:
     if ref is None:
-        return ["never built in this store"]
+        return [NEVER_BUILT]
     if ref["key"] == graph.keys[aid]:
         return ["built before, but its output is no longer in the store"]
-    return record_reasons(ref["params"], graph, aid, will_run)
+    return record_reasons(ref["params"], graph, aid, will_run, spec_changes)
 
 
-def record_reasons(last: dict, graph: Graph, aid: str, will_run: set[str]) -> list[str]:
-    """Field paths and inputs that differ between an earlier record of an action slot
-    ({"params", "inputs", "deps", "version"}: from the store's refs or another graph) and now."""
+def root_reasons(reasons: list[str]) -> list[str]:
+    """The reasons a dependent inherits: the spec paths, without the chain that carried them."""
+    out = []
+    for r in reasons:
+        root = r.split(VIA, 1)[0]
+        if root not in out and not root.startswith("... and "):
+            out.append(root)
+    return out
+
+
+def spec_diff(before: Any, after: Any) -> list[tuple[str, Any, Any]] | None:
+    """(spec path, old, new) for every field that differs between two parsed specs (their JSON form);
+    None when either is unknown (not a spec's JSON form)."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return None
+    return _diff_fields(before, after)
+
+
+def _diff_fields(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
+    """_diff of two documents rooted at the spec, field by field: the spec's own `name` is a field
+    like any other, not a catalog record's name that would stand for everything else."""
+    out = []
+    for k in sorted(set(old) | set(new), key=str):
+        out.extend(_diff(old.get(k), new.get(k), str(k)) if k in old and k in new else
+                   [(str(k), old.get(k), new.get(k))])
+    return out
+
+
+def record_reasons(last: dict, graph: Graph, aid: str, will_run: Mapping[str, list[str]],
+                   spec_changes: list | None = None) -> list[str]:
+    """Why an action slot differs from an earlier record of it ({"params", "inputs", "deps", "version",
+    "cause"}: from the store's refs or another graph), as spec paths: the fields whose values changed
+    (`models.chat.quantization.weights: "fp8" -> "nvfp4"`), the fields whose files changed, and
+    what a dependency that changes carries `(via <action>)`. `will_run`: the actions that run,
+    with their root reasons."""
     action = graph.actions[aid]
     reasons: list[str] = []
     if last.get("version") != action.version:
-        reasons.append(f"{action.kind} changed (v{last.get('version')} -> v{action.version})")
-    # What the user changed (an action's `cause`) explains a rebuild better than what it changes in
-    # the artifact (its params); params speak when the cause did not move (a catalog correction).
-    changes = _diff(last.get("cause") or {}, dict(action.cause)) or _diff(last.get("params", {}), action.params_json)
-    for path, old, new in changes:
-        reasons.append(f"{path}: {_short(old)} -> {_short(new)}")
-    old_inputs, new_inputs = last.get("inputs", {}), dict(action.inputs)
-    for role in sorted(set(old_inputs) | set(new_inputs)):
-        if old_inputs.get(role) != new_inputs.get(role):
-            verb = "added" if role not in old_inputs else "removed" if role not in new_inputs else "changed"
-            reasons.append(f"input {role} {verb}")
+        reasons.append(f"Kiln's {action.kind} changed (v{last.get('version')} -> v{action.version})")
+    # What the user changed (an action's `cause`, rooted at the spec) explains a rebuild better than
+    # what it changes in the artifact (its params); params speak when the cause did not move.
+    changes = _diff_fields(last.get("cause") or {}, dict(action.cause))
+    if changes:
+        reasons += [f"{path}: {_short(old)} -> {_short(new)}" for path, old, new in changes]
+    else:
+        reasons += _param_reasons(action, _diff(last.get("params", {}), action.params_json), spec_changes)
+    reasons += _input_reasons(last, action)
     for dep in action.deps:
-        if dep in will_run or last.get("deps", {}).get(dep) != graph.keys[dep]:
-            reasons.append(f"depends on {dep}, which changes")
+        if dep in will_run:
+            inherited = [r for r in will_run[dep] if r not in reasons and r != NEVER_BUILT]
+            reasons += [f"{r}{VIA}{dep})" for r in inherited] or [f"depends on {dep}, which changes"]
+        elif last.get("deps", {}).get(dep) != graph.keys[dep]:
+            reasons.append(f"depends on {dep}, which differs from its last build here")
     if len(reasons) > MAX_CHANGES:
         reasons = reasons[:MAX_CHANGES] + [f"... and {len(reasons) - MAX_CHANGES} more changes"]
     return reasons or ["key changed"]
+
+
+def _param_reasons(action, changes: list, spec_changes: list | None) -> list[str]:
+    """Parameter changes named by the spec fields with the same old and new values (the action's
+    own model or host first). A parameter that is a transformed value (an enum spelled for the
+    tool) is named by the spec changes of the action's model or host, else by every spec change;
+    when the spec did not change at all, it is Kiln's or its catalog's. `spec_changes` None: unknown."""
+    subject = action.id.partition("/")[2]
+    scope = (f"models.{subject}.", f"hosts.{subject}.")
+    known = spec_changes or []
+    scoped = [c for c in known if c[0].startswith(scope)]
+    out: list[str] = []
+    for path, old, new in changes:
+        same = [c for c in known if c[1] == old and c[2] == new]
+        named = [c for c in same if c[0].startswith(scope)] or same or scoped or known
+        if named:
+            out += [f"{p}: {_short(o)} -> {_short(n)}" for p, o, n in named]
+        else:
+            out.append(f"{action.kind} parameter {path}: {_short(old)} -> {_short(new)}"
+                       + (" (the spec did not change: Kiln or its catalog did)" if spec_changes == [] else ""))
+    return list(dict.fromkeys(out))
+
+
+def _input_reasons(last: dict, action) -> list[str]:
+    """Input files that changed, by the spec field that names them (one line per field)."""
+    old_inputs, new_inputs = last.get("inputs", {}), dict(action.inputs)
+    recorded = last.get("input_paths")  # from a store ref: used only where it has the shape Kiln writes
+    paths = {k: v for k, v in recorded.items() if isinstance(v, str)} if isinstance(recorded, dict) else {}
+    paths.update(action.input_paths)
+    by_field: dict[str, list[tuple[str, str]]] = {}
+    for role in sorted(set(old_inputs) | set(new_inputs)):
+        if old_inputs.get(role) != new_inputs.get(role):
+            verb = "added" if role not in old_inputs else "removed" if role not in new_inputs else "changed"
+            by_field.setdefault(paths.get(role) or f"input {role}", []).append((role, verb))
+    out = []
+    for where, changed in by_field.items():
+        if where.startswith("input "):
+            out += [f"input {role} {verb}" for role, verb in changed]
+        elif len(changed) == 1 and "/" not in changed[0][0]:
+            verb = changed[0][1]
+            out.append(f"{where}: the file's content changed" if verb == "changed" else f"{where}: file {verb}")
+        else:  # a directory (a local model source): its files
+            files = [f"{role.split('/', 1)[1]} {verb}" for role, verb in changed]
+            out.append(f"{where}: " + (", ".join(files) if len(files) <= 3 else f"{len(files)} files changed"))
+    return out
 
 
 def _diff(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
@@ -118,6 +201,27 @@ def _diff(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
 def _short(value: Any) -> str:
     text = json.dumps(value, sort_keys=True)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def disrupted_phrase(items: list) -> str:
+    """"1 host disrupted", "2 hosts and 1 node pool disrupted", "nothing disrupted"."""
+    hosts = {d.host for d in items if not _is_pool(d)}
+    pools = {d.host for d in items if _is_pool(d)}
+    parts = ([_count(len(hosts), "host")] if hosts else []) + ([_count(len(pools), "node pool")] if pools else [])
+    return " and ".join(parts) + " disrupted" if parts else "nothing disrupted"
+
+
+def summary_line(plan: list[PlannedAction], disruptions: list) -> str:
+    """The plan in one line: "3 actions to run, 12 cached; 1 host disrupted"."""
+    run = [p for p in plan if not p.cached]
+    deferred = sum(p.deferred is not None for p in plan)
+    tail = f" ({deferred} deferred on this builder)" if deferred else ""
+    return (f"{_count(len(run), 'action')} to run{tail}, {len(plan) - len(run)} cached; "
+            f"{disrupted_phrase(disruptions)}")
 
 
 def render_plan(plan: list[PlannedAction], fmt: str) -> str:

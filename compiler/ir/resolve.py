@@ -32,12 +32,27 @@ class UnknownGpu(Rule):
     """A host names a GPU model that is not in the catalog.
 
     Kiln checks MIG profiles, clocks, precision support and memory against the catalog entry, so
-    the GPU must be one it knows. `kiln catalog` lists them (aliases such as `H100` resolve to the
-    SXM5 80GB part; a known variant such as the H800 is pointed at its base part).
+    the GPU must be one it knows. `kiln catalog` lists them (aliases that name one part, such as
+    `H100-SXM` or nvidia-smi's `NVIDIA H100 80GB HBM3`, resolve to it; a known variant such as the
+    H800 is pointed at its base part).
     """
 
     code = "K901"
     name = "unknown-gpu"
+
+
+class AmbiguousGpu(Rule):
+    """A host names a GPU family, not a part: `H100` is the SXM5, the PCIe card or the NVL.
+
+    The parts of one family differ in exactly what Kiln checks and writes: power limits (700 W on
+    the H100 SXM5, 350 W on the PCIe card), clock ranges, MIG profiles (`1g.12gb` on the NVL,
+    `1g.10gb` on the others) and memory. Picking one silently would check the spec against a part
+    the host may not have and write a host script that sets its limits, so the spec must say which.
+    The message lists the catalog's candidates; `kiln catalog GPU` shows each one's facts.
+    """
+
+    code = "K909"
+    name = "ambiguous-gpu"
 
 
 class UnknownArchitecture(Rule):
@@ -337,9 +352,15 @@ def _read_bounded(path: Path, limit: int) -> bytes:
 def _resolve_host(name: str, h: Host, doc: Document, captures: list[Capture],
                   diags: list[Diagnostic]) -> ResolvedHost:
     catalog = load_gpu_catalog()
-    gpu = catalog.get(h.gpu)
+    candidates = catalog.ambiguous(h.gpu)
+    gpu = catalog.get(h.gpu) if not candidates else None
     source = "catalog"
-    if gpu is None:
+    if candidates:
+        diags.append(_diag(AmbiguousGpu, doc, ("hosts", name, "gpu"),
+                           f"GPU {h.gpu!r} is ambiguous: the catalog has {', '.join(candidates)}",
+                           f"write the part the host has, e.g. gpu: {candidates[0]} (power, clocks, MIG "
+                           "profiles and memory differ between them)"))
+    elif gpu is None:
         help = _unknown_gpu_help(h.gpu)
         diags.append(_diag(UnknownGpu, doc, ("hosts", name, "gpu"), f"unknown GPU model {h.gpu!r}", help))
     else:
@@ -369,4 +390,5 @@ def _unknown_gpu_help(name: str) -> str:
         if base is None:
             return f"{reason}; it is not in the catalog. Known GPUs: " + ", ".join(catalog.names)
         return f"{reason}: if its memory, clocks and MIG profiles match, use gpu: {base}"
-    return (f"did you mean {close[0]!r}? " if close else "") + "known GPUs: " + ", ".join(catalog.names)
+    hint = catalog.hint(name) if close else None
+    return (f"{hint} " if hint else "") + "known GPUs: " + ", ".join(catalog.names)

@@ -1,0 +1,47 @@
+"""`kiln plan` opens with a one-line summary, in every format."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from compiler.cli import main
+
+QUICKSTART = Path(__file__).parents[1] / "examples" / "quickstart" / "kiln.yaml"
+SUMMARY = re.compile(r"^(\d+) actions? to run(?: \(\d+ deferred on this builder\))?, (\d+) cached; "
+                     r"(nothing disrupted|\d+ hosts? disrupted)$")
+
+
+def test_the_plan_starts_with_its_summary(tmp_path: Path, capsys) -> None:
+    store = str(tmp_path / "store")
+    assert main(["plan", str(QUICKSTART), "--store", store]) == 0
+    text = capsys.readouterr().out
+    first = text.splitlines()[0]
+    m = SUMMARY.match(first)
+    assert m, first
+    # the figures are the plan's own: the "Actions:" line below counts the same
+    run, cached = int(m.group(1)), int(m.group(2))
+    assert f"Actions: {run} to run, {cached} cached" in text and run > 0 and cached == 0
+    assert main(["plan", str(QUICKSTART), "--store", store, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"] == first
+    assert doc["summary"].startswith(f"{doc['actions']['to_run']} actions to run")
+    assert main(["plan", str(QUICKSTART), "--store", store, "--format", "markdown"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"**{first}**"
+
+
+def test_reasons_from_a_ref_of_another_shape_do_not_crash_the_plan(tmp_path: Path, capsys) -> None:
+    """A store edited by hand (or by another Kiln) may hold a snapshot ref whose record is not a
+    dict, or input paths that are not strings: the plan names what it can and never crashes."""
+    from compiler.store.local import LocalStore
+
+    store = LocalStore(tmp_path / "store")
+    key = "sha256:" + "0" * 64
+    store.set_ref("quickstart", "spec-snapshot", key, {"params": ["not", "a", "record"]})
+    store.set_ref("quickstart", "calibration-set/tiny", key,
+                  {"params": {}, "inputs": {"data": key}, "input_paths": ["not", "a", "map"]})
+    assert main(["plan", str(QUICKSTART), "--store", str(tmp_path / "store"), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    reasons = {a["id"]: a["reasons"] for a in doc["actions"]["actions"]}
+    assert "models.tiny.quantization.calibration.data: the file's content changed" in reasons["calibration-set/tiny"]
