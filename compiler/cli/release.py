@@ -134,7 +134,8 @@ def cmd_init(args: argparse.Namespace) -> ExitCode:
     try:
         labels = tuple(label.strip() for label in args.gpu_runner.split(",") if label.strip())
         written = install_workflows(root, args.spec, source, registry=args.registry, force=args.force,
-                                    gpu_runner=labels, branch=args.branch)
+                                    gpu_runner=labels, branch=args.branch,
+                                    warn=lambda message: print(f"kiln: warning: {message}", file=sys.stderr))
     except InitConflict as e:
         raise UsageError(str(e)) from None
     for path, state in written:
