@@ -21,11 +21,34 @@ from compiler.store.local import LocalStore
 DEFAULT_STORE = Path(".kiln/store")
 
 
-def store_dir(explicit: Path | None) -> Path:
+def project_root(directory: Path) -> Path:
+    """The git work tree containing `directory` (a `.git` directory or file marks it: worktrees and
+    submodules have a file), else `directory` itself; absolute."""
+    start = Path(os.path.abspath(directory))
+    for d in (start, *start.parents):
+        try:
+            if (d / ".git").exists():
+                return d
+        except OSError:  # a parent we may not look into
+            break
+    return start
+
+
+def store_dir(explicit: Path | None, spec: Path | None = None) -> Path:
+    """Where the store is: --store, else $KILN_STORE, else `.kiln/store` at the root of the git work
+    tree holding the spec (the spec's directory outside git), so every command of one project finds
+    the same store from any directory. Without a spec (`kiln store ...`, a release digest) the
+    current directory's work tree stands in for the spec's. Relative to the current directory when
+    that is the root (as before: `.kiln/store`), absolute otherwise."""
     if explicit is not None:
         return explicit
     env = os.environ.get("KILN_STORE")
-    return Path(env) if env else DEFAULT_STORE
+    if env:
+        return Path(env)
+    root = project_root(spec.parent if spec is not None else Path.cwd())
+    if root == Path(os.path.abspath(os.curdir)):
+        return DEFAULT_STORE
+    return root / DEFAULT_STORE
 
 
 def open_store(path: Path, create: bool = True, missing_ok: bool = False) -> LocalStore:

@@ -33,10 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(handler=cmd_show)
 
 
-def _existing_store(explicit: Path | None):
+def _existing_store(explicit: Path | None, release: str):
     from compiler.build import open_store, store_dir
 
-    path = store_dir(explicit)
+    spec = None if release.startswith("sha256:") else Path(release)  # a spec: the store of its project
+    path = store_dir(explicit, spec)
     if not (path / "objects").is_dir():
         raise UsageError(f"no store at {path} (build first, or pass --store)")
     return open_store(path)
@@ -46,7 +47,7 @@ def _release(args: argparse.Namespace):
     """(store, release), or (store, None) after printing the spec's diagnostics."""
     from compiler.releases import ReleaseError, find_release
 
-    store = _existing_store(args.store)
+    store = _existing_store(args.store, args.release)
     try:
         validation, release = find_release(store, args.release)
     except ReleaseError as e:

@@ -39,7 +39,7 @@ def cmd_build(args: argparse.Namespace) -> ExitCode:
     check_output_file(args.manifest, "--manifest")
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    store = open_store(store_dir(args.store))
+    store = open_store(store_dir(args.store, args.spec))
     progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     remote = remote_cache(args.cache, store) if args.cache else None  # the registry as a shared cache
     try:
@@ -93,7 +93,8 @@ def summary(args: argparse.Namespace, store, outcome) -> str:
     from compiler.releases import load_release, sizes_by_kind
 
     release = load_release(store, outcome.manifest_digest)
-    lines = [f"manifest: {args.manifest if args.manifest is not None else store.blob_path(release.digest)}"]
+    lines = [f"store: {store.root}",
+             f"manifest: {args.manifest if args.manifest is not None else store.blob_path(release.digest)}"]
     rows = sizes_by_kind(store, list(release.artifacts))
     width = max((len(r.kind) for r in rows), default=0)
     lines.append("produced (per kind: artifacts, files, size):")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from .errors import UsageError
 
-STORE_HELP = "store directory (default: $KILN_STORE or .kiln/store)"
+STORE_HELP = ("store directory (default: $KILN_STORE, else .kiln/store at the root of the git work tree holding "
+              "the spec, or beside the spec outside git)")
 GPU_PROFILES_HELP = ("captured `nvidia-smi mig -lgip` output (and `-lgipp`, in the same file or a second one) of "
                      "one GPU model; its hosts are validated against it instead of the catalog. Repeat the option "
                      "for each GPU model")

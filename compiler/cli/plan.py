@@ -45,13 +45,13 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
     from compiler.pipeline import Options
 
     # planning reads the store, never creates it
-    store = open_store(store_dir(args.store), create=False, missing_ok=True)
+    store = open_store(store_dir(args.store, args.spec), create=False, missing_ok=True)
     outcome = plan_spec(args.spec, store, Options(gpu_profiles=gpu_profiles(args)))
     result = outcome.validation
     figures = result.resolved.capacity_rows() if result.resolved is not None else []
     placements = placement_rows(result.resolved.units) if result.resolved is not None else []
     if args.format == "json":
-        emit(json.dumps({"diagnostics": diagnostic_records([result]),
+        emit(json.dumps({"diagnostics": diagnostic_records([result]), "store": str(store.root),
                          "actions": json.loads(render_plan(outcome.plan, "json")) if outcome.graph else None,
                          "disruptions": json.loads(render_disruptions(outcome.disruptions, "json")),
                          "placements": placements,
@@ -61,7 +61,10 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
         if result.diagnostics:
             parts.append(render_diagnostics([result], footer=False))
         if outcome.graph is not None:
-            parts.append(render_plan(outcome.plan, args.format))
+            plan_text = render_plan(outcome.plan, args.format)
+            if args.format == "text":  # "cached", "never built in this store": which store
+                plan_text = f"{store_line(store)}\n{plan_text}"
+            parts.append(plan_text)
             parts.append(render_disruptions(outcome.disruptions, args.format))
         if placements:
             parts.append(render_placements(placements, args.format))
@@ -70,6 +73,11 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
         parts.append(footer_line([result]))
         emit("\n\n".join(parts), None)
     return ExitCode.OK if result.ok else ExitCode.ERRORS
+
+
+def store_line(store) -> str:
+    """The store a plan was made against (it may not exist yet: nothing was built there)."""
+    return f"Store: {store.root}" + ("" if (store.root / "objects").is_dir() else " (none there yet)")
 
 
 def _plan_gitops(args: argparse.Namespace) -> ExitCode:
@@ -83,7 +91,7 @@ def _plan_gitops(args: argparse.Namespace) -> ExitCode:
 
     if args.base is None and not args.matrix:
         raise UsageError("--cache goes with --base or --matrix")
-    store = open_store(store_dir(args.store), create=False, missing_ok=True)
+    store = open_store(store_dir(args.store, args.spec), create=False, missing_ok=True)
     remote = remote_cache(args.cache, store) if args.cache else None
     has_remote = remote.has if remote is not None else (lambda key, kind: False)
     options = Options(gpu_profiles=gpu_profiles(args))
@@ -106,6 +114,8 @@ def _plan_gitops(args: argparse.Namespace) -> ExitCode:
         emit(json.dumps(result.plan.matrix, sort_keys=True, separators=(",", ":")), None)
         return ExitCode.OK
     text = render_semantic(result.plan, args.format)
+    if args.format == "text":  # the durations and "built in this store" are this store's (stdout may be a PR comment)
+        print(store_line(store), file=sys.stderr)
     head = result.head
     if head.diagnostics and args.format != "json":  # warnings of the new revision stay visible
         text = render_diagnostics([head], footer=False) + "\n\n" + text

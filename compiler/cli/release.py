@@ -95,7 +95,7 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
         except DirtyCheckout as e:
             print(f"kiln: error: {e}", file=sys.stderr)
             return ExitCode.ERRORS
-    store = open_store(store_dir(args.store), create=False)
+    store = open_store(store_dir(args.store, args.spec), create=False)
     try:
         outcome = publish_spec(args.spec, store, args.registry, commit, artifacts_only=args.artifacts_only,
                                dirty=dirty)
