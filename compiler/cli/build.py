@@ -93,8 +93,8 @@ def summary(args: argparse.Namespace, store, outcome) -> str:
     from compiler.releases import load_release, sizes_by_kind
 
     release = load_release(store, outcome.manifest_digest)
-    lines = [f"store: {store.root}",
-             f"manifest: {args.manifest if args.manifest is not None else store.blob_path(release.digest)}"]
+    lines = [f"manifest: {args.manifest if args.manifest is not None else store.blob_path(release.digest)}",
+             f"store: {store.root}"]
     rows = sizes_by_kind(store, list(release.artifacts))
     width = max((len(r.kind) for r in rows), default=0)
     lines.append("produced (per kind: artifacts, files, size):")
