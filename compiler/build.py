@@ -8,7 +8,7 @@ from pathlib import Path
 
 from compiler.actions import REGISTRY
 from compiler.graph.builder import Builder, Selection
-from compiler.graph.executor import ActionResult, execute
+from compiler.graph.executor import ActionResult, Interrupt, execute
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import DISRUPTION_ORDER, POOL, Disruption, KindRegistry
 from compiler.graph.model import Graph
@@ -67,6 +67,7 @@ class BuildOutcome:
     manifest: bytes | None = None
     manifest_digest: str | None = None
     disruptions: list[Disruption] = field(default_factory=list)
+    interrupted: bool = False  # stopped by an Interrupt: no release was recorded
 
     @property
     def failed(self) -> list[ActionResult]:
@@ -153,9 +154,11 @@ class BadSelection(Exception):
 
 def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda line: None,
                options: Options | None = None, builder: Builder | None = None,
-               selection: Selection | None = None, remote=None, kinds: KindRegistry = REGISTRY) -> BuildOutcome:
+               selection: Selection | None = None, remote=None, kinds: KindRegistry = REGISTRY,
+               interrupt: Interrupt | None = None) -> BuildOutcome:
     """Build what this builder can. Without failures a manifest is written and recorded in the
-    store's release history; one with deferred actions says `complete: false` and lists them."""
+    store's release history; one with deferred actions says `complete: false` and lists them.
+    `interrupt` stops the build (compiler/graph/executor.py); no release is recorded then."""
     outcome, digests = _prepare(spec, store, options, kinds)
     if outcome.graph is None:
         return outcome
@@ -171,13 +174,22 @@ def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda 
     # The shared lock is held from the first cache lookup until the release is recorded: until then
     # nothing in the store references this build's new artifacts, and `kiln store gc` (which takes
     # the lock alone) would remove them.
+    interrupt = interrupt if interrupt is not None else Interrupt()
     with store.lock():
-        outcome.results = execute(outcome.graph, store, name, kinds, jobs=jobs, progress=progress,
-                                  digest_of=digests.digest, builder=builder, selected=selected, remote=remote)
-        if not outcome.failed:
-            trees = {aid: r.tree for aid, r in outcome.results.items()}
-            pending = {r.id: r.error or "deferred" for r in outcome.deferred}
-            outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.resolved, pending,
-                                              manifest_sections(outcome.graph, trees, store, kinds))
-            outcome.manifest_digest = store.add_release(name, outcome.manifest)
+        # From here an interrupt stops the executor instead of raising, and a release being recorded
+        # is recorded whole (the CLI then reports the interrupt all the same).
+        interrupt.active = True
+        try:
+            outcome.results = execute(outcome.graph, store, name, kinds, jobs=jobs, progress=progress,
+                                      digest_of=digests.digest, builder=builder, selected=selected, remote=remote,
+                                      interrupt=interrupt)
+            if not outcome.failed and not interrupt.is_set():
+                trees = {aid: r.tree for aid, r in outcome.results.items()}
+                pending = {r.id: r.error or "deferred" for r in outcome.deferred}
+                outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.resolved, pending,
+                                                  manifest_sections(outcome.graph, trees, store, kinds))
+                outcome.manifest_digest = store.add_release(name, outcome.manifest)
+        finally:
+            interrupt.active = False
+        outcome.interrupted = interrupt.is_set()
     return outcome

@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_build(args: argparse.Namespace) -> ExitCode:
     from compiler.build import BadSelection, build_spec, open_store, store_dir
     from compiler.graph.builder import Selection
+    from compiler.graph.executor import Interrupt
+
+    from .interrupts import stopping_on_signals
 
     require_file(args.spec)
     check_output_file(args.manifest, "--manifest")
@@ -42,15 +45,21 @@ def cmd_build(args: argparse.Namespace) -> ExitCode:
     store = open_store(store_dir(args.store, args.spec))
     progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     remote = remote_cache(args.cache, store) if args.cache else None  # the registry as a shared cache
+    interrupt = Interrupt()
     try:
-        outcome = build_spec(args.spec, store, jobs=args.jobs, progress=progress,
-                             selection=Selection(tuple(args.only), tuple(args.skip)), remote=remote)
+        with stopping_on_signals(interrupt):
+            outcome = build_spec(args.spec, store, jobs=args.jobs, progress=progress,
+                                 selection=Selection(tuple(args.only), tuple(args.skip)), remote=remote,
+                                 interrupt=interrupt)
     except BadSelection as e:
         raise UsageError(str(e)) from None
     result = outcome.validation
     if not result.ok:
         print_diagnostics([result], stream=sys.stderr, suffix="; nothing built")
         return ExitCode.ERRORS
+    if outcome.interrupted:
+        print(interrupted_summary(outcome, store), file=sys.stderr)
+        return ExitCode.INTERRUPTED
     executed = len(outcome.executed)
     fetched = sum(r.status == "cached" and r.fetched for r in outcome.results.values())
     cached = sum(r.status == "cached" for r in outcome.results.values()) - fetched
@@ -74,6 +83,25 @@ def cmd_build(args: argparse.Namespace) -> ExitCode:
     print(f"release {outcome.manifest_digest}: {counts}")
     print(summary(args, store, outcome))
     return ExitCode.OK
+
+
+def interrupted_summary(outcome, store) -> str:
+    """What an interrupted build leaves: what it stopped, what it kept, and whether a release exists."""
+    by = {}
+    for r in outcome.results.values():
+        by.setdefault(r.status, []).append(r.id)
+    stopped = sorted(r.id for r in outcome.results.values() if r.status == "interrupted" and r.log is not None)
+    lines = [f"kiln: build interrupted ({store.root}): " + ", ".join(
+        f"{len(by.get(s, []))} {label}" for s, label in (("built", "built"), ("cached", "cached"),
+                                                          ("interrupted", "stopped or not started"),
+                                                          ("failed", "failed")) if by.get(s))]
+    if stopped:
+        lines.append(f"stopped: {', '.join(stopped)} (nothing of it was stored; logs: {store.root / 'logs'})")
+    if outcome.manifest_digest:
+        lines.append(f"release {outcome.manifest_digest} was recorded before the interrupt")
+    else:
+        lines.append("no release was recorded; what was built is kept, and the next build continues from it")
+    return "\n".join(lines)
 
 
 def _size(n: int) -> str:

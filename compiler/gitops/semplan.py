@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from compiler.graph.model import Graph
 from compiler.graph.plan import record_reasons
+from compiler.graph.progress import expected_duration
 from compiler.store.local import LocalStore
 
 GIB = 1024 ** 3
@@ -62,16 +63,6 @@ def _record(graph: Graph, aid: str) -> dict:
     return graph.actions[aid].record(graph.keys)
 
 
-def _expected(store: LocalStore, spec_name: str, aid: str, base_key: str | None) -> float | None:
-    """How long the slot took the last time this store built it."""
-    for key in (base_key, (store.get_ref(spec_name, aid) or {}).get("key")):
-        if key:
-            rec = store.get_action(key)
-            if rec is not None:
-                return rec.duration_s
-    return None
-
-
 def action_changes(base: Graph | None, head: Graph, store: LocalStore, spec_name: str,
                    has_remote=lambda key, kind: False) -> tuple[list[ActionChange], int]:
     changes: list[ActionChange] = []
@@ -90,7 +81,7 @@ def action_changes(base: Graph | None, head: Graph, store: LocalStore, spec_name
                                   action.needs)
         rebuilt.add(aid)
         change.cached = store.get_action(key) is not None or has_remote(key, action.kind)
-        change.expected_s = 0.0 if change.cached else _expected(store, spec_name, aid, base_key)
+        change.expected_s = 0.0 if change.cached else expected_duration(store, spec_name, aid, base_key)
         changes.append(change)
     if base is not None:
         for aid in base.order:
