@@ -21,7 +21,7 @@ import pytest
 from compiler.graph.executor import Interrupt, execute
 from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
-from compiler.graph.progress import duration, expected_duration, phase_line, running_line
+from compiler.graph.progress import duration, estimate, expected_duration, phase_line, running_line
 from compiler.store.local import LocalStore
 from tests.interrupt_kinds import ChildParams, ChildStep, ThreadStep
 
@@ -142,7 +142,9 @@ def test_progress_lines_name_the_phase_and_the_estimate_from_the_store() -> None
     assert running_line("quantize/tiny", 95, "exporting", 80) == \
         "still running quantize/tiny: exporting, 1m35s; its last build here took 1m20s"
     assert running_line("quantize/tiny", 15, None, None) == \
-        "still running quantize/tiny, 15s (no earlier build in this store to estimate from)"
+        "still running quantize/tiny, 15s (no earlier build here to estimate from)"
+    assert running_line("quantize/big", 30, "loading", 80, "quantize/tiny's last build here") == \
+        "still running quantize/big: loading, 30s of ~1m20s expected (quantize/tiny's last build here)"
     assert phase_line("quantize/tiny", "loading", 2.2) == "quantize/tiny: loading (2s in)"
 
 
@@ -152,6 +154,11 @@ def test_the_estimate_is_the_slots_last_build_in_the_store(tmp_path: Path) -> No
     assert expected_duration(store, "spec", "quantize/a") is None
     built = execute(first, store, "spec", KINDS)["quantize/a"]
     assert expected_duration(store, "spec", "quantize/a") == built.duration_s
+    assert estimate(store, "spec", first, "quantize/a") == (built.duration_s, "its last build here")
+    # a new action of the same kind is expected to take what another one took
+    third = Graph.build([THREAD.action("quantize/a", ChildParams(name="a")),
+                         THREAD.action("quantize/b", ChildParams(name="b"))])
+    assert estimate(store, "spec", third, "quantize/b") == (built.duration_s, "quantize/a's last build here")
     # an edited action (another key) is expected to take what its slot took last time
     second = Graph.build([THREAD.action("quantize/a", ChildParams(name="a2"))])
     assert second.keys["quantize/a"] != first.keys["quantize/a"]

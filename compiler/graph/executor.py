@@ -30,7 +30,7 @@ from compiler.store.local import ActionRecord, LocalStore
 from .builder import Builder, describe
 from .kinds import ActionKind, KindRegistry, RunContext
 from .model import Graph
-from .progress import expected_duration, phase_line, running_line
+from .progress import estimate, phase_line, running_line
 
 Progress = Callable[[str], None]
 TICK_S = 15.0  # how often a long action reports that it is still running
@@ -68,7 +68,8 @@ class Running:
 
     aid: str
     start: float
-    expected_s: float | None  # from the store's last build of the slot
+    expected_s: float | None  # from the store's last build of the slot (progress.estimate)
+    basis: str  # what expected_s comes from
     isolated: bool
     phase: str | None = None
     proc: subprocess.Popen | None = None  # an isolated action's process, once started
@@ -171,7 +172,7 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry
                         continue
                     if kind.exclusive:
                         busy.add(kind.kind)
-                    state = Running(aid, time.monotonic(), expected_duration(store, spec_name, aid), kind.isolated)
+                    state = Running(aid, time.monotonic(), *estimate(store, spec_name, graph, aid), kind.isolated)
                     running[pool.submit(_run_one, graph, kinds, aid, store, spec_name, results, stop, progress,
                                         digest_of, state, interrupt)] = aid
                 if not running:
@@ -356,4 +357,5 @@ def _tick(state: Running, done: threading.Event, stop: threading.Event, progress
     while not done.wait(TICK_S):
         if stop.is_set():
             return
-        progress(INDENT + running_line(state.aid, time.monotonic() - state.start, state.phase, state.expected_s))
+        progress(INDENT + running_line(state.aid, time.monotonic() - state.start, state.phase, state.expected_s,
+                                       state.basis))

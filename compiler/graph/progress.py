@@ -18,6 +18,21 @@ def expected_duration(store: LocalStore, spec_name: str, aid: str, key: str | No
     return None
 
 
+def estimate(store: LocalStore, spec_name: str, graph, aid: str) -> tuple[float | None, str]:
+    """(seconds, what they come from): the slot's last build in this store, else the last build of
+    another action of the same kind in the spec (a new model is quantized like the others)."""
+    found = expected_duration(store, spec_name, aid)
+    if found is not None:
+        return found, "its last build here"
+    kind = graph.actions[aid].kind
+    for other in graph.order:
+        if other != aid and graph.actions[other].kind == kind:
+            found = expected_duration(store, spec_name, other)
+            if found is not None:
+                return found, f"{other}'s last build here"
+    return None, ""
+
+
 def duration(seconds: float) -> str:
     """12s, 4m05s, 1h02m."""
     s = max(0, round(seconds))
@@ -27,15 +42,16 @@ def duration(seconds: float) -> str:
     return f"{minutes}m{s:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
 
 
-def running_line(aid: str, elapsed: float, phase: str | None = None, expected: float | None = None) -> str:
-    """`quantize/tiny: calibrating, 40s of ~1m20s expected (its last build here)`: the line a long
-    action reports every few seconds."""
+def running_line(aid: str, elapsed: float, phase: str | None = None, expected: float | None = None,
+                 basis: str = "its last build here") -> str:
+    """`still running quantize/tiny: calibrating, 40s of ~1m20s expected (its last build here)`: the
+    line a long action reports every few seconds; `basis` says where the estimate comes from."""
     head = f"{aid}: {phase}" if phase else aid
     if expected is None:
-        return f"still running {head}, {duration(elapsed)} (no earlier build in this store to estimate from)"
+        return f"still running {head}, {duration(elapsed)} (no earlier build here to estimate from)"
     if elapsed <= expected:
-        return f"still running {head}, {duration(elapsed)} of ~{duration(expected)} expected (its last build here)"
-    return f"still running {head}, {duration(elapsed)}; its last build here took {duration(expected)}"
+        return f"still running {head}, {duration(elapsed)} of ~{duration(expected)} expected ({basis})"
+    return f"still running {head}, {duration(elapsed)}; {basis} took {duration(expected)}"
 
 
 def phase_line(aid: str, phase: str, elapsed: float) -> str:
