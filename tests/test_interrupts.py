@@ -212,7 +212,6 @@ def test_a_second_signal_exits_130_at_once_while_a_thread_finishes_its_step(tmp_
     finally:
         if proc.poll() is None:
             proc.kill()
-        (tmp_path / "never").touch()
     assert "kiln: interrupted again: exiting now" in rest and "returned" not in rest
     assert "Traceback" not in "".join(seen) + rest
     assert not wait_gone([child])
