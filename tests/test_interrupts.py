@@ -215,6 +215,12 @@ def test_a_second_signal_exits_130_at_once_while_a_thread_finishes_its_step(tmp_
     assert "kiln: interrupted again: exiting now" in rest and "returned" not in rest
     assert "Traceback" not in "".join(seen) + rest
     assert not wait_gone([child])
+    # the thread's step was abandoned mid-way: its work directory is garbage, not a problem
+    verify = _kiln("store", "verify", "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert verify.returncode == 0 and verify.stdout.endswith(": ok\n"), verify.stdout
+    assert any((tmp_path / "store" / "tmp").iterdir())
+    gc = _kiln("store", "gc", "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert gc.returncode == 0 and not any((tmp_path / "store" / "tmp").iterdir()), gc.stdout + gc.stderr
 
 
 def _quantize_spec(dest: Path) -> Path:
