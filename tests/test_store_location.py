@@ -78,3 +78,16 @@ def test_outside_git_the_store_is_beside_the_spec_and_store_options_override(tmp
     missing = kiln(tmp_path / "elsewhere", "export", "../deploy/kiln.yaml", "--to", str(tmp_path / "o"),
                    "--store", str(tmp_path / "nothing"))
     assert missing.returncode == 2 and f"no store at {tmp_path / 'nothing'}" in missing.stderr
+
+
+def test_a_store_left_in_the_current_directory_is_pointed_out_not_used(tmp_path: Path) -> None:
+    repo = GitRepo(tmp_path / "repo")
+    shutil.copytree(SPEC, repo.root / "deploy")
+    repo.commit("spec")
+    old = kiln(repo.root / "deploy", "build", "kiln.yaml", "--allow-partial", "-q", "--store", ".kiln/store")
+    assert old.returncode == 0, old.stderr  # where a build from this directory used to put it
+    plan = kiln(repo.root / "deploy", "plan", "kiln.yaml")
+    assert f"Store: {repo.root / '.kiln' / 'store'} (none there yet)" in plan.stdout
+    assert "kiln: note: using the store at" in plan.stderr and "pass --store .kiln/store" in plan.stderr
+    again = kiln(repo.root / "deploy", "plan", "kiln.yaml", "--store", ".kiln/store")
+    assert "note" not in again.stderr and "Store: .kiln/store\nActions: 8 to run, 10 cached" in again.stdout

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import STORE_HELP
+from .common import STORE_HELP, store_path
 from .errors import UsageError
 from .exitcodes import ExitCode
 from .output import print_diagnostics
@@ -34,10 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _existing_store(explicit: Path | None, release: str):
-    from compiler.build import open_store, store_dir
+    from compiler.build import open_store
 
     spec = None if release.startswith("sha256:") else Path(release)  # a spec: the store of its project
-    path = store_dir(explicit, spec)
+    path = store_path(explicit, spec)
     if not (path / "objects").is_dir():
         raise UsageError(f"no store at {path} (build first, or pass --store)")
     return open_store(path)

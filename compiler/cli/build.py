@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import STORE_HELP, check_output_file, remote_cache, require_file, write_output
+from .common import STORE_HELP, check_output_file, remote_cache, require_file, store_path, write_output
 from .errors import UsageError
 from .exitcodes import ExitCode
 from .output import print_diagnostics
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> ExitCode:
-    from compiler.build import BadSelection, build_spec, open_store, store_dir
+    from compiler.build import BadSelection, build_spec, open_store
     from compiler.graph.builder import Selection
     from compiler.graph.executor import Interrupt
 
@@ -42,7 +42,7 @@ def cmd_build(args: argparse.Namespace) -> ExitCode:
     check_output_file(args.manifest, "--manifest")
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    store = open_store(store_dir(args.store, args.spec))
+    store = open_store(store_path(args.store, args.spec))
     progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     remote = remote_cache(args.cache, store) if args.cache else None  # the registry as a shared cache
     interrupt = Interrupt()

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from .common import STORE_HELP, add_gpu_profiles, gpu_profiles, remote_cache, require_file
+from .common import STORE_HELP, add_gpu_profiles, gpu_profiles, remote_cache, require_file, store_path
 from .errors import UsageError
 from .exitcodes import ExitCode
 from .output import diagnostic_records, emit, footer_line, print_diagnostics, render_diagnostics
@@ -38,14 +38,14 @@ def cmd_plan(args: argparse.Namespace) -> ExitCode:
 
 def _plan_store(args: argparse.Namespace) -> ExitCode:
     """Plain `kiln plan`: each action cached or to run (and why), disruptions, capacity."""
-    from compiler.build import open_store, plan_spec, store_dir
+    from compiler.build import open_store, plan_spec
     from compiler.capacity.mig_layout import placement_rows, render_placements
     from compiler.capacity.render import render_capacity
     from compiler.graph.plan import render_disruptions, render_plan
     from compiler.pipeline import Options
 
     # planning reads the store, never creates it
-    store = open_store(store_dir(args.store, args.spec), create=False, missing_ok=True)
+    store = open_store(store_path(args.store, args.spec), create=False, missing_ok=True)
     outcome = plan_spec(args.spec, store, Options(gpu_profiles=gpu_profiles(args)))
     result = outcome.validation
     figures = result.resolved.capacity_rows() if result.resolved is not None else []
@@ -82,7 +82,7 @@ def store_line(store) -> str:
 
 def _plan_gitops(args: argparse.Namespace) -> ExitCode:
     """`kiln plan` with --base or --matrix (and --cache)."""
-    from compiler.build import open_store, plan_spec, store_dir
+    from compiler.build import open_store, plan_spec
     from compiler.gitops.gitrev import GitError
     from compiler.gitops.planbase import plan_against
     from compiler.gitops.render import render_semantic
@@ -91,7 +91,7 @@ def _plan_gitops(args: argparse.Namespace) -> ExitCode:
 
     if args.base is None and not args.matrix:
         raise UsageError("--cache goes with --base or --matrix")
-    store = open_store(store_dir(args.store, args.spec), create=False, missing_ok=True)
+    store = open_store(store_path(args.store, args.spec), create=False, missing_ok=True)
     remote = remote_cache(args.cache, store) if args.cache else None
     has_remote = remote.has if remote is not None else (lambda key, kind: False)
     options = Options(gpu_profiles=gpu_profiles(args))

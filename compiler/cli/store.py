@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .common import store_path
 from .errors import UsageError
 
 STORE_NO_SPEC_HELP = ("store directory (default: $KILN_STORE, else .kiln/store at the root of the git work tree "
@@ -28,10 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_store_verify(args: argparse.Namespace) -> ExitCode:
-    from compiler.build import open_store, store_dir
+    from compiler.build import open_store
     from compiler.store.maintenance import verify
 
-    store = open_store(store_dir(args.store), create=False)
+    store = open_store(store_path(args.store), create=False)
     problems = verify(store, repair=args.repair)
     for p in problems:
         print(f"store: {p}")
@@ -43,12 +44,12 @@ def cmd_store_verify(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_store_gc(args: argparse.Namespace) -> ExitCode:
-    from compiler.build import open_store, store_dir
+    from compiler.build import open_store
     from compiler.store.maintenance import gc
 
     if args.keep < 1:
         raise UsageError("--keep must be at least 1")
-    store = open_store(store_dir(args.store), create=False)
+    store = open_store(store_path(args.store), create=False)
     stats = gc(store, args.keep)
     print(f"{store.root}: kept {stats.kept_releases} release(s); removed {stats.removed_actions} action(s), "
           f"{stats.removed_objects} object(s), {stats.removed_tmp} temporary file(s)")
