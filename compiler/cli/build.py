@@ -90,13 +90,13 @@ def interrupted_summary(outcome, store) -> str:
     by = {}
     for r in outcome.results.values():
         by.setdefault(r.status, []).append(r.id)
-    stopped = sorted(r.id for r in outcome.results.values() if r.status == "interrupted" and r.log is not None)
+    stopped = sorted((r.id, r.log) for r in outcome.results.values() if r.status == "interrupted" and r.log)
     lines = [f"kiln: build interrupted ({store.root}): " + ", ".join(
         f"{len(by.get(s, []))} {label}" for s, label in (("built", "built"), ("cached", "cached"),
                                                           ("interrupted", "stopped or not started"),
                                                           ("failed", "failed")) if by.get(s))]
     if stopped:
-        lines.append(f"stopped: {', '.join(stopped)} (nothing of it was stored; logs: {store.root / 'logs'})")
+        lines += [f"stopped: {aid} (nothing of it was stored; log: {log})" for aid, log in stopped]
     if outcome.manifest_digest:
         lines.append(f"release {outcome.manifest_digest} was recorded before the interrupt")
     else:
