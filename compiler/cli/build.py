@@ -97,6 +97,7 @@ def interrupted_summary(outcome, store) -> str:
                                                           ("failed", "failed")) if by.get(s))]
     if stopped:
         lines += [f"stopped: {aid} (nothing of it was stored; log: {log})" for aid, log in stopped]
+    lines += [f"failed: {r.id}: {r.error} (log: {r.log})" for r in outcome.results.values() if r.status == "failed"]
     if outcome.manifest_digest:
         lines.append(f"release {outcome.manifest_digest} was recorded before the interrupt")
     else:
