@@ -1,9 +1,10 @@
 """One action of an isolated kind (ActionKind.isolated), in a process of its own that an interrupted
 build can kill (compiler/graph/executor.py starts it in a new session and kills that process group).
 
-`python -m compiler.graph.child FD`: the job comes as one JSON object on stdin; phases and the outcome
-go back as JSON lines on file descriptor FD; stdout and stderr are the action's log, so whatever the
-kind or native code prints lands there. Nothing here writes to the store: the parent stores the
+`main([KILN_DIR, FD])` (the executor's bootstrap line calls it): the job comes as one JSON object on
+stdin; phases and the outcome go back as JSON lines on file descriptor FD; stdout and stderr are the
+action's log, so whatever the kind or native code prints lands there. KILN_DIR is where the build's
+Kiln is imported from: the child refuses to run another one. Nothing here writes to the store: the parent stores the
 output directory after the child succeeded.
 """
 
@@ -34,6 +35,7 @@ def _die_with_parent(parent: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
+    import compiler
     from compiler.graph.kinds import RunContext
 
     status = os.fdopen(int(argv[1]), "w", buffering=1, encoding="utf-8")
@@ -44,6 +46,10 @@ def main(argv: list[str]) -> int:
 
     job = json.loads(sys.stdin.read())
     if not _die_with_parent(job["parent"]):
+        return 1
+    here = Path(compiler.__file__).resolve().parents[1]
+    if here != Path(argv[0]).resolve():
+        send(error=f"the action's process imports Kiln from {here}, not from {argv[0]} as the build does")
         return 1
     log = logging.getLogger(job["logger"])
     log.propagate = False
@@ -70,7 +76,3 @@ def main(argv: list[str]) -> int:
         handler.close()
     send(ok=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

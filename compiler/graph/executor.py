@@ -283,15 +283,17 @@ def _run_one(graph: Graph, kinds: KindRegistry, aid: str, store: LocalStore, spe
             logger.removeHandler(handler)
 
 
-def _child_env() -> dict[str, str]:
-    """The environment of an isolated action's process: this one's, with the directory this Kiln
-    is imported from first on the path, so that the child runs the same code."""
+# The child's first line: Kiln from the directory this one runs from, without putting the current
+# directory first on the path (-P: a `compiler` package there must not shadow Kiln) nor moving an
+# entry the path already has (site-packages stays behind the standard library).
+_BOOT = ("import sys; d = sys.argv[1]; d in sys.path or sys.path.insert(0, d); "
+         "from compiler.graph.child import main; sys.exit(main(sys.argv[1:]))")
+
+
+def _kiln_dir() -> str:
     import compiler
 
-    env = dict(os.environ)
-    here = str(Path(compiler.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
-    return env
+    return str(Path(compiler.__file__).resolve().parents[1])
 
 
 def _run_isolated(kind: ActionKind, params, ctx: RunContext, log_file: Path, state: Running,
@@ -305,9 +307,9 @@ def _run_isolated(kind: ActionKind, params, ctx: RunContext, log_file: Path, sta
     read_fd, write_fd = os.pipe()
     try:
         with open(log_file, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "compiler.graph.child", str(write_fd)],
+            proc = subprocess.Popen([sys.executable, "-P", "-c", _BOOT, _kiln_dir(), str(write_fd)],
                                     stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(write_fd,),
-                                    start_new_session=True, env=_child_env(), close_fds=True)
+                                    start_new_session=True, close_fds=True)
     finally:
         os.close(write_fd)
     state.proc = proc
