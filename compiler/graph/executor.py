@@ -310,6 +310,9 @@ def _run_isolated(kind: ActionKind, params, ctx: RunContext, log_file: Path, sta
             proc = subprocess.Popen([sys.executable, "-P", "-c", _BOOT, _kiln_dir(), str(write_fd)],
                                     stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(write_fd,),
                                     start_new_session=True, close_fds=True)
+    except BaseException:
+        os.close(read_fd)
+        raise
     finally:
         os.close(write_fd)
     state.proc = proc
