@@ -8,7 +8,7 @@ from pathlib import Path
 
 from compiler.actions import REGISTRY
 from compiler.graph.builder import Builder, Selection
-from compiler.graph.executor import ActionResult, execute
+from compiler.graph.executor import ActionResult, Interrupt, execute
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import DISRUPTION_ORDER, POOL, Disruption, KindRegistry
 from compiler.graph.model import Graph
@@ -21,11 +21,34 @@ from compiler.store.local import LocalStore
 DEFAULT_STORE = Path(".kiln/store")
 
 
-def store_dir(explicit: Path | None) -> Path:
+def project_root(directory: Path) -> Path:
+    """The git work tree containing `directory` (a `.git` directory or file marks it: worktrees and
+    submodules have a file), else `directory` itself; absolute."""
+    start = Path(os.path.abspath(directory))
+    for d in (start, *start.parents):
+        try:
+            if (d / ".git").exists():
+                return d
+        except OSError:  # a parent we may not look into
+            break
+    return start
+
+
+def store_dir(explicit: Path | None, spec: Path | None = None) -> Path:
+    """Where the store is: --store, else $KILN_STORE, else `.kiln/store` at the root of the git work
+    tree holding the spec (the spec's directory outside git), so every command of one project finds
+    the same store from any directory. Without a spec (`kiln store ...`, a release digest) the
+    current directory's work tree stands in for the spec's. Relative to the current directory when
+    that is the root (as before: `.kiln/store`), absolute otherwise."""
     if explicit is not None:
         return explicit
     env = os.environ.get("KILN_STORE")
-    return Path(env) if env else DEFAULT_STORE
+    if env:
+        return Path(env)
+    root = project_root(spec.parent if spec is not None else Path.cwd())
+    if root == Path(os.path.abspath(os.curdir)):
+        return DEFAULT_STORE
+    return root / DEFAULT_STORE
 
 
 def open_store(path: Path, create: bool = True, missing_ok: bool = False) -> LocalStore:
@@ -44,6 +67,7 @@ class BuildOutcome:
     manifest: bytes | None = None
     manifest_digest: str | None = None
     disruptions: list[Disruption] = field(default_factory=list)
+    interrupted: bool = False  # stopped by an Interrupt: no release was recorded
 
     @property
     def failed(self) -> list[ActionResult]:
@@ -143,9 +167,11 @@ class BadSelection(Exception):
 
 def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda line: None,
                options: Options | None = None, builder: Builder | None = None,
-               selection: Selection | None = None, remote=None, kinds: KindRegistry = REGISTRY) -> BuildOutcome:
+               selection: Selection | None = None, remote=None, kinds: KindRegistry = REGISTRY,
+               interrupt: Interrupt | None = None) -> BuildOutcome:
     """Build what this builder can. Without failures a manifest is written and recorded in the
-    store's release history; one with deferred actions says `complete: false` and lists them."""
+    store's release history; one with deferred actions says `complete: false` and lists them.
+    `interrupt` stops the build (compiler/graph/executor.py); no release is recorded then."""
     outcome, digests = _prepare(spec, store, options, kinds)
     if outcome.graph is None:
         return outcome
@@ -161,13 +187,22 @@ def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda 
     # The shared lock is held from the first cache lookup until the release is recorded: until then
     # nothing in the store references this build's new artifacts, and `kiln store gc` (which takes
     # the lock alone) would remove them.
+    interrupt = interrupt if interrupt is not None else Interrupt()
     with store.lock():
-        outcome.results = execute(outcome.graph, store, name, kinds, jobs=jobs, progress=progress,
-                                  digest_of=digests.digest, builder=builder, selected=selected, remote=remote)
-        if not outcome.failed:
-            trees = {aid: r.tree for aid, r in outcome.results.items()}
-            pending = {r.id: r.error or "deferred" for r in outcome.deferred}
-            outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.resolved, pending,
-                                              manifest_sections(outcome.graph, trees, store, kinds))
-            outcome.manifest_digest = store.add_release(name, outcome.manifest)
+        # From here an interrupt stops the executor instead of raising, and a release being recorded
+        # is recorded whole (the CLI then reports the interrupt all the same).
+        interrupt.active = True
+        try:
+            outcome.results = execute(outcome.graph, store, name, kinds, jobs=jobs, progress=progress,
+                                      digest_of=digests.digest, builder=builder, selected=selected, remote=remote,
+                                      interrupt=interrupt)
+            if not outcome.failed and not interrupt.is_set():
+                trees = {aid: r.tree for aid, r in outcome.results.items()}
+                pending = {r.id: r.error or "deferred" for r in outcome.deferred}
+                outcome.manifest = build_manifest(outcome.graph, trees, outcome.validation.resolved, pending,
+                                                  manifest_sections(outcome.graph, trees, store, kinds))
+                outcome.manifest_digest = store.add_release(name, outcome.manifest)
+        finally:
+            interrupt.active = False
+        outcome.interrupted = interrupt.is_set()
     return outcome

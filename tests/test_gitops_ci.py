@@ -339,3 +339,65 @@ def test_the_default_source_is_where_the_running_kiln_came_from(tmp_path: Path) 
     other.commit("other")
     with pytest.raises(SourceError, match="cannot tell"):
         running_source(other.root / "compiler", "")
+
+
+def _kiln_checkout(tmp_path: Path):
+    """A source checkout of this Kiln (its package and pyproject.toml, committed) without a remote:
+    `python -m compiler` run from it resolves the Kiln source from it."""
+    from tests.gitrepo import GitRepo
+
+    repo = GitRepo(tmp_path / "kiln")
+    shutil.copytree(ROOT / "compiler", repo.root / "compiler", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(ROOT / "pyproject.toml", repo.root / "pyproject.toml")
+    return repo, repo.commit("kiln")
+
+
+def _init(checkout: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(checkout)
+    return subprocess.run([sys.executable, "-m", "compiler", "init", str(tmp_path / "deploy" / "kiln.yaml"),
+                           "--dir", str(tmp_path), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_each_kiln_source_option_works_alone_and_messages_do_not_name_what_it_replaced(tmp_path: Path) -> None:
+    repo, head = _kiln_checkout(tmp_path)
+    shutil.copytree(SPEC, tmp_path / "deploy")
+    # --kiln-repo alone: the commit is the checkout's HEAD; the checkout needs no origin
+    proc = _init(repo.root, tmp_path, "--kiln-repo", KILN_REPO, "--registry", "registry.example/team")
+    assert proc.returncode == 0, proc.stderr
+    assert f"kiln-compiler @ git+{KILN_REPO}@{head}" in proc.stdout
+    assert "warning" not in proc.stderr
+    # ... and when HEAD does not hold the running Kiln, only --kiln-commit is asked for
+    (repo.root / "compiler" / "__init__.py").write_text("x = 1\n" + (ROOT / "compiler" / "__init__.py").read_text(
+        encoding="utf-8"), encoding="utf-8")
+    proc = _init(repo.root, tmp_path, "--kiln-repo", KILN_REPO, "--registry", "registry.example/team", "--force")
+    assert proc.returncode == 2 and "uncommitted changes" in proc.stderr and "--kiln-commit" in proc.stderr
+    assert "origin" not in proc.stderr and "--kiln-repo" not in proc.stderr
+    # --kiln-commit alone: the repository is origin's, and neither HEAD's state nor its push matters
+    proc = _init(repo.root, tmp_path, "--kiln-commit", KILN_COMMIT, "--registry", "registry.example/team", "--force")
+    assert proc.returncode == 2 and "no `origin` remote: pass --kiln-repo" in proc.stderr
+    assert "--kiln-commit" not in proc.stderr and "uncommitted" not in proc.stderr
+    repo.git("remote", "add", "origin", "git@github.example:acme/kiln.git")
+    proc = _init(repo.root, tmp_path, "--kiln-commit", KILN_COMMIT, "--registry", "registry.example/team", "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert f"kiln-compiler @ git+ssh://git@github.example/acme/kiln.git@{KILN_COMMIT}" in proc.stdout
+
+
+@pytest.mark.parametrize("registry, warned", [
+    ("127.0.0.1:5000/team", True), ("localhost:5000/team", True), ("127.1.2.3/team", True),
+    ("registry.example:5000/team", False), ("10.0.0.7:5000/team", False), ("localhost.example/team", False)])
+def test_a_loopback_registry_in_the_workflows_is_warned_about(tmp_path: Path, registry: str, warned: bool) -> None:
+    from compiler.gitops.ci import loopback_host
+
+    assert (loopback_host(registry) is not None) is warned
+    assert loopback_host("[::1]:5000/team") == "::1"
+
+
+def test_init_warns_that_a_runner_cannot_reach_a_loopback_registry(tmp_path: Path) -> None:
+    shutil.copytree(SPEC, tmp_path / "deploy")
+    proc = _init(ROOT, tmp_path, "--registry", "127.0.0.1:5000/team", *SOURCE)
+    assert proc.returncode == 0, proc.stderr
+    assert "kiln: warning:" in proc.stderr and "127.0.0.1 is a loopback address" in proc.stderr
+    assert "--registry" in proc.stderr
+    assert (tmp_path / ".github" / "workflows" / "kiln-plan.yml").is_file()  # a warning, not a refusal

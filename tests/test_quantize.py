@@ -207,6 +207,17 @@ def test_fp8_build_exports_a_modelopt_checkpoint(fp8, tmp_path: Path) -> None:
         assert f.get_tensor("model.layers.3.self_attn.q_proj.input_scale").numel() == 1
 
 
+def test_quantize_runs_in_its_own_process_and_logs_its_phases(fp8) -> None:
+    """The build shows these phases while quantize runs (compiler/graph/executor.py); the child
+    process (compiler/graph/child.py) writes them to the action's log as it reaches them."""
+    import re
+
+    _, _, outcome = fp8
+    log = outcome.results["quantize/tiny"].log.read_text(encoding="utf-8")
+    assert re.findall(r"^phase: (.+)$", log, re.M) == ["loading", "evaluating the unquantized model", "calibrating",
+                                                        "evaluating the quantized model", "exporting"], log
+
+
 def test_fp8_dequantized_weights_match_the_fake_quantized_model(fp8, fp8_model, tmp_path: Path) -> None:
     """Finding: not bit-exact. ModelOpt 0.47's FP8 export divides the bf16 weight by its fp32
     scale in bf16 (a 0-dim fp32 tensor does not promote a bf16 tensor) before the cast to fp8, while

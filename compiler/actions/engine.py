@@ -303,6 +303,7 @@ def _run_container(params, model_dir: Path, calib, work: Path, engine_dir: Path,
 
 class Engine(ActionKind[EngineParams]):
     kind, version, Params = "engine", 1, EngineParams
+    isolated = True  # quantize.py and trtllm-build run for minutes: killed with its process group on interrupt
 
     def lower(self, ctx: LowerContext) -> list[Action]:
         if ctx.ir.target != "engine":

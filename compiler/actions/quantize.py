@@ -505,6 +505,7 @@ def check_builder(params: QuantizeParams) -> None:
 
 
 def run(params: QuantizeParams, ctx: RunContext) -> None:
+    ctx.phase("loading")  # torch and ModelOpt, then the model: the first seconds to minutes
     try:
         import torch
     except ImportError:
@@ -587,15 +588,18 @@ def _run(params: QuantizeParams, ctx: RunContext, scratch: Path, device: str) ->
         items = read_eval(ctx.files["eval"], g.metric, g.samples)
         max_tokens = min(g.max_tokens, getattr(model.config, "max_position_embeddings", None) or g.max_tokens)
         start = time.monotonic()
+        ctx.phase("evaluating the unquantized model")
         base = evaluate(model, tokenizer, items, g.metric, max_tokens)
         ctx.log.info("unquantized %s: %.6g on %d eval samples (%.1fs)", g.metric, base, len(items),
                      time.monotonic() - start)
 
+    ctx.phase("calibrating" if params.calibration is not None else "quantizing")
     start = time.monotonic()
     model = quantize_in_memory(model, tokenizer, params, texts, ctx.log)
     ctx.log.info("quantized in %.1fs on %s", time.monotonic() - start, device)
 
     if params.quality is not None:
+        ctx.phase("evaluating the quantized model")
         quant = evaluate(model, tokenizer, items, g.metric, max_tokens)
         quality = {"metric": g.metric, "samples": len(items), "max_tokens": max_tokens,
                    "unquantized": _round(base), "quantized": _round(quant),
@@ -604,6 +608,7 @@ def _run(params: QuantizeParams, ctx: RunContext, scratch: Path, device: str) ->
                    "device": device}
         ctx.log.info("quantized %s: %.6g (regression %.3f%%)", g.metric, quant, quality["regression_pct"])
 
+    ctx.phase("exporting")
     export_hf_checkpoint(model, dtype=next(p.dtype for p in model.parameters() if p.is_floating_point()),
                          export_dir=ctx.out)
     normalize_export(ctx.out, params.plan, ctx.log)
@@ -629,6 +634,9 @@ def _round(x: float) -> float | None:
 
 class Quantize(ActionKind[QuantizeParams]):
     kind, version, Params = "quantize", 3, QuantizeParams
+    # Minutes in torch: a process of its own, which an interrupted build kills; one at a time (the
+    # device's memory, and ModelOpt's process-wide settings when run in-process).
+    isolated = exclusive = True
 
     def lower(self, ctx: LowerContext) -> list[Action]:
         if ctx.ir.target != "llmapi":

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import STORE_HELP
+from .common import STORE_HELP, store_path
 from .errors import UsageError
 from .exitcodes import ExitCode
 from .output import print_diagnostics
@@ -33,10 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(handler=cmd_show)
 
 
-def _existing_store(explicit: Path | None):
-    from compiler.build import open_store, store_dir
+def _existing_store(explicit: Path | None, release: str):
+    from compiler.build import open_store
 
-    path = store_dir(explicit)
+    spec = None if release.startswith("sha256:") else Path(release)  # a spec: the store of its project
+    path = store_path(explicit, spec)
     if not (path / "objects").is_dir():
         raise UsageError(f"no store at {path} (build first, or pass --store)")
     return open_store(path)
@@ -46,7 +47,7 @@ def _release(args: argparse.Namespace):
     """(store, release), or (store, None) after printing the spec's diagnostics."""
     from compiler.releases import ReleaseError, find_release
 
-    store = _existing_store(args.store)
+    store = _existing_store(args.store, args.release)
     try:
         validation, release = find_release(store, args.release)
     except ReleaseError as e:

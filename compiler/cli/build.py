@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import STORE_HELP, check_output_file, remote_cache, require_file, write_output
+from .common import STORE_HELP, check_output_file, remote_cache, require_file, store_path, write_output
 from .errors import UsageError
 from .exitcodes import ExitCode
 from .output import print_diagnostics
@@ -32,25 +32,34 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> ExitCode:
-    from compiler.build import BadSelection, build_spec, open_store, store_dir
+    from compiler.build import BadSelection, build_spec, open_store
     from compiler.graph.builder import Selection
+    from compiler.graph.executor import Interrupt
+
+    from .interrupts import stopping_on_signals
 
     require_file(args.spec)
     check_output_file(args.manifest, "--manifest")
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    store = open_store(store_dir(args.store))
+    store = open_store(store_path(args.store, args.spec))
     progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     remote = remote_cache(args.cache, store) if args.cache else None  # the registry as a shared cache
+    interrupt = Interrupt()
     try:
-        outcome = build_spec(args.spec, store, jobs=args.jobs, progress=progress,
-                             selection=Selection(tuple(args.only), tuple(args.skip)), remote=remote)
+        with stopping_on_signals(interrupt):
+            outcome = build_spec(args.spec, store, jobs=args.jobs, progress=progress,
+                                 selection=Selection(tuple(args.only), tuple(args.skip)), remote=remote,
+                                 interrupt=interrupt)
     except BadSelection as e:
         raise UsageError(str(e)) from None
     result = outcome.validation
     if not result.ok:
         print_diagnostics([result], stream=sys.stderr, suffix="; nothing built")
         return ExitCode.ERRORS
+    if outcome.interrupted:
+        print(interrupted_summary(outcome, store), file=sys.stderr)
+        return ExitCode.INTERRUPTED
     executed = len(outcome.executed)
     fetched = sum(r.status == "cached" and r.fetched for r in outcome.results.values())
     cached = sum(r.status == "cached" for r in outcome.results.values()) - fetched
@@ -76,6 +85,26 @@ def cmd_build(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
+def interrupted_summary(outcome, store) -> str:
+    """What an interrupted build leaves: what it stopped, what it kept, and whether a release exists."""
+    by = {}
+    for r in outcome.results.values():
+        by.setdefault(r.status, []).append(r.id)
+    stopped = sorted((r.id, r.log) for r in outcome.results.values() if r.status == "interrupted" and r.log)
+    lines = [f"kiln: build interrupted ({store.root}): " + ", ".join(
+        f"{len(by.get(s, []))} {label}" for s, label in (("built", "built"), ("cached", "cached"),
+                                                          ("interrupted", "stopped or not started"),
+                                                          ("failed", "failed")) if by.get(s))]
+    if stopped:
+        lines += [f"stopped: {aid} (nothing of it was stored; log: {log})" for aid, log in stopped]
+    lines += [f"failed: {r.id}: {r.error} (log: {r.log})" for r in outcome.results.values() if r.status == "failed"]
+    if outcome.manifest_digest:
+        lines.append(f"release {outcome.manifest_digest} was recorded before the interrupt")
+    else:
+        lines.append("no release was recorded; what was built is kept, and the next build continues from it")
+    return "\n".join(lines)
+
+
 def _size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -93,7 +122,8 @@ def summary(args: argparse.Namespace, store, outcome) -> str:
     from compiler.releases import load_release, sizes_by_kind
 
     release = load_release(store, outcome.manifest_digest)
-    lines = [f"manifest: {args.manifest if args.manifest is not None else store.blob_path(release.digest)}"]
+    lines = [f"manifest: {args.manifest if args.manifest is not None else store.blob_path(release.digest)}",
+             f"store: {store.root}"]
     rows = sizes_by_kind(store, list(release.artifacts))
     width = max((len(r.kind) for r in rows), default=0)
     lines.append("produced (per kind: artifacts, files, size):")

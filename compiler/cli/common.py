@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 from .errors import UsageError
 
-STORE_HELP = "store directory (default: $KILN_STORE or .kiln/store)"
+STORE_HELP = ("store directory (default: $KILN_STORE, else .kiln/store at the root of the git work tree holding "
+              "the spec, or beside the spec outside git)")
 GPU_PROFILES_HELP = ("captured `nvidia-smi mig -lgip` output (and `-lgipp`, in the same file or a second one) of "
                      "one GPU model; its hosts are validated against it instead of the catalog. Repeat the option "
                      "for each GPU model")
@@ -88,3 +90,21 @@ def remote_cache(target: str, store):
         return remote_for(target, store)
     except CacheSpecError as e:
         raise UsageError(f"--cache: {e}") from None
+
+
+def store_path(explicit: Path | None, spec: Path | None = None) -> Path:
+    """The store a command uses (compiler.build.store_dir). When that is the default at the root of
+    the spec's project and the current directory holds another store (where Kiln looked before it
+    followed the spec's repository), says which one is used and how to use the other."""
+    from compiler.build import DEFAULT_STORE, store_dir
+
+    path = store_dir(explicit, spec)
+    if explicit is None and not os.environ.get("KILN_STORE") and path != DEFAULT_STORE:
+        try:
+            here = (DEFAULT_STORE / "objects").is_dir()
+        except OSError:
+            here = False
+        if here:
+            print(f"kiln: note: using the store at {path} (the root of the spec's project), not the one in this "
+                  f"directory ({DEFAULT_STORE}); pass --store {DEFAULT_STORE} to use that one", file=sys.stderr)
+    return path

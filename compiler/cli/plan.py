@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from .common import STORE_HELP, add_gpu_profiles, gpu_profiles, remote_cache, require_file
+from .common import STORE_HELP, add_gpu_profiles, gpu_profiles, remote_cache, require_file, store_path
 from .errors import UsageError
 from .exitcodes import ExitCode
 from .output import diagnostic_records, emit, footer_line, print_diagnostics, render_diagnostics
@@ -38,21 +38,21 @@ def cmd_plan(args: argparse.Namespace) -> ExitCode:
 
 def _plan_store(args: argparse.Namespace) -> ExitCode:
     """Plain `kiln plan`: each action cached or to run (and why), disruptions, capacity."""
-    from compiler.build import open_store, plan_spec, store_dir
+    from compiler.build import open_store, plan_spec
     from compiler.capacity.mig_layout import placement_rows, render_placements
     from compiler.capacity.render import render_capacity
     from compiler.graph.plan import render_disruptions, render_plan, summary_line
     from compiler.pipeline import Options
 
     # planning reads the store, never creates it
-    store = open_store(store_dir(args.store), create=False, missing_ok=True)
+    store = open_store(store_path(args.store, args.spec), create=False, missing_ok=True)
     outcome = plan_spec(args.spec, store, Options(gpu_profiles=gpu_profiles(args)))
     result = outcome.validation
     figures = result.resolved.capacity_rows() if result.resolved is not None else []
     placements = placement_rows(result.resolved.units) if result.resolved is not None else []
     summary = summary_line(outcome.plan, outcome.disruptions) if outcome.graph is not None else None
     if args.format == "json":
-        emit(json.dumps({"summary": summary, "diagnostics": diagnostic_records([result]),
+        emit(json.dumps({"summary": summary, "diagnostics": diagnostic_records([result]), "store": str(store.root),
                          "actions": json.loads(render_plan(outcome.plan, "json")) if outcome.graph else None,
                          "disruptions": json.loads(render_disruptions(outcome.disruptions, "json")),
                          "placements": placements,
@@ -62,7 +62,10 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
         if result.diagnostics:
             parts.append(render_diagnostics([result], footer=False))
         if outcome.graph is not None:
-            parts.append(render_plan(outcome.plan, args.format))
+            plan_text = render_plan(outcome.plan, args.format)
+            if args.format == "text":  # "cached", "never built in this store": which store
+                plan_text = f"{store_line(store)}\n{plan_text}"
+            parts.append(plan_text)
             parts.append(render_disruptions(outcome.disruptions, args.format))
         if placements:
             parts.append(render_placements(placements, args.format))
@@ -73,9 +76,14 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK if result.ok else ExitCode.ERRORS
 
 
+def store_line(store) -> str:
+    """The store a plan was made against (it may not exist yet: nothing was built there)."""
+    return f"Store: {store.root}" + ("" if (store.root / "objects").is_dir() else " (none there yet)")
+
+
 def _plan_gitops(args: argparse.Namespace) -> ExitCode:
     """`kiln plan` with --base or --matrix (and --cache)."""
-    from compiler.build import open_store, plan_spec, store_dir
+    from compiler.build import open_store, plan_spec
     from compiler.gitops.gitrev import GitError
     from compiler.gitops.planbase import plan_against
     from compiler.gitops.render import render_semantic
@@ -84,7 +92,7 @@ def _plan_gitops(args: argparse.Namespace) -> ExitCode:
 
     if args.base is None and not args.matrix:
         raise UsageError("--cache goes with --base or --matrix")
-    store = open_store(store_dir(args.store), create=False, missing_ok=True)
+    store = open_store(store_path(args.store, args.spec), create=False, missing_ok=True)
     remote = remote_cache(args.cache, store) if args.cache else None
     has_remote = remote.has if remote is not None else (lambda key, kind: False)
     options = Options(gpu_profiles=gpu_profiles(args))
@@ -107,6 +115,8 @@ def _plan_gitops(args: argparse.Namespace) -> ExitCode:
         emit(json.dumps(result.plan.matrix, sort_keys=True, separators=(",", ":")), None)
         return ExitCode.OK
     text = render_semantic(result.plan, args.format)
+    if args.format == "text":  # the durations and "built in this store" are this store's (stdout may be a PR comment)
+        print(store_line(store), file=sys.stderr)
     head = result.head
     if head.diagnostics and args.format != "json":  # warnings of the new revision stay visible
         text = render_diagnostics([head], footer=False) + "\n\n" + text

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import STORE_HELP, check_output_file, require_file, write_output
+from .common import STORE_HELP, check_output_file, require_file, store_path, write_output
 from .errors import UsageError
 from .exitcodes import ExitCode
 from .output import print_diagnostics
@@ -78,7 +78,7 @@ class DirtyCheckout(Exception):
 
 
 def cmd_publish(args: argparse.Namespace) -> ExitCode:
-    from compiler.build import open_store, store_dir
+    from compiler.build import open_store
     from compiler.gitops.oci import RegistryError
     from compiler.gitops.publish import NotBuilt, TagConflict, publish_spec
 
@@ -97,7 +97,7 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
         except DirtyCheckout as e:
             print(f"kiln: error: {e}", file=sys.stderr)
             return ExitCode.ERRORS
-    store = open_store(store_dir(args.store), create=False)
+    store = open_store(store_path(args.store, args.spec), create=False)
     try:
         outcome = publish_spec(args.spec, store, args.registry, commit, artifacts_only=args.artifacts_only,
                                dirty=dirty)
@@ -154,7 +154,8 @@ def cmd_init(args: argparse.Namespace) -> ExitCode:
     try:
         labels = tuple(label.strip() for label in args.gpu_runner.split(",") if label.strip())
         written = install_workflows(root, args.spec, source, registry=args.registry, force=args.force,
-                                    gpu_runner=labels, branch=args.branch)
+                                    gpu_runner=labels, branch=args.branch,
+                                    warn=lambda message: print(f"kiln: warning: {message}", file=sys.stderr))
     except InitConflict as e:
         raise UsageError(str(e)) from None
     for path, state in written:

@@ -67,11 +67,31 @@ def render_workflows(spec: str, registry: str, source: KilnSource, *,
     return out
 
 
+def loopback_host(registry: str) -> str | None:
+    """The host of `registry` (host[:port][/namespace]) when it is a loopback address (127.0.0.0/8,
+    ::1, localhost): a CI runner reaching it reaches itself, not the machine that ran `kiln init`."""
+    import ipaddress
+
+    host = registry.split("/", 1)[0]
+    if host.startswith("["):
+        host = host[1:].split("]", 1)[0]
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return host
+    try:
+        return host if ipaddress.ip_address(name).is_loopback else None
+    except ValueError:
+        return None
+
+
 def install_workflows(root: Path, spec: Path, source: KilnSource, *, registry: str | None = None,
                       force: bool = False, gpu_runner: tuple[str, ...] = DEFAULT_GPU_RUNNER,
-                      branch: str = "main") -> list[tuple[Path, str]]:
+                      branch: str = "main", warn=lambda message: None) -> list[tuple[Path, str]]:
     """Write the workflows under root/.github/workflows and `.kiln/` into root/.gitignore;
-    [(path, "wrote"|"unchanged"|"replaced")]."""
+    [(path, "wrote"|"unchanged"|"replaced")]. `warn` is told what the workflows will not do as
+    the user may expect (a loopback registry)."""
     if not TEMPLATES.is_dir():
         raise InitConflict(f"the CI templates are not installed ({TEMPLATES} is missing)")
     if not spec.is_file():
@@ -88,6 +108,11 @@ def install_workflows(root: Path, spec: Path, source: KilnSource, *, registry: s
             raise InitConflict(f"{spec} has no publish.registry: set it or pass --registry")
         registry = parsed.publish.registry
     texts = render_workflows(rel, registry, source, gpu_runner=gpu_runner, branch=branch)
+    host = loopback_host(registry)
+    if host is not None:
+        warn(f"the workflows publish to and cache from {registry}, but {host} is a loopback address: on a CI "
+             "runner it is the runner itself, not this machine; pass --registry (or set publish.registry) to a "
+             "registry the runners can reach")
     target = root / ".github" / "workflows"
     plan = []
     for name, text in texts.items():

@@ -8,7 +8,8 @@ By default the workflows install the Kiln that runs `kiln init`: the repository 
 recorded when it was installed from git (PEP 610 direct_url.json), or, for a source checkout (the
 editable install of scripts/install.sh), the checkout's `origin` remote and its HEAD commit, which
 must be clean and already on a branch of that remote. Anything else is an error that asks for
-`--kiln-repo` and `--kiln-commit`.
+`--kiln-repo` and `--kiln-commit`. Either option works alone: the other part still comes from the
+running Kiln, and what an option replaces (the checkout's origin, its HEAD) is then neither required nor named.
 """
 
 from __future__ import annotations
@@ -92,8 +93,10 @@ def _from_direct_url(record: str | None) -> KilnSource | None:
         return None
 
 
-def _from_checkout(package_dir: Path) -> KilnSource | None:
-    """The source checkout `package_dir` lives in (origin remote, HEAD), or None when it is not one."""
+def _from_checkout(package_dir: Path, repo: str | None = None, commit: str | None = None) -> KilnSource | None:
+    """The source checkout `package_dir` lives in (origin remote, HEAD), or None when it is not one.
+    `repo` / `commit` (given by the user) replace origin / HEAD: what they replace is then neither
+    required nor checked, and no message names it."""
     top = _git(package_dir, "rev-parse", "--show-toplevel")
     if not top:
         return None
@@ -104,31 +107,44 @@ def _from_checkout(package_dir: Path) -> KilnSource | None:
         return None
     if not re.search(rf'^name = "{re.escape(DISTRIBUTION)}"$', pyproject, re.M):
         return None  # some other repository that happens to contain the package
-    remote = _git(root, "config", "--get", "remote.origin.url")
-    if not remote:
-        raise SourceError(f"the Kiln checkout {root} has no `origin` remote: pass --kiln-repo")
-    head = _git(root, "rev-parse", "HEAD") or ""
-    if _git(root, "status", "--porcelain", "--untracked-files=no", "--", "compiler", "pyproject.toml"):
-        raise SourceError(f"the Kiln checkout {root} has uncommitted changes, so no commit holds the Kiln "
-                          "that runs here: commit and push them, or pass --kiln-commit")
-    if not _git(root, "branch", "--remotes", "--contains", head):
-        raise SourceError(f"commit {head[:12]} of the Kiln checkout {root} is on no branch of its remotes "
-                          "(as last fetched): push it, or pass --kiln-commit")
-    return KilnSource(repo_url(remote), commit_id(head))
+    given_repo = repo is not None
+    if repo is None:
+        repo = _git(root, "config", "--get", "remote.origin.url")
+        if not repo:
+            raise SourceError(f"the Kiln checkout {root} has no `origin` remote: pass --kiln-repo URL")
+    if commit is None:
+        commit = _git(root, "rev-parse", "HEAD") or ""
+        if _git(root, "status", "--porcelain", "--untracked-files=no", "--", "compiler", "pyproject.toml"):
+            raise SourceError(f"the Kiln checkout {root} has uncommitted changes, so no commit holds the Kiln "
+                              "that runs here: commit and push them, or pass --kiln-commit COMMIT")
+        # Whether a runner can fetch HEAD is only known for the checkout's own remotes; with another
+        # repository (--kiln-repo) the user vouches for it.
+        if not given_repo and not _git(root, "branch", "--remotes", "--contains", commit):
+            raise SourceError(f"commit {commit[:12]} of the Kiln checkout {root} is on no branch of its remotes "
+                              "(as last fetched): push it, or pass --kiln-commit COMMIT")
+    return KilnSource(repo_url(repo), commit_id(commit))
 
 
-def running_source(package_dir: Path | None = None, direct_url: str | None = None) -> KilnSource:
-    """The repository and commit of the Kiln that runs now (see the module docstring)."""
+def running_source(package_dir: Path | None = None, direct_url: str | None = None, *,
+                   repo: str | None = None, commit: str | None = None) -> KilnSource:
+    """The repository and commit of the Kiln that runs now (see the module docstring); `repo` or
+    `commit` (--kiln-repo, --kiln-commit) replace one of them."""
     if package_dir is None:
         import compiler
 
         package_dir = Path(compiler.__file__).resolve().parent
     if direct_url is None:
         direct_url = _installed_direct_url(package_dir)
-    found = _from_direct_url(direct_url) or _from_checkout(package_dir)
+    found = _from_direct_url(direct_url)
+    if found is not None:
+        return KilnSource(repo_url(repo) if repo is not None else found.repo,
+                          commit_id(commit) if commit is not None else found.commit)
+    found = _from_checkout(package_dir, repo, commit)
     if found is None:
-        raise SourceError("cannot tell which repository and commit this Kiln was installed from "
-                          "(not a git install, not a source checkout): pass --kiln-repo URL --kiln-commit COMMIT")
+        what = {(False, False): "repository and commit", (True, False): "commit", (False, True): "repository"}
+        wanted = [opt for opt, given in (("--kiln-repo URL", repo), ("--kiln-commit COMMIT", commit)) if given is None]
+        raise SourceError(f"cannot tell which {what[(repo is not None, commit is not None)]} this Kiln was installed "
+                          f"from (not a git install, not a source checkout): pass {' '.join(wanted)}")
     return found
 
 
@@ -151,8 +167,10 @@ def _installed_direct_url(package_dir: Path) -> str | None:
 
 def resolve_source(repo: str | None, commit: str | None) -> KilnSource:
     """--kiln-repo / --kiln-commit, each defaulting to the running Kiln's."""
+    if repo is not None:
+        repo = repo_url(repo)  # a bad value is reported before anything else
+    if commit is not None:
+        commit = commit_id(commit)
     if repo is not None and commit is not None:
-        return KilnSource(repo_url(repo), commit_id(commit))
-    running = running_source()
-    return KilnSource(repo_url(repo) if repo is not None else running.repo,
-                      commit_id(commit) if commit is not None else running.commit)
+        return KilnSource(repo, commit)
+    return running_source(repo=repo, commit=commit)

@@ -107,7 +107,7 @@ def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | 
     records = {aid: store.get_action(graph.keys[aid]) for aid in graph.order}
     outcome.missing = [aid for aid, r in records.items() if r is None]
     if outcome.missing and not artifacts_only:
-        raise NotBuilt(f"{len(outcome.missing)} artifact(s) of {result.file} are not in the store "
+        raise NotBuilt(f"{len(outcome.missing)} artifact(s) of {result.file} are not in the store {store.root} "
                        f"({', '.join(outcome.missing[:3])}{', ...' if len(outcome.missing) > 3 else ''}): "
                        "run `kiln build` first")
     release = None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from compiler.graph.model import Graph
 from compiler.graph.plan import record_reasons, root_reasons, spec_diff
+from compiler.graph.progress import expected_duration
 from compiler.store.local import LocalStore
 
 GIB = 1024 ** 3
@@ -70,16 +71,6 @@ def _spec(graph: Graph | None) -> dict | None:
     return snap.params_json.get("spec") if snap is not None else None
 
 
-def _expected(store: LocalStore, spec_name: str, aid: str, base_key: str | None) -> float | None:
-    """How long the slot took the last time this store built it."""
-    for key in (base_key, (store.get_ref(spec_name, aid) or {}).get("key")):
-        if key:
-            rec = store.get_action(key)
-            if rec is not None:
-                return rec.duration_s
-    return None
-
-
 def action_changes(base: Graph | None, head: Graph, store: LocalStore, spec_name: str,
                    has_remote=lambda key, kind: False) -> tuple[list[ActionChange], int]:
     changes: list[ActionChange] = []
@@ -99,7 +90,7 @@ def action_changes(base: Graph | None, head: Graph, store: LocalStore, spec_name
                                   record_reasons(_record(base, aid), head, aid, rebuilt, spec_changes), action.needs)
         rebuilt[aid] = root_reasons(change.reasons)
         change.cached = store.get_action(key) is not None or has_remote(key, action.kind)
-        change.expected_s = 0.0 if change.cached else _expected(store, spec_name, aid, base_key)
+        change.expected_s = 0.0 if change.cached else expected_duration(store, spec_name, aid, base_key)
         changes.append(change)
     if base is not None:
         for aid in base.order:

@@ -2,12 +2,22 @@
 
 Only this module (and the actions it calls) touches the outside world. A failed action leaves no
 output in the store, its dependents are skipped, and its log stays in the store's logs/.
+
+Actions run in threads, except those of isolated kinds (ActionKind.isolated: quantization, engine
+builds), which run in a child process of their own (compiler/graph/child.py). An `Interrupt` stops a
+build: nothing starts after it, isolated actions' processes are killed at once, the others are left
+to finish their step (a thread cannot be stopped), and their results are recorded as usual, so the
+store stays consistent; what was stopped or never started is "interrupted".
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -18,18 +28,21 @@ from typing import Callable
 from compiler.store.local import ActionRecord, LocalStore
 
 from .builder import Builder, describe
-from .kinds import KindRegistry, RunContext
+from .kinds import ActionKind, KindRegistry, RunContext
 from .model import Graph
+from .progress import estimate, phase_line, running_line
 
 Progress = Callable[[str], None]
 TICK_S = 15.0  # how often a long action reports that it is still running
+INDENT = "       "
 
 
 @dataclass
 class ActionResult:
     id: str
     key: str
-    status: str  # "cached", "built", "failed", "skipped" (a dependency failed), "deferred" (see builder.py)
+    status: str  # "cached", "built", "failed", "skipped" (a dependency failed), "deferred" (see builder.py),
+    #              "interrupted" (stopped, or not started, by an Interrupt)
     tree: str | None = None
     duration_s: float = 0.0
     log: Path | None = None
@@ -41,30 +54,100 @@ class InputChanged(Exception):
     """An input file changed between planning and running."""
 
 
+class ChildFailed(Exception):
+    """An isolated action's process reported a failure, or ended without reporting an outcome."""
+
+
+class Stopped(Exception):
+    """An isolated action's process was killed by an Interrupt."""
+
+
+@dataclass
+class Running:
+    """An action under way: what an interrupt stops and the progress lines describe."""
+
+    aid: str
+    start: float
+    expected_s: float | None  # from the store's last build of the slot (progress.estimate)
+    basis: str  # what expected_s comes from
+    isolated: bool
+    phase: str | None = None
+    proc: subprocess.Popen | None = None  # an isolated action's process, once started
+
+    def kill(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            try:  # the whole process group: the tools the action started die with it
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+class Interrupt:
+    """Stops a build (the CLI calls `stop` on the first SIGINT or SIGTERM). Safe to call from a
+    signal handler: it takes no lock the interrupted thread could hold."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.running: dict[str, Running] = {}
+        self.active = False  # an executor is running the build (the CLI raises KeyboardInterrupt otherwise)
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def stop(self) -> tuple[list[str], list[str]]:
+        """Stop the build: (ids of actions whose processes are killed, ids left to finish their step)."""
+        self._event.set()
+        killed, left = [], []
+        for r in dict(self.running).values():  # a copy made without running Python code: no lock
+            if r.isolated:
+                r.kill()
+                killed.append(r.aid)
+            else:
+                left.append(r.aid)
+        return sorted(killed), sorted(left)
+
+    def kill_all(self) -> None:
+        for r in dict(self.running).values():
+            r.kill()
+
+
 def execute(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry, *, jobs: int = 2,
             progress: Progress = lambda line: None, digest_of: Callable[[Path], str] | None = None,
             builder: Builder | None = None, selected: set[str] | None = None,
-            remote: Callable[[Graph, str, str], ActionRecord | None] | None = None) -> dict[str, ActionResult]:
+            remote: Callable[[Graph, str, str], ActionRecord | None] | None = None,
+            interrupt: Interrupt | None = None) -> dict[str, ActionResult]:
     """Run the graph. Actions outside `selected` (default: all) and actions whose needs `builder`
     lacks are deferred unless the store already holds them; so are their dependents. `remote`
     (compiler/gitops/cache.py): on a store miss, may import the action's output from a registry
-    cache and return its record; the action then counts as cached."""
+    cache and return its record; the action then counts as cached. `interrupt` stops the build
+    (see the module docstring)."""
     builder = builder if builder is not None else Builder()
+    interrupt = interrupt if interrupt is not None else Interrupt()
     results: dict[str, ActionResult] = {}
     total = len(graph.order)
     with store.lock(exclusive=False), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         pending = list(graph.order)
         running: dict[Future, str] = {}
+        busy: set[str] = set()  # exclusive kinds with an action running
         stop = threading.Event()
         try:
             while pending or running:
+                if interrupt.is_set():
+                    for aid in pending:
+                        results[aid] = ActionResult(aid, graph.keys[aid], "interrupted",
+                                                    error="not started: the build was interrupted")
+                    pending = []
                 for aid in list(pending):
                     deps = graph.actions[aid].deps
                     if any(results.get(d) is None for d in deps):
                         continue  # a dependency is still running or waiting
+                    kind = kinds[graph.actions[aid].kind]
+                    if kind.exclusive and kind.kind in busy:
+                        continue  # one of its kind at a time
                     pending.remove(aid)
                     key = graph.keys[aid]
-                    bad = [d for d in deps if results[d].status in ("failed", "skipped")]
+                    bad = [d for d in deps if results[d].status in ("failed", "skipped", "interrupted")]
                     if bad:
                         results[aid] = ActionResult(aid, key, "skipped", error=f"{bad[0]} did not build")
                         progress(f"[{len(results)}/{total}] skip   {aid} ({bad[0]} did not build)")
@@ -87,24 +170,34 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry
                         results[aid] = ActionResult(aid, key, "deferred", error=why)
                         progress(f"[{len(results)}/{total}] defer  {aid} ({why})")
                         continue
+                    if kind.exclusive:
+                        busy.add(kind.kind)
+                    state = Running(aid, time.monotonic(), *estimate(store, spec_name, graph, aid), kind.isolated)
                     running[pool.submit(_run_one, graph, kinds, aid, store, spec_name, results, stop, progress,
-                                        digest_of)] = aid
+                                        digest_of, state, interrupt)] = aid
                 if not running:
                     continue
                 done, _ = wait(list(running), return_when=FIRST_COMPLETED)
                 for fut in done:
                     aid = running.pop(fut)
+                    interrupt.running.pop(aid, None)
+                    busy.discard(graph.actions[aid].kind)
                     res = fut.result()
                     results[aid] = res
                     if res.status == "built":
                         progress(f"[{len(results)}/{total}] built  {aid} ({res.duration_s:.2f}s)")
+                    elif res.status == "interrupted":
+                        progress(f"[{len(results)}/{total}] stopped {aid} ({res.error})")
                     else:
                         progress(f"[{len(results)}/{total}] FAILED {aid}: {res.error} (log: {res.log})")
         except KeyboardInterrupt:
             stop.set()
+            interrupt.stop()
             for fut in running:
                 fut.cancel()
             raise
+        finally:
+            stop.set()
     return results
 
 
@@ -114,17 +207,31 @@ def _lacking(kinds: KindRegistry, builder: Builder, action) -> str | None:
 
 
 def _run_one(graph: Graph, kinds: KindRegistry, aid: str, store: LocalStore, spec_name: str, results: dict,
-             stop: threading.Event, progress: Progress, digest_of) -> ActionResult:
+             stop: threading.Event, progress: Progress, digest_of, state: Running,
+             interrupt: Interrupt) -> ActionResult:
     action = graph.actions[aid]
     key = graph.keys[aid]
     kind = kinds[action.kind]
+    # Running from here (it may have waited for a worker): registered, then the interrupt checked,
+    # so that a stop either sees it or it sees the stop.
+    state.start = time.monotonic()
+    interrupt.running[aid] = state
+    if interrupt.is_set():
+        return ActionResult(aid, key, "interrupted", error="not started: the build was interrupted")
     log_path = store.log_path(key)
     logger = logging.getLogger(f"kiln.action.{aid}.{key[7:19]}")
     logger.propagate = False
     logger.setLevel(logging.INFO)
-    start = time.monotonic()
+    start = state.start
     done = threading.Event()
-    ticker = threading.Thread(target=_tick, args=(aid, start, done, stop, progress), daemon=True)
+    ticker = threading.Thread(target=_tick, args=(state, done, stop, progress), daemon=True)
+
+    def phase(name: str, log: bool = True) -> None:
+        state.phase = name
+        if log:
+            logger.info("phase: %s", name)
+        progress(INDENT + phase_line(aid, name, time.monotonic() - start))
+
     with store.workdir() as work:
         handler = logging.FileHandler(work / "action.log", encoding="utf-8")
         handler.setFormatter(logging.Formatter("%(message)s"))
@@ -145,7 +252,11 @@ def _run_one(graph: Graph, kinds: KindRegistry, aid: str, store: LocalStore, spe
             out = work / "out"
             out.mkdir()
             ticker.start()
-            kind.run(action.params, RunContext(out, files, deps, logger))
+            if kind.isolated:
+                _run_isolated(kind, action.params, RunContext(out, files, deps, logger), work / "action.log",
+                              state, interrupt, lambda name: phase(name, log=False))
+            else:
+                kind.run(action.params, RunContext(out, files, deps, logger, phase))
             tree = store.put_tree(out)
             duration = round(time.monotonic() - start, 3)
             logger.info("done in %.3fs, tree %s", duration, tree)
@@ -155,15 +266,85 @@ def _run_one(graph: Graph, kinds: KindRegistry, aid: str, store: LocalStore, spe
             store.put_action(ActionRecord(key, action.kind, aid, tree, duration, log_digest))
             store.set_ref(spec_name, aid, key, action.record(graph.keys))
             return ActionResult(aid, key, "built", tree, duration, log_path)
+        except Stopped:
+            logger.info("stopped: the build was interrupted")
+            handler.close()
+            _copy_log(work / "action.log", log_path)
+            return ActionResult(aid, key, "interrupted", None, round(time.monotonic() - start, 3), log_path,
+                                "its process was killed: the build was interrupted")
         except Exception as e:  # an action's failure is reported, never raised past the build
             logger.exception("failed: %s", e)
             handler.close()
             _copy_log(work / "action.log", log_path)
-            return ActionResult(aid, key, "failed", None, round(time.monotonic() - start, 3), log_path,
-                                f"{type(e).__name__}: {e}")
+            error = str(e) if isinstance(e, ChildFailed) else f"{type(e).__name__}: {e}"
+            return ActionResult(aid, key, "failed", None, round(time.monotonic() - start, 3), log_path, error)
         finally:
             done.set()
             logger.removeHandler(handler)
+
+
+# The child's first line: Kiln from the directory this one runs from, without putting the current
+# directory first on the path (-P: a `compiler` package there must not shadow Kiln) nor moving an
+# entry the path already has (site-packages stays behind the standard library).
+_BOOT = ("import sys; d = sys.argv[1]; d in sys.path or sys.path.insert(0, d); "
+         "from compiler.graph.child import main; sys.exit(main(sys.argv[1:]))")
+
+
+def _kiln_dir() -> str:
+    import compiler
+
+    return str(Path(compiler.__file__).resolve().parents[1])
+
+
+def _run_isolated(kind: ActionKind, params, ctx: RunContext, log_file: Path, state: Running,
+                  interrupt: Interrupt, on_phase: Callable[[str], None]) -> None:
+    """Run `kind` in a child process (compiler/graph/child.py) in a session of its own: the
+    terminal's Ctrl-C reaches only the build, which decides what to stop."""
+    job = {"module": type(kind).__module__, "class": type(kind).__qualname__, "params": params.to_json(),
+           "out": os.path.abspath(ctx.out), "files": {k: os.path.abspath(v) for k, v in ctx.files.items()},
+           "deps": {k: os.path.abspath(v) for k, v in ctx.deps.items()}, "log": os.path.abspath(log_file),
+           "logger": ctx.log.name, "parent": os.getpid()}
+    read_fd, write_fd = os.pipe()
+    try:
+        with open(log_file, "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-P", "-c", _BOOT, _kiln_dir(), str(write_fd)],
+                                    stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(write_fd,),
+                                    start_new_session=True, close_fds=True)
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    state.proc = proc
+    if interrupt.is_set():  # stopped while it was starting
+        state.kill()
+    outcome: dict = {}
+    with os.fdopen(read_fd, encoding="utf-8", errors="replace") as status:
+        try:
+            proc.stdin.write(json.dumps(job).encode("utf-8"))
+            proc.stdin.close()
+        except OSError:  # it died before reading its job; its exit says why
+            pass
+        for line in status:  # ends when the process exits
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(message, dict):
+                continue
+            if isinstance(message.get("phase"), str):
+                on_phase(message["phase"][:200])
+            elif "error" in message or "ok" in message:
+                outcome = message
+    code = proc.wait()
+    if interrupt.is_set() and code != 0 and not outcome:
+        raise Stopped()
+    if outcome.get("ok") is True and code == 0:
+        return
+    if isinstance(outcome.get("error"), str):
+        raise ChildFailed(outcome["error"])
+    how = f"was killed by signal {-code}" if code < 0 else f"exited {code}"
+    raise ChildFailed(f"the {kind.kind} process {how} without reporting an outcome (see the log)")
 
 
 def _copy_log(src: Path, dest: Path) -> None:
@@ -177,8 +358,9 @@ def _copy_log(src: Path, dest: Path) -> None:
     os.replace(tmp, dest)
 
 
-def _tick(aid: str, start: float, done: threading.Event, stop: threading.Event, progress: Progress) -> None:
+def _tick(state: Running, done: threading.Event, stop: threading.Event, progress: Progress) -> None:
     while not done.wait(TICK_S):
         if stop.is_set():
             return
-        progress(f"       still running {aid} ({time.monotonic() - start:.0f}s)")
+        progress(INDENT + running_line(state.aid, time.monotonic() - state.start, state.phase, state.expected_s,
+                                       state.basis))

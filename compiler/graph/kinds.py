@@ -13,7 +13,9 @@ the registry returns for an action. A kind declares
   - `manifest_entry(params, tree)`: what the release manifest says about a built artifact beyond
     its key and tree (a quality gate's figures, an image's digest), as (section, name, value);
   - `disruptions(old, new)`: what replacing an artifact built with `old` params by one built with
-    `new` does to serving GPUs (host plans); `old` is None when nothing was built before.
+    `new` does to serving GPUs (host plans); `old` is None when nothing was built before;
+  - `isolated`, `exclusive`: run each action in a child process an interrupt can kill; one at a time.
+`run` may report its phase (`ctx.phase("calibrating")`): the build's progress lines show it.
 """
 
 from __future__ import annotations
@@ -62,14 +64,20 @@ class Disruption:
         return self.gpu_index == POOL
 
 
+def _no_phase(phase: str) -> None:
+    pass
+
+
 @dataclass
 class RunContext:
-    """Where an action writes its output, and what it may read."""
+    """Where an action writes its output, and what it may read. `phase` tells the build which step
+    of a long run is under way ("loading", "calibrating", ...): the progress lines show it."""
 
     out: Path  # empty directory; everything written here becomes the artifact
     files: dict[str, Path]  # role -> input file (its digest was checked before the run)
     deps: dict[str, Path]  # upstream action id -> its materialized output directory
     log: logging.Logger
+    phase: Callable[[str], None] = _no_phase
 
 
 class TreeReader(Protocol):
@@ -89,6 +97,12 @@ class ActionKind(Generic[P]):
     kind: ClassVar[str]
     version: ClassVar[int]
     Params: ClassVar[type[Params]]
+    # Runs in a child process of its own (compiler/graph/child.py), which an interrupted build kills:
+    # for kinds that run for minutes in native code or drive other programs, where a thread cannot
+    # be stopped. Its class must be importable by module and name and construct without arguments.
+    isolated: ClassVar[bool] = False
+    # At most one action of this kind runs at a time in a build (one device's memory, one tool).
+    exclusive: ClassVar[bool] = False
 
     # The two hooks every registered kind overrides (tests/test_executor.py checks the registry);
     # the base only names them. A kind whose actions a test places in a graph by hand needs no lower.

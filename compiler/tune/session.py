@@ -286,7 +286,7 @@ def _image(ir, unit, graph, opts: TuneOptions) -> ImageRecord:
 
     from compiler.build import open_store, store_dir
 
-    store = open_store(store_dir(opts.store))
+    store = open_store(store_dir(opts.store, opts.spec))
     record = store.get_action(key)
     if record is None:
         return ImageRecord(repository=repository)
