@@ -372,6 +372,11 @@ class Client:
                 if code == 412:
                     raise RegistryConflict(f"{what}: HTTP 412 {_error_text(detail)}") from None
                 hint = ""
+                if 300 <= code < 400:
+                    location = e.headers.get("Location", "") if e.headers else ""
+                    raise RegistryError(f"{what}: HTTP {code} redirect to {printable(location, 200)!r} not followed "
+                                        f"(only GET and HEAD follow redirects, to http(s) URLs, at most "
+                                        f"{MAX_REDIRECTS})") from None
                 if code == 404 and b"NAME_UNKNOWN" in detail:
                     hint = (f" (the repository {repo} does not exist; some registries, ECR among them, need it "
                             "created before the first push)")
