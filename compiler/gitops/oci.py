@@ -48,6 +48,8 @@ _TOKEN_RE = re.compile(r"[\x21-\x7e]{1,65536}")  # what an Authorization header 
 # user:password@ opening a reference or following a URL's '//' (a user name alone is not a secret;
 # an image reference's name:tag@sha256:... is not a credential)
 _USERINFO_RE = re.compile(r"(?:(?<=//)|(?<![^\s'\"(=,]))[^\s/@'\"<>]+:[^\s/@'\"<>]*@(?!sha\d+:)")
+# what a broken answer makes the standard library raise (a chunk size past any integer: OverflowError)
+_WIRE_ERRORS = (OSError, http.client.HTTPException, ValueError, OverflowError)
 SECRET_ENV = ("KILN_REGISTRY_PASSWORD",)
 _secrets: set[str] = set()  # passwords of the references parsed in this process
 _MIN_SECRET = 3  # a shorter value would mask ordinary words; references never print one anyway
@@ -245,26 +247,36 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 
 
 class _Redirects(urllib.request.HTTPRedirectHandler):
-    """Redirects of GET and HEAD only, to http(s) URLs only, and without the Authorization header
-    once they leave `origin` (urllib would keep it: a registry's blob store is another origin)."""
-
-    max_redirections = MAX_REDIRECTS
+    """Redirects of GET and HEAD only, to http(s) URLs only, at most MAX_REDIRECTS of them, and
+    without the Authorization header once they leave `origin` (urllib would keep it: a registry's
+    blob store is another origin). The body of a redirect is not read (urllib reads all of it)."""
 
     def __init__(self, origin) -> None:
         self.origin = origin
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        if req.get_method() not in ("GET", "HEAD"):
+    def http_error_302(self, req, fp, code, msg, headers):
+        location = headers.get("Location")
+        if not location or req.get_method() not in ("GET", "HEAD"):
             return None  # the error handler reports the status
+        newurl = urllib.parse.urljoin(req.full_url, location)
         if _origin(newurl) is None:
             raise RegistryError(f"{req.get_method()} {req.full_url}: redirected to {newurl!r}, which is not an "
                                 "http(s) URL")
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and _origin(new.full_url) != self.origin:
+        hops = getattr(req, "kiln_hops", 0) + 1
+        if hops > MAX_REDIRECTS:
+            raise RegistryError(f"{req.get_method()} {req.full_url}: more than {MAX_REDIRECTS} redirects")
+        new = self.redirect_request(req, fp, code, msg, headers, newurl)
+        if new is None:
+            return None
+        new.kiln_hops = hops
+        if _origin(new.full_url) != self.origin:
             for name in list(new.headers):
                 if name.lower() == "authorization":
                     del new.headers[name]
-        return new
+        fp.close()
+        return self.parent.open(new, timeout=req.timeout)
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
 
 class _Response:
@@ -278,7 +290,7 @@ class _Response:
     def close(self) -> None:
         try:
             self.raw.close()
-        except (OSError, http.client.HTTPException, ValueError):
+        except _WIRE_ERRORS:
             pass
         self.guard.done()
 
@@ -384,7 +396,7 @@ class Client:
             except RegistryError:
                 guard.done()
                 raise
-            except (OSError, http.client.HTTPException, ValueError) as e:
+            except _WIRE_ERRORS as e:
                 guard.done()
                 raise self._failed(e, guard, what) from None
             if resp.status not in ok:
@@ -402,7 +414,7 @@ class Client:
         resp.guard.shrink(self.timeout)
         try:
             return resp.raw.read(size)
-        except (OSError, http.client.HTTPException, ValueError) as e:
+        except _WIRE_ERRORS as e:
             if resp.guard.expired:
                 raise self._late() from None
             if isinstance(e, TimeoutError) or "timed out" in str(e):
@@ -458,7 +470,7 @@ class Client:
         except RegistryError:
             guard.done()
             raise
-        except (OSError, http.client.HTTPException, ValueError) as e:
+        except _WIRE_ERRORS as e:
             guard.done()
             raise self._failed(e, guard, f"{self.registry.host}: token request") from None
         doc = json_object(raw, f"{self.registry.host}: the token answer")
