@@ -361,6 +361,11 @@ def test_no_message_prints_a_password_whatever_its_characters(tmp_path, capsys, 
                  "--registry", f"kiln:{secret}@127.0.0.1:1/Bad Name"])
     err = capsys.readouterr().err
     assert code in (1, 2) and "not a registry reference" in err and not shown(err), err
+    code = main(["init", str(spec), "--dir", str(tmp_path), "--registry", f"kiln:{secret}@127.0.0.1:5000/x",
+                 "--kiln-repo", "https://git.example/acme/kiln", "--kiln-commit", "0123456789abcdef" * 2 + "01234567"])
+    err = capsys.readouterr().err
+    assert code == 2 and "carries credentials" in err and not shown(err), err
+    assert not list(tmp_path.rglob("*.yml"))  # no workflow was written
     # a registry that echoes the password in its error body, in whatever escaping
     echo = json.dumps({"errors": [{"code": "DENIED", "message": f"bad password {secret}"}]}).encode()
     with Server(lambda r: Answer(401, [("WWW-Authenticate", 'Basic realm="x"')], b"")
