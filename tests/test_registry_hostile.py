@@ -21,12 +21,11 @@ import pytest
 from compiler.build import build_spec
 from compiler.cli import main
 from compiler.gitops.cache import RemoteCache
-from compiler.gitops.oci import (MAX_JSON, MAX_MANIFEST, Client, Registry, RegistryDeadline, RegistryError,
-                                 RegistryUnreachable, redact)
+from compiler.gitops.oci import MAX_JSON, MAX_MANIFEST, Client, Registry, RegistryDeadline, RegistryError, redact
 from compiler.store.local import LocalStore
 from tests.gitrepo import GitRepo
 from tests.registry_servers import Answer, Relay, Request, Server
-from tests.test_gitops_registry import QUICKSTART, _build, _publish, light_spec
+from tests.test_gitops_registry import _build, _publish, light_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 DEEP = b"[" * 100_000 + b"]" * 100_000
