@@ -63,6 +63,7 @@ BODIES = st.one_of(
     st.integers(1, 3000).map(lambda n: b'{"errors": ' + b"[" * n + b"]" * n + b"}"),
     st.just(b"[" * 100_000),
     st.just(b"9" * 5000),
+    st.just(b"ECHO"),
     st.sampled_from([b'{"token": "tok-abc"}', b'{"access_token": "tok\\r\\nX: y"}', b'{"token": 5}',
                      b'{"errors": [{"code": "NAME_UNKNOWN", "message": "no such repository"}]}',
                      b'{"errors": [{"code": "DENIED", "message": "\\u001b[2J\\n forged"}]}', b"{}", b"ECHO"]),
@@ -109,10 +110,12 @@ class Case:
     operation: str
     password: str | None
     size: int  # the blob's descriptor size
+    challenge: str | None = None  # the first answer asks for credentials thus (so that they are sent)
 
 
 CASES = st.builds(Case, st.lists(answers(), min_size=1, max_size=6), st.sampled_from(OPERATIONS),
-                  st.one_of(st.none(), st.sampled_from(PASSWORDS)), st.sampled_from([0, 2, 5, 1000]))
+                  st.one_of(st.none(), st.sampled_from(PASSWORDS)), st.sampled_from([0, 2, 5, 1000]),
+                  st.one_of(st.none(), st.sampled_from(HEADER_VALUES["WWW-Authenticate"][:4])))
 
 
 class Harness:
@@ -135,7 +138,12 @@ class Harness:
             return Answer(500)
         if req.path.startswith("/token-redirect"):
             return Answer(307, [("Location", f"http://{self.b.host}/token"), ("Content-Length", "0")])
-        a = case.script[min(i, len(case.script) - 1)]
+        if req.path.startswith("/token") and case.challenge is not None and i == 1:
+            a = Answer(200, [], b'{"token": "tok-sekrit-fuzz"}')
+        elif case.challenge is not None and i == 0:
+            a = Answer(401, [("WWW-Authenticate", case.challenge), ("Content-Length", "0")])
+        else:
+            a = case.script[min(i, len(case.script) - 1)]
         body = a.body
         if body == b"ECHO":  # a registry that echoes what it was sent, credentials included
             auth = req.headers.get("Authorization", "")
@@ -178,8 +186,12 @@ class Harness:
         finally:
             with self._lock:
                 self._case = None
-        if case.password is not None and case.password in message:
-            return f"the password is shown: {message!r}"
+        if case.password is not None:
+            basic = base64.b64encode(f"kiln:{case.password}".encode()).decode()
+            if case.password in message or basic in message:
+                return f"the password is shown: {message!r}"
+        if "tok-sekrit-fuzz" in message:
+            return f"the token is shown: {message!r}"
         if any(not c.isprintable() for c in message):
             return f"a control character is shown: {message!r}"
         for r in self.b.requests:  # another origin: the token service named in a challenge may get

@@ -372,3 +372,30 @@ def test_no_message_prints_a_password_whatever_its_characters(tmp_path, capsys, 
         e = _raises(lambda: Client(Registry.parse(f"kiln:{secret}@{s.host}")).get_manifest("team/app", "v1"))
     assert "DENIED" in str(e) and not shown(str(e)), str(e)
     assert not shown(redact(f"cache kiln:{secret}@ghcr.io/team: down"))
+
+
+@pytest.mark.parametrize("scheme", ["basic", "bearer"])
+def test_an_echoed_authorization_header_is_masked(monkeypatch, scheme: str) -> None:
+    """The Basic header's value decodes to user:password, and a bearer token is a credential too."""
+    import base64
+
+    monkeypatch.setenv("KILN_REGISTRY_USERNAME", "kiln")
+    monkeypatch.setenv("KILN_REGISTRY_PASSWORD", "echo-me-pw")
+
+    def answer(r: Request) -> Answer:
+        if r.path.startswith("/token"):
+            return Answer(200, JSON_ERR, b'{"token": "tok-echoed-42"}')
+        auth = r.headers.get("Authorization")
+        if auth is None:
+            challenge = 'Basic realm="x"' if scheme == "basic" else f'Bearer realm="http://{s.host}/token"'
+            return Answer(401, [("WWW-Authenticate", challenge), ("Content-Length", "0")])
+        decoded = base64.b64decode(auth.split(" ", 1)[1]).decode() if auth.startswith("Basic ") else ""
+        body = json.dumps({"errors": [{"code": "DENIED", "message": f"you sent {auth} ({decoded})"}]}).encode()
+        return Answer(403, JSON_ERR, body)
+
+    with Server(answer) as s:
+        e = _raises(lambda: _client(s).get_manifest("team/app", "v1"))
+    text = str(e)
+    assert "DENIED: you sent" in text, text
+    for secret in ("echo-me-pw", base64.b64encode(b"kiln:echo-me-pw").decode(), "tok-echoed-42"):
+        assert secret not in text, text

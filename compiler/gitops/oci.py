@@ -62,6 +62,12 @@ def _secret_forms(secret: str) -> set[str]:
     return {f for f in forms if len(f) >= _MIN_SECRET}
 
 
+def remember_secret(secret: str | None) -> None:
+    """Mask `secret` in every message from now on (a password, a Basic header's value, a token)."""
+    if secret:
+        _secrets.add(secret)
+
+
 def redact(text: str) -> str:
     """`text` with registry credentials masked: user:password@ in references and URLs, and every
     password Kiln knows (from the environment or a reference parsed here), in any of the forms
@@ -310,6 +316,8 @@ class Client:
         self.deadline: float | None = None
         self._tokens: dict[str, str] = {}  # repository -> Authorization header value
         self._origin = _origin(f"{registry.scheme}://{registry.host}/")
+        if registry.credentials:
+            remember_secret(registry.credentials[1])
 
     # --- transport -------------------------------------------------------------------------------
     def _url(self, repo: str, tail: str) -> str:
@@ -437,6 +445,8 @@ class Client:
         basic = None
         if user and password:
             basic = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+            remember_secret(password)
+            remember_secret(basic.removeprefix("Basic "))  # a registry may echo the header: it decodes to both
         scheme, _, rest = challenge.strip().partition(" ")
         if scheme.lower() == "basic":
             if basic is None:
@@ -477,6 +487,7 @@ class Client:
         token = doc.get("token") or doc.get("access_token")
         if not isinstance(token, str) or not _TOKEN_RE.fullmatch(token):
             raise RegistryError(f"{self.registry.host}: the token service returned no usable token")
+        remember_secret(token)
         self._tokens[repo] = f"Bearer {token}"
 
     # --- blobs -----------------------------------------------------------------------------------
