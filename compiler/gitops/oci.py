@@ -445,8 +445,9 @@ class Client:
         basic = None
         if user and password:
             basic = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-            remember_secret(password)
-            remember_secret(basic.removeprefix("Basic "))  # a registry may echo the header: it decodes to both
+            # a registry may echo the header, which decodes to the password (masked from the reference
+            # or the environment, which redact reads each time)
+            remember_secret(basic.removeprefix("Basic "))
         scheme, _, rest = challenge.strip().partition(" ")
         if scheme.lower() == "basic":
             if basic is None:
