@@ -12,20 +12,18 @@ is shown with control characters escaped. Credentials (a Basic header or a beare
 to the registry's origin (scheme, host, port) and to the token service it names: a redirect to
 another origin (a blob store, say) is followed without them, as Docker does. A client may carry a
 deadline (the cache's time budget): it holds during a transfer, not only between requests, so a
-registry that drips a byte at a time cannot keep a build waiting past it.
+registry that drips a byte at a time cannot keep a build waiting past it. The HTTP underneath
+(deadline, redirect policy) is compiler/gitops/transport.py; masking secrets and escaping a
+registry's text, compiler/gitops/redaction.py.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import http.client
 import json
 import os
 import re
-import socket
-import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -33,11 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from .redaction import printable, redact, remember_secret
+from .transport import MAX_REDIRECTS, WIRE_ERRORS, Guard, RedirectRefused, Response, origin, send
+
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MAX_MANIFEST = 4 << 20  # the limit registries put on manifests (distribution: 4 MiB)
 MAX_JSON = 1 << 20  # a token answer (a JWT of a few KB)
 MAX_ERROR_BODY = 8 << 10  # an error body: only its message is shown
-MAX_REDIRECTS = 5
 CHUNK = 1 << 16
 TIMEOUT_S = 60  # per socket operation: a blob upload of a checkpoint must not be cut short
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
@@ -45,47 +45,8 @@ _REPO_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:
 _HOST_RE = re.compile(r"[A-Za-z0-9.-]+(?::\d{1,5})?|\[[0-9A-Fa-f:.]+\](?::\d{1,5})?")
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _TOKEN_RE = re.compile(r"[\x21-\x7e]{1,65536}")  # what an Authorization header can carry
-# user:password@ opening a reference or following a URL's '//' (a user name alone is not a secret;
-# an image reference's name:tag@sha256:... is not a credential)
-_USERINFO_RE = re.compile(r"(?:(?<=//)|(?<![^\s'\"(=,]))[^\s/@'\"<>]+:[^\s/@'\"<>]*@(?!sha\d+:)")
-# what a broken answer makes the standard library raise (a chunk size past any integer: OverflowError)
-_WIRE_ERRORS = (OSError, http.client.HTTPException, ValueError, OverflowError)
-SECRET_ENV = ("KILN_REGISTRY_PASSWORD",)
-_secrets: set[str] = set()  # passwords of the references parsed in this process
-_MIN_SECRET = 3  # a shorter value would mask ordinary words; references never print one anyway
-
-
-def _secret_forms(secret: str) -> set[str]:
-    """The ways a secret can appear in text: as is, escaped by repr or JSON, URL-encoded."""
-    forms = {secret, repr(secret)[1:-1], json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1],
-             urllib.parse.quote(secret, safe=""), urllib.parse.quote(secret), urllib.parse.quote_plus(secret)}
-    return {f for f in forms if len(f) >= _MIN_SECRET}
-
-
-def remember_secret(secret: str | None) -> None:
-    """Mask `secret` in every message from now on (a password, a Basic header's value, a token)."""
-    if secret:
-        _secrets.add(secret)
-
-
-def redact(text: str) -> str:
-    """`text` with registry credentials masked: user:password@ in references and URLs, and every
-    password Kiln knows (from the environment or a reference parsed here), in any of the forms
-    that escaping gives it, wherever it appears (a registry may echo it in an error body)."""
-    secrets = set(_secrets)
-    for name in SECRET_ENV:
-        if os.environ.get(name):
-            secrets.add(os.environ[name])
-    forms = sorted({f for s in secrets for f in _secret_forms(s)}, key=len, reverse=True)
-    for form in forms:
-        text = text.replace(form, "***")
-    return _USERINFO_RE.sub("***@", text)
-
-
-def printable(text: str, limit: int = 300) -> str:
-    """Text a registry wrote, safe for a terminal: control characters escaped, at most `limit`."""
-    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
-    return out + ("..." if len(text) > limit else "")
+__all__ = ["Client", "Registry", "RegistryError", "RegistryUnreachable", "RegistryDeadline", "RegistryConflict",
+           "json_object", "printable", "redact", "OCI_MANIFEST", "MAX_MANIFEST", "MAX_JSON"]
 
 
 class RegistryError(Exception):
@@ -109,18 +70,6 @@ class RegistryConflict(RegistryError):
     """A conditional write was refused (HTTP 412): the tag changed since it was read."""
 
 
-def _origin(url: str) -> tuple[str, str, int] | None:
-    """(scheme, host, port) of a URL; None when it is not an http(s) URL."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return None
-    return parts.scheme, parts.hostname.lower(), port or (443 if parts.scheme == "https" else 80)
-
-
 @dataclass(frozen=True)
 class Registry:
     host: str  # "127.0.0.1:5000", "ghcr.io"
@@ -141,7 +90,8 @@ class Registry:
             userinfo, _, text = text.rpartition("@")
             user, sep, password = userinfo.partition(":")
             if password:  # also masked wherever a message might carry it (a user name alone is no secret)
-                _secrets.update((userinfo, password, urllib.parse.unquote(password)))
+                for secret in (userinfo, password, urllib.parse.unquote(password)):
+                    remember_secret(secret)
             shown = "***@" + text
             if not sep or not user:
                 raise RegistryError(f"not a registry reference: {shown!r} (give credentials as a user name, ':' "
@@ -161,152 +111,6 @@ class Registry:
         return f"{self.host}/{self.namespace}" if self.namespace else self.host
 
 
-class _Guard:
-    """The deadline of one request. Per-read socket timeouts shrink to what is left of it, and a
-    timer shuts the request's sockets down when it passes: a registry that drips a byte every few
-    seconds never trips a per-read timeout, and one read can last as long as its sender likes."""
-
-    def __init__(self, deadline: float | None) -> None:
-        self.deadline = deadline
-        self.expired = False
-        self.sockets: list[socket.socket] = []  # the connections' own sockets (TLS ones for https)
-        self._dups: list[socket.socket] = []  # duplicates of the raw sockets, to shut them down
-        self._lock = threading.Lock()
-        self._timer = None
-        if deadline is not None:
-            self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
-            self._timer.daemon = True
-            self._timer.start()
-
-    def left(self) -> float | None:
-        return None if self.deadline is None else self.deadline - time.monotonic()
-
-    def create_connection(self, *args, **kwargs) -> socket.socket:
-        sock = socket.create_connection(*args, **kwargs)
-        with self._lock:
-            # a duplicate survives TLS wrapping (which detaches the original object); shutting it
-            # down ends every blocked read on the connection
-            dup = sock.dup()
-            self._dups.append(dup)
-            if self.expired:
-                _shutdown(dup)
-        return sock
-
-    def shrink(self, timeout: float) -> None:
-        left = self.left()
-        if left is None:
-            return
-        for sock in self.sockets:
-            try:
-                sock.settimeout(max(0.01, min(timeout, left)))
-            except OSError:
-                pass
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.expired = True
-            for dup in self._dups:
-                _shutdown(dup)
-
-    def done(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        with self._lock:
-            for dup in self._dups:
-                dup.close()
-            self._dups.clear()
-
-
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
-def _connection_class(base: type, guard: _Guard) -> type:
-    class Connection(base):
-        def connect(self) -> None:
-            self._create_connection = guard.create_connection
-            super().connect()
-            guard.sockets.append(self.sock)
-
-    return Connection
-
-
-class _HTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, guard: _Guard) -> None:
-        super().__init__()
-        self.guard = guard
-
-    def http_open(self, req):
-        return self.do_open(_connection_class(http.client.HTTPConnection, self.guard), req)
-
-
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, guard: _Guard) -> None:
-        super().__init__()
-        self.guard = guard
-
-    def https_open(self, req):
-        return self.do_open(_connection_class(http.client.HTTPSConnection, self.guard), req, context=self._context)
-
-
-class _Redirects(urllib.request.HTTPRedirectHandler):
-    """Redirects of GET and HEAD only, to http(s) URLs only, at most MAX_REDIRECTS of them, and
-    without the Authorization header once they leave `origin` (urllib would keep it: a registry's
-    blob store is another origin). The body of a redirect is not read (urllib reads all of it)."""
-
-    def __init__(self, origin) -> None:
-        self.origin = origin
-
-    def http_error_302(self, req, fp, code, msg, headers):
-        location = headers.get("Location")
-        if not location or req.get_method() not in ("GET", "HEAD"):
-            return None  # the error handler reports the status
-        newurl = urllib.parse.urljoin(req.full_url, location)
-        if _origin(newurl) is None:
-            raise RegistryError(f"{req.get_method()} {req.full_url}: redirected to {newurl!r}, which is not an "
-                                "http(s) URL")
-        hops = getattr(req, "kiln_hops", 0) + 1
-        if hops > MAX_REDIRECTS:
-            raise RegistryError(f"{req.get_method()} {req.full_url}: more than {MAX_REDIRECTS} redirects")
-        new = self.redirect_request(req, fp, code, msg, headers, newurl)
-        if new is None:
-            return None
-        new.kiln_hops = hops
-        if _origin(new.full_url) != self.origin:
-            for name in list(new.headers):
-                if name.lower() == "authorization":
-                    del new.headers[name]
-        fp.close()
-        return self.parent.open(new, timeout=req.timeout)
-
-    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
-
-
-class _Response:
-    """A response being read, under its request's deadline."""
-
-    def __init__(self, raw, guard: _Guard) -> None:
-        self.raw, self.guard = raw, guard
-        self.status = raw.status
-        self.headers = raw.headers
-
-    def close(self) -> None:
-        try:
-            self.raw.close()
-        except _WIRE_ERRORS:
-            pass
-        self.guard.done()
-
-    def __enter__(self) -> "_Response":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
 class Client:
     def __init__(self, registry: Registry, timeout: float = TIMEOUT_S) -> None:
         """`timeout`: seconds any one socket operation may wait (connect, or each read and write).
@@ -315,7 +119,7 @@ class Client:
         self.timeout = timeout
         self.deadline: float | None = None
         self._tokens: dict[str, str] = {}  # repository -> Authorization header value
-        self._origin = _origin(f"{registry.scheme}://{registry.host}/")
+        self._origin = origin(f"{registry.scheme}://{registry.host}/")
         if registry.credentials:
             remember_secret(registry.credentials[1])
 
@@ -326,20 +130,18 @@ class Client:
     def _late(self) -> RegistryDeadline:
         return RegistryDeadline(f"{self.registry.host}: the time allowed for the registry ran out")
 
-    def _send(self, req: urllib.request.Request, guard: _Guard, origin):
-        """urlopen, through handlers that know the deadline and keep credentials at `origin`."""
+    def _send(self, req: urllib.request.Request, guard: Guard, credential_origin):
+        """The response to `req` under `guard`'s deadline (compiler/gitops/transport.py)."""
         left = guard.left()
         if left is not None and left <= 0:
             raise self._late()
-        opener = urllib.request.OpenerDirector()
-        for handler in (urllib.request.ProxyHandler(), urllib.request.UnknownHandler(), _HTTPHandler(guard),
-                        _HTTPSHandler(guard), urllib.request.HTTPDefaultErrorHandler(), _Redirects(origin),
-                        urllib.request.HTTPErrorProcessor()):
-            opener.add_handler(handler)
         timeout = self.timeout if left is None else max(0.01, min(self.timeout, left))
-        return opener.open(req, timeout=timeout)
+        try:
+            return send(req, guard, credential_origin, timeout)
+        except RedirectRefused as e:
+            raise RegistryError(str(e)) from None
 
-    def _failed(self, e: BaseException, guard: _Guard, what: str) -> RegistryError:
+    def _failed(self, e: BaseException, guard: Guard, what: str) -> RegistryError:
         """The error for a request or read that raised `e`."""
         if guard.expired:
             return self._late()
@@ -352,19 +154,19 @@ class Client:
         return RegistryError(f"{what}: the registry's answer is not valid HTTP ({type(e).__name__}: {e})")
 
     def _open(self, method: str, url: str, repo: str, body=None, headers: dict | None = None,
-              ok: tuple[int, ...] = (200,), missing: bool = False) -> _Response | None:
+              ok: tuple[int, ...] = (200,), missing: bool = False) -> Response | None:
         """The response for a request (retried once with credentials after a 401). `missing`: a 404
         means the object is absent (None); otherwise it is an error naming the repository."""
         what = f"{method} {url}"
-        if _origin(url) is None:
+        if origin(url) is None:
             raise RegistryError(f"{self.registry.host}: {url!r} is not an http(s) URL")
         for attempt in (0, 1):
             h = dict(headers or {})
-            if repo in self._tokens and _origin(url) == self._origin:  # never to another origin
+            if repo in self._tokens and origin(url) == self._origin:  # never to another origin
                 h["Authorization"] = self._tokens[repo]
             if hasattr(body, "seek"):
                 body.seek(0)
-            guard = _Guard(self.deadline)
+            guard = Guard(self.deadline)
             try:
                 req = urllib.request.Request(url, data=body, method=method, headers=h)
                 resp = self._send(req, guard, self._origin)
@@ -374,7 +176,7 @@ class Client:
                     detail = b""
                     if code != 401 and not (code == 404 and missing):
                         try:
-                            detail = self._read_some(_Response(e, guard), MAX_ERROR_BODY)
+                            detail = self._read_some(Response(e, guard), MAX_ERROR_BODY)
                         except RegistryError:
                             if guard.expired:
                                 raise
@@ -404,16 +206,16 @@ class Client:
             except RegistryError:
                 guard.done()
                 raise
-            except _WIRE_ERRORS as e:
+            except WIRE_ERRORS as e:
                 guard.done()
                 raise self._failed(e, guard, what) from None
             if resp.status not in ok:
-                _Response(resp, guard).close()
+                Response(resp, guard).close()
                 raise RegistryError(f"{what}: unexpected HTTP {resp.status}")
-            return _Response(resp, guard)
+            return Response(resp, guard)
         raise RegistryError(f"{what}: not authorized")  # not reached: the loop returns or raises
 
-    def _read_some(self, resp: _Response, size: int) -> bytes:
+    def _read_some(self, resp: Response, size: int) -> bytes:
         """One read of at most `size` bytes (b"" at the end); a stalled or broken transfer, or the
         deadline passing, is the registry's failure."""
         left = resp.guard.left()
@@ -422,14 +224,14 @@ class Client:
         resp.guard.shrink(self.timeout)
         try:
             return resp.raw.read(size)
-        except _WIRE_ERRORS as e:
+        except WIRE_ERRORS as e:
             if resp.guard.expired:
                 raise self._late() from None
             if isinstance(e, TimeoutError) or "timed out" in str(e):
                 raise RegistryUnreachable(f"{self.registry.host} stopped answering for {self.timeout:g}s") from None
             raise RegistryUnreachable(f"{self.registry.host}: transfer failed: {type(e).__name__}: {e}") from None
 
-    def _read_all(self, resp: _Response, limit: int, what: str) -> bytes:
+    def _read_all(self, resp: Response, limit: int, what: str) -> bytes:
         """The whole body, refused past `limit` bytes (read stops at limit + 1)."""
         parts, total = [], 0
         while chunk := self._read_some(resp, min(CHUNK, limit + 1 - total)):
@@ -459,7 +261,7 @@ class Client:
             raise RegistryError(f"{self.registry.host}: unsupported authentication {printable(challenge, 100)!r}")
         fields = dict(re.findall(r'(\w+)="([^"]*)"', rest))
         realm = fields.get("realm", "")
-        where = _origin(realm)
+        where = origin(realm)
         if where is None:
             raise RegistryError(f"{self.registry.host}: the token service {printable(realm, 100)!r} is not an "
                                 "http(s) URL")
@@ -468,10 +270,10 @@ class Client:
                                 "credentials go over HTTPS only")
         query = {"service": fields.get("service", ""), "scope": f"repository:{repo}:pull,push"}
         url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(query)
-        guard = _Guard(self.deadline)
+        guard = Guard(self.deadline)
         try:
             req = urllib.request.Request(url, headers={"Authorization": basic} if basic else {})
-            resp = _Response(self._send(req, guard, where), guard)
+            resp = Response(self._send(req, guard, where), guard)
             with resp:
                 raw = self._read_all(resp, MAX_JSON, "the token answer")
         except urllib.error.HTTPError as e:
@@ -481,7 +283,7 @@ class Client:
         except RegistryError:
             guard.done()
             raise
-        except _WIRE_ERRORS as e:
+        except WIRE_ERRORS as e:
             guard.done()
             raise self._failed(e, guard, f"{self.registry.host}: token request") from None
         doc = json_object(raw, f"{self.registry.host}: the token answer")
