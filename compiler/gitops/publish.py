@@ -103,8 +103,9 @@ def put_tag_once(client: Client, repo: str, tag: str, body: bytes) -> None:
     (If-None-Match: *) for registries that honour it. Most do not (the OCI distribution spec has
     no conditional writes; Distribution 2.8 ignores the header), so the tag is read back after the
     write: when another publish wrote it in between, the one whose content the tag does not name
-    fails and says which digest won. Two publishes whose writes and read-backs interleave exactly
-    cannot both be caught without the registry's help; the read-back narrows that to one round trip."""
+    fails and says which digest won. One interleaving escapes without the registry's help: B checks
+    before A writes and writes after A has read the tag back; both succeed and the tag moves once.
+    Checking just before the write (not only before the uploads) narrows that to one round trip."""
     ours = sha256_bytes(body)
     there = _tagged(client, repo, tag)
     if there == ours:
@@ -118,8 +119,8 @@ def put_tag_once(client: Client, repo: str, tag: str, body: bytes) -> None:
     there = _tagged(client, repo, tag)
     if there != ours:
         raise TagRaced(f"{repo}:{tag}: another publish wrote this tag at the same time as this one, and its "
-                       f"content won: the tag names {there}, not this release ({ours}); nothing of this publish "
-                       "was tagged; check which build the tag should name before publishing again")
+                       f"content won: the tag names {there}, not this release ({ours}); check which build the "
+                       "commit's tag should name before publishing again")
 
 
 def publish_spec(spec: Path, store: LocalStore, registry: str | None, commit: str | None, *,
