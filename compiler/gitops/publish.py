@@ -191,4 +191,11 @@ def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | 
     outcome.blobs_uploaded += client.push_blob(release_repo, sha256_bytes(outcome.provenance),
                                                len(outcome.provenance), outcome.provenance)
     put_tag_once(client, release_repo, oa.provenance_tag(tag), provenance)
+    # once more at the end: a publish that checked before this one wrote, and wrote after this one
+    # read the tag back, is caught here when its write landed in the meantime
+    there = _tagged(client, release_repo, tag)
+    if there != outcome.release_digest:
+        raise TagRaced(f"{release_repo}:{tag}: another publish overwrote this tag after this one wrote it: the tag "
+                       f"names {there}, not this release ({outcome.release_digest}); check which build the commit's "
+                       "tag should name")
     return outcome
