@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="push the artifacts the store holds and no release (CI jobs that build part of a graph)")
     pub.add_argument("--provenance", type=Path, metavar="FILE", help="also write the provenance statement here")
     pub.add_argument("--allow-dirty", action="store_true",
-                     help="publish although the spec's directory has uncommitted changes, under the tag "
+                     help="publish although an input of the release differs from the commit (or lies outside "
+                          "the repository), under the tag "
                           "dirty-<commit>-<release digest> instead of the commit's (which only ever names what the "
                           "commit builds)")
     pub.set_defaults(handler=cmd_publish)
@@ -49,9 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     ini.set_defaults(handler=cmd_init)
 
 
-def _release_commit(args: argparse.Namespace) -> tuple[str, bool]:
-    """(commit, dirty): the commit to tag (--commit or HEAD) and whether the spec's directory differs
-    from it. Outside a git repository --commit is taken on trust (and dirty is False)."""
+def _release_commit(args: argparse.Namespace, inputs: list[Path]) -> tuple[str, bool]:
+    """(commit, dirty): the commit to tag (--commit or HEAD) and whether any input of the release
+    (`inputs`, and the spec's directory) differs from it. Outside a git repository --commit is taken
+    on trust (and dirty is False)."""
     from compiler.gitops.gitrev import GitError, changes_since, repo_root, resolve_ref
 
     try:
@@ -62,15 +64,36 @@ def _release_commit(args: argparse.Namespace) -> tuple[str, bool]:
         return args.commit, False
     try:
         commit = resolve_ref(args.spec, args.commit or "HEAD")  # the full id, also for --commit HEAD
-        changed = changes_since(args.spec, commit)
+        changed, outside = changes_since(args.spec, commit, inputs)
     except GitError as e:
         raise UsageError(f"cannot tag the release: {e}") from None
-    if changed and not args.allow_dirty:
-        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-        raise DirtyCheckout(f"{args.spec.parent} differs from commit {commit[:12]} ({shown}): a release is tagged "
-                            "with the commit that builds it; commit the changes first, or pass --allow-dirty to "
-                            "publish under a dirty-... tag")
-    return commit, bool(changed)
+    if (changed or outside) and not args.allow_dirty:
+        problems = []
+        if changed:
+            problems.append(f"the release of {args.spec} differs from commit {commit[:12]} ({_listed(changed)})")
+        if outside:
+            problems.append(f"it reads files outside the repository, which no commit pins ({_listed(outside)})")
+        raise DirtyCheckout("; ".join(problems) + ": a release is tagged with the commit that builds it; commit "
+                            "the changes first, or pass --allow-dirty to publish under a dirty-... tag")
+    return commit, bool(changed or outside)
+
+
+def _listed(paths: list[str]) -> str:
+    from compiler.gitops.oci import printable
+
+    return ", ".join(printable(p, 200) for p in paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+
+
+def _release_inputs(spec: Path, validation) -> list[Path]:
+    """Every file the release reads besides the spec's directory: the spec, its lock file, and each
+    input path resolution confined (model directories, data, tune records, architecture configs)."""
+    from compiler.ir.lockfile import lock_path
+
+    paths = [spec, lock_path(spec)]
+    resolved = validation.resolved
+    if resolved is not None:
+        paths += [i.path for i in resolved.inputs.values()]
+    return paths
 
 
 class DirtyCheckout(Exception):
@@ -93,7 +116,7 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
     commit, dirty = None, False
     if not args.artifacts_only:
         try:
-            commit, dirty = _release_commit(args)
+            commit, dirty = _release_commit(args, _release_inputs(args.spec, validation))
         except DirtyCheckout as e:
             print(f"kiln: error: {e}", file=sys.stderr)
             return ExitCode.ERRORS
@@ -101,7 +124,7 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
     try:
         outcome = publish_spec(args.spec, store, args.registry, commit, artifacts_only=args.artifacts_only,
                                dirty=dirty)
-    except (NotBuilt, TagConflict) as e:
+    except (NotBuilt, TagConflict) as e:  # TagRaced among them: another publish won the tag
         print(f"kiln: error: {e}", file=sys.stderr)
         return ExitCode.ERRORS
     except RegistryError as e:

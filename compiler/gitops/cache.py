@@ -9,13 +9,14 @@ it is stored, so an artifact that names '../../x' is refused and built here.
 
 Time is bounded: each request waits at most KILN_CACHE_TIMEOUT_S (default 10 s) per socket
 operation, the first request that gets no answer makes the cache give up on that registry for the
-rest of the build, and once KILN_CACHE_BUDGET_S (default 3600 s) have gone into the cache no new
-request starts. Each of these is said once.
+rest of the build, and KILN_CACHE_BUDGET_S (default 3600 s) is the most time the cache may take in
+all: a deadline that holds during a transfer too (a registry that drips a byte at a time is cut off
+when it passes), after which no new request starts. Each of these is said once. Every read is
+bounded by what the artifact's manifest and tree say (compiler/gitops/oci.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -24,10 +25,11 @@ from compiler.store.local import ActionRecord, LocalStore, StoreError
 from compiler.store.records import is_digest, parse_tree
 
 from . import artifacts as oa
-from .oci import Client, Registry, RegistryError, RegistryUnreachable, redact
+from .oci import Client, Registry, RegistryDeadline, RegistryError, RegistryUnreachable, json_object, redact
 
 CACHE_TIMEOUT_S = 10.0
 CACHE_BUDGET_S = 3600.0
+MAX_TREE_BYTES = 64 << 20  # a tree manifest lists files by path and digest: a few MB for the largest model
 
 
 def _seconds(name: str, default: float) -> float:
@@ -61,10 +63,21 @@ class RemoteCache:
             self.warn(f"cache {self.registry}: {why}; not asking it again in this run (what it would have "
                       "provided is built here)")
 
+    def _over_budget(self) -> None:
+        self._give_up(f"{self.budget:g}s spent on the cache (KILN_CACHE_BUDGET_S)")
+
     def _usable(self) -> bool:
         if self.given_up is None and self.spent >= self.budget:
-            self._give_up(f"{self.budget:g}s spent on the cache (KILN_CACHE_BUDGET_S)")
+            self._over_budget()
+        if self.given_up is None:  # what is left of the budget bounds every read of this call
+            self.client.deadline = time.monotonic() + (self.budget - self.spent)
         return self.given_up is None
+
+    def _unreachable(self, e: RegistryUnreachable) -> None:
+        if isinstance(e, RegistryDeadline):
+            self._over_budget()
+        else:
+            self._give_up(str(e))
 
     def has(self, key: str, kind: str) -> bool:
         if not self._usable():
@@ -73,7 +86,7 @@ class RemoteCache:
         try:
             return self.client.manifest_digest(self.repo, oa.artifact_tag(kind, key)) is not None
         except RegistryUnreachable as e:
-            self._give_up(str(e))
+            self._unreachable(e)
             return False
         except RegistryError as e:
             self.warn(f"cache {self.registry}: {e}")
@@ -90,7 +103,7 @@ class RemoteCache:
         try:
             record = self._fetch(action.kind, key, aid)
         except RegistryUnreachable as e:
-            self._give_up(str(e))
+            self._unreachable(e)
             return None
         except (RegistryError, StoreError, ValueError, KeyError, TypeError, OSError) as e:
             self.warn(f"cache {self.registry}: {aid}: {e}; building it here")
@@ -106,16 +119,18 @@ class RemoteCache:
         got = self.client.get_manifest(self.repo, oa.artifact_tag(kind, key))
         if got is None:
             return None
-        doc = json.loads(got[0])
-        if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
+        doc = json_object(got[0], "the artifact's manifest")
+        if not isinstance(doc.get("config"), dict):
             raise ValueError("the artifact's manifest is not an OCI manifest")
         notes = doc.get("annotations") or {}
         if not isinstance(notes, dict) or notes.get(oa.A_KEY) != key or notes.get(oa.A_KIND) != kind:
             raise ValueError(f"the artifact tagged for {key} carries another key or kind")
-        tree = doc["config"].get("digest")
+        tree, size = doc["config"].get("digest"), doc["config"].get("size")
         if not is_digest(tree):
             raise ValueError("the artifact's config is not a tree digest")
-        tree_bytes = self.client.read_blob(self.repo, tree)  # verified against its digest
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_TREE_BYTES:
+            raise ValueError(f"the artifact's config size is not a number of bytes up to {MAX_TREE_BYTES}")
+        tree_bytes = self.client.read_blob(self.repo, tree, size)  # bounded, verified against its digest
         try:
             entries = parse_tree(tree_bytes)  # before anything of it is stored
         except StoreError as e:
@@ -126,10 +141,8 @@ class RemoteCache:
                 continue
             with self.store.workdir("fetch-") as work:
                 part = work / "blob"
-                with open(part, "wb") as f:
-                    self.client.fetch_blob(self.repo, entry.digest, f)
-                if part.stat().st_size != entry.size:
-                    raise ValueError(f"{entry.path}: size does not match the tree")
+                with open(part, "wb") as f:  # stops at the tree's size + 1 byte
+                    self.client.fetch_blob(self.repo, entry.digest, f, entry.size)
                 if self.store.put_file(part) != entry.digest:
                     raise ValueError(f"{entry.path}: content does not match the tree")
         record = ActionRecord(key, kind, aid, tree, 0.0, None)  # no log: it was not built here

@@ -43,6 +43,10 @@ def render_workflows(spec: str, registry: str, source: KilnSource, *,
     from (compiler/gitops/kilnsource.py); jobs that quantize install the torch pin first."""
     if not _PATH_RE.fullmatch(spec) or spec.startswith("/") or ".." in spec.split("/"):
         raise InitConflict(f"spec path {spec!r}: use a relative path of letters, digits, '.', '_', '-' and '/'")
+    if "@" in registry:  # user:password@host: a secret never goes into a workflow file, nor into a message
+        raise InitConflict(f"registry {'***@' + registry.rpartition('@')[2]!r} carries credentials: a workflow names "
+                           "the registry alone and reads KILN_REGISTRY_USERNAME and KILN_REGISTRY_PASSWORD from the "
+                           "CI's secrets")
     if not _REGISTRY_RE.fullmatch(registry):
         raise InitConflict(f"registry {registry!r} has characters a workflow cannot carry unquoted")
     if not gpu_runner or not all(_LABEL_RE.fullmatch(label) for label in gpu_runner):

@@ -7,6 +7,7 @@ itself); a spec that refers to files outside its directory sees them missing at 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import tarfile
 import tempfile
@@ -38,17 +39,36 @@ def head_commit(spec: Path) -> str:
     return _git(spec.resolve().parent, "rev-parse", "HEAD").decode().strip()
 
 
-def changes_since(spec: Path, commit: str) -> list[str]:
-    """Paths (relative to the repository root) in the spec's directory whose content differs from
-    `commit`: edited or deleted tracked files, staged or not, and untracked files git does not
-    ignore. Kiln's own outputs (anything under a `.kiln` directory) do not count."""
-    root = repo_root(spec)
+def changes_since(spec: Path, commit: str, inputs: tuple[Path, ...] | list[Path] = ()) -> tuple[list[str], list[str]]:
+    """(changed, outside): what of a release differs from `commit`.
+
+    `changed`: paths (relative to the repository root) whose content differs from `commit`: in the
+    spec's directory, edited or deleted tracked files (staged or not) and untracked files git does
+    not ignore; for each of `inputs` (every file or directory the release reads: model directories,
+    data, tune records, the lock file), wherever it lies in the repository, the same and also files
+    git ignores (an ignored input is not pinned by any commit). Kiln's own outputs (anything under a
+    `.kiln` directory) do not count. `outside`: inputs that are not in the repository at all."""
+    root = repo_root(spec).resolve()
     commit = resolve_ref(spec, commit)
-    rel_dir = spec.resolve().parent.relative_to(root.resolve()).as_posix()
-    where = ["--", "." if rel_dir == "." else rel_dir]
-    tracked = _git(root, "diff", "--name-only", "--no-renames", commit, *where).decode().splitlines()
-    untracked = _git(root, "ls-files", "--others", "--exclude-standard", *where).decode().splitlines()
-    return sorted({p for p in tracked + untracked if p and ".kiln" not in p.split("/")})
+    rel_dir = spec.resolve().parent.relative_to(root).as_posix()
+    where = [_literal(rel_dir)]
+    extra: list[str] = []
+    outside: list[str] = []
+    for path in inputs:
+        try:
+            extra.append(_literal(Path(os.path.realpath(path)).relative_to(root).as_posix()))
+        except ValueError:
+            outside.append(str(path))
+    tracked = _git(root, "diff", "-z", "--name-only", "--no-renames", commit, "--", *where, *extra).split(b"\0")
+    untracked = _git(root, "ls-files", "-z", "--others", "--exclude-standard", "--", *where).split(b"\0")
+    unpinned = _git(root, "ls-files", "-z", "--others", "--", *extra).split(b"\0") if extra else []
+    changed = {os.fsdecode(p) for p in tracked + untracked + unpinned if p}
+    return sorted(p for p in changed if ".kiln" not in p.split("/")), sorted(outside)
+
+
+def _literal(rel: str) -> str:
+    """A pathspec that matches `rel` itself (and what is below it), whatever characters it holds."""
+    return ":(literal)" + ("." if rel in ("", ".") else rel)
 
 
 def resolve_ref(spec: Path, ref: str) -> str:

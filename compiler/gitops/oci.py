@@ -4,13 +4,23 @@ Enough for ORAS-style artifacts: monolithic blob uploads, manifests by tag or di
 token handshake registries use (anonymous or with $KILN_REGISTRY_USERNAME/$KILN_REGISTRY_PASSWORD).
 Loopback registries are spoken to over plain HTTP (as Docker does), everything else over HTTPS
 unless $KILN_REGISTRY_PLAIN_HTTP=1.
+
+Nothing a registry sends is trusted: every read is bounded (a blob by its descriptor's size, a
+manifest by the 4 MiB registries allow, a token answer or error body by a small maximum), JSON is
+parsed into a clear error when it is not an object or nests too deep, and text the registry wrote
+is shown with control characters escaped. Credentials (a Basic header or a bearer token) go only
+to the registry's origin (scheme, host, port) and to the token service it names: a redirect to
+another origin (a blob store, say) is followed without them, as Docker does. A client may carry a
+deadline (the cache's time budget): it holds during a transfer, not only between requests, so a
+registry that drips a byte at a time cannot keep a build waiting past it. The HTTP underneath
+(deadline, redirect policy) is compiler/gitops/transport.py; masking secrets and escaping a
+registry's text, compiler/gitops/redaction.py.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import http.client
 import json
 import os
 import re
@@ -21,39 +31,43 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from .redaction import printable, redact, remember_secret
+from .transport import MAX_REDIRECTS, WIRE_ERRORS, Guard, RedirectRefused, Response, origin, send
+
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MAX_MANIFEST = 4 << 20  # the limit registries put on manifests (distribution: 4 MiB)
+MAX_JSON = 1 << 20  # a token answer (a JWT of a few KB)
+MAX_ERROR_BODY = 8 << 10  # an error body: only its message is shown
+CHUNK = 1 << 16
 TIMEOUT_S = 60  # per socket operation: a blob upload of a checkpoint must not be cut short
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _REPO_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
 _HOST_RE = re.compile(r"[A-Za-z0-9.-]+(?::\d{1,5})?|\[[0-9A-Fa-f:.]+\](?::\d{1,5})?")
-# user:password@ opening a reference or following a URL's '//' (a user name alone is not a secret;
-# an image reference's name:tag@sha256:... is not a credential)
-_USERINFO_RE = re.compile(r"(?:(?<=//)|(?<![^\s'\"(=,]))[^\s/@'\"<>]+:[^\s/@'\"<>]*@(?!sha\d+:)")
-SECRET_ENV = ("KILN_REGISTRY_PASSWORD",)
-
-
-def redact(text: str) -> str:
-    """`text` with registry credentials masked: user:password@ in references and URLs, and the value
-    of the password variable wherever it appears (a registry may echo it in an error body)."""
-    text = _USERINFO_RE.sub("***@", text)
-    for name in SECRET_ENV:
-        secret = os.environ.get(name)
-        if secret and len(secret) >= 3:
-            text = text.replace(secret, "***")
-    return text
+_DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+_TOKEN_RE = re.compile(r"[\x21-\x7e]{1,65536}")  # what an Authorization header can carry
+__all__ = ["Client", "Registry", "RegistryError", "RegistryUnreachable", "RegistryDeadline", "RegistryConflict",
+           "json_object", "printable", "redact", "OCI_MANIFEST", "MAX_MANIFEST", "MAX_JSON"]
 
 
 class RegistryError(Exception):
-    """The registry refused a request or could not be reached (one line, no traceback, no credentials)."""
+    """The registry refused a request, answered what is no answer, or could not be reached (one
+    line, no traceback, no credentials, no control characters)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(redact(message))
+        super().__init__(printable(redact(message), 2000))
 
 
 class RegistryUnreachable(RegistryError):
     """No answer: the connection failed or a request timed out. A cache gives up on such a registry
     for the rest of a build (compiler/gitops/cache.py)."""
+
+
+class RegistryDeadline(RegistryUnreachable):
+    """The client's deadline passed (during a request or before one)."""
+
+
+class RegistryConflict(RegistryError):
+    """A conditional write was refused (HTTP 412): the tag changed since it was read."""
 
 
 @dataclass(frozen=True)
@@ -67,18 +81,25 @@ class Registry:
     @staticmethod
     def parse(target: str) -> "Registry":
         """'[user:password@]host[:port][/namespace]' as in the spec's publish.registry. Credentials in
-        the reference take the place of $KILN_REGISTRY_USERNAME/PASSWORD; no message shows them."""
+        the reference take the place of $KILN_REGISTRY_USERNAME/PASSWORD; no message shows them.
+        The password may hold any character ('/', '@' and quotes among them): everything before
+        the last '@' is the user information, since neither a host nor a namespace has an '@'."""
         text = target.strip().removeprefix("oci://").rstrip("/")
-        host, _, namespace = text.partition("/")
-        credentials = None
-        if "@" in host:
-            userinfo, _, host = host.rpartition("@")
+        credentials, shown = None, text
+        if "@" in text:
+            userinfo, _, text = text.rpartition("@")
             user, sep, password = userinfo.partition(":")
+            if password:  # also masked wherever a message might carry it (a user name alone is no secret)
+                for secret in (userinfo, password, urllib.parse.unquote(password)):
+                    remember_secret(secret)
+            shown = "***@" + text
             if not sep or not user:
-                raise RegistryError(f"not a registry reference: {target!r} (give credentials as a user name, ':' and a password before '@')")
+                raise RegistryError(f"not a registry reference: {shown!r} (give credentials as a user name, ':' "
+                                    "and a password before '@')")
             credentials = (urllib.parse.unquote(user), urllib.parse.unquote(password))
+        host, _, namespace = text.partition("/")
         if not host or not _HOST_RE.fullmatch(host) or (namespace and not _REPO_RE.fullmatch(namespace)):
-            raise RegistryError(f"not a registry reference: {target!r} (expected host[:port][/namespace])")
+            raise RegistryError(f"not a registry reference: {shown!r} (expected host[:port][/namespace])")
         plain = os.environ.get("KILN_REGISTRY_PLAIN_HTTP") == "1" or host.rsplit(":", 1)[0] in _LOOPBACK \
             or host.startswith("[::1]")
         return Registry(host, namespace, "http" if plain else "https", credentials)
@@ -92,47 +113,133 @@ class Registry:
 
 class Client:
     def __init__(self, registry: Registry, timeout: float = TIMEOUT_S) -> None:
-        """`timeout`: seconds any one socket operation may wait (connect, or each read and write)."""
+        """`timeout`: seconds any one socket operation may wait (connect, or each read and write).
+        `deadline` (time.monotonic()), when set: no request or read goes on past it."""
         self.registry = registry
         self.timeout = timeout
-        self._tokens: dict[str, str] = {}  # repository -> bearer token
+        self.deadline: float | None = None
+        self._tokens: dict[str, str] = {}  # repository -> Authorization header value
+        self._origin = origin(f"{registry.scheme}://{registry.host}/")
+        if registry.credentials:
+            remember_secret(registry.credentials[1])
 
     # --- transport -------------------------------------------------------------------------------
     def _url(self, repo: str, tail: str) -> str:
         return f"{self.registry.scheme}://{self.registry.host}/v2/{repo}/{tail}"
 
+    def _late(self) -> RegistryDeadline:
+        return RegistryDeadline(f"{self.registry.host}: the time allowed for the registry ran out")
+
+    def _send(self, req: urllib.request.Request, guard: Guard, credential_origin):
+        """The response to `req` under `guard`'s deadline (compiler/gitops/transport.py)."""
+        left = guard.left()
+        if left is not None and left <= 0:
+            raise self._late()
+        timeout = self.timeout if left is None else max(0.01, min(self.timeout, left))
+        try:
+            return send(req, guard, credential_origin, timeout)
+        except RedirectRefused as e:
+            raise RegistryError(str(e)) from None
+
+    def _failed(self, e: BaseException, guard: Guard, what: str) -> RegistryError:
+        """The error for a request or read that raised `e`."""
+        if guard.expired:
+            return self._late()
+        reason = getattr(e, "reason", e)
+        if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+            return RegistryUnreachable(f"{self.registry.host} did not answer within {self.timeout:g}s")
+        if isinstance(e, (urllib.error.URLError, ConnectionError)) or \
+                (isinstance(e, OSError) and not isinstance(e, urllib.error.HTTPError)):
+            return RegistryUnreachable(f"cannot reach {self.registry.host}: {reason}")
+        return RegistryError(f"{what}: the registry's answer is not valid HTTP ({type(e).__name__}: {e})")
+
     def _open(self, method: str, url: str, repo: str, body=None, headers: dict | None = None,
-              ok: tuple[int, ...] = (200,)):
-        """The response for a request (retried once with credentials after a 401); None on a 404."""
+              ok: tuple[int, ...] = (200,), missing: bool = False) -> Response | None:
+        """The response for a request (retried once with credentials after a 401). `missing`: a 404
+        means the object is absent (None); otherwise it is an error naming the repository."""
+        what = f"{method} {url}"
+        if origin(url) is None:
+            raise RegistryError(f"{self.registry.host}: {url!r} is not an http(s) URL")
         for attempt in (0, 1):
             h = dict(headers or {})
-            if repo in self._tokens:
+            if repo in self._tokens and origin(url) == self._origin:  # never to another origin
                 h["Authorization"] = self._tokens[repo]
             if hasattr(body, "seek"):
                 body.seek(0)
-            req = urllib.request.Request(url, data=body, method=method, headers=h)
+            guard = Guard(self.deadline)
             try:
-                resp = urllib.request.urlopen(req, timeout=self.timeout)
+                req = urllib.request.Request(url, data=body, method=method, headers=h)
+                resp = self._send(req, guard, self._origin)
             except urllib.error.HTTPError as e:
-                if e.code == 401 and attempt == 0:
-                    self._authenticate(repo, e.headers.get("WWW-Authenticate", ""))
+                try:
+                    code, challenge = e.code, e.headers.get("WWW-Authenticate", "") if e.headers else ""
+                    detail = b""
+                    if code != 401 and not (code == 404 and missing):
+                        try:
+                            detail = self._read_some(Response(e, guard), MAX_ERROR_BODY)
+                        except RegistryError:
+                            if guard.expired:
+                                raise
+                finally:
+                    e.close()
+                    guard.done()
+                if code == 401 and attempt == 0:
+                    self._authenticate(repo, challenge)
                     continue
-                if e.code == 401:
+                if code == 401:
                     raise RegistryError(f"{self.registry.host} rejected the credentials (KILN_REGISTRY_USERNAME, "
                                         "KILN_REGISTRY_PASSWORD)") from None
-                if e.code == 404 and 404 not in ok:
+                if code == 404 and missing:
                     return None
-                detail = e.read(2000).decode("utf-8", "replace").strip()
-                raise RegistryError(f"{method} {url}: HTTP {e.code} {_error_text(detail)}") from None
-            except (urllib.error.URLError, OSError) as e:
-                reason = getattr(e, "reason", e)
-                if isinstance(reason, TimeoutError) or "timed out" in str(reason):
-                    raise RegistryUnreachable(f"{self.registry.host} did not answer within {self.timeout:g}s") from None
-                raise RegistryUnreachable(f"cannot reach {self.registry.host}: {reason}") from None
+                if code == 412:
+                    raise RegistryConflict(f"{what}: HTTP 412 {_error_text(detail)}") from None
+                hint = ""
+                if 300 <= code < 400:
+                    location = e.headers.get("Location", "") if e.headers else ""
+                    raise RegistryError(f"{what}: HTTP {code} redirect to {printable(location, 200)!r} not followed "
+                                        f"(only GET and HEAD follow redirects, to http(s) URLs, at most "
+                                        f"{MAX_REDIRECTS})") from None
+                if code == 404 and b"NAME_UNKNOWN" in detail:
+                    hint = (f" (the repository {repo} does not exist; some registries, ECR among them, need it "
+                            "created before the first push)")
+                raise RegistryError(f"{what}: HTTP {code} {_error_text(detail)}{hint}") from None
+            except RegistryError:
+                guard.done()
+                raise
+            except WIRE_ERRORS as e:
+                guard.done()
+                raise self._failed(e, guard, what) from None
             if resp.status not in ok:
-                raise RegistryError(f"{method} {url}: unexpected HTTP {resp.status}")
-            return resp
-        raise RegistryError(f"{method} {url}: not authorized")  # not reached: the loop returns or raises
+                Response(resp, guard).close()
+                raise RegistryError(f"{what}: unexpected HTTP {resp.status}")
+            return Response(resp, guard)
+        raise RegistryError(f"{what}: not authorized")  # not reached: the loop returns or raises
+
+    def _read_some(self, resp: Response, size: int) -> bytes:
+        """One read of at most `size` bytes (b"" at the end); a stalled or broken transfer, or the
+        deadline passing, is the registry's failure."""
+        left = resp.guard.left()
+        if left is not None and left <= 0:
+            raise self._late()
+        resp.guard.shrink(self.timeout)
+        try:
+            return resp.raw.read(size)
+        except WIRE_ERRORS as e:
+            if resp.guard.expired:
+                raise self._late() from None
+            if isinstance(e, TimeoutError) or "timed out" in str(e):
+                raise RegistryUnreachable(f"{self.registry.host} stopped answering for {self.timeout:g}s") from None
+            raise RegistryUnreachable(f"{self.registry.host}: transfer failed: {type(e).__name__}: {e}") from None
+
+    def _read_all(self, resp: Response, limit: int, what: str) -> bytes:
+        """The whole body, refused past `limit` bytes (read stops at limit + 1)."""
+        parts, total = [], 0
+        while chunk := self._read_some(resp, min(CHUNK, limit + 1 - total)):
+            parts.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise RegistryError(f"{self.registry.host}: {what} is larger than {limit} bytes")
+        return b"".join(parts)
 
     def _authenticate(self, repo: str, challenge: str) -> None:
         user, password = self.registry.credentials or (os.environ.get("KILN_REGISTRY_USERNAME"),
@@ -140,7 +247,10 @@ class Client:
         basic = None
         if user and password:
             basic = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-        scheme, _, rest = challenge.partition(" ")
+            # a registry may echo the header, which decodes to the password (masked from the reference
+            # or the environment, which redact reads each time)
+            remember_secret(basic.removeprefix("Basic "))
+        scheme, _, rest = challenge.strip().partition(" ")
         if scheme.lower() == "basic":
             if basic is None:
                 raise RegistryError(f"{self.registry.host} needs credentials: set KILN_REGISTRY_USERNAME "
@@ -148,24 +258,44 @@ class Client:
             self._tokens[repo] = basic
             return
         if scheme.lower() != "bearer":
-            raise RegistryError(f"{self.registry.host}: unsupported authentication {challenge!r}")
+            raise RegistryError(f"{self.registry.host}: unsupported authentication {printable(challenge, 100)!r}")
         fields = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+        realm = fields.get("realm", "")
+        where = origin(realm)
+        if where is None:
+            raise RegistryError(f"{self.registry.host}: the token service {printable(realm, 100)!r} is not an "
+                                "http(s) URL")
+        if self.registry.scheme == "https" and where[0] != "https":
+            raise RegistryError(f"{self.registry.host}: the token service {printable(realm, 100)!r} is plain HTTP; "
+                                "credentials go over HTTPS only")
         query = {"service": fields.get("service", ""), "scope": f"repository:{repo}:pull,push"}
-        req = urllib.request.Request(fields.get("realm", "") + "?" + urllib.parse.urlencode(query),
-                                     headers={"Authorization": basic} if basic else {})
+        url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(query)
+        guard = Guard(self.deadline)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                doc = json.loads(resp.read(1 << 20))
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            raise RegistryError(f"{self.registry.host}: token request failed: {e}") from None
+            req = urllib.request.Request(url, headers={"Authorization": basic} if basic else {})
+            resp = Response(self._send(req, guard, where), guard)
+            with resp:
+                raw = self._read_all(resp, MAX_JSON, "the token answer")
+        except urllib.error.HTTPError as e:
+            e.close()
+            guard.done()
+            raise RegistryError(f"{self.registry.host}: token request failed: HTTP {e.code}") from None
+        except RegistryError:
+            guard.done()
+            raise
+        except WIRE_ERRORS as e:
+            guard.done()
+            raise self._failed(e, guard, f"{self.registry.host}: token request") from None
+        doc = json_object(raw, f"{self.registry.host}: the token answer")
         token = doc.get("token") or doc.get("access_token")
-        if not token:
-            raise RegistryError(f"{self.registry.host}: the token service returned no token")
+        if not isinstance(token, str) or not _TOKEN_RE.fullmatch(token):
+            raise RegistryError(f"{self.registry.host}: the token service returned no usable token")
+        remember_secret(token)
         self._tokens[repo] = f"Bearer {token}"
 
     # --- blobs -----------------------------------------------------------------------------------
     def has_blob(self, repo: str, digest: str) -> bool:
-        resp = self._open("HEAD", self._url(repo, f"blobs/{digest}"), repo)
+        resp = self._open("HEAD", self._url(repo, f"blobs/{digest}"), repo, missing=True)
         if resp is None:
             return False
         resp.close()
@@ -175,10 +305,16 @@ class Client:
         """Upload a blob unless the repository has it; True when it was uploaded."""
         if self.has_blob(repo, digest):
             return False
-        resp = self._open("POST", self._url(repo, "blobs/uploads/"), repo, body=b"", ok=(202,))
-        location = resp.headers["Location"]
+        start = self._url(repo, "blobs/uploads/")
+        resp = self._open("POST", start, repo, body=b"", ok=(202,))
+        location = resp.headers.get("Location")
         resp.close()
-        url = urllib.parse.urljoin(self._url(repo, "blobs/uploads/"), location)
+        if not location:
+            raise RegistryError(f"POST {start}: the registry started an upload without a Location")
+        try:
+            url = urllib.parse.urljoin(start, location)
+        except ValueError:
+            raise RegistryError(f"POST {start}: the upload Location {location!r} is not a URL") from None
         url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"digest": digest})
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
         if isinstance(source, Path):
@@ -188,68 +324,105 @@ class Client:
             self._open("PUT", url, repo, body=source, headers=headers, ok=(201,)).close()
         return True
 
-    def fetch_blob(self, repo: str, digest: str, dest: BinaryIO) -> None:
-        """Stream a blob into `dest`, verifying its digest."""
-        resp = self._open("GET", self._url(repo, f"blobs/{digest}"), repo)
+    def fetch_blob(self, repo: str, digest: str, dest: BinaryIO, size: int) -> None:
+        """Stream a blob of `size` bytes (its descriptor's) into `dest`, verifying its digest; a
+        blob that runs past its size is refused at size + 1 bytes, before more is written."""
+        resp = self._open("GET", self._url(repo, f"blobs/{digest}"), repo, missing=True)
         if resp is None:
-            raise RegistryError(f"{repo}: blob {digest} is missing")
+            raise RegistryError(f"{self.registry.host}/{repo}: blob {digest} is missing")
         h = hashlib.sha256()
+        total = 0
         with resp:
-            while chunk := self._read(resp, 1 << 20):
+            while chunk := self._read_some(resp, min(CHUNK, size + 1 - total)):
+                total += len(chunk)
+                if total > size:
+                    raise RegistryError(f"{self.registry.host}/{repo}: blob {digest} is larger than its "
+                                        f"descriptor's {size} bytes")
                 h.update(chunk)
                 dest.write(chunk)
+        if total != size:
+            raise RegistryError(f"{self.registry.host}/{repo}: blob {digest} has {total} bytes, not its "
+                                f"descriptor's {size}")
         if "sha256:" + h.hexdigest() != digest:
-            raise RegistryError(f"{repo}: blob {digest} does not match its digest")
+            raise RegistryError(f"{self.registry.host}/{repo}: blob {digest} does not match its digest")
 
-    def _read(self, resp, size: int) -> bytes:
-        """A read from a response; a stalled or broken transfer is the registry's failure."""
-        try:
-            return resp.read(size)
-        except (OSError, http.client.HTTPException) as e:
-            if isinstance(e, TimeoutError) or "timed out" in str(e):
-                raise RegistryUnreachable(f"{self.registry.host} stopped answering for {self.timeout:g}s") from None
-            raise RegistryUnreachable(f"{self.registry.host}: transfer failed: {e}") from None
-
-    def read_blob(self, repo: str, digest: str) -> bytes:
+    def read_blob(self, repo: str, digest: str, size: int) -> bytes:
         import io
 
         buf = io.BytesIO()
-        self.fetch_blob(repo, digest, buf)
+        self.fetch_blob(repo, digest, buf, size)
         return buf.getvalue()
 
     # --- manifests -------------------------------------------------------------------------------
-    def put_manifest(self, repo: str, ref: str, body: bytes, media_type: str = OCI_MANIFEST) -> str:
-        resp = self._open("PUT", self._url(repo, f"manifests/{ref}"), repo, body=body,
-                          headers={"Content-Type": media_type}, ok=(201,))
+    def put_manifest(self, repo: str, ref: str, body: bytes, media_type: str = OCI_MANIFEST, *,
+                     create_only: bool = False) -> str:
+        """`create_only`: the tag must not exist (If-None-Match: *). The OCI distribution spec does
+        not define conditional manifest writes (a proposal, opencontainers/distribution-spec#251,
+        is open); a registry that implements HTTP's conditional requests answers 412
+        (RegistryConflict) when the tag exists, and one that does not (Distribution 2.8 ignores the
+        header) writes it anyway: callers read the tag back."""
+        headers = {"Content-Type": media_type}
+        if create_only:
+            headers["If-None-Match"] = "*"
+        resp = self._open("PUT", self._url(repo, f"manifests/{ref}"), repo, body=body, headers=headers,
+                          ok=(200, 201))
         resp.close()
         return "sha256:" + hashlib.sha256(body).hexdigest()
 
     def manifest_digest(self, repo: str, ref: str) -> str | None:
-        resp = self._open("HEAD", self._url(repo, f"manifests/{ref}"), repo, headers={"Accept": OCI_MANIFEST})
+        """The digest of the manifest `ref` names, or None when there is none. The HEAD answer's
+        Docker-Content-Digest is used when it is a digest; without one (the header is optional)
+        the manifest is fetched and hashed: a missing header never reads as a missing tag."""
+        resp = self._open("HEAD", self._url(repo, f"manifests/{ref}"), repo, headers={"Accept": OCI_MANIFEST},
+                          missing=True)
         if resp is None:
             return None
         resp.close()
-        return resp.headers.get("Docker-Content-Digest")
+        said = resp.headers.get("Docker-Content-Digest")
+        if isinstance(said, str) and _DIGEST_RE.fullmatch(said):
+            return said
+        got = self.get_manifest(repo, ref)
+        return None if got is None else got[1]
 
     def get_manifest(self, repo: str, ref: str) -> tuple[bytes, str] | None:
         """(bytes, digest) of a manifest, verified when fetched by digest; None when absent."""
-        resp = self._open("GET", self._url(repo, f"manifests/{ref}"), repo, headers={"Accept": OCI_MANIFEST})
+        resp = self._open("GET", self._url(repo, f"manifests/{ref}"), repo, headers={"Accept": OCI_MANIFEST},
+                          missing=True)
         if resp is None:
             return None
         with resp:
-            body = self._read(resp, MAX_MANIFEST + 1)
-        if len(body) > MAX_MANIFEST:
-            raise RegistryError(f"{repo}: manifest {ref} is larger than {MAX_MANIFEST} bytes")
+            body = self._read_all(resp, MAX_MANIFEST, f"{repo}: manifest {ref}")
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         if ref.startswith("sha256:") and digest != ref:
-            raise RegistryError(f"{repo}: manifest {ref} does not match its digest")
+            raise RegistryError(f"{self.registry.host}/{repo}: manifest {ref} does not match its digest")
         return body, digest
 
 
-def _error_text(detail: str) -> str:
-    """The registry's error message from its JSON error body, when it sent one."""
+def json_object(data: bytes, what: str) -> dict:
+    """`data` parsed as a JSON object, or a RegistryError saying why it is not one."""
     try:
-        errors = json.loads(detail).get("errors") or []
-        return "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors) or detail[:200]
-    except (ValueError, AttributeError):
-        return detail[:200]
+        doc = json.loads(data)
+    except RecursionError:
+        raise RegistryError(f"{what} is not usable JSON: it nests too deep") from None
+    except ValueError as e:  # UnicodeDecodeError, JSONDecodeError, an integer past Python's digit limit
+        raise RegistryError(f"{what} is not JSON ({str(e)[:80]})") from None
+    if not isinstance(doc, dict):
+        raise RegistryError(f"{what} is not a JSON object")
+    return doc
+
+
+def _error_text(detail: bytes) -> str:
+    """The registry's error message from its JSON error body, when it sent one (shown escaped)."""
+    text = detail.decode("utf-8", "replace").strip()
+    try:
+        doc = json_object(detail, "error")
+    except RegistryError:
+        return printable(text, 200)
+    errors = doc.get("errors")
+    if isinstance(errors, list):
+        parts = [f"{printable(e['code'], 60) if isinstance(e.get('code'), str) else '?'}: "
+                 f"{printable(e['message'], 200) if isinstance(e.get('message'), str) else ''}"
+                 for e in errors[:5] if isinstance(e, dict)]
+        if parts:
+            return "; ".join(parts)
+    return printable(text, 200)

@@ -13,7 +13,7 @@ from compiler.release import spec_digest
 from compiler.store.local import LocalStore, sha256_bytes
 
 from . import artifacts as oa
-from .oci import OCI_MANIFEST, Client, Registry
+from .oci import OCI_MANIFEST, Client, Registry, RegistryConflict
 from .provenance import statement
 
 
@@ -23,6 +23,10 @@ class NotBuilt(Exception):
 
 class TagConflict(Exception):
     """The registry's tag for this commit already names other content: a commit's tag never moves."""
+
+
+class TagRaced(TagConflict):
+    """Another publish wrote the tag between this one's check and its write (or overwrote it)."""
 
 
 @dataclass
@@ -73,13 +77,50 @@ def _spec_path(spec: Path) -> str:
         return spec.name
 
 
+def _tagged(client: Client, repo: str, tag: str) -> str | None:
+    """The digest of what `tag` names, hashed from the manifest itself (no header is trusted)."""
+    got = client.get_manifest(repo, tag)
+    return None if got is None else got[1]
+
+
+def _conflict(repo: str, tag: str, there: str) -> TagConflict:
+    return TagConflict(f"{repo}:{tag} already names other content ({there}); a commit's tag is never moved to "
+                       "another release: publish from a clean checkout of that commit, or from a new commit")
+
+
 def _check_tags(client: Client, repo: str, wanted: dict[str, bytes]) -> None:
     """Each tag must be absent or already name exactly these bytes (then pushing it again is a no-op)."""
     for tag, body in wanted.items():
-        there = client.manifest_digest(repo, tag)
+        there = _tagged(client, repo, tag)
         if there is not None and there != sha256_bytes(body):
-            raise TagConflict(f"{repo}:{tag} already names other content ({there}); a commit's tag is never moved to "
-                              "another release: publish from a clean checkout of that commit, or from a new commit")
+            raise _conflict(repo, tag, there)
+
+
+def put_tag_once(client: Client, repo: str, tag: str, body: bytes) -> None:
+    """Tag `body` unless the tag names it already; never move a tag that names other content.
+
+    The check and the write are as close as two requests can be, and the write is conditional
+    (If-None-Match: *) for registries that honour it. Most do not (the OCI distribution spec has
+    no conditional writes; Distribution 2.8 ignores the header), so the tag is read back after the
+    write: when another publish wrote it in between, the one whose content the tag does not name
+    fails and says which digest won. One interleaving escapes without the registry's help: B checks
+    before A writes and writes after A has read the tag back; both succeed and the tag moves once.
+    Checking just before the write (not only before the uploads) narrows that to one round trip."""
+    ours = sha256_bytes(body)
+    there = _tagged(client, repo, tag)
+    if there == ours:
+        return
+    if there is not None:
+        raise _conflict(repo, tag, there)
+    try:
+        client.put_manifest(repo, tag, body, create_only=True)
+    except RegistryConflict:
+        pass  # the registry refused the write: someone tagged it first; the read-back says who
+    there = _tagged(client, repo, tag)
+    if there != ours:
+        raise TagRaced(f"{repo}:{tag}: another publish wrote this tag at the same time as this one, and its "
+                       f"content won: the tag names {there}, not this release ({ours}); check which build the "
+                       "commit's tag should name before publishing again")
 
 
 def publish_spec(spec: Path, store: LocalStore, registry: str | None, commit: str | None, *,
@@ -146,8 +187,15 @@ def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | 
 
     for blob in (oa.EMPTY, release):
         outcome.blobs_uploaded += client.push_blob(release_repo, sha256_bytes(blob), len(blob), blob)
-    client.put_manifest(release_repo, tag, manifest)
+    put_tag_once(client, release_repo, tag, manifest)
     outcome.blobs_uploaded += client.push_blob(release_repo, sha256_bytes(outcome.provenance),
                                                len(outcome.provenance), outcome.provenance)
-    client.put_manifest(release_repo, oa.provenance_tag(tag), provenance)
+    put_tag_once(client, release_repo, oa.provenance_tag(tag), provenance)
+    # once more at the end: a publish that checked before this one wrote, and wrote after this one
+    # read the tag back, is caught here when its write landed in the meantime
+    there = _tagged(client, release_repo, tag)
+    if there != outcome.release_digest:
+        raise TagRaced(f"{release_repo}:{tag}: another publish overwrote this tag after this one wrote it: the tag "
+                       f"names {there}, not this release ({outcome.release_digest}); check which build the commit's "
+                       "tag should name")
     return outcome
