@@ -553,3 +553,21 @@ def test_missing_key_help_keeps_the_description_intact() -> None:
     _, diags = front_end(MINIMAL.replace("    gpu: H100-SXM5-80GB\n", ""))
     [d] = diags
     assert d.code == "K102" and "gPU" not in d.help and not d.help.rstrip().endswith("e.g")
+
+
+@pytest.mark.parametrize("password", ["s3cr'et", 's3cr"et', "s3cr<et", "s3/cr et", "sécret€"])
+def test_a_credential_in_a_reference_is_never_echoed(password) -> None:
+    """A registry written with its credentials is refused, and the refusal shows the reference
+    with them masked, whatever characters the password holds."""
+    from compiler.pipeline import validate_text
+    from compiler.spec.types import shown
+
+    text = (ROOT / "examples" / "b200-mig-three-models" / "kiln.yaml").read_text(encoding="utf-8")
+    old = "publish: {registry: registry.example.com/inference}"
+    assert old in text
+    quoted = password.replace("'", "''")
+    result = validate_text(text.replace(old, f"publish: {{registry: 'ci-bot:{quoted}@registry.example.com/inference'}}"),
+                           ROOT / "examples" / "b200-mig-three-models")
+    messages = "\n".join(f"{d.message} {d.help or ''}" for d in result.diagnostics)
+    assert result.diagnostics and password not in messages and "***@registry.example.com/inference" in messages
+    assert shown(f"registry.example.com/inference@sha256:{'a' * 64}").endswith("a" * 64)  # a digest is no secret

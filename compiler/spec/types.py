@@ -19,13 +19,26 @@ def value_error(message: str, *, help: str | None = None, key: str | None = None
     return PydanticCustomError(VALUE_ERROR, message, {"help": help or "", "key": key or ""})
 
 
+def shown(value: str) -> str:
+    """`value` as a message may echo it: credentials written into a reference (`user:password@host/...`,
+    with or without a scheme) are masked, whatever characters the password holds; an image digest
+    (`name@sha256:...`) is not a credential and stays."""
+    head, at, tail = value.rpartition("@")
+    if not at:
+        return value
+    if tail.startswith("sha256:"):
+        return shown(head) + at + tail
+    scheme, sep, _userinfo = head.partition("://")
+    return (f"{scheme}://" if sep else "") + "***@" + tail
+
+
 def _pattern(regex: str, what: str, example: str) -> Callable[[str], str]:
     compiled = re.compile(regex)
 
     def check(value: str) -> str:
         if not compiled.fullmatch(value):
             raise PydanticCustomError(FORMAT_ERROR, "'{value}' is not {what}",
-                                      {"value": value, "what": what, "help": f"example: {example}"})
+                                      {"value": shown(value), "what": what, "help": f"example: {example}"})
         return value
 
     return check
