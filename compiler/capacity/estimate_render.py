@@ -22,7 +22,9 @@ def _ms(f: dict) -> str:
 
 def _cells(units: list[str], r: dict) -> list[str]:
     e = r["estimate"]
-    basis = e["basis"] + (" (outside fit)" if e["outside_calibration"] else "")
+    basis = e["basis"] + (" (outside fit)" if e["outside_calibration"] and e["basis"] != "measured" else "")
+    if e.get("calibration"):
+        basis += f" from {e['calibration']['measurements']}"
     cost = _range(e["cost_per_million_tokens"], "{:,.2f}") if e.get("cost_per_million_tokens") else "-"
     sla = "-" if e.get("sla_concurrency") is None else f"{e['sla_concurrency']:,}"
     unit = units[0] if len(units) == 1 else f"{units[0]} (+{len(units) - 1} alike)"
@@ -64,6 +66,8 @@ def render_estimates(rows: list[dict], fmt: str) -> list[str]:
         if e["outside_calibration"]:
             text += "; interval widened: " + "; ".join(e["outside_calibration"])
         notes.setdefault(text, []).append(label)
+        for n in e.get("measurements_not_used") or ():
+            notes.setdefault(f"{n['record']} not used: {n['why']}", []).append(label)
         sources.update(dict.fromkeys(e["sources"] + e["notes"]))
     out += ["", "Estimate basis:"]
     out += [f"{bullet}{', '.join(labels)}: {text}" for text, labels in notes.items()]

@@ -179,10 +179,21 @@ def mig_shape_args(gpu, profile, shared: bool, derate: float) -> dict:
             "derate": derate if shared else 1.0}
 
 
-def figures_estimate(unit, sizing, arch, gpu, figures, *, runtime_version: str, price_per_gpu_hour: float | None,
-                     sla: Mapping | None = None, coef: CoefficientSet | None = None) -> dict | None:
-    """The estimate of a sized unit (report.UnitFigures) at the batch and context its ceiling uses,
-    or None when it has no ceiling (it does not fit, or the model decodes nothing)."""
+@dataclass(frozen=True)
+class UnitCase:
+    """What a sized unit's estimate is computed from: its shape, traffic, batch and ceiling."""
+
+    shape: Shape
+    traffic: Traffic
+    batch: int
+    ceiling_tokens_per_s: float
+    price_share: float
+    reasons: tuple[str, ...]
+
+
+def unit_case(unit, sizing, arch, gpu, figures) -> UnitCase | None:
+    """The estimate's inputs for a sized unit (report.UnitFigures) at the batch and context its
+    ceiling uses, or None when it has no ceiling (it does not fit, or the model decodes nothing)."""
     from compiler.capacity.report import SHARED_GPU_DERATE
     from compiler.capacity.roofline import mig_gpu_share
 
@@ -210,7 +221,16 @@ def figures_estimate(unit, sizing, arch, gpu, figures, *, runtime_version: str, 
         traffic = Traffic(w.mean_input, w.mean_output, context, w.describe())
         if w.distribution:
             reasons = ("lengths are a distribution; the fit saw fixed lengths (its means are used)",)
-    return unit_estimate(shape=shape, batch=figures.decode.batch, traffic=traffic,
-                         coef=coef or coefficients_for(gpu.arch, sizing.weights_fmt, runtime_version),
-                         ceiling_tokens_per_s=figures.decode.tokens_per_s_at_batch, price_share=share,
-                         price_per_gpu_hour=price_per_gpu_hour, sla=sla, extra_reasons=reasons)
+    return UnitCase(shape, traffic, figures.decode.batch, figures.decode.tokens_per_s_at_batch, share, reasons)
+
+
+def figures_estimate(unit, sizing, arch, gpu, figures, *, runtime_version: str, price_per_gpu_hour: float | None,
+                     sla: Mapping | None = None) -> dict | None:
+    """The modelled estimate of a sized unit, or None when it has no ceiling."""
+    case = unit_case(unit, sizing, arch, gpu, figures)
+    if case is None:
+        return None
+    return unit_estimate(shape=case.shape, batch=case.batch, traffic=case.traffic,
+                         coef=coefficients_for(gpu.arch, sizing.weights_fmt, runtime_version),
+                         ceiling_tokens_per_s=case.ceiling_tokens_per_s, price_share=case.price_share,
+                         price_per_gpu_hour=price_per_gpu_hour, sla=sla, extra_reasons=case.reasons)
