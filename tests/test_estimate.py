@@ -216,3 +216,29 @@ def test_every_example_estimate_is_under_its_ceiling(spec: Path) -> None:
         assert e["basis"] in ("modelled", "calibrated", "measured")
         for p in e["curve"]:
             assert p["output_tokens_per_s"] > 0 and p["concurrency"] <= e["concurrency"]
+
+
+def test_kiln_plan_gives_each_unit_its_estimate_beside_the_ceiling(tmp_path: Path, capsys) -> None:
+    from compiler.cli import ExitCode, main
+
+    spec = str(ROOT / "examples" / "h200-tp8-llama70b" / "kiln.yaml")
+    store = str(tmp_path / "store")
+    assert main(["plan", spec, "--store", store, "--format", "json"]) == ExitCode.OK
+    (unit,) = json.loads(capsys.readouterr().out)["capacity"]["units"]
+    e = unit["estimate"]
+    for key in ("output_tokens_per_s", "ttft_ms", "tpot_ms", "cost_per_million_tokens"):
+        assert set(e[key]) == {"value", "low", "high"}, key
+    assert e["concurrency"] == unit["decode"]["batch"] == 128
+    assert e["basis"] == "modelled" and e["sources"] and e["curve"][-1]["concurrency"] == 128
+    # Llama-3.1-70B in BF16 on H200 has no coefficients of its own: the pooled set, and the plan says so
+    assert e["coefficients"] == "*"
+    assert any("no published rows for Hopper bf16" in r for r in e["outside_calibration"])
+    # the cost from the estimate is above the cost the ceiling implies
+    assert e["cost_per_million_tokens"]["value"] > unit["cost_per_million_tokens"]
+    for fmt, head in (("text", "Estimate (the ceiling above is the bound)"),
+                      ("markdown", "#### Estimate (the ceiling above is the bound)")):
+        assert main(["plan", spec, "--store", store, "--format", fmt]) == ExitCode.OK
+        out = capsys.readouterr().out
+        assert head in out and "Ceiling tok/s (b=1 / b=N)" in out
+        assert f"{e['output_tokens_per_s']['value']:,.0f} ({e['output_tokens_per_s']['low']:,.0f}-" in out
+        assert "interval widened: no published rows for Hopper bf16" in out
