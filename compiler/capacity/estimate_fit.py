@@ -22,10 +22,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from compiler.capacity.estimate import FEATURES, FLOORS, Shape, Work, cohort_work
+from compiler.capacity.estimate import FEATURES, FLOORS, Shape, Work, cohort_work, compute_precision
 from compiler.capacity.memory import gpu_memory_bytes, unit_capacity
 from compiler.catalog.gpus import load_gpu_catalog
-from compiler.catalog.models import load_model_catalog
+from compiler.catalog.models import estimate_params, load_model_catalog
 
 #: Published names -> catalog keys (the names as the perf-overview tables print them).
 MODEL_KEYS = {"Llama 3.1 8B": "llama-3.1-8b", "Llama 3.1 70B": "llama-3.1-70b", "Llama 3.3 70B": "llama-3.3-70b",
@@ -43,17 +43,6 @@ BENCH_TOKENS = (2048, 32768)
 BENCH_KV_FRACTION = 0.95
 
 
-def generation(arch: str) -> str:
-    """The coefficient family of a GPU architecture ("Blackwell Ultra" is its own, uncalibrated)."""
-    return arch
-
-
-def precision_class(weights_fmt: str) -> str:
-    from compiler.capacity.estimate import compute_precision
-
-    return compute_precision(weights_fmt)
-
-
 def release_of(version: str) -> str:
     """"1.2.1" or "v0.20" -> "1.2" / "0.20": the release line a coefficient set belongs to."""
     parts = version.lstrip("v").split(".")
@@ -61,7 +50,9 @@ def release_of(version: str) -> str:
 
 
 def group_key(gpu_arch: str, weights_fmt: str, release: str) -> str:
-    return f"{generation(gpu_arch)}/{precision_class(weights_fmt)}/{release}"
+    """A coefficient set's key: GPU architecture (its generation; "Blackwell Ultra" is its own) /
+    the tensor-core precision the matmuls run at / the release line."""
+    return f"{gpu_arch}/{compute_precision(weights_fmt)}/{release}"
 
 
 @dataclass(frozen=True)
@@ -107,15 +98,9 @@ def published_case(row: Mapping) -> Measured | None:
     work = cohort_work(shape, batch, isl, osl, isl + osl / 2)
     release = release_of(row["doc_version"])
     facts = {"model": row["model"], "gpu": gpu.name, "release": release, "precision": row["precision"],
-             "tp": tp, "isl": isl, "osl": osl, "batch": batch, "active_params": _active(arch)}
+             "tp": tp, "isl": isl, "osl": osl, "batch": batch, "active_params": estimate_params(arch)[1]}
     label = f"{row['doc_version']} {row['model']} {row['precision']} {row['gpu']} tp{tp} {isl}/{osl}"
     return Measured(label, group_key(gpu.arch, wfmt, release), work, float(row["value"]), facts)
-
-
-def _active(arch) -> int:
-    from compiler.catalog.models import estimate_params
-
-    return estimate_params(arch)[1]
 
 
 # --- least squares under floors ------------------------------------------------------------------------
