@@ -84,9 +84,13 @@ def _validate(loaded: LoadResult, shown: str, base_dir: Path, options: Options, 
         result.diagnostics.extend(run_checks(CheckContext(ir)))
         if result.ok and any(m.measured is not None for m in ir.models.values()):
             # measured limits: compare what the records measured with what the spec now builds (K914)
-            from compiler.staleness import stale_diagnostics
+            from compiler.ir.estimates import with_measurements
+            from compiler.staleness import record_changes, stale_diagnostics
 
-            result.diagnostics.extend(stale_diagnostics(ir))
+            changed = record_changes(ir)
+            result.diagnostics.extend(stale_diagnostics(ir, changed=changed))
+            # measured beats modelled: the records that still apply replace or recalibrate estimates
+            result.resolved = with_measurements(ir, changed)
     elif parsed.partial is not None:
         # One run, all problems: the entries that parsed are checked too (the IR stays out of the
         # result: a spec with errors is never lowered).

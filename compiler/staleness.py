@@ -73,9 +73,10 @@ def artifact_changes(recorded: dict[str, str], now: dict[str, str]) -> list[str]
     return out
 
 
-def stale_diagnostics(ir: Resolved, digests: DigestCache | None = None) -> list[Diagnostic]:
-    """K914 for every model whose measured limit no longer describes the spec."""
-    out = []
+def record_changes(ir: Resolved, digests: DigestCache | None = None) -> dict[str, list[str]]:
+    """Per model with a measured limit: what its record measured that the spec no longer describes
+    (empty: the record is current)."""
+    out = {}
     for name, rm in sorted(ir.models.items()):
         if rm.measured is None:
             continue
@@ -84,6 +85,18 @@ def stale_diagnostics(ir: Resolved, digests: DigestCache | None = None) -> list[
         if any(u.id == record.unit for u in ir.units):
             changes += artifact_changes(record.artifacts,
                                         measured_artifacts(as_served(ir, name, record), record.unit, digests))
+        out[name] = changes
+    return out
+
+
+def stale_diagnostics(ir: Resolved, digests: DigestCache | None = None,
+                      changed: dict[str, list[str]] | None = None) -> list[Diagnostic]:
+    """K914 for every model whose measured limit no longer describes the spec (`changed`: from
+    record_changes, when the caller has it)."""
+    out = []
+    for name, changes in (changed if changed is not None else record_changes(ir, digests)).items():
+        rm = ir.models[name]
+        record = rm.measured.record
         if not changes:
             continue
         shown = changes[:4] + ([f"{len(changes) - 4} more"] if len(changes) > 4 else [])

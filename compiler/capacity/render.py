@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import math
 
+from .estimate_render import render_estimates
 from .report import UnitFigures, gib
 
 _COLS = ["Unit", "Model", "Slice", "Memory", "Weights", "Reserve", "KV pool", "Headroom", "Max seqs",
-         "Decode tok/s (b=1 / b=N)", "$/Mtok"]
+         "Ceiling tok/s (b=1 / b=N)", "$/Mtok"]
 
 
 def unit_row(f: UnitFigures, max_batch: int, start: int | None = None, measured: dict | None = None) -> dict:
@@ -33,7 +34,7 @@ def unit_row(f: UnitFigures, max_batch: int, start: int | None = None, measured:
         "reserve": [{"name": t.name, "bytes": round(t.bytes), "derivation": t.derivation} for t in c.reserve],
         "assumptions": list(f.assumptions),
         "decode": None, "cost_per_million_tokens": None,
-        "concurrency_bound": f.concurrency_bound, "measured": None,
+        "concurrency_bound": f.concurrency_bound, "measured": None, "estimate": f.estimate,
     }
     if measured is not None:
         bound = f.concurrency_bound
@@ -107,6 +108,7 @@ def render_capacity(rows: list[dict], fmt: str = "text") -> str:
         out = ["### Capacity", "", "| " + " | ".join(_COLS) + " |", "|" + "---|" * len(_COLS)]
         out += ["| " + " | ".join(c) + " |" for c in cells]
         out += _measured_section(rows, fmt)
+        out += render_estimates(rows, fmt)
         if weak:
             out += ["", "Figures rest on facts that are not verified: " + "; ".join(weak) + "."]
         if assumptions:
@@ -119,6 +121,7 @@ def render_capacity(rows: list[dict], fmt: str = "text") -> str:
            "  ".join("-" * w for w in widths)]
     out += [line.format(*c).rstrip() for c in cells]
     out += _measured_section(rows, fmt)
+    out += render_estimates(rows, fmt)
     if weak:
         out += ["", "Not verified: " + "; ".join(weak)]
     if assumptions:
@@ -140,5 +143,5 @@ def _assumptions(rows: list[dict]) -> list[tuple[str, str]]:
     return out
 
 
-_FOOTNOTE = ("Decode figures are a memory-bandwidth roofline (an upper bound); MIG instances get their memory "
+_FOOTNOTE = ("Ceiling figures are a memory-bandwidth roofline (an upper bound; the estimate is what to expect); MIG instances get their memory "
              "slices' share of bandwidth, derated 10% when they share a GPU. The reserve is an estimate.")

@@ -62,6 +62,7 @@ class UnitFigures:
     # sequences the KV pool holds at once for the workload (at max_seq_len without one): the most
     # concurrency memory allows, which bounds `kiln tune`'s search and is compared with its result
     concurrency_bound: int = 0
+    estimate: dict | None = None  # estimate_unit.figures_estimate: throughput, TTFT, TPOT with intervals
 
 
 def unit_figures(unit, sizing: Sizing, arch: ModelArch, gpu: GpuSpec, price_per_gpu_hour: float | None) -> UnitFigures:

@@ -131,3 +131,45 @@ class BatchNotReachable(Check):
                 f"fewer than max_batch_size={lim.max_batch_size}",
                 help=f"set max_batch_size <= {cap.max_sequences}, shorten max_seq_len, or add memory",
                 notes=_notes(fig))
+
+
+class SlaOutOfReach(Check):
+    """The performance estimate misses the model's `sla` even with one request in flight.
+
+    `kiln plan` estimates each unit's TTFT and TPOT over concurrency from a step model fitted to
+    published TensorRT-LLM measurements (compiler/capacity/estimate.py). When even the optimistic
+    end of the estimate's interval, at concurrency 1, is slower than a target of the `sla`, no
+    batch limit will meet it and `kiln tune` would find no passing concurrency. The estimate is a
+    p50 and the targets are at the sla's percentile (p99 by default), so the warning errs on the
+    side of silence. Serve the model on a faster GPU or format, with tensor parallelism, or relax
+    the target; a `kiln tune` record for the unit replaces the estimate with a measurement.
+    """
+
+    code = "K404"
+    name = "sla-out-of-reach"
+    severity = Severity.WARNING
+    order = 53
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for unit, fig in _figures(ctx):
+            sla = ctx.spec.models[unit.model].sla
+            e = fig.estimate
+            # a model with a measured limit has a record that says what the unit meets (K914 when stale)
+            if sla is None or not e or not e.get("curve") or ctx.ir.models[unit.model].measured is not None:
+                continue
+            first = e["curve"][0]
+            misses = []
+            for key, what in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
+                target, est = getattr(sla, key), e[key]
+                if target is None or not est["value"]:
+                    continue
+                best = first[key] * est["low"] / est["value"]  # the optimistic end, at concurrency 1
+                if best > target:
+                    misses.append(f"{what} at least {best:,.3g} ms against {target:g} ms")
+            if misses:
+                yield ctx.diag(
+                    self, unit.path + ("serves",),
+                    f"{unit.id}: the estimate misses the sla of model {unit.model!r} with a single request in flight: "
+                    f"{'; '.join(misses)} ({sla.percentile} target, p50 estimate)",
+                    help="serve it on a faster GPU or format, or with tensor parallelism; or relax the sla",
+                    notes=[f"estimate basis: {e['basis']}, coefficients {e['coefficients']}"])

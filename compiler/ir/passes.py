@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Callable
 
 from compiler.capacity.placement import search_placement, search_preferring
+from compiler.capacity.estimate_unit import figures_estimate
 from compiler.capacity.report import Sizing, unit_figures
 from compiler.capacity.workload import traffic_shape
 from compiler.catalog.formats import SIXTEEN_BIT, load_format_table, normalize_activations
@@ -256,8 +257,17 @@ def capacity_pass(ir: Resolved) -> Resolved:
         if u.model not in sizings:
             sizings[u.model] = sizing(rm)
         fig = unit_figures(u, sizings[u.model], rm.arch, host.gpu, host.spec.price_per_gpu_hour)
+        fig = dataclasses.replace(fig, estimate=unit_estimate(ir, u, sizings[u.model], fig))
         units.append(dataclasses.replace(u, figures=fig))
     return dataclasses.replace(ir, units=tuple(units))
+
+
+def unit_estimate(ir: Resolved, u: ServingUnit, s: Sizing, fig) -> dict | None:
+    """The performance estimate beside the ceiling (compiler/capacity/estimate_unit.py)."""
+    rm, host = ir.models[u.model], ir.hosts[u.host]
+    sla = rm.spec.sla.model_dump() if rm.spec.sla is not None else None
+    return figures_estimate(u, s, rm.arch, host.gpu, fig, runtime_version=ir.spec.toolchain.tensorrt_llm,
+                            price_per_gpu_hour=host.spec.price_per_gpu_hour, sla=sla)
 
 
 PASSES: tuple[Pass, ...] = (limits_pass, formats_pass, units_pass, ports_pass, placements_pass, capacity_pass,

@@ -1,0 +1,224 @@
+"""Performance estimate of a serving unit: output tokens/s, TTFT and TPOT, from a step model whose
+efficiency coefficients are fitted to published measurements (estimate_fit.py, data in
+data/estimate_coefficients.json).
+
+The roofline (roofline.py) is the ceiling: it charges a decode step only the bytes it must stream.
+The estimate charges the same bytes and adds what the roofline leaves out, each term as seconds at the
+GPU's peak, so that one coefficient per term turns it into time:
+
+    time = c_memory * memory_s + c_compute * compute_s + c_link * link_s + c_calls * calls + c_step * steps
+
+- memory_s: per decode step the weights touched (MoE: the experts the batch's tokens hit) plus the
+  KV cache at each step's context, over HBM bandwidth: exactly the roofline's step, so with
+  c_memory >= 1 the estimate never exceeds the ceiling. Steps beyond the decode steps (prefill that
+  does not fit beside the decode tokens in max_num_tokens) stream the weights once more each.
+- compute_s: 2 x active parameters per token plus attention (4 x layers x heads x head_dim per
+  token of context; causal prefill half of a square) over the tensor-core peak of the precision.
+- link_s: tensor-parallel all-reduces (two per layer per step, a ring moving 2 (tp-1)/tp of the
+  hidden-state bytes) over one direction of the GPU's interconnect; `calls` counts them, for the
+  latency each one costs.
+- steps: per-iteration overhead (scheduling, launches, sampling).
+
+A cohort of B requests in flight, each I prompt and O output tokens, takes max(O, B (I + O) /
+max_num_tokens) steps: the scheduler packs prefill chunks beside the B decode tokens of a step up
+to max_num_tokens, so prefill adds steps only when it does not fit. Output tokens/s at saturation is
+B O / time; TPOT is the time per step; TTFT the prefill of one prompt in max_num_tokens chunks
+beside the running batch.
+
+The batch B the scheduler reaches: under GUARANTEED_NO_EVICT a request is admitted only when its
+prompt plus its maximum new tokens fit in the free KV blocks, so B = sequences the pool holds at
+that length, capped by max_batch_size (the capacity figures already count it: `concurrency_bound`).
+All functions are pure; nothing here reads files (estimate_data.py does).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from compiler.capacity.memory import Override
+from compiler.capacity.roofline import decode_ceiling
+from compiler.catalog.models import estimate_params
+from compiler.catalog.types import GpuSpec, ModelArch
+
+FEATURES = ("memory", "compute", "link", "calls", "steps")
+#: Coefficients with a floor: a term cannot run faster than its peak (c >= 1), which keeps the
+#: estimate at or under the roofline (memory) and under the tensor-core peak (compute).
+FLOORS = {"memory": 1.0, "compute": 1.0, "link": 0.0, "calls": 0.0, "steps": 0.0}
+#: GPUs without NVLink reduce over PCIe: one direction of a Gen5 x16 link (64 GB/s), an assumption.
+PCIE_LINK_GBPS = 64.0
+ACTIVATION_BYTES = 2  # hidden states move between ranks in BF16
+
+
+def compute_precision(weights_fmt: str) -> str:
+    """The tensor-core peak a format's matmuls run at (gpu.tflops key): FP8 and FP4 formats run at
+    their own rate; weight-only formats (INT4 AWQ/GPTQ, INT8 weight-only) dequantize to BF16."""
+    if weights_fmt in ("fp8", "fp8_block", "fp8_rowwise", "mxfp8"):
+        return "fp8"
+    if weights_fmt in ("nvfp4", "mxfp4"):
+        return "fp4"
+    return "bf16"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one estimate is asked about (one serving unit, one traffic shape)."""
+
+    arch: ModelArch
+    gpu: GpuSpec
+    weights_fmt: str
+    kv_fmt: str
+    tp: int = 1
+    pp: int = 1
+    attention_dp: bool = False
+    exclude: tuple[str, ...] = ()
+    overrides: tuple[Override, ...] = ()
+    block_size: int | None = None
+    bandwidth_tbps: float | None = None  # per GPU (a MIG instance's share); None: the GPU's
+    derate: float = 1.0
+    max_num_tokens: int = 8192
+    compute_share: float = 1.0  # a MIG instance's share of the SMs
+
+    @property
+    def link_gbps(self) -> float:
+        """One direction of one GPU's interconnect, GB/s (the catalog gives both directions)."""
+        return self.gpu.nvlink_gbps / 2 if self.gpu.nvlink_gbps else PCIE_LINK_GBPS
+
+    @property
+    def peak_flops(self) -> float:
+        tf = self.gpu.tflops.get(compute_precision(self.weights_fmt)) or self.gpu.tflops.get("bf16") or 1.0
+        return tf * 1e12 * self.compute_share
+
+
+@dataclass(frozen=True)
+class Work:
+    """Seconds at peak (and counts) per feature for a cohort of `batch` requests, and its steps."""
+
+    terms: Mapping[str, float]
+    batch: int
+    output_tokens: float  # batch x mean output tokens
+    steps: float
+    ceiling_s: float  # the roofline's time for the same cohort (its decode steps)
+
+    def time(self, coefficients: Mapping[str, float]) -> float:
+        return sum(coefficients[k] * self.terms[k] for k in FEATURES)
+
+
+def _active_params(arch: ModelArch) -> float:
+    """Parameters one token multiplies through: active parameters less the embedding gather."""
+    _, active = estimate_params(arch)
+    return max(0.0, active - arch.vocab * arch.hidden)
+
+
+def _attention_flops_per_context_token(arch: ModelArch) -> float:
+    """Attention FLOPs one query token spends per token of context (QK^T and PV)."""
+    if arch.mla is not None:
+        dims = arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim
+        return 4.0 * arch.layers * arch.heads * dims
+    return 4.0 * arch.layers * arch.heads * arch.head_dim
+
+
+def cohort_steps(batch: int, mean_input: float, mean_output: float, max_num_tokens: int) -> float:
+    """Forward passes for `batch` requests: their decode steps, or more when their prompts do not fit
+    beside the decode tokens within max_num_tokens per pass."""
+    return max(mean_output, batch * (mean_input + mean_output) / max(1, max_num_tokens))
+
+
+def cohort_work(s: Shape, batch: int, mean_input: float, mean_output: float, decode_context: float) -> Work:
+    """The terms of serving `batch` requests at once, each `mean_input` prompt and `mean_output`
+    generated tokens, decode steps reading `decode_context` tokens of KV per sequence on average."""
+    if batch < 1 or mean_output <= 0 or mean_input < 0:
+        raise ValueError("batch >= 1, mean_output > 0 and mean_input >= 0 required")
+    bw = (s.bandwidth_tbps if s.bandwidth_tbps is not None else s.gpu.bandwidth_tbps)
+    ceiling = decode_ceiling(s.arch, weights_fmt=s.weights_fmt, bandwidth_tbps=bw, batch=batch,
+                             context_len=math.ceil(decode_context), kv_fmt=s.kv_fmt, exclude=s.exclude,
+                             overrides=s.overrides, block_size=s.block_size, tp=s.tp, pp=s.pp, derate=s.derate,
+                             attention_dp=s.attention_dp)
+    step_s = ceiling.step_ms / 1e3
+    steps = cohort_steps(batch, mean_input, mean_output, s.max_num_tokens)
+    # extra passes (prefill that did not fit beside the decode tokens) stream the weights again
+    extra = steps - mean_output
+    weights_s = ceiling.weight_bytes_touched / (bw * 1e12 * s.derate)
+    memory = mean_output * step_s + extra * weights_s
+    gpus = s.tp * s.pp
+    tokens = batch * (mean_input + mean_output)
+    attn = _attention_flops_per_context_token(s.arch)
+    flops = (2.0 * _active_params(s.arch) * tokens
+             + attn * batch * mean_output * decode_context  # decode: each step reads its context
+             + attn * batch * mean_input * mean_input / 2)  # causal prefill
+    compute = flops / gpus / s.peak_flops
+    link = calls = 0.0
+    if s.tp > 1:
+        reduces_per_step = 2 * s.arch.layers / s.pp
+        moved = 2 * (s.tp - 1) / s.tp * tokens * s.arch.hidden * ACTIVATION_BYTES * reduces_per_step
+        link = moved / (s.link_gbps * 1e9)
+        calls = reduces_per_step * steps
+    return Work(terms={"memory": memory, "compute": compute, "link": link, "calls": calls, "steps": steps},
+                batch=batch, output_tokens=batch * mean_output, steps=steps, ceiling_s=mean_output * step_s)
+
+
+def prefill_work(s: Shape, prompt: float, running: int, decode_context: float) -> Work:
+    """The terms of one prompt's prefill, in max_num_tokens chunks each shared with a decode step of
+    `running` other sequences (which the chunks wait for): time to first token without queueing."""
+    budget = max(1, s.max_num_tokens - running)
+    chunks = max(1, math.ceil(prompt / budget))
+    bw = (s.bandwidth_tbps if s.bandwidth_tbps is not None else s.gpu.bandwidth_tbps)
+    ceiling = decode_ceiling(s.arch, weights_fmt=s.weights_fmt, bandwidth_tbps=bw, batch=max(1, running),
+                             context_len=math.ceil(decode_context) if running else 0, kv_fmt=s.kv_fmt,
+                             exclude=s.exclude, overrides=s.overrides, block_size=s.block_size, tp=s.tp, pp=s.pp,
+                             derate=s.derate, attention_dp=s.attention_dp)
+    gpus = s.tp * s.pp
+    attn = _attention_flops_per_context_token(s.arch)
+    tokens = prompt + running * chunks
+    flops = 2.0 * _active_params(s.arch) * tokens + attn * (prompt * prompt / 2 + running * chunks * decode_context)
+    link = calls = 0.0
+    if s.tp > 1:
+        reduces = 2 * s.arch.layers / s.pp
+        link = 2 * (s.tp - 1) / s.tp * tokens * s.arch.hidden * ACTIVATION_BYTES * reduces / (s.link_gbps * 1e9)
+        calls = reduces * chunks
+    terms = {"memory": chunks * ceiling.step_ms / 1e3, "compute": flops / gpus / s.peak_flops, "link": link,
+             "calls": calls, "steps": float(chunks)}
+    return Work(terms=terms, batch=1, output_tokens=1.0, steps=float(chunks), ceiling_s=0.0)
+
+
+# --- figures -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Point:
+    """The model's figures at one concurrency (p50: the model has no tail)."""
+
+    concurrency: int
+    output_tokens_per_s: float
+    ttft_ms: float
+    tpot_ms: float
+    ceiling_tokens_per_s: float  # the roofline at the same batch and context
+
+
+def point(s: Shape, coefficients: Mapping[str, float], concurrency: int, mean_input: float, mean_output: float,
+          decode_context: float) -> Point:
+    w = cohort_work(s, concurrency, mean_input, mean_output, decode_context)
+    t = w.time(coefficients)
+    ttft = prefill_work(s, mean_input, concurrency - 1, decode_context).time(coefficients)
+    return Point(concurrency=concurrency, output_tokens_per_s=w.output_tokens / t, ttft_ms=ttft * 1e3,
+                 tpot_ms=t / w.steps * 1e3, ceiling_tokens_per_s=w.output_tokens / w.ceiling_s)
+
+
+def concurrency_points(limit: int) -> list[int]:
+    """Powers of two up to `limit`, and `limit` itself."""
+    out, c = [], 1
+    while c < limit:
+        out.append(c)
+        c *= 2
+    out.append(max(1, limit))
+    return out
+
+
+def largest_under_sla(points: Sequence[Point], ttft_ms: float | None, tpot_ms: float | None) -> int | None:
+    """The largest concurrency whose modelled TTFT and TPOT meet the targets (None: not even 1).
+    The curve is monotonic in both, so the first miss ends the search."""
+    best = None
+    for p in points:
+        if (ttft_ms is not None and p.ttft_ms > ttft_ms) or (tpot_ms is not None and p.tpot_ms > tpot_ms):
+            break
+        best = p.concurrency
+    return best

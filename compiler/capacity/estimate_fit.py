@@ -1,0 +1,206 @@
+"""Fitting the estimate's coefficients (estimate.py) to measured throughput: published rows and a
+deployment's own `kiln tune` records use the same least squares.
+
+Each measurement is a cohort (Work) and the time it took, `batch x output / tokens_per_s`. The fit
+minimises the squared relative error of that time, sum((sum_k c_k f_k / T - 1)^2), subject to each
+coefficient's floor (estimate.FLOORS), by solving every subset of free coefficients and keeping the
+best feasible one: five coefficients, 32 small systems, no numerical library needed. Pure: rows in,
+coefficients and residuals out.
+
+Published rows (TensorRT-LLM perf-overview tables, trtllm-bench, max-load offline) become cohorts
+the way trtllm-bench sets them up: the KV pool at its memory fraction holds sequences of isl + osl
+tokens (GUARANTEED_NO_EVICT), the batch is that, at most 4096, and max_num_tokens is batch x
+(1 + isl/osl) within [2048, 32768] (tensorrt_llm/bench/build/tuning.py, finetune_setting, read at
+v0.20; its rounding to multiples is left out).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from compiler.capacity.estimate import FEATURES, FLOORS, Shape, Work, cohort_work, compute_precision
+from compiler.capacity.memory import gpu_memory_bytes, unit_capacity
+from compiler.catalog.gpus import load_gpu_catalog
+from compiler.catalog.models import estimate_params, load_model_catalog
+
+#: Published names -> catalog keys (the names as the perf-overview tables print them).
+MODEL_KEYS = {"Llama 3.1 8B": "llama-3.1-8b", "Llama 3.1 70B": "llama-3.1-70b", "Llama 3.3 70B": "llama-3.3-70b",
+              "Llama 3.1 405B": "llama-3.1-405b", "Mixtral 8x7B": "mixtral-8x7b", "Mixtral 8x22B": "mixtral-8x22b",
+              "Qwen3-235B-A22B": "qwen3-235b-a22b"}
+#: "GH200 480GB" is the GH200 with 96 GB of HBM3 and 480 GB of LPDDR5X (the tables' hardware list).
+GPU_KEYS = {"H100 80GB HBM3": "H100-SXM5-80GB", "H100": "H100-SXM5-80GB", "H200 141GB HBM3": "H200-SXM-141GB",
+            "H200": "H200-SXM-141GB", "GH200 480GB": "GH200-96GB", "B200": "B200-180GB", "GB200": "GB200-186GB"}
+#: FP8 = FP8 weights and FP8 KV cache; FP4 = NVFP4 weights (ModelOpt checkpoints keep an FP8 KV cache).
+PRECISIONS = {"FP8": ("fp8", "fp8"), "FP4": ("nvfp4", "fp8")}
+#: trtllm-bench's setup (tuning.py) and the fraction of free memory the published runs gave the KV
+#: cache ("--kv_cache_free_gpu_mem_fraction 0.95 in many cases", the tables' methodology).
+BENCH_MAX_BATCH = 4096
+BENCH_TOKENS = (2048, 32768)
+BENCH_KV_FRACTION = 0.95
+
+
+def release_of(version: str) -> str:
+    """"1.2.1" or "v0.20" -> "1.2" / "0.20": the release line a coefficient set belongs to."""
+    parts = version.lstrip("v").split(".")
+    return ".".join(parts[:2])
+
+
+def group_key(gpu_arch: str, weights_fmt: str, release: str) -> str:
+    """A coefficient set's key: GPU architecture (its generation; "Blackwell Ultra" is its own) /
+    the tensor-core precision the matmuls run at / the release line."""
+    return f"{gpu_arch}/{compute_precision(weights_fmt)}/{release}"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measurement as the fit sees it: the cohort and its observed output tokens/s."""
+
+    label: str
+    group: str
+    work: Work
+    tokens_per_s: float
+    facts: Mapping[str, object]  # model, gpu, release, tp, isl, osl... (for grouping and ranges)
+
+    @property
+    def seconds(self) -> float:
+        return self.work.output_tokens / self.tokens_per_s
+
+
+def bench_batch_and_tokens(sequences: int, isl: int, osl: int) -> tuple[int, int]:
+    batch = max(1, min(sequences, BENCH_MAX_BATCH))
+    lo, hi = BENCH_TOKENS
+    return batch, int(min(hi, max(lo, math.ceil(batch * (1 + isl / osl)))))
+
+
+def published_case(row: Mapping) -> Measured | None:
+    """A published row as a measurement, or None when its model or GPU is not in the catalog or it
+    does not fit (the tables only list configurations that ran, so that would be a catalog gap)."""
+    arch = load_model_catalog().get(MODEL_KEYS.get(row["model"], ""))
+    gpu = load_gpu_catalog().get(GPU_KEYS.get(row["gpu"], ""))
+    if arch is None or gpu is None or row["precision"] not in PRECISIONS:
+        return None
+    wfmt, kvfmt = PRECISIONS[row["precision"]]
+    tp, isl, osl = int(row["tp"]), int(row["isl"]), int(row["osl"])
+    tokens = 8192
+    batch = 1
+    for _ in range(2):  # the reserve depends on max_num_tokens, which depends on the batch
+        cap = unit_capacity(arch, gpu_memory_bytes(gpu), weights_fmt=wfmt, kv_fmt=kvfmt, tp=tp,
+                            max_seq_len=isl + osl, max_batch_size=BENCH_MAX_BATCH, max_num_tokens=tokens,
+                            kv_cache_memory_fraction=BENCH_KV_FRACTION)
+        if not cap.fits or cap.max_sequences < 1:
+            return None
+        batch, tokens = bench_batch_and_tokens(cap.max_sequences, isl, osl)
+    shape = Shape(arch=arch, gpu=gpu, weights_fmt=wfmt, kv_fmt=kvfmt, tp=tp, max_num_tokens=tokens)
+    work = cohort_work(shape, batch, isl, osl, isl + osl / 2)
+    release = release_of(row["doc_version"])
+    facts = {"model": row["model"], "gpu": gpu.name, "release": release, "precision": row["precision"],
+             "tp": tp, "isl": isl, "osl": osl, "batch": batch, "active_params": estimate_params(arch)[1]}
+    label = f"{row['doc_version']} {row['model']} {row['precision']} {row['gpu']} tp{tp} {isl}/{osl}"
+    return Measured(label, group_key(gpu.arch, wfmt, release), work, float(row["value"]), facts)
+
+
+# --- least squares under floors ------------------------------------------------------------------------
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting; None when singular."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) < 1e-12:
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                for c in range(col, n + 1):
+                    m[r][c] -= f * m[col][c]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def fit(cases: Sequence[Measured], features: Sequence[str] = FEATURES) -> dict[str, float]:
+    """Coefficients minimising the squared relative time error, each at or above its floor. Features
+    no case exercises (all zero) stay at their floor."""
+    if not cases:
+        raise ValueError("nothing to fit")
+    cols = [k for k in features if any(c.work.terms[k] > 0 for c in cases)]
+    # rows: f_k / T, target 1 - sum(floor_k f_k / T); columns scaled to unit RMS for conditioning
+    x = [[c.work.terms[k] / c.seconds for k in cols] for c in cases]
+    y = [1.0 - sum(FLOORS[k] * c.work.terms[k] for k in features) / c.seconds for c in cases]
+    scale = [math.sqrt(sum(r[j] ** 2 for r in x) / len(x)) or 1.0 for j in range(len(cols))]
+    xs = [[r[j] / scale[j] for j in range(len(cols))] for r in x]
+    best, best_sse = [0.0] * len(cols), sum(v * v for v in y)
+    for n in range(1, len(cols) + 1):
+        for subset in itertools.combinations(range(len(cols)), n):
+            ata = [[sum(r[i] * r[j] for r in xs) for j in subset] for i in subset]
+            aty = [sum(r[i] * y[k] for k, r in enumerate(xs)) for i in subset]
+            d = _solve(ata, aty)
+            if d is None or any(v < 0 for v in d):
+                continue
+            full = [0.0] * len(cols)
+            for i, v in zip(subset, d):
+                full[i] = v
+            sse = sum((sum(r[j] * full[j] for j in range(len(cols))) - y[k]) ** 2 for k, r in enumerate(xs))
+            if sse < best_sse - 1e-15:
+                best, best_sse = full, sse
+    out = dict(FLOORS)
+    for j, k in enumerate(cols):
+        out[k] = FLOORS[k] + best[j] / scale[j]
+    return {k: out[k] for k in features}
+
+
+def predict(work: Work, coefficients: Mapping[str, float]) -> float:
+    return work.output_tokens / work.time(coefficients)
+
+
+def log_residuals(cases: Iterable[Measured], coefficients: Mapping[str, float]) -> list[float]:
+    """ln(observed / predicted) per case."""
+    return [math.log(c.tokens_per_s / predict(c.work, coefficients)) for c in cases]
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    v = sorted(values)
+    if not v:
+        return 0.0
+    pos = q * (len(v) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def summary(residuals: Sequence[float]) -> dict:
+    """Residual statistics kept with a coefficient set: its interval is the 5th-95th percentile."""
+    errs = [abs(math.exp(r) - 1) for r in residuals]
+    return {"rows": len(residuals),
+            "median_abs_error": round(statistics.median(errs), 4) if errs else None,
+            "within_25pct": round(sum(e <= 0.25 for e in errs) / len(errs), 4) if errs else None,
+            "log_p05": round(quantile(residuals, 0.05), 4), "log_p95": round(quantile(residuals, 0.95), 4)}
+
+
+def ranges(cases: Sequence[Measured]) -> dict:
+    """What a coefficient set was fitted on: the span of each fact an estimate is compared with."""
+    def span(key):
+        vals = [c.facts[key] for c in cases]
+        return [min(vals), max(vals)]
+    return {"isl": span("isl"), "osl": span("osl"), "tp": span("tp"), "batch": span("batch"),
+            "active_params": span("active_params"), "models": sorted({str(c.facts["model"]) for c in cases}),
+            "gpus": sorted({str(c.facts["gpu"]) for c in cases})}
+
+
+def fit_groups(cases: Sequence[Measured]) -> dict[str, dict]:
+    """A coefficient set per GPU generation x precision x release, and a pooled one per precision
+    ("<generation>/<precision>/*") and overall ("*"), each with its residuals and ranges."""
+    groups: dict[str, list[Measured]] = {}
+    for c in cases:
+        gen, prec, _ = c.group.split("/")
+        for key in (c.group, f"{gen}/{prec}/*", "*"):
+            groups.setdefault(key, []).append(c)
+    out = {}
+    for key in sorted(groups):
+        members = groups[key]
+        coef = fit(members)
+        out[key] = {"coefficients": {k: float(f"{v:.6g}") for k, v in coef.items()},
+                    "residuals": summary(log_residuals(members, coef)), "range": ranges(members)}
+    return out

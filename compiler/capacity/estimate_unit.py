@@ -1,0 +1,236 @@
+"""One serving unit's estimate as plan data: the coefficient set that applies, the figures with their
+interval, the curve over concurrency, and what the estimate rests on.
+
+The coefficient set is the one fitted for the unit's GPU generation x precision x TensorRT-LLM
+release (data/estimate_coefficients.json). When there is none, the nearest earlier release of the
+same generation and precision, else the set pooled over all published rows, stands in, and every
+such step, and every fact of the unit outside the span the set was fitted on, widens the interval
+and is named in `outside_calibration`. The interval is the 5th-95th percentile of the set's
+residuals, scaled by 1 + WIDEN per reason, and never above the ceiling.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Mapping
+
+from compiler.capacity.estimate import (Shape, compute_precision, concurrency_points, largest_under_sla, point)
+from compiler.capacity.estimate_fit import release_of
+from compiler.capacity.memory import mig_bandwidth_tbps
+from compiler.capacity.roofline import cost_per_million_tokens
+from compiler.catalog.models import estimate_params
+from compiler.resources import read_data
+
+#: Interval growth per reason the unit is outside what the coefficients were fitted on.
+WIDEN = 0.5
+#: Smallest half-width of the interval (ln): no fit is trusted to better than about 10%.
+MIN_LOG_SPREAD = 0.1
+#: TTFT was never fitted (the published rows give throughput only): its interval is this many times wider.
+UNFITTED_SPREAD = 2.0
+
+
+@lru_cache(maxsize=1)
+def coefficient_table() -> dict:
+    return json.loads(read_data("capacity", "data", "estimate_coefficients.json"))
+
+
+@dataclass(frozen=True)
+class CoefficientSet:
+    key: str  # the group the figures were fitted on
+    coefficients: Mapping[str, float]
+    residuals: Mapping[str, float]
+    range: Mapping[str, object]
+    basis: str = "modelled"  # "calibrated" when refitted on the deployment's own measurements
+    reasons: tuple[str, ...] = ()  # why the set is a stand-in
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _version_tuple(release: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in release.split(".") if p.isdigit())
+
+
+def coefficients_for(gpu_arch: str, weights_fmt: str, runtime_version: str, table: Mapping | None = None) -> CoefficientSet:
+    """The coefficient set for a unit, falling back as the module docstring says."""
+    doc = table or coefficient_table()
+    groups = doc["groups"]
+    prec, release = compute_precision(weights_fmt), release_of(runtime_version)
+    exact = f"{gpu_arch}/{prec}/{release}"
+    provenance = doc.get("provenance", {})
+    published = f"fitted on published TensorRT-LLM throughput ({provenance.get('script', 'fit')}, " \
+                f"{provenance.get('date', '?')})"
+
+    def make(key: str, reasons: tuple[str, ...]) -> CoefficientSet:
+        g = groups[key]
+        return CoefficientSet(key, g["coefficients"], g["residuals"], g["range"], reasons=reasons,
+                              sources=(f"{published}: {key}, {g['residuals']['rows']} rows",))
+
+    if exact in groups:
+        return make(exact, ())
+    siblings = sorted((k for k in groups if k.startswith(f"{gpu_arch}/{prec}/") and not k.endswith("/*")),
+                      key=lambda k: _version_tuple(k.rsplit("/", 1)[1]))
+    if siblings:
+        earlier = [k for k in siblings if _version_tuple(k.rsplit("/", 1)[1]) <= _version_tuple(release)]
+        key = earlier[-1] if earlier else siblings[0]
+        return make(key, (f"TensorRT-LLM {release} has no published rows for {gpu_arch} {prec}; "
+                          f"coefficients of {key.rsplit('/', 1)[1]}",))
+    return make("*", (f"no published rows for {gpu_arch} {prec}; coefficients pooled over all published rows",))
+
+
+def _interval(value: float, lo_log: float, hi_log: float) -> dict:
+    return {"value": _r(value), "low": _r(value * math.exp(lo_log)), "high": _r(value * math.exp(hi_log))}
+
+
+def _r(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+@dataclass(frozen=True)
+class Traffic:
+    mean_input: float
+    mean_output: float
+    decode_context: float  # as the ceiling charges it
+    described: str
+
+
+def unit_estimate(*, shape: Shape, batch: int, traffic: Traffic, coef: CoefficientSet, ceiling_tokens_per_s: float,
+                  price_share: float | None, price_per_gpu_hour: float | None, sla: Mapping | None = None,
+                  extra_reasons: tuple[str, ...] = ()) -> dict:
+    """The estimate of one unit as JSON data. `batch`: the concurrency the scheduler reaches (the
+    capacity bound, capped by max_batch_size); `ceiling_tokens_per_s`: the roofline at that batch."""
+    c = coef.coefficients
+    sat = point(shape, c, batch, traffic.mean_input, traffic.mean_output, traffic.decode_context)
+    reasons = list(coef.reasons) + list(extra_reasons) + _outside(shape, batch, traffic, coef.range)
+    widen = 1 + WIDEN * len(reasons)
+    res = coef.residuals
+    lo = min(-MIN_LOG_SPREAD, float(res.get("log_p05", 0.0))) * widen
+    hi = max(MIN_LOG_SPREAD, float(res.get("log_p95", 0.0))) * widen
+    tput = _interval(sat.output_tokens_per_s, lo, hi)
+    tput["high"] = min(tput["high"], _r(ceiling_tokens_per_s))
+    tput["value"] = min(tput["value"], tput["high"])
+    spread = max(-lo, hi) * UNFITTED_SPREAD
+    out = {
+        "output_tokens_per_s": tput,
+        # a step's time is the inverse of throughput at a fixed batch: the interval flips
+        "tpot_ms": _interval(sat.tpot_ms, -hi, -lo),
+        "ttft_ms": _interval(sat.ttft_ms, -spread, spread),
+        "concurrency": batch,
+        "ceiling_tokens_per_s": _r(ceiling_tokens_per_s),
+        "basis": coef.basis,
+        "coefficients": coef.key,
+        "sources": list(coef.sources),
+        "outside_calibration": reasons,
+        "traffic": traffic.described,
+        "notes": ["TTFT and TPOT are p50 of a closed loop at each concurrency (no queueing); TTFT is modelled "
+                  "from the throughput fit, no published TTFT was fitted"],
+        "curve": [],
+        "cost_per_million_tokens": None,
+        "sla_concurrency": None,
+    }
+    pts = [point(shape, c, b, traffic.mean_input, traffic.mean_output, traffic.decode_context)
+           for b in concurrency_points(batch)]
+    out["curve"] = [{"concurrency": p.concurrency, "output_tokens_per_s": _r(min(p.output_tokens_per_s,
+                                                                               p.ceiling_tokens_per_s)),
+                     "ttft_ms": _r(p.ttft_ms), "tpot_ms": _r(p.tpot_ms)} for p in pts]
+    if sla:
+        out["sla_concurrency"] = largest_under_sla(pts, sla.get("ttft_ms"), sla.get("tpot_ms"))
+    if price_per_gpu_hour is not None and price_share is not None:
+        # cheaper when faster: the low cost goes with the high throughput
+        costs = {k: cost_per_million_tokens(price_per_gpu_hour, price_share, tput[k]) for k in ("value", "low", "high")}
+        out["cost_per_million_tokens"] = {"value": _r(costs["value"]), "low": _r(costs["high"]),
+                                          "high": _r(costs["low"])}
+    return out
+
+
+def _outside(shape: Shape, batch: int, traffic: Traffic, rng: Mapping) -> list[str]:
+    """The unit's facts outside the span its coefficient set was fitted on."""
+    out = []
+
+    def check(name: str, value: float, what: str) -> None:
+        span = rng.get(name)
+        if span and not span[0] <= value <= span[1]:
+            out.append(f"{what} {value:,.0f} is outside the fitted {span[0]:,}-{span[1]:,}")
+
+    check("isl", traffic.mean_input, "prompt length")
+    check("osl", traffic.mean_output, "output length")
+    check("tp", shape.tp, "tensor parallelism")
+    check("batch", batch, "batch")
+    check("active_params", estimate_params(shape.arch)[1], "active parameters")
+    if shape.pp > 1:
+        out.append(f"pipeline parallelism (pp {shape.pp}) was never fitted")
+    if shape.attention_dp:
+        out.append("attention data parallelism was never fitted")
+    if shape.compute_share < 1 or shape.derate < 1:
+        out.append("a MIG slice was never fitted (its bandwidth and compute share are assumed)")
+    gpus = rng.get("gpus") or []
+    if gpus and shape.gpu.name not in gpus:
+        out.append(f"{shape.gpu.name} is not among the GPUs fitted ({', '.join(gpus)})")
+    if shape.kv_fmt not in ("fp8",):
+        out.append(f"KV cache {shape.kv_fmt} (the published rows use an FP8 KV cache)")
+    return out
+
+
+def mig_shape_args(gpu, profile, shared: bool, derate: float) -> dict:
+    """Bandwidth, compute share and derate of a MIG instance, as the ceiling takes them."""
+    return {"bandwidth_tbps": mig_bandwidth_tbps(gpu, profile),
+            "compute_share": profile.compute_slices / (gpu.mig.compute_slices or 7),
+            "derate": derate if shared else 1.0}
+
+
+@dataclass(frozen=True)
+class UnitCase:
+    """What a sized unit's estimate is computed from: its shape, traffic, batch and ceiling."""
+
+    shape: Shape
+    traffic: Traffic
+    batch: int
+    ceiling_tokens_per_s: float
+    price_share: float
+    reasons: tuple[str, ...]
+
+
+def unit_case(unit, sizing, arch, gpu, figures) -> UnitCase | None:
+    """The estimate's inputs for a sized unit (report.UnitFigures) at the batch and context its
+    ceiling uses, or None when it has no ceiling (it does not fit, or the model decodes nothing)."""
+    from compiler.capacity.report import SHARED_GPU_DERATE
+    from compiler.capacity.roofline import mig_gpu_share
+
+    if figures.decode is None:
+        return None
+    profile = unit.mig.profile if unit.mig is not None else None
+    common = dict(arch=arch, gpu=gpu, weights_fmt=sizing.weights_fmt, kv_fmt=sizing.kv_fmt, exclude=sizing.exclude,
+                  overrides=sizing.overrides, block_size=sizing.block_size, max_num_tokens=sizing.max_num_tokens)
+    if profile is not None:
+        shape = Shape(**common, **mig_shape_args(gpu, profile, unit.instances_on_gpu > 1, SHARED_GPU_DERATE))
+        share = mig_gpu_share(gpu, profile)
+    else:
+        shape = Shape(**common, tp=sizing.tp, pp=sizing.pp, attention_dp=sizing.attention_dp and sizing.tp > 1)
+        share = float(figures.gpus)
+    w = sizing.workload
+    reasons: tuple[str, ...] = ()
+    if w is None:
+        # as the ceiling: every sequence at max_seq_len; prompts of half of it (an assumption, said)
+        mean_in = mean_out = sizing.max_seq_len / 2
+        traffic = Traffic(mean_in, mean_out, float(sizing.max_seq_len),
+                          f"no workload: {mean_in:,.0f} in / {mean_out:,.0f} out assumed, context at max_seq_len")
+        reasons = ("the spec has no workload (lengths assumed)",)
+    else:
+        context = min(w.decode_context, float(sizing.max_seq_len))
+        traffic = Traffic(w.mean_input, w.mean_output, context, w.describe())
+        if w.distribution:
+            reasons = ("lengths are a distribution; the fit saw fixed lengths (its means are used)",)
+    return UnitCase(shape, traffic, figures.decode.batch, figures.decode.tokens_per_s_at_batch, share, reasons)
+
+
+def figures_estimate(unit, sizing, arch, gpu, figures, *, runtime_version: str, price_per_gpu_hour: float | None,
+                     sla: Mapping | None = None) -> dict | None:
+    """The modelled estimate of a sized unit, or None when it has no ceiling."""
+    case = unit_case(unit, sizing, arch, gpu, figures)
+    if case is None:
+        return None
+    return unit_estimate(shape=case.shape, batch=case.batch, traffic=case.traffic,
+                         coef=coefficients_for(gpu.arch, sizing.weights_fmt, runtime_version),
+                         ceiling_tokens_per_s=case.ceiling_tokens_per_s, price_share=case.price_share,
+                         price_per_gpu_hour=price_per_gpu_hour, sla=sla, extra_reasons=case.reasons)

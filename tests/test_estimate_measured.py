@@ -1,0 +1,113 @@
+"""Measured beats modelled: a `kiln tune` record replaces its unit's estimate, recalibrates the units
+on the same GPU at the same precision, and is used for nothing the spec no longer matches (K914),
+nor for units on another GPU or precision; the plan says which records it did not use and why.
+
+The records are the kept AIPerf runs of tests/data/tune (the grid run: concurrency 1 met the SLA
+with p99 TTFT 90.24291145 ms and TPOT 18.49634008 ms, 16 output tokens per request).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from compiler.capacity.render import render_capacity
+from compiler.pipeline import validate_path
+
+from .quickstart import with_tuning
+from .test_tune_records import QUICKSTART, UNIT, _quickstart
+
+SIBLING = "dev-h100/gpu0/mig2"
+OTHER_GPU = "dev-h200/gpu0/mig0"
+OTHER_PRECISION = "dev-h100/gpu0/mig1"  # tiny-awq: INT4 weights, BF16 matmuls
+
+
+def _text(workload: str | None = None) -> str:
+    """The quickstart with a second `tiny` instance on the same H100 and one on an H200."""
+    text = (QUICKSTART / "kiln.yaml").read_text(encoding="utf-8")
+    text = text.replace("          - {profile: 1g.10gb, serves: tiny-awq}\n",
+                        "          - {profile: 1g.10gb, serves: tiny-awq}\n          - {profile: 1g.10gb, serves: tiny}\n")
+    assert "serves: tiny}\n" in text
+    text += ("  dev-h200:\n    gpu: H200-SXM-141GB\n    count: 1\n    gpus:\n      - index: 0\n"
+             "        mig:\n          - {profile: 1g.18gb, serves: tiny}\n")
+    return with_tuning(text)
+
+
+def _rows(spec: Path) -> tuple[dict, list[str]]:
+    v = validate_path(spec)
+    assert v.ok, v.diagnostics
+    return {r["unit"]: r for r in v.resolved.capacity_rows()}, [d.code for d in v.diagnostics]
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> tuple[dict, dict]:
+    """(rows with the record, rows of the same spec before the limit referred to it)."""
+    tmp = tmp_path_factory.mktemp("measured")
+    before = tmp / "before.yaml"
+    before.write_text(_text(), encoding="utf-8")
+    spec = _quickstart(tmp, "grid", text=_text())
+    rows, codes = _rows(spec)
+    assert "K914" not in codes
+    return rows, _rows(before)[0]
+
+
+def test_the_measured_unit_shows_the_measurement_and_the_models_residual(measured) -> None:
+    rows, _ = measured
+    e = rows[UNIT]["estimate"]
+    assert e["basis"] == "measured" and e["concurrency"] == 1
+    tps = 1 * 16 / ((90.24291145 + 15 * 18.49634008) / 1e3)  # 43.52 tok/s
+    assert e["output_tokens_per_s"] == {"value": pytest.approx(tps, rel=1e-3), "low": pytest.approx(tps, rel=1e-3),
+                                        "high": pytest.approx(tps, rel=1e-3)}
+    assert e["ttft_ms"]["value"] == pytest.approx(90.24, rel=1e-3)
+    assert e["tpot_ms"]["value"] == pytest.approx(18.50, rel=1e-3)
+    m = e["measured"]
+    assert m["record"] == "tune/dev-h100.gpu0.mig0.json" and m["percentile"] == "p99"
+    assert m["model_residual"] == pytest.approx(tps / m["modelled_tokens_per_s"] - 1, rel=1e-2)
+    assert any(s.startswith("measured: tune/dev-h100.gpu0.mig0.json") for s in e["sources"])
+
+
+def test_a_sibling_on_the_same_gpu_and_precision_is_recalibrated(measured) -> None:
+    rows, before = measured
+    e = rows[SIBLING]["estimate"]
+    assert e["basis"] == "calibrated"
+    cal = e["calibration"]
+    assert cal["measurements"] == 1 and cal["records"] == ["tune/dev-h100.gpu0.mig0.json"]
+    own = rows[UNIT]["estimate"]
+    assert cal["factor"] == pytest.approx(own["output_tokens_per_s"]["value"] / own["measured"]["modelled_tokens_per_s"],
+                                          rel=1e-2)
+    # the same figures the model gave, scaled by the factor (the measured limit also set the batch to 1,
+    # so the modelled figure to compare with is the curve's point at concurrency 1 before the record)
+    modelled = before[SIBLING]["estimate"]["curve"][0]
+    assert modelled["concurrency"] == 1
+    assert e["output_tokens_per_s"]["value"] == pytest.approx(modelled["output_tokens_per_s"] * cal["factor"],
+                                                              rel=1e-2)
+    assert "calibrated from 1 measurement" in e["sources"][-1]
+
+
+def test_a_record_is_not_used_for_another_gpu_or_precision_and_the_plan_says_why(measured) -> None:
+    rows, _ = measured
+    for unit, why in ((OTHER_GPU, "this unit is H200-SXM-141GB at fp8"),
+                      (OTHER_PRECISION, "this unit is H100-SXM5-80GB at bf16")):
+        e = rows[unit]["estimate"]
+        assert e["basis"] == "modelled", unit
+        (not_used,) = e["measurements_not_used"]
+        assert not_used["record"] == "tune/dev-h100.gpu0.mig0.json" and why in not_used["why"]
+    text = render_capacity(list(rows.values()), "text")
+    assert "tune/dev-h100.gpu0.mig0.json not used: measured on H100-SXM5-80GB at fp8; this unit is H200" in text
+    assert "calibrated from 1" in text and "measured" in text
+
+
+def test_a_record_the_spec_moved_away_from_is_used_for_nothing(tmp_path: Path) -> None:
+    spec = _quickstart(tmp_path, "grid", text=_text())
+    # another workload than the one measured: K914, and no estimate takes the record
+    text = spec.read_text(encoding="utf-8")
+    assert "output_tokens: 16" in text
+    spec.write_text(text.replace("output_tokens: 16", "output_tokens: 24"), encoding="utf-8")
+    rows, codes = _rows(spec)
+    assert "K914" in codes
+    for unit in (UNIT, SIBLING):
+        e = rows[unit]["estimate"]
+        assert e["basis"] == "modelled"
+        (not_used,) = e["measurements_not_used"]
+        assert "K914" in not_used["why"] and "workload changed" in not_used["why"]
