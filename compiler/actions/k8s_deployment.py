@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import json
 
+from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy, resource_name
 from compiler.k8s import plan, tree, workloads
+from compiler.k8s import runtime as runtime_
 from compiler.k8s.runtime import ServingContainer
 
 from . import image, runtimes
 from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 
-ROLLS = ("image_action", "command", "ports", "liveness", "readiness", "resource", "count", "selector", "gpu_product")
+ROLLS = ("image_action", "command", "ports", "liveness", "readiness", "resource", "count", "selector", "gpu_product",
+         "pod_resources")
 
 
 class DeploymentParams(Params):
@@ -39,11 +42,34 @@ class DeploymentParams(Params):
     count: int
     selector: dict[str, str]
     gpu_product: str | None
+    pod_resources: dict  # CPU and memory requests and limits (compiler/k8s/runtime.pod_resources)
 
 
 def namespace_of(spec) -> str:
     k8s = spec.kubernetes
     return k8s.namespace if k8s is not None and k8s.namespace else spec.name
+
+
+def gfd_product(pool, strategy: str, mig_profile: str | None) -> str | None:
+    """The nvidia.com/gpu.product value GPU Feature Discovery gives the pool's nodes under the
+    cluster's MIG strategy (`<product>-MIG-<profile>` under `single`), which the nodeSelector must
+    match; None when the spec names no product."""
+    if not pool.gpu_product:
+        return None
+    return k8s_controllers.gpu_product_label(pool.gpu_product, strategy, mig_profile)
+
+
+def pod_resources(ir, w) -> dict:
+    """CPU and memory of a workload's pods: from the checkpoint its unit loads (capacity pass),
+    unless `kubernetes.pod_resources.<model>` sets them."""
+    unit = next((u for u in ir.units if u.id == w.units[0]), None)
+    fig = unit.figures if unit is not None else None
+    weights = fig.capacity.weight_bytes * (fig.gpus if fig.gpus else 1) if fig is not None else 0.0
+    k8s = ir.spec.kubernetes
+    override = (k8s.pod_resources or {}).get(w.model) if k8s is not None else None
+    return runtime_.pod_resources(weights, w.gpus, w.mig_profile is not None,
+                                  cpu=override.cpu if override else None,
+                                  memory_gib=override.memory_gib if override else None)
 
 
 def image_reference(tree_dir) -> tuple[str, str]:
@@ -83,7 +109,8 @@ def workload_params(ctx: LowerContext) -> list[DeploymentParams]:
                 name=w.name, spec_name=spec.name, namespace=namespace_of(spec), pool=pname, model=w.model,
                 replicas=w.replicas, image_action=f"{image.KIND.kind}/{pname}", runtime=runtime,
                 command=list(c.command), ports=list(c.ports), liveness=c.liveness, readiness=c.readiness,
-                resource=resource, count=w.gpus, selector=dict(pool.selector), gpu_product=pool.gpu_product))
+                resource=resource, count=w.gpus, selector=dict(pool.selector),
+                gpu_product=gfd_product(pool, strategy, w.mig_profile), pod_resources=pod_resources(ir, w)))
     return out
 
 
@@ -95,7 +122,7 @@ def render(params: DeploymentParams, image_ref: str, image_digest: str) -> bytes
                              pool=params.pool, model=params.model, replicas=params.replicas, image=image_ref,
                              container=container, resource=params.resource, count=params.count,
                              selector=params.selector, gpu_product=params.gpu_product,
-                             artifacts={params.image_action: image_digest}),
+                             artifacts={params.image_action: image_digest}, pod_resources=params.pod_resources),
         workloads.disruption_budget(name=params.name, spec_name=params.spec_name, namespace=params.namespace,
                                     pool=params.pool, model=params.model),
     ]

@@ -11,15 +11,16 @@ from __future__ import annotations
 import hashlib
 
 from compiler.graph.model import Action
+from compiler.ir.k8s_names import dgd_component
 from compiler.ir.pools import cluster_strategy, resource_name
 from compiler.k8s import dynamo, plan, tree
 from compiler.store.canonical import canonical_json
 
 from . import image, llmapi
 from .base import ActionKind, Disruption, LowerContext, Params, RunContext
-from .k8s_deployment import image_reference, namespace_of
+from .k8s_deployment import gfd_product, image_reference, namespace_of, pod_resources
 
-WORKER_ROLLS = ("image_action", "resource", "count", "selector", "gpu_product", "power_limit_w")
+WORKER_ROLLS = ("image_action", "resource", "count", "selector", "gpu_product", "power_limit_w", "pod_resources")
 
 
 class Worker(Params):
@@ -32,6 +33,7 @@ class Worker(Params):
     selector: dict[str, str]
     gpu_product: str | None
     power_limit_w: int | None  # whole-GPU workers only (dynamo.POWER_ANNOTATION)
+    pod_resources: dict  # CPU and memory (compiler/k8s/runtime.pod_resources)
 
 
 class DgdParams(Params):
@@ -62,10 +64,11 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
             host = ir.hosts[pool.name].spec
             assignment = host.gpus[w.path[3]]
             power = None if w.mig_profile else (assignment.power_limit_w or host.power_limit_w)
-            component = "worker" if len(items) == 1 else "worker-" + w.name[len(model) + 1:]
+            component = dgd_component(model, w.name)
             workers.append(Worker(component=component, pool=pool.name, replicas=w.replicas,
                                   image_action=f"{image.KIND.kind}/{pool.name}", resource=resource, count=w.gpus,
-                                  selector=dict(pool.selector), gpu_product=pool.gpu_product, power_limit_w=power))
+                                  selector=dict(pool.selector), gpu_product=gfd_product(pool, strategy, w.mig_profile),
+                                  power_limit_w=power, pod_resources=pod_resources(ir, w)))
         out.append(DgdParams(model=model, spec_name=spec.name, namespace=namespace_of(spec),
                              version=spec.kubernetes.dynamo.version, frontend_image=spec.image.base,
                              options_action=f"{llmapi.KIND.kind}/{model}",
@@ -83,7 +86,8 @@ def render(params: DgdParams, options: bytes, images: dict[str, tuple[str, str]]
         components.append(dynamo.worker(
             name=w.component, model=params.model, spec_name=params.spec_name, pool=w.pool, replicas=w.replicas,
             image=images[w.image_action][0], version=params.version, resource=w.resource, count=w.count,
-            selector=w.selector, gpu_product=w.gpu_product, options_configmap_=cm_name, power_limit_w=w.power_limit_w))
+            selector=w.selector, gpu_product=w.gpu_product, options_configmap_=cm_name, power_limit_w=w.power_limit_w,
+            pod_resources=w.pod_resources))
     artifacts = {a: d for a, (_, d) in images.items()}
     artifacts[params.options_action] = "sha256:" + hashlib.sha256(options).hexdigest()
     objects = [dynamo.options_configmap(model=params.model, spec_name=params.spec_name, namespace=params.namespace,

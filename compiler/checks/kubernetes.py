@@ -12,6 +12,7 @@ from typing import Iterable
 from compiler.catalog import dynamo as dynamo_catalog
 from compiler.catalog.types import WEAK_STATUSES
 from compiler.diagnostics import Diagnostic, Severity
+from compiler.ir.k8s_names import dgd_component, mig_configmap_name, name_problem, options_configmap_prefix
 from compiler.ir.pools import STRATEGIES
 
 from .base import Check, CheckContext, weak_fact_note
@@ -222,7 +223,7 @@ class DynamoNeedsRuntimeImage(Check):
 class KubernetesNameInvalid(Check):
     """A Kubernetes object Kiln derives from the spec would get an invalid name.
 
-    Workloads are named `<model>-<pool>` (plus the device shape when a model has several on one
+    Workloads are named `<model>-<pool>` (plus the device shape for a model's further shapes on one
     pool), Services `<model>` and DynamoGraphDeployment children `<model>-<component>`; object
     names are DNS labels of at most 63 characters, and a Service name must start with a letter
     (apimachinery validation). Shorten the model or pool name.
@@ -233,9 +234,6 @@ class KubernetesNameInvalid(Check):
     order = ORDER
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        from compiler.k8s.meta import name_problem
-        from compiler.k8s.nodelayer import configmap_name
-
         if not ctx.ir.pools:
             return
         runtime = _runtime(ctx)
@@ -249,11 +247,7 @@ class KubernetesNameInvalid(Check):
                                help="rename the model so that it starts with a letter" if "start" in problem
                                else "shorten the model or node pool name")
 
-        yield from check(configmap_name(ctx.spec.name), "ConfigMap", ("name",))
-        per_model: dict[str, int] = {}
-        for pool in ctx.ir.pools.values():
-            for w in pool.workloads:
-                per_model[w.model] = per_model.get(w.model, 0) + 1
+        yield from check(mig_configmap_name(ctx.spec.name), "ConfigMap", ("name",))
         for pname, pool in sorted(ctx.ir.pools.items()):
             for w in pool.workloads:
                 if runtime == "deployment":
@@ -262,10 +256,10 @@ class KubernetesNameInvalid(Check):
                     continue
                 # the operator names a component's objects <dgd>-<component> (compiler/actions/k8s_dgd.py
                 # names the components), and the options ConfigMap is <model>-llm-api-options-<8 hex>
-                component = "worker" if per_model[w.model] == 1 else "worker-" + w.name[len(w.model) + 1:]
+                component = dgd_component(w.model, w.name)
                 yield from check(f"{w.model}-{component}", "DynamoGraphDeployment component", ("hosts", pname))
                 yield from check(f"{w.model}-frontend", "DynamoGraphDeployment component", ("models", w.model))
-                yield from check(f"{w.model}-llm-api-options-{'0' * 8}", "ConfigMap", ("models", w.model))
+                yield from check(options_configmap_prefix(w.model) + "0" * 8, "ConfigMap", ("models", w.model))
 
 
 class NodePoolsOverlap(Check):

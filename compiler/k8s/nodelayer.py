@@ -25,6 +25,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
 from compiler import resources
+from compiler.ir.k8s_names import mig_configmap_name
 from compiler.ir.pools import ALL_DISABLED
 
 from . import meta, tree
@@ -37,7 +38,7 @@ ALL_DISABLED_ENTRIES = [{"devices": "all", "mig-enabled": False}]
 
 
 def configmap_name(spec_name: str) -> str:
-    return f"{spec_name}-mig-layouts"
+    return mig_configmap_name(spec_name)
 
 
 def mig_parted_config(layouts: dict[str, list[dict]]) -> dict:
