@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
+from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.k8s_names import dgd_component
 from compiler.ir.pools import cluster_strategy, resource_name
@@ -97,6 +98,28 @@ def render(params: DgdParams, options: bytes, images: dict[str, tuple[str, str]]
     return tree.documents(objects).encode()
 
 
+def forbidden_changes(old: DgdParams | None, new: DgdParams) -> list[str]:
+    """What in going from `old` to `new` Dynamo's webhook refuses on the live DGD (its version's
+    rules, catalog/data/k8s_controllers.json); [] when the update is admitted."""
+    if old is None:
+        return []
+    rules = k8s_controllers.forbidden_updates(new.version)
+    out = []
+    before = {w.component: w for w in old.workers}
+    after = {w.component: w for w in new.workers}
+    if set(before) != set(after) and "component-set" in rules:
+        added, removed = sorted(set(after) - set(before)), sorted(set(before) - set(after))
+        what = ", ".join([f"+{c}" for c in added] + [f"-{c}" for c in removed])
+        out.append(f"{rules['component-set'].cite(new.version)}: {what}")
+    for name in sorted(set(before) & set(after)):
+        b, a = before[name], after[name]
+        if b.power_limit_w != a.power_limit_w and "power-annotation" in rules:
+            out.append(f"{rules['power-annotation'].cite(new.version)}: {name} {b.power_limit_w} -> {a.power_limit_w} W")
+        elif b.power_limit_w is not None and b.count != a.count and "power-gpu-count" in rules:
+            out.append(f"{rules['power-gpu-count'].cite(new.version)}: {name} {b.count} -> {a.count} GPU(s)")
+    return out
+
+
 class K8sDgd(ActionKind[DgdParams]):
     kind, version, Params = "k8s-dgd", 1, DgdParams
 
@@ -115,6 +138,9 @@ class K8sDgd(ActionKind[DgdParams]):
         ctx.log.info("%s: frontend and %d worker component(s)", params.model, len(params.workers))
 
     def disruptions(self, old: DgdParams | None, new: DgdParams) -> list[Disruption]:
+        refused = forbidden_changes(old, new)
+        if refused:
+            return plan.recreate([w.pool for w in new.workers], new.model, refused)
         before = {w.component: w for w in (old.workers if old is not None else [])}
         out = []
         for w in new.workers:

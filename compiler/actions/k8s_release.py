@@ -20,13 +20,14 @@ from __future__ import annotations
 import json
 import shutil
 
+from compiler.graph.kinds import POOL
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy
-from compiler.k8s import tree, workloads
+from compiler.k8s import plan, tree, workloads
 from compiler.release import spec_digest
 
 from . import k8s_deployment, k8s_dgd, k8s_nodes
-from .base import ActionKind, LowerContext, Params, RunContext
+from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 
 NODE_LAYER_DIR, WORKLOADS_DIR, SERVICES_DIR, ARGOCD_DIR = "node-layer", "workloads", "services", "argocd"
 
@@ -150,6 +151,9 @@ class K8sRelease(ActionKind[ReleaseParams]):
         ctx.log.info("Kustomize tree: namespace %s, %d workload file(s), %d pool(s)", params.namespace,
                      len(params.workloads), len(params.pools))
 
+    def disruptions(self, old: ReleaseParams | None, new: ReleaseParams) -> list[Disruption]:
+        return release_disruptions(old, new)
+
     def manifest_entry(self, params: ReleaseParams, tree_reader) -> tuple[str, str, dict] | None:
         """The release manifest's `kubernetes` section: where the tree is and what it lays out."""
         if tree_reader.read("kustomization.yaml") is None:
@@ -161,3 +165,29 @@ class K8sRelease(ActionKind[ReleaseParams]):
 
 
 KIND = K8sRelease()
+
+
+def release_disruptions(old: ReleaseParams | None, new: ReleaseParams) -> list[Disruption]:
+    """What leaves the tree: Argo CD prunes it, so all its pods stop at once (a workload's own
+    disruptions are its action's; a removed action has none). Pure."""
+    if old is None:
+        return []
+    out: list[Disruption] = []
+    if old.runtime != new.runtime:
+        pools = sorted(set(old.pools) | set(new.pools))
+        return [Disruption(p, POOL, "recreate", f"recreate: runtime {old.runtime} -> {new.runtime}: every workload of the "
+                           f"pool is deleted and created anew, down for {plan.down_for()}") for p in pools]
+    for pname, pool in sorted(old.pools.items()):
+        now = new.pools[pname].workloads if pname in new.pools else {}
+        for name, replicas in sorted(pool.workloads.items()):
+            if new.runtime == "deployment" and name not in now:
+                out.append(Disruption(pname, POOL, "workload-delete",
+                                      f"{name}: removed: Argo CD prunes its Deployment, its {replicas} pod(s) stop at once"))
+    if new.runtime == "dynamo":
+        for aid in sorted(set(old.workloads) - set(new.workloads)):
+            model = aid.split("/", 1)[1]
+            pools = [p for p, s in old.pools.items() if any(n == f"{model}-{p}" or n.startswith(f"{model}-{p}-") for n in s.workloads)]
+            for p in sorted(pools):
+                out.append(Disruption(p, POOL, "workload-delete",
+                                      f"{model}: removed: Argo CD prunes its DynamoGraphDeployment, every worker stops"))
+    return out

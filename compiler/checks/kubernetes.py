@@ -12,6 +12,7 @@ from typing import Iterable
 from compiler.catalog import dynamo as dynamo_catalog
 from compiler.catalog.types import WEAK_STATUSES
 from compiler.diagnostics import Diagnostic, Severity
+from compiler.diagnostics.rules import Rule
 from compiler.ir.k8s_names import dgd_component, mig_configmap_name, name_problem, options_configmap_prefix
 from compiler.ir.pools import STRATEGIES
 
@@ -289,3 +290,56 @@ class NodePoolsOverlap(Check):
                                    f"node pools {a.name!r} and {b.name!r} select the same nodes: every node that "
                                    f"matches {narrower.selector_text} also matches {wider.selector_text}",
                                    help="give each pool a node label of its own in `node_pool.selector`")
+
+
+class DynamoGroveNameTooLong(Check):
+    """A DynamoGraphDeployment component name is too long for Dynamo's Grove pathway.
+
+    With Grove enabled, Dynamo's admission webhook refuses a DynamoGraphDeployment whose name and
+    component name together exceed 45 characters (ai-dynamo/dynamo deploy/operator/internal/
+    webhook/validation/dynamographdeployment.go, MaxCombinedGroveResourceNameLength; see
+    catalog/data/k8s_controllers.json). Kiln names a model's DGD `<model>` and its workers
+    `worker-<pool>[-<shape>]`. Without Grove the check does not apply; shorten the model or pool
+    name to be safe on either pathway.
+    """
+
+    code = "K854"
+    name = "dynamo-grove-name-too-long"
+    severity = Severity.WARNING
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        from compiler.catalog import k8s_controllers
+
+        if _runtime(ctx) != "dynamo":
+            return
+        limit = k8s_controllers.grove_name_max()
+        for pname, pool in sorted(ctx.ir.pools.items()):
+            for w in pool.workloads:
+                component = dgd_component(w.model, w.name)
+                if len(w.model) + len(component) > limit:
+                    yield ctx.diag(self, ("hosts", pname), key=True,
+                                   message=f"DGD {w.model!r} with component {component!r} is "
+                                           f"{len(w.model) + len(component)} characters together; Dynamo's webhook "
+                                           f"refuses more than {limit} when the operator runs with Grove",
+                                   help="shorten the model or node pool name")
+
+
+class KubernetesUpdateForbidden(Rule):
+    """A change cannot be applied to the live objects: a controller refuses the update.
+
+    Reported by `kiln plan --base` (the rule needs the earlier revision), as the plan line
+    `recreate: <model> down for ~T`. Dynamo's admission webhook refuses, on a live
+    DynamoGraphDeployment, adding or removing a component (a node pool or device shape gained or
+    lost by a model), and, from Dynamo 1.6 (read on main; unconfirmed in 1.6.1), any change of the
+    `dynamo.nvidia.com/gpu-power-limit` annotation and of the GPU count of a power-capped worker
+    (ai-dynamo/dynamo deploy/operator/internal/webhook/validation/dynamographdeployment.go; each
+    rule with its source and version in catalog/data/k8s_controllers.json). Argo CD's sync then
+    fails until the object is deleted and created anew, which takes the model down for a pull and
+    a load. Apply such a change in a maintenance window (delete the DGD, then sync), or serve the
+    model from a second spec while the first is replaced.
+    """
+
+    code = "K855"
+    name = "kubernetes-update-forbidden"
+    severity = Severity.WARNING

@@ -1,0 +1,158 @@
+"""Day-2 changes to a Kubernetes fleet (issue 21): every edit applies through the controllers the
+tree meets. GFD's product label under `single` and `mixed`, names that stay when a model gains a
+shape, updates Dynamo's webhook refuses planned as `recreate` (never `new`) with K855, workloads
+that leave the tree planned as deleted. The rules are catalog/data/k8s_controllers.json's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from compiler.catalog import k8s_controllers
+from compiler.gitops.planbase import refused_updates
+from compiler.gitops.semplan import host_disruptions
+from compiler.pipeline import validate_text
+from tests.k8s_tree import graph_of, render
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "k8s-two-pools" / "kiln.yaml"
+YAML_ = YAML(typ="safe", pure=True)
+H100_MIG = ("          - {profile: 3g.40gb, serves: chat}\n"
+            "          - {profile: 2g.20gb, serves: coder}\n"
+            "          - {profile: 1g.10gb, serves: intent}\n")
+
+
+def _text(*edits: tuple[str, str], dynamo: bool = False) -> str:
+    text = EXAMPLE.read_text(encoding="utf-8")
+    if dynamo:
+        edits = ((('tensorrt_llm: "1.2.1"', 'tensorrt_llm: "1.3.0rc29"'),
+                  ("  runtime: deployment\n", '  runtime: dynamo\n  dynamo: {version: "1.6.1"}\n'),
+                  ("image: {repository: registry.example.com/inference/fleet}",
+                   "image:\n  repository: registry.example.com/inference/fleet\n"
+                   "  base: nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.6.1@sha256:" + "1" * 64)) + edits)
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+def _workloads(tmp_path: Path, text: str) -> dict[str, dict]:
+    root = render(graph_of(EXAMPLE, tmp_path, text), tmp_path)
+    out = {}
+    for p in sorted((root / "workloads").glob("*.yaml")):
+        for d in YAML_.load_all(p.read_text(encoding="utf-8")):
+            if d and d["kind"] in ("Deployment", "DynamoGraphDeployment"):
+                out[d["metadata"]["name"]] = d
+    return out
+
+
+def _plan(tmp_path: Path, base_text: str, head_text: str):
+    base = graph_of(EXAMPLE, tmp_path / "a", base_text)
+    head = graph_of(EXAMPLE, tmp_path / "b", head_text)
+    return [d for d in host_disruptions(base, head) if d.pool]
+
+
+# --- GPU Feature Discovery ----------------------------------------------------------------------------
+def test_gfd_product_label_rules() -> None:
+    """NVIDIA/k8s-device-plugin v0.20.0 internal/lm: `single` rewrites the product, `mixed` keeps it,
+    and the profile is sanitised as GFD does (`+` dropped)."""
+    product = "NVIDIA-H100-80GB-HBM3"
+    assert k8s_controllers.gpu_product_label(product, "single", "1g.10gb") == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+    assert k8s_controllers.gpu_product_label(product, "single", "1g.10gb+me") == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gbme"
+    assert k8s_controllers.gpu_product_label(product, "mixed", "1g.10gb") == product
+    assert k8s_controllers.gpu_product_label(product, "single", None) == product  # a whole-GPU node
+    assert "k8s-device-plugin v0.20.0" in k8s_controllers.table()["gfd"]["source"]
+
+
+def test_single_strategy_selects_what_gfd_labels(tmp_path: Path) -> None:
+    """Every H100 at 7 x 1g.10gb: Kiln picks `single`, so pods ask for nvidia.com/gpu and select the
+    product GFD writes under it; before, the bare product matched no node and every replica was Pending."""
+    seven = "".join("          - {profile: 1g.10gb, serves: intent}\n" for _ in range(7))
+    text = _text((H100_MIG, seven))
+    got = _workloads(tmp_path, text)
+    intent = got["intent-h100-pool"]["spec"]["template"]["spec"]
+    assert intent["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+    assert intent["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    # the B200 pool has whole GPUs: GFD's single labeler leaves its product alone
+    big = got["big-b200-pool"]["spec"]["template"]["spec"]
+    assert "nvidia.com/gpu.product" not in big["nodeSelector"]  # the example names no B200 product
+
+
+def test_mixed_strategy_keeps_the_bare_product(tmp_path: Path) -> None:
+    chat = _workloads(tmp_path, _text())["chat-h100-pool"]["spec"]["template"]["spec"]
+    assert chat["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert chat["containers"][0]["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == "1"
+
+
+# --- stable identities --------------------------------------------------------------------------------
+SECOND_SHAPE = ("          - {profile: 1g.10gb, serves: intent}\n",
+                "          - {profile: 1g.10gb, serves: intent}\n          - {profile: 1g.10gb, serves: chat}\n")
+
+
+def test_a_second_shape_keeps_the_first_workloads_name(tmp_path: Path) -> None:
+    before = set(_workloads(tmp_path / "a", _text()))
+    after = set(_workloads(tmp_path / "b", _text(SECOND_SHAPE)))
+    assert "chat-h100-pool" in before and "chat-h100-pool" in after  # never pruned by Argo CD
+    assert after - before == {"chat-h100-pool-1g-10gb"}
+
+
+def test_second_shape_plans_a_new_workload_and_no_deletion(tmp_path: Path) -> None:
+    items = _plan(tmp_path, _text(), _text(SECOND_SHAPE))
+    assert not [d for d in items if d.kind in ("workload-delete", "recreate")]
+    assert any(d.kind == "workload-roll" and d.detail.startswith("chat-h100-pool-1g-10gb: new") for d in items)
+
+
+def test_a_lost_shape_is_planned_as_a_deletion(tmp_path: Path) -> None:
+    items = _plan(tmp_path, _text(SECOND_SHAPE), _text())
+    deleted = [d.detail for d in items if d.kind == "workload-delete"]
+    assert deleted == ["chat-h100-pool-1g-10gb: removed: Argo CD prunes its Deployment, its 32 pod(s) stop at once"]
+
+
+def test_dgd_components_do_not_move_with_the_pool_set(tmp_path: Path) -> None:
+    before = _workloads(tmp_path / "a", _text(dynamo=True))
+    after = _workloads(tmp_path / "b", _text(SECOND_SHAPE, dynamo=True))
+    names = {d: [c["name"] for c in o["spec"]["components"]] for d, o in before.items()}
+    assert names["chat"] == ["frontend", "worker-h100-pool"]
+    assert [c["name"] for c in after["chat"]["spec"]["components"]] == [
+        "frontend", "worker-h100-pool", "worker-h100-pool-1g-10gb"]
+
+
+def test_a_refused_dgd_update_is_a_recreate_with_k855(tmp_path: Path) -> None:
+    """A model that gains a worker component: Dynamo's webhook refuses the changed component set,
+    so the plan says recreate (with the rule's source), never `new`, and plan --base warns K855."""
+    head_text = _text(SECOND_SHAPE, dynamo=True)
+    items = _plan(tmp_path, _text(dynamo=True), head_text)
+    recreate = [d for d in items if d.kind == "recreate"]
+    assert [d.host for d in recreate] == ["h100-pool"]
+    assert recreate[0].detail.startswith("recreate: chat down for ~45 min (K855: Dynamo webhook: adding or removing")
+    assert "+worker-h100-pool-1g-10gb" in recreate[0].detail
+    assert not [d for d in items if "chat/" in d.detail and "new" in d.detail]
+    head = validate_text(head_text, EXAMPLE.parent, EXAMPLE.name)
+    diags = refused_updates(head, items)
+    assert [(d.code, d.severity.value) for d in diags] == [("K855", "warning")]
+    assert diags[0].span.line > 0
+
+
+def test_power_limit_change_on_a_live_dgd_is_a_recreate(tmp_path: Path) -> None:
+    items = _plan(tmp_path, _text(dynamo=True), _text(("power_limit_w: 1000", "power_limit_w: 900"), dynamo=True))
+    recreate = [d for d in items if d.kind == "recreate"]
+    assert len(recreate) == 1 and "big" in recreate[0].detail and "1000 -> 900 W" in recreate[0].detail
+    assert "unconfirmed in 1.6.1" in recreate[0].detail  # the rule's status travels with it
+
+
+def test_replicas_on_a_dgd_are_not_a_recreate(tmp_path: Path) -> None:
+    items = _plan(tmp_path, _text(dynamo=True),
+                  _text(("node_pool: {nodes: 4,", "node_pool: {nodes: 5,"), dynamo=True))
+    assert not [d for d in items if d.kind == "recreate"]
+    assert any(d.kind == "replicas" and d.detail.startswith("chat/worker-h100-pool: 32 -> 40") for d in items)
+
+
+@pytest.mark.parametrize("version,expected", [("1.5.0", {"component-set"}),
+                                              ("1.6.1", {"component-set", "power-annotation", "power-gpu-count"})])
+def test_forbidden_updates_by_dynamo_version(version: str, expected: set) -> None:
+    rules = k8s_controllers.forbidden_updates(version)
+    assert set(rules) == expected
+    assert all("dynamographdeployment.go" in r.source for r in rules.values())
