@@ -102,10 +102,12 @@ def test_kubectl_kustomize_builds_the_tree(variant: str, trees) -> None:
     built = kustomize(trees[variant])
     kinds = sorted({o["kind"] for o in built})
     if variant == "k8s-two-pools":
-        assert kinds == ["ConfigMap", "Deployment", "Namespace", "PodDisruptionBudget", "Service"]
+        assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Job", "Namespace",
+                         "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"]
         assert len([o for o in built if o["kind"] == "Deployment"]) == 4
     else:
-        assert kinds == ["ConfigMap", "DynamoGraphDeployment", "Namespace"]
+        assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DynamoGraphDeployment", "Job", "Namespace",
+                         "Role", "RoleBinding", "ServiceAccount"]
     spec_digest = YAML_.load((trees[variant] / "release-stamp.yaml").read_text())["annotations"][
         meta.SPEC_DIGEST_ANNOTATION]
     for o in built:  # the release stamp: every object, never a pod template
@@ -154,16 +156,17 @@ def test_tree_content(trees) -> None:
     assert list(artifacts) == ["image/b200-pool"] and \
         big["template"]["spec"]["containers"][0]["image"].endswith("@" + artifacts["image/b200-pool"])
     pdbs = {o["metadata"]["name"]: o for o in _objects(root) if o["kind"] == "PodDisruptionBudget"}
-    assert set(pdbs) == set(deployments) and pdbs["chat-h100-pool"]["spec"]["maxUnavailable"] == 1
-    config = YAML_.load(next(o for o in _objects(root) if o["metadata"]["name"] == "fleet-mig-layouts")
+    # one re-layout batch (1 node) holds 8 chat pods: the PDB lets them all be evicted
+    assert set(pdbs) == set(deployments) and pdbs["chat-h100-pool"]["spec"]["maxUnavailable"] == 8
+    config = YAML_.load(next(o for o in _objects(root) if o["metadata"]["name"] == "fleet-mig-layouts-desired")
                         ["data"]["config.yaml"])
     layouts = config["mig-configs"]
     assert set(layouts) == {"all-disabled", "kiln-0ee2259fad"}
     assert layouts["kiln-0ee2259fad"] == [{"devices": list(range(8)), "mig-enabled": True,
                                            "mig-devices": {"1g.10gb": 1, "2g.20gb": 1, "3g.40gb": 1}}]
     labels = (root / "node-layer" / "label-nodes.sh").read_text()
-    assert "pool h100-pool kiln.io/pool=h100-pool kiln-0ee2259fad 4\n" in labels
-    assert "pool b200-pool kiln.io/pool=b200-pool all-disabled 2\n" in labels
+    assert "pool h100-pool kiln.io/pool=h100-pool kiln-0ee2259fad 4 1\n" in labels  # one node at a time
+    assert "pool b200-pool kiln.io/pool=b200-pool all-disabled 2 1\n" in labels
     patch = YAML_.load((root / "node-layer" / "clusterpolicy-patch.yaml").read_text())
     assert patch == {"spec": {"mig": {"strategy": "mixed"}, "migManager": {
         "enabled": True, "config": {"name": "fleet-mig-layouts", "default": "all-disabled"}}}}
@@ -225,7 +228,8 @@ def _pod_template(pod_template: dict) -> dict:
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_core_objects_validate(variant: str, trees) -> None:
     objects = _objects(trees[variant])
-    core = [o for o in objects if o["apiVersion"] in ("v1", "apps/v1", "policy/v1")]
+    core = [o for o in objects if o["apiVersion"] in ("v1", "apps/v1", "policy/v1", "batch/v1",
+                                                     "rbac.authorization.k8s.io/v1")]
     assert len(core) >= 4
     for o in core:
         _validate_core(o)
@@ -372,7 +376,7 @@ def test_dgd_matches_what_dynamo_itself_writes(trees) -> None:
 # --- mig-parted's parsing rules ------------------------------------------------------------------
 def test_mig_parted_config_parses_with_mig_parted_rules(trees) -> None:
     for variant in VARIANTS:
-        cm = next(o for o in _objects(trees[variant]) if o["metadata"]["name"] == "fleet-mig-layouts")
+        cm = next(o for o in _objects(trees[variant]) if o["metadata"]["name"] == "fleet-mig-layouts-desired")
         assert nodelayer.mig_parted_problems(YAML_.load(cm["data"]["config.yaml"])) == []
 
 
@@ -457,7 +461,8 @@ def test_one_mig_profile_changes_exactly_its_layout_label_and_workload(tmp_path:
     before, after = tree_files(trees["k8s-two-pools"]), tree_files(render(head, tmp_path / "b"))
     assert sorted(before) == sorted(after)
     assert {rel for rel in after if before[rel] != after[rel]} == {
-        "node-layer/mig-parted-config.yaml", "node-layer/label-nodes.sh", "workloads/intent-h100-pool.yaml",
+        "node-layer/mig-parted-config.yaml", "node-layer/label-nodes.sh", "node-layer/relayout-job.yaml",
+        "workloads/intent-h100-pool.yaml",
         "release-stamp.yaml"}  # the release stamp carries the spec digest
     intent = after["workloads/intent-h100-pool.yaml"].decode()
     assert "nvidia.com/mig-1g.20gb: '1'" in intent and "mig-1g.10gb" not in intent
@@ -475,7 +480,10 @@ def test_plan_shows_relayout_roll_and_replicas(tmp_path: Path) -> None:
     assert kinds == {("h100-pool", "node-relayout"), ("h100-pool", "workload-roll"), ("h100-pool", "replicas")}
     assert text_plan.splitlines()[0] == "Disruption: 1 node pool(s)"
     relayout = next(d for d in pool_items if d.kind == "node-relayout")
-    assert "6 node(s) re-sliced by the MIG manager" in relayout.detail
+    assert "6 node(s), 1 at a time: cordon, evict the node's GPU pods" in relayout.detail
+    assert "drain" not in relayout.detail  # the MIG manager evicts nothing; the re-layout Job does
+    # mig-parted destroys every instance of a changed GPU: the neighbours of intent's slice too
+    assert relayout.detail.endswith("destroyed on each node: GPUs 0-7: 1g.10gb (intent), 2g.20gb (coder), 3g.40gb (chat)")
     assert "GPUs 0-7: -1g.10gb +1g.20gb" in relayout.detail
     roll = [d.detail for d in pool_items if d.kind == "workload-roll"]
     assert roll == ["intent-h100-pool: pods replaced one at a time (resource nvidia.com/mig-1g.10gb -> "

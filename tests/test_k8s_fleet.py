@@ -156,3 +156,98 @@ def test_forbidden_updates_by_dynamo_version(version: str, expected: set) -> Non
     rules = k8s_controllers.forbidden_updates(version)
     assert set(rules) == expected
     assert all("dynamographdeployment.go" in r.source for r in rules.values())
+
+
+# --- the MIG re-layout: script, Job, RBAC, PDB --------------------------------------------------------
+import re  # noqa: E402
+
+from compiler.k8s import nodelayer  # noqa: E402
+
+# What each kubectl call of label-nodes.sh asks the API server for (kubectl's own requests: `get -l`
+# lists, `get NAME` gets, cordon/uncordon/label GET then PATCH, `create --raw` POSTs the URL, apply
+# GETs then creates or PATCHes). A call the table does not know fails the test.
+CALLS = [
+    (r'kubectl get nodes -l "\$selector"', {("nodes", "list")}),
+    (r"kubectl get nodes -o", {("nodes", "list")}),
+    (r'kubectl get node "\$1"', {("nodes", "get")}),
+    (r'kubectl (cordon|uncordon) "\$n"', {("nodes", "get"), ("nodes", "patch")}),
+    (r'kubectl label node "\$n"', {("nodes", "get"), ("nodes", "patch")}),
+    (r"kubectl get pods --all-namespaces", {("pods", "list")}),
+    (r'kubectl create --raw "/api/v1/namespaces/\$pns/pods/\$pname/eviction"', {("pods/eviction", "create")}),
+    (r'kubectl -n "\$ns" get configmap', {("configmaps", "get")}),
+    (r'kubectl -n "\$ns" create configmap "\$live" --from-file="\$work/cm" --dry-run=client', set()),  # local
+    (r"kubectl apply -f -", {("configmaps", "get"), ("configmaps", "create"), ("configmaps", "patch")}),
+]
+
+
+def _tree(tmp_path: Path, text: str | None = None) -> Path:
+    return render(graph_of(EXAMPLE, tmp_path, text), tmp_path)
+
+
+def test_relayout_rbac_is_exactly_what_the_script_calls(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    script = (root / "node-layer" / "label-nodes.sh").read_text()
+    needed: set = set()
+    calls = [m.start() for m in re.finditer(r"kubectl ", script)]
+    lines = [script[i:].split("\n", 1)[0] for i in calls if not script[:i].rsplit("\n", 1)[-1].lstrip().startswith("#")]
+    assert len(lines) >= 9
+    for line in lines:
+        known = [perms for pattern, perms in CALLS if re.match(pattern, line)]
+        assert len(known) == 1, f"kubectl call the RBAC table does not know: {line}"
+        needed |= known[0]
+    granted = set()
+    for o in YAML_.load_all((root / "node-layer" / "relayout-rbac.yaml").read_text()):
+        for rule in o.get("rules", []):
+            granted |= {(r, v) for r in rule["resources"] for v in rule["verbs"]}
+    assert granted == needed
+    # the Job runs that script under that ServiceAccount, in the operator's namespace
+    docs = list(YAML_.load_all((root / "node-layer" / "relayout-job.yaml").read_text()))
+    cm, job = docs
+    assert cm["data"]["label-nodes.sh"] == script
+    spec = job["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "fleet-relayout" and job["metadata"]["namespace"] == "gpu-operator"
+    assert job["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"] == "-1"
+    assert int(cm["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]) < -1
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] >= 4 * (600 + 900)
+
+
+def test_the_procedure_is_node_by_node_and_bounded(tmp_path: Path) -> None:
+    script = (_tree(tmp_path) / "node-layer" / "label-nodes.sh").read_text()
+    body = script[script.index("pool() {"):]
+    order = [body.index(s) for s in ('kubectl cordon', 'evict "$n"', 'kubectl label node', 'wait_state "$n"',
+                                     'kubectl uncordon')]
+    assert order == sorted(order)
+    assert "nvidia.com/mig.config.state-" in body  # a stale `success` is not mistaken for the new layout's
+    assert "drain" not in script.lower().replace("does not evict", "")  # no kubectl drain, no drain claim
+
+
+def test_layout_fragments_rebuild_the_mig_parted_config(tmp_path: Path) -> None:
+    """The script writes mig-manager's config.yaml from the desired ConfigMap's per-layout keys
+    (`  <name>:` then the fragment indented by four): the same document, valid for mig-parted."""
+    root = _tree(tmp_path)
+    cm = next(d for d in YAML_.load_all((root / "node-layer" / "mig-parted-config.yaml").read_text()))
+    names = sorted(cm["data"]["layouts"].split())
+    text = "version: v1\nmig-configs:\n" + "".join(
+        f"  {n}:\n" + "".join("    " + line + "\n" for line in cm["data"][n].splitlines()) for n in names)
+    rebuilt = YAML_.load(text)
+    assert rebuilt == YAML_.load(cm["data"]["config.yaml"])
+    assert nodelayer.mig_parted_problems(rebuilt) == []
+
+
+def test_pdb_lets_a_relayout_batch_go(tmp_path: Path) -> None:
+    """Every slice is assigned, so an evicted pod stays Pending until its node is back: the PDB
+    allows the pods of one batch of nodes (8 per node here, max_unavailable 2) or drains deadlock."""
+    text = _text(("node_pool: {nodes: 4,", "node_pool: {nodes: 4, max_unavailable: 2,"))
+    root = _tree(tmp_path, text)
+    pdb = [d for d in YAML_.load_all((root / "workloads" / "chat-h100-pool.yaml").read_text())
+           if d["kind"] == "PodDisruptionBudget"][0]
+    assert pdb["spec"]["maxUnavailable"] == 16
+    assert "kiln-0ee2259fad 4 2\n" in (root / "node-layer" / "label-nodes.sh").read_text()
+
+
+def test_without_a_relayout_image_the_tree_has_no_job(tmp_path: Path) -> None:
+    text = EXAMPLE.read_text(encoding="utf-8")
+    line = next(ln for ln in text.splitlines(keepends=True) if ln.startswith("  relayout_image:"))
+    root = _tree(tmp_path, text.replace(line, ""))
+    assert not (root / "node-layer" / "relayout-job.yaml").exists()
+    assert (root / "node-layer" / "label-nodes.sh").exists()

@@ -43,6 +43,7 @@ class DeploymentParams(Params):
     selector: dict[str, str]
     gpu_product: str | None
     pod_resources: dict  # CPU and memory requests and limits (compiler/k8s/runtime.pod_resources)
+    disruption_budget: int = 1  # PDB maxUnavailable: pods per node x the pool's max_unavailable nodes
 
 
 def namespace_of(spec) -> str:
@@ -70,6 +71,12 @@ def pod_resources(ir, w) -> dict:
     return runtime_.pod_resources(weights, w.gpus, w.mig_profile is not None,
                                   cpu=override.cpu if override else None,
                                   memory_gib=override.memory_gib if override else None)
+
+
+def max_unavailable(ir, pool: str) -> int:
+    """Nodes of the pool a re-layout batch takes out (`node_pool.max_unavailable`, at most the pool)."""
+    np = ir.hosts[pool].spec.node_pool
+    return min(np.max_unavailable, np.nodes) if np is not None else 1
 
 
 def image_reference(tree_dir) -> tuple[str, str]:
@@ -110,7 +117,8 @@ def workload_params(ctx: LowerContext) -> list[DeploymentParams]:
                 replicas=w.replicas, image_action=f"{image.KIND.kind}/{pname}", runtime=runtime,
                 command=list(c.command), ports=list(c.ports), liveness=c.liveness, readiness=c.readiness,
                 resource=resource, count=w.gpus, selector=dict(pool.selector),
-                gpu_product=gfd_product(pool, strategy, w.mig_profile), pod_resources=pod_resources(ir, w)))
+                gpu_product=gfd_product(pool, strategy, w.mig_profile), pod_resources=pod_resources(ir, w),
+                disruption_budget=w.per_node * max_unavailable(ir, pname)))
     return out
 
 
@@ -124,7 +132,7 @@ def render(params: DeploymentParams, image_ref: str, image_digest: str) -> bytes
                              selector=params.selector, gpu_product=params.gpu_product,
                              artifacts={params.image_action: image_digest}, pod_resources=params.pod_resources),
         workloads.disruption_budget(name=params.name, spec_name=params.spec_name, namespace=params.namespace,
-                                    pool=params.pool, model=params.model),
+                                    pool=params.pool, model=params.model, max_unavailable=params.disruption_budget),
     ]
     return tree.documents(objects).encode()
 

@@ -343,3 +343,45 @@ class KubernetesUpdateForbidden(Rule):
     code = "K855"
     name = "kubernetes-update-forbidden"
     severity = Severity.WARNING
+
+
+class RelayoutTakesModelDown(Check):
+    """A MIG re-layout of a node pool would leave a model with no serving replica.
+
+    The re-layout (node-layer/label-nodes.sh, or its Job) takes `node_pool.max_unavailable` nodes
+    of a pool out at once: it cordons them and evicts their GPU pods, which cannot run elsewhere
+    while every slice of the other nodes is assigned. When that is every node of the pool and no
+    other pool serves the model, the model serves nothing until the first batch is back (the MIG
+    manager's re-slice, then a load). The workloads' PodDisruptionBudgets are sized to let the batch
+    go (pods per node times max_unavailable), so they do not stop it. Lower `max_unavailable`, add
+    a node, or serve the model from a second pool. (A one-node pool is not reported: it has no
+    other choice, and `kiln plan` names what its re-layout destroys.)
+    """
+
+    code = "K856"
+    name = "relayout-takes-model-down"
+    severity = Severity.WARNING
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        pools_of: dict[str, set[str]] = {}
+        for pname, pool in ctx.ir.pools.items():
+            for w in pool.workloads:
+                pools_of.setdefault(w.model, set()).add(pname)
+        for pname, pool in sorted(ctx.ir.pools.items()):
+            if not any(g.mig for g in pool.gpus):
+                continue
+            np = ctx.spec.hosts[pname].node_pool
+            batch = min(np.max_unavailable, pool.nodes) if np is not None else 1
+            if batch < pool.nodes or pool.nodes == 1:  # one node: nothing to choose, the plan says it
+                continue
+            for model in sorted({w.model for w in pool.workloads}):
+                if pools_of[model] == {pname}:
+                    path = ("hosts", pname, "node_pool", "max_unavailable") if np is not None and \
+                        "max_unavailable" in np.model_fields_set else ("hosts", pname)
+                    yield ctx.diag(self, path, key=True,
+                                   message=f"a MIG re-layout of node pool {pname!r} takes all {pool.nodes} node(s) "
+                                           f"out at once, and no other pool serves {model!r}: it serves nothing "
+                                           "until the first node is back",
+                                   help="lower node_pool.max_unavailable, add a node, or serve the model from "
+                                        "another pool")

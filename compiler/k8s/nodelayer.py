@@ -1,15 +1,20 @@
 """The node layer on the GPU Operator's ClusterPolicy path: what makes a pool's nodes carry its MIG
 layout, and what is left to the nodes themselves.
 
-  mig-parted ConfigMap  one named config per distinct node layout (compiler/ir/pools.py names them
-                        by content), plus `all-disabled`, the ClusterPolicy's default for nodes
-                        without the label; key `config.yaml` (GPU Operator
-                        assets/state-mig-manager/0400_configmap.yaml has the same shape)
+  desired layouts       ConfigMap <spec>-mig-layouts-desired: one named config per distinct node
+                        layout (compiler/ir/pools.py names them by content), plus `all-disabled`,
+                        the ClusterPolicy's default for nodes without the label; key `config.yaml`
+                        (GPU Operator assets/state-mig-manager/0400_configmap.yaml has the same
+                        shape) and one key per layout
+  live layouts          ConfigMap <spec>-mig-layouts, which the MIG manager reads: written by
+                        label-nodes.sh, never by the tree, as the desired layouts plus those a node
+                        still carries (a node restarting mig-manager mid-way finds its layout)
   ClusterPolicy patch   `spec.mig.strategy` and `spec.migManager.config` pointing the MIG manager
-                        at that ConfigMap: a merge patch, because the ClusterPolicy belongs to the
-                        operator's installation, not to Kiln
-  label-nodes.sh        `nvidia.com/mig.config=<layout>` on each pool's nodes (nodes are not
-                        objects a GitOps tree should own), with --check and --dry-run
+                        at the live ConfigMap: a merge patch, because the ClusterPolicy belongs to
+                        the operator's installation, not to Kiln
+  label-nodes.sh        the re-layout, node by node: cordon, evict GPU pods, relabel, wait for the
+                        MIG manager, uncordon (mig-manager evicts nothing: NVIDIA/mig-parted
+                        reconfigure.go); the same script as an Argo CD sync-wave Job, with RBAC
   node-tuning-<pool>.sh clocks and power: no GPU Operator setting exists for either
 
 `mig_parted_problems` applies mig-parted's own parsing rules to a config, so a layout it would
@@ -38,7 +43,19 @@ ALL_DISABLED_ENTRIES = [{"devices": "all", "mig-enabled": False}]
 
 
 def configmap_name(spec_name: str) -> str:
+    """The ConfigMap mig-manager reads (ClusterPolicy migManager.config.name): written by the
+    re-layout script, never by the tree, so that it keeps every layout a node still carries."""
     return mig_configmap_name(spec_name)
+
+
+def desired_name(spec_name: str) -> str:
+    return mig_configmap_name(spec_name) + "-desired"
+
+
+# label-nodes.sh's bounds (KILN_EVICT_S, KILN_MIG_S, KILN_CONFIG_SYNC_S): the Job's deadline from them
+EVICT_S, MIG_S, CONFIG_SYNC_S = 600, 900, 120
+RELAYOUT = "relayout"  # the re-layout Job's ServiceAccount, roles and bindings: <spec>-relayout
+SCRIPT_KEY = "label-nodes.sh"
 
 
 def mig_parted_config(layouts: dict[str, list[dict]]) -> dict:
@@ -48,9 +65,79 @@ def mig_parted_config(layouts: dict[str, list[dict]]) -> dict:
 
 
 def configmap(spec_name: str, namespace: str, layouts: dict[str, list[dict]]) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": meta.metadata(configmap_name(spec_name), spec_name, namespace=namespace),
-            "data": {CONFIG_KEY: tree.dump(mig_parted_config(layouts))}}
+    """The tree's layouts: `config.yaml` (the mig-parted document, for review), one key per layout
+    (its entries) and `layouts` (their names), from which the script writes the live ConfigMap.
+    Synced before the Job (sync wave -2)."""
+    doc = mig_parted_config(layouts)
+    data = {CONFIG_KEY: tree.dump(doc), "layouts": " ".join(doc["mig-configs"])}
+    data.update({name: tree.dump(entries) for name, entries in doc["mig-configs"].items()})
+    md = meta.metadata(desired_name(spec_name), spec_name, namespace=namespace)
+    md["annotations"]["argocd.argoproj.io/sync-wave"] = "-2"
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": data}
+
+
+def rbac(spec_name: str, namespace: str) -> list[dict]:
+    """Exactly what label-nodes.sh calls: nodes get/list/patch (kubectl get, cordon, label),
+    pods list and pods/eviction create (the GPU pods of a node), and in the operator's namespace
+    the two ConfigMaps: get and patch by name, create (the live one the first time)."""
+    name = f"{spec_name}-{RELAYOUT}"
+    md = lambda ns=None: {**meta.metadata(name, spec_name, namespace=ns),  # noqa: E731
+                          "annotations": {**meta.annotations(spec_name), "argocd.argoproj.io/sync-wave": "-2"}}
+    subject = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": md(namespace), "automountServiceAccountToken": True},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": md(),
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+                   {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": md(),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": subject},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": md(namespace),
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"],
+                    "resourceNames": [configmap_name(spec_name), desired_name(spec_name)]},
+                   {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": md(namespace),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}, "subjects": subject},
+    ]
+
+
+def script_configmap(spec_name: str, namespace: str, script: str, digest: str) -> dict:
+    md = meta.metadata(f"{spec_name}-{RELAYOUT}-{digest}", spec_name, namespace=namespace)
+    md["annotations"]["argocd.argoproj.io/sync-wave"] = "-2"
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": {SCRIPT_KEY: script}}
+
+
+def relayout_deadline_s(pools: list[dict]) -> int:
+    """The longest the script may take: every batch of every pool at its bounds, two ConfigMap syncs."""
+    batches = sum(-(-p["nodes"] // p["max_unavailable"]) for p in pools)
+    return batches * (EVICT_S + MIG_S + 60) + 2 * CONFIG_SYNC_S + 300
+
+
+def relayout_job(spec_name: str, namespace: str, image: str, digest: str, deadline_s: int) -> dict:
+    """The re-layout as an Argo CD sync-wave Job (wave -1: after the layouts and the RBAC, before
+    the workloads, whose new pods need the new slices). Named by the digest of what it does, so a
+    new layout is a new Job (a Job's template is immutable) and an unchanged one is not re-run."""
+    name = f"{spec_name}-{RELAYOUT}-{digest}"
+    md = meta.metadata(name, spec_name, namespace=namespace)
+    md["annotations"]["argocd.argoproj.io/sync-wave"] = "-1"
+    security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+                "runAsUser": 65532, "readOnlyRootFilesystem": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": md, "spec": {
+        "backoffLimit": 0,  # a failed node needs a person: it stays cordoned, the Job stays failed
+        "activeDeadlineSeconds": deadline_s,
+        "template": {"metadata": {"labels": meta.labels(spec_name)}, "spec": {
+            "serviceAccountName": f"{spec_name}-{RELAYOUT}",
+            "restartPolicy": "Never",
+            "containers": [{"name": "relayout", "image": image, "command": ["sh", f"/kiln/{SCRIPT_KEY}"],
+                            "env": [{"name": "HOME", "value": "/tmp"}],  # kubectl's cache
+                            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                                          "limits": {"cpu": "500m", "memory": "256Mi"}},
+                            "securityContext": security,
+                            "volumeMounts": [{"name": "script", "mountPath": "/kiln", "readOnly": True},
+                                             {"name": "tmp", "mountPath": "/tmp"}]}],
+            "volumes": [{"name": "script", "configMap": {"name": name}}, {"name": "tmp", "emptyDir": {}}],
+        }}}}
 
 
 def cluster_policy_patch(spec_name: str, strategy: str) -> dict:
@@ -82,10 +169,11 @@ def _environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
     return env
 
 
-def label_script(spec_name: str, configmap_: str, operator_namespace: str, pools: list[dict]) -> str:
-    """`pools`: {name, selector (kubectl -l form), layout, nodes}."""
+def label_script(spec_name: str, operator_namespace: str, pools: list[dict]) -> str:
+    """`pools`: {name, selector (kubectl -l form), layout, nodes, max_unavailable}."""
     return _environment().get_template(LABEL_TEMPLATE).render(
-        spec_name=spec_name, configmap=configmap_, operator_namespace=operator_namespace, pools=pools)
+        spec_name=spec_name, live=configmap_name(spec_name), desired=desired_name(spec_name),
+        operator_namespace=operator_namespace, pools=pools)
 
 
 def tuning_script(spec_name: str, pool: str, gpus: list[dict]) -> str:

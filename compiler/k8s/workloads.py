@@ -85,13 +85,17 @@ def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: s
     }
 
 
-def disruption_budget(*, name: str, spec_name: str, namespace: str, pool: str, model: str) -> dict:
+def disruption_budget(*, name: str, spec_name: str, namespace: str, pool: str, model: str,
+                      max_unavailable: int = 1) -> dict:
+    """`max_unavailable`: the workload's pods on the nodes one re-layout batch takes out (its pods
+    per node times the pool's max_unavailable nodes): with every slice assigned an evicted pod stays
+    Pending until its node is back, so a smaller budget would refuse the batch's evictions forever."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": meta.metadata(name, spec_name, namespace=namespace,
                                   labels_=meta.labels(spec_name, model=model, workload=name, pool=pool)),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector(name)}},
+        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": _selector(name)}},
     }
 
 

@@ -664,6 +664,10 @@ class Kubernetes(SpecModel):
     pod_resources: dict[Name, PodResources] | None = None  # type: ignore[valid-type]
     """Per model, CPU and memory of its pods instead of Kiln's estimate."""
 
+    relayout_image: PinnedImage | None = None
+    """Image with `sh` and `kubectl` (pinned by digest) for the MIG re-layout Job Argo CD runs
+    (node-layer/relayout-job.yaml). Without it the tree has no Job: run node-layer/label-nodes.sh."""
+
     @model_validator(mode="after")
     def _dynamo(self) -> "Kubernetes":
         if self.runtime == "dynamo" and self.dynamo is None:
