@@ -69,7 +69,7 @@ def _objects(root: Path) -> list[dict]:
     """Every object of the tree's YAML files (what kustomize reads and what is applied by hand)."""
     out = []
     for p in sorted(root.rglob("*.yaml")):
-        if p.name in ("kustomization.yaml", "release-stamp.yaml", "clusterpolicy-patch.yaml"):
+        if p.name in ("kustomization.yaml", "release-stamp.yaml", "clusterpolicy-patch.yaml", "gpu-operator-values.yaml"):
             continue
         out += [d for d in YAML_.load_all(p.read_text(encoding="utf-8")) if d]
     return out
@@ -102,11 +102,12 @@ def test_kubectl_kustomize_builds_the_tree(variant: str, trees) -> None:
     built = kustomize(trees[variant])
     kinds = sorted({o["kind"] for o in built})
     if variant == "k8s-two-pools":
-        assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Job", "Namespace",
+        assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "Job", "Namespace",
                          "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"]
         assert len([o for o in built if o["kind"] == "Deployment"]) == 4
     else:
-        assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DynamoGraphDeployment", "Job", "Namespace",
+        assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DynamoGraphDeployment", "Job",
+                         "Namespace",
                          "Role", "RoleBinding", "ServiceAccount"]
     spec_digest = YAML_.load((trees[variant] / "release-stamp.yaml").read_text())["annotations"][
         meta.SPEC_DIGEST_ANNOTATION]
@@ -167,12 +168,15 @@ def test_tree_content(trees) -> None:
     labels = (root / "node-layer" / "label-nodes.sh").read_text()
     assert "pool h100-pool kiln.io/pool=h100-pool kiln-0ee2259fad 4 1\n" in labels  # one node at a time
     assert "pool b200-pool kiln.io/pool=b200-pool all-disabled 2 1\n" in labels
+    values = YAML_.load((root / "node-layer" / "gpu-operator-values.yaml").read_text())
+    assert values == {"mig": {"strategy": "mixed"}, "migManager": {
+        "enabled": True, "config": {"name": "fleet-mig-layouts", "default": "all-disabled"}}}
     patch = YAML_.load((root / "node-layer" / "clusterpolicy-patch.yaml").read_text())
     assert patch == {"spec": {"mig": {"strategy": "mixed"}, "migManager": {
         "enabled": True, "config": {"name": "fleet-mig-layouts", "default": "all-disabled"}}}}
     # clocks of the MIG pool and power of the B200 pool are left to the node-tuning scripts
-    assert "nvidia-smi -i 7 -lgc 1755,1755" in (root / "node-layer" / "node-tuning-h100-pool.sh").read_text()
-    assert "nvidia-smi -i 0 -pl 1000" in (root / "node-layer" / "node-tuning-b200-pool.sh").read_text()
+    assert "gpu 7 1755,1755 '' '' '' || drift=1" in (root / "node-layer" / "node-tuning-h100-pool.sh").read_text()
+    assert "gpu 0 '' '' '' 1000 || drift=1" in (root / "node-layer" / "node-tuning-b200-pool.sh").read_text()
     app = YAML_.load((root / "argocd" / "application.yaml").read_text())
     assert app["spec"]["source"] == {"repoURL": "https://git.example.com/inference/fleet-deploy.git",
                                      "path": "releases/fleet", "targetRevision": "main"}
@@ -502,4 +506,9 @@ def test_plan_says_what_is_left_to_the_node_scripts(tmp_path: Path) -> None:
     text = EXAMPLE.read_text(encoding="utf-8").replace("clocks: {graphics_mhz: 1755}", "clocks: {graphics_mhz: 1980}")
     items = [d for d in host_disruptions(base, graph_of(EXAMPLE, tmp_path / "b", text)) if d.pool]
     assert [(d.host, d.kind) for d in items] == [("h100-pool", "clocks")]
+    assert "the DaemonSet fleet-gpu-tuning-h100-pool applies it" in items[0].detail
+    # without a tools image there is no DaemonSet: the plan says the script is the user's to run
+    bare = [ln for ln in text.splitlines(keepends=True) if ln.startswith("  relayout_image:")][0]
+    base2 = graph_of(EXAMPLE, tmp_path / "c", EXAMPLE.read_text(encoding="utf-8").replace(bare, ""))
+    items = [d for d in host_disruptions(base2, graph_of(EXAMPLE, tmp_path / "d", text.replace(bare, ""))) if d.pool]
     assert "not applied by the manifests" in items[0].detail and "node-tuning-h100-pool.sh" in items[0].detail

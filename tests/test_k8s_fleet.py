@@ -251,3 +251,44 @@ def test_without_a_relayout_image_the_tree_has_no_job(tmp_path: Path) -> None:
     root = _tree(tmp_path, text.replace(line, ""))
     assert not (root / "node-layer" / "relayout-job.yaml").exists()
     assert (root / "node-layer" / "label-nodes.sh").exists()
+
+
+# --- clocks and power reconciled on the node ----------------------------------------------------------
+def test_tuning_daemonset_uses_the_drivers_nvidia_smi_and_reports(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    script = (root / "node-layer" / "node-tuning-h100-pool.sh").read_text()
+    assert 'chroot "$driver_root" nvidia-smi' in script and "driver_root=${KILN_DRIVER_ROOT:-/run/nvidia/driver}" in script
+    assert k8s_controllers.driver_root() == "/run/nvidia/driver"
+    docs = list(YAML_.load_all((root / "node-layer" / "gpu-tuning.yaml").read_text()))
+    ds = next(d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "fleet-gpu-tuning-h100-pool")
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("fleet-gpu-tuning-h100-pool-"))
+    assert cm["data"]["gpu-tuning.sh"] == script  # the DaemonSet runs the same script a node's bootstrap can
+    pod = ds["spec"]["template"]["spec"]
+    assert ds["metadata"]["namespace"] == "gpu-operator" and pod["nodeSelector"] == {"kiln.io/pool": "h100-pool"}
+    assert "driver-ready" in " ".join(pod["initContainers"][0]["command"])  # after the operator's validation
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "run-nvidia")
+    assert mount["mountPropagation"] == "HostToContainer"  # a restarted driver's root shows up
+    # it reports on its own node's label: nodes get and patch, nothing else
+    rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]]
+    assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    kubectl = [ln.strip() for ln in script.splitlines() if "kubectl " in ln and not ln.lstrip().startswith("#")]
+    assert kubectl == ['kubectl label node "$NODE_NAME" "kiln.io/gpu-tuning=$1" --overwrite >/dev/null || true']
+
+
+def test_dropping_clocks_restores_the_defaults(tmp_path: Path) -> None:
+    """A spec without clocks still runs the tuning on the pool: on its first round it resets what the
+    spec does not set, so the dropped lock does not stay on the GPUs."""
+    root = _tree(tmp_path, _text(("    clocks: {graphics_mhz: 1755}\n", "")))
+    script = (root / "node-layer" / "node-tuning-h100-pool.sh").read_text()
+    assert "gpu 7 '' '' '' '' || drift=1" in script and '-rgc' in script
+
+
+def test_dynamo_power_is_left_to_the_worker_annotation(tmp_path: Path) -> None:
+    root = _tree(tmp_path, _text(dynamo=True))
+    assert "gpu 0 '' '' '' - || drift=1" in (root / "node-layer" / "node-tuning-b200-pool.sh").read_text()
+
+
+def test_gpu_operator_helm_values(tmp_path: Path) -> None:
+    text = (_tree(tmp_path) / "node-layer" / "gpu-operator-values.yaml").read_text()
+    assert "helm upgrade gpu-operator" in text and "shared with other MIG users" in text
+    assert YAML_.load(text)["migManager"]["config"]["name"] == "fleet-mig-layouts"

@@ -52,6 +52,8 @@ class PoolLayer(Params):
     mig: bool  # the layout enables MIG somewhere
     max_unavailable: int = 1  # nodes re-laid out at once
     serves: dict[str, list[str]] = {}  # MIG profile -> the models its instances serve (plan text)
+    gpu_count: int = 0  # GPUs of a node (the tuning script covers every one)
+    power_left: list[int] = []  # GPUs whose power Dynamo's worker annotation sets
     tuning: list[GpuTuning]  # GPUs with clocks or power set; [] for none
 
 
@@ -80,6 +82,12 @@ def _tuning(host, power_by_dynamo: bool) -> list[GpuTuning]:
     return out
 
 
+def _power_left(host, power_by_dynamo: bool) -> list[int]:
+    if not power_by_dynamo:
+        return []
+    return [g.index for g in desired_state(host).gpus if g.power_limit_w is not None and g.mig is None]
+
+
 def _serves(pool) -> dict[str, list[str]]:
     out: dict[str, set] = {}
     for w in pool.workloads:
@@ -97,7 +105,8 @@ def node_layer_params(ctx: LowerContext) -> NodeLayerParams:
         layouts[pool.layout] = [dict(e) for e in pool.entries]
         pools.append(PoolLayer(name=name, nodes=pool.nodes, selector=dict(pool.selector), layout=pool.layout,
                                mig=any(g.mig for g in pool.gpus), tuning=_tuning(ir.hosts[name], dynamo),
-                               max_unavailable=max_unavailable(ir, name), serves=_serves(pool)))
+                               max_unavailable=max_unavailable(ir, name), serves=_serves(pool),
+                               gpu_count=len(pool.gpus), power_left=_power_left(ir.hosts[name], dynamo)))
     return NodeLayerParams(spec_name=ctx.spec.name,
                            operator_namespace=k8s.gpu_operator_namespace if k8s else "gpu-operator",
                            strategy=cluster_strategy(ir), layouts=layouts, pools=pools, templates=template_digests(),
@@ -135,10 +144,31 @@ def render(params: NodeLayerParams) -> dict[str, bytes]:
                                    nodelayer.relayout_deadline_s(pools))]).encode()
         resources.append("relayout-job.yaml")
     files["kustomization.yaml"] = tree.dump(tree.kustomization(resources)).encode()
+    files["gpu-operator-values.yaml"] = (
+        "# GPU Operator Helm values for spec " + params.spec_name + ": the MIG strategy and the layouts ConfigMap.\n"
+        "#   helm upgrade gpu-operator nvidia/gpu-operator -n " + ns + " --reuse-values -f node-layer/gpu-operator-values.yaml\n"
+        "# These are cluster-wide: on a cluster shared with other MIG users, their nodes' layouts must be in\n"
+        "# the same ConfigMap and their pods must ask for the same strategy's resource names.\n"
+        + tree.dump(nodelayer.helm_values(params.spec_name, params.strategy))).encode()
+    tuning_objects = []
     for p in params.pools:
-        if p.tuning:
-            files[f"node-tuning-{p.name}.sh"] = nodelayer.tuning_script(
-                params.spec_name, p.name, [t.to_json() for t in p.tuning]).encode()
+        by_index = {t.index: t for t in p.tuning}
+        gpus = []
+        for i in range(p.gpu_count):
+            t = by_index.get(i)
+            row = t.to_json() if t is not None else {"index": i, "lgc": "", "lmc": "", "ac": "", "pl": ""}
+            if i in p.power_left:
+                row["pl"] = "-"
+            gpus.append(row)
+        tuning = nodelayer.tuning_script(params.spec_name, p.name, gpus)
+        files[f"node-tuning-{p.name}.sh"] = tuning.encode()
+        if params.relayout_image is not None:
+            tuning_objects += nodelayer.tuning_daemonset(params.spec_name, ns, p.name, p.selector,
+                                                         params.relayout_image, tuning)
+    if tuning_objects:
+        files["gpu-tuning.yaml"] = tree.documents(nodelayer.tuning_rbac(params.spec_name, ns) + tuning_objects).encode()
+        resources.append("gpu-tuning.yaml")
+        files["kustomization.yaml"] = tree.dump(tree.kustomization(resources)).encode()
     return files
 
 
@@ -267,10 +297,13 @@ def disruptions(old: NodeLayerParams | None, new: NodeLayerParams) -> list[Disru
             b = _tuning_text(prev.tuning, what) if prev is not None else "not set"
             a = _tuning_text(p.tuning, what)
             if a != b:
-                out.append(Disruption(p.name, POOL, kind,
-                                      f"{b} -> {a}: not applied by the manifests (no GPU Operator setting); run "
-                                      f"node-layer/node-tuning-{p.name}.sh on the pool's nodes" if a != "not set" else
-                                      f"{b} -> not set: reset them on the pool's nodes (nvidia-smi -rgc / -pl)"))
+                how = (f"the DaemonSet {new.spec_name}-gpu-tuning-{p.name} applies it on every node through the "
+                       "driver's nvidia-smi and re-applies it after a driver restart (node label kiln.io/gpu-tuning)"
+                       if new.relayout_image is not None else
+                       f"not applied by the manifests (no GPU Operator setting, no relayout_image for the tuning "
+                       f"DaemonSet); run node-layer/node-tuning-{p.name}.sh on the pool's nodes")
+                out.append(Disruption(p.name, POOL, kind, f"{b} -> {a}: " + (
+                    how if a != "not set" else how.replace("applies it", "restores the default"))))
     names = {p.name for p in new.pools}
     for name, prev in sorted(before.items()):
         if name not in names:

@@ -23,6 +23,7 @@ refuse never reaches a node.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from pathlib import Path
@@ -36,7 +37,7 @@ from compiler.ir.pools import ALL_DISABLED
 from . import meta, tree
 
 TEMPLATE_DIR = resources.template_dir("k8s")
-LABEL_TEMPLATE, TUNING_TEMPLATE = "label-nodes.sh.j2", "node-tuning.sh.j2"
+LABEL_TEMPLATE, TUNING_TEMPLATE = "label-nodes.sh.j2", "gpu-tuning.sh.j2"
 CONFIG_KEY = "config.yaml"
 CLUSTER_POLICY = "cluster-policy"  # the name the GPU Operator's Helm chart gives its ClusterPolicy
 ALL_DISABLED_ENTRIES = [{"devices": "all", "mig-enabled": False}]
@@ -108,6 +109,75 @@ def script_configmap(spec_name: str, namespace: str, script: str, digest: str) -
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": {SCRIPT_KEY: script}}
 
 
+TUNING = "gpu-tuning"
+TUNING_KEY = "gpu-tuning.sh"
+
+
+def tuning_rbac(spec_name: str, namespace: str) -> list[dict]:
+    """The tuning DaemonSet reports on its own node's label: nodes get and patch (kubectl label)."""
+    name = f"{spec_name}-{TUNING}"
+    subject = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta.metadata(name, spec_name, namespace=namespace)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta.metadata(name, spec_name),
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": meta.metadata(name, spec_name),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": subject},
+    ]
+
+
+def tuning_daemonset(spec_name: str, namespace: str, pool: str, selector: dict[str, str], image: str,
+                     script: str) -> list[dict]:
+    """Clocks and power reconciled on each node of a pool: the script (its ConfigMap, named by its
+    content so a change rolls the pods) in a privileged pod of the operator's namespace (setting
+    clocks and power needs root on the GPU), started once the operator's validator reports the
+    driver ready (/run/nvidia/validations/driver-ready), with /run/nvidia propagated from the host
+    so that a restarted driver container's root appears in it."""
+    digest = hashlib.sha256(script.encode()).hexdigest()[:8]
+    name = f"{spec_name}-{TUNING}-{pool}"
+    cm = {"apiVersion": "v1", "kind": "ConfigMap",
+          "metadata": meta.metadata(f"{name}-{digest}", spec_name, namespace=namespace,
+                                    labels_=meta.labels(spec_name, pool=pool)),
+          "data": {TUNING_KEY: script}}
+    labels = {**meta.labels(spec_name, pool=pool), "app.kubernetes.io/component": TUNING}
+    run_nvidia = {"name": "run-nvidia", "mountPath": "/run/nvidia", "mountPropagation": "HostToContainer"}
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+          "metadata": meta.metadata(name, spec_name, namespace=namespace, labels_=labels),
+          "spec": {
+              "selector": {"matchLabels": {meta.POOL_LABEL: pool, "app.kubernetes.io/component": TUNING}},
+              "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+              "template": {"metadata": {"labels": labels}, "spec": {
+                  "serviceAccountName": f"{spec_name}-{TUNING}",
+                  "nodeSelector": dict(sorted(selector.items())),
+                  "tolerations": [{"key": meta.GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                  "initContainers": [{
+                      "name": "driver-ready", "image": image,
+                      "command": ["sh", "-c", "until [ -f /run/nvidia/validations/driver-ready ]; do sleep 5; done"],
+                      "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
+                      "volumeMounts": [run_nvidia]}],
+                  "containers": [{
+                      "name": "tuning", "image": image, "command": ["sh", f"/kiln/{TUNING_KEY}"],
+                      "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                              {"name": "HOME", "value": "/tmp"}],
+                      "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "128Mi"}},
+                      "securityContext": {"privileged": True},
+                      "volumeMounts": [run_nvidia, {"name": "script", "mountPath": "/kiln", "readOnly": True}]}],
+                  "volumes": [{"name": "run-nvidia", "hostPath": {"path": "/run/nvidia", "type": "Directory"}},
+                              {"name": "script", "configMap": {"name": f"{name}-{digest}"}}],
+              }}}}
+    return [cm, ds]
+
+
+def helm_values(spec_name: str, strategy: str) -> dict:
+    """The GPU Operator chart's values for what Kiln needs (deployments/gpu-operator/values.yaml
+    mig.strategy, migManager.config.name/default): `helm upgrade` renders the ClusterPolicy from
+    values, so a patch of the ClusterPolicy would be undone by the next upgrade."""
+    return {"mig": {"strategy": strategy},
+            "migManager": {"enabled": True, "config": {"name": configmap_name(spec_name), "default": ALL_DISABLED}}}
+
+
 def relayout_deadline_s(pools: list[dict]) -> int:
     """The longest the script may take: every batch of every pool at its bounds, two ConfigMap syncs."""
     batches = sum(-(-p["nodes"] // p["max_unavailable"]) for p in pools)
@@ -177,7 +247,8 @@ def label_script(spec_name: str, operator_namespace: str, pools: list[dict]) -> 
 
 
 def tuning_script(spec_name: str, pool: str, gpus: list[dict]) -> str:
-    """`gpus`: {index, lgc, lmc, ac, pl} with "" for what is not set."""
+    """`gpus`: every GPU of a node, {index, lgc, lmc, ac, pl} with "" for what is not set (its
+    default is restored) and pl "-" for power left to Dynamo's annotation."""
     return _environment().get_template(TUNING_TEMPLATE).render(spec_name=spec_name, pool=pool, gpus=gpus)
 
 

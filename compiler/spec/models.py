@@ -665,8 +665,9 @@ class Kubernetes(SpecModel):
     """Per model, CPU and memory of its pods instead of Kiln's estimate."""
 
     relayout_image: PinnedImage | None = None
-    """Image with `sh` and `kubectl` (pinned by digest) for the MIG re-layout Job Argo CD runs
-    (node-layer/relayout-job.yaml). Without it the tree has no Job: run node-layer/label-nodes.sh."""
+    """Image with `sh`, `kubectl` and `chroot` (pinned by digest) for the MIG re-layout Job Argo CD
+    runs (node-layer/relayout-job.yaml) and the clocks-and-power DaemonSets (gpu-tuning.yaml).
+    Without it the tree has neither: run node-layer/label-nodes.sh and node-tuning-<pool>.sh."""
 
     @model_validator(mode="after")
     def _dynamo(self) -> "Kubernetes":
