@@ -466,7 +466,7 @@ def test_one_mig_profile_changes_exactly_its_layout_label_and_workload(tmp_path:
     assert sorted(before) == sorted(after)
     assert {rel for rel in after if before[rel] != after[rel]} == {
         "node-layer/mig-parted-config.yaml", "node-layer/label-nodes.sh", "node-layer/relayout-job.yaml",
-        "workloads/intent-h100-pool.yaml",
+        "workloads/intent-h100-pool.yaml", "disruption-budgets/intent-h100-pool.yaml",
         "release-stamp.yaml"}  # the release stamp carries the spec digest
     intent = after["workloads/intent-h100-pool.yaml"].decode()
     assert "nvidia.com/mig-1g.20gb: '1'" in intent and "mig-1g.10gb" not in intent

@@ -177,6 +177,9 @@ CALLS = [
     (r'kubectl -n "\$ns" get configmap', {("configmaps", "get")}),
     (r'kubectl -n "\$ns" create configmap "\$live" --from-file="\$work/cm" --dry-run=client', set()),  # local
     (r"kubectl apply -f -", {("configmaps", "get"), ("configmaps", "create"), ("configmaps", "patch")}),
+    (r'kubectl -n "\$kiln_ns" get deployments -l', {("deployments", "list")}),
+    (r'kubectl -n "\$kiln_ns" scale deployment "\$w" --replicas=0', {("deployments/scale", "get"),
+                                                                      ("deployments/scale", "patch")}),
 ]
 
 
@@ -239,8 +242,10 @@ def test_pdb_lets_a_relayout_batch_go(tmp_path: Path) -> None:
     allows the pods of one batch of nodes (8 per node here, max_unavailable 2) or drains deadlock."""
     text = _text(("node_pool: {nodes: 4,", "node_pool: {nodes: 4, max_unavailable: 2,"))
     root = _tree(tmp_path, text)
-    pdb = [d for d in YAML_.load_all((root / "workloads" / "chat-h100-pool.yaml").read_text())
-           if d["kind"] == "PodDisruptionBudget"][0]
+    pdb = YAML_.load((root / "disruption-budgets" / "chat-h100-pool.yaml").read_text())
+    assert pdb["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"] == "-2"  # in force before the Job
+    assert pdb["spec"]["selector"]["matchLabels"] == {"kiln.io/workload": "chat-h100-pool",
+                                                      "kiln.io/shape": "mig-3g-40gb"}
     assert pdb["spec"]["maxUnavailable"] == 16
     assert "kiln-0ee2259fad 4 2\n" in (root / "node-layer" / "label-nodes.sh").read_text()
 

@@ -1,10 +1,11 @@
-"""`k8s-deployment/<workload>` (runtime `deployment`): the Deployment and PodDisruptionBudget of one
+"""`k8s-deployment/<workload>` (runtime `deployment`): the Deployment of one
 workload, i.e. the replicas of one model on one device shape of one node pool
 (compiler/k8s/workloads.py). It depends on the pool's serving image (`image/<pool>`), whose pushed
 digest it pins; everything else is in its parameters, so a change elsewhere in the spec leaves its
 key and its file alone.
 
-Output: <workload>.yaml (the tree's workloads/ directory).
+Output: <workload>.yaml (the tree's workloads/ directory). Its PodDisruptionBudget is the release's
+(k8s-release): the budget follows the pool's re-layout batch, not the pods' template.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ class DeploymentParams(Params):
     selector: dict[str, str]
     gpu_product: str | None
     pod_resources: dict  # CPU and memory requests and limits (compiler/k8s/runtime.pod_resources)
-    disruption_budget: int = 1  # PDB maxUnavailable: pods per node x the pool's max_unavailable nodes
 
 
 def namespace_of(spec) -> str:
@@ -71,6 +71,12 @@ def pod_resources(ir, w) -> dict:
     return runtime_.pod_resources(weights, w.gpus, w.mig_profile is not None,
                                   cpu=override.cpu if override else None,
                                   memory_gib=override.memory_gib if override else None)
+
+
+def slots_per_node(pool, w) -> int:
+    """How many of a workload's pods one node can hold: every device of its shape on the node, its
+    own and those of other workloads of the same shape (the scheduler may pack them on one node)."""
+    return sum(x.per_node for x in pool.workloads if (x.mig_profile, x.gpus) == (w.mig_profile, w.gpus))
 
 
 def max_unavailable(ir, pool: str) -> int:
@@ -117,8 +123,7 @@ def workload_params(ctx: LowerContext) -> list[DeploymentParams]:
                 replicas=w.replicas, image_action=f"{image.KIND.kind}/{pname}", runtime=runtime,
                 command=list(c.command), ports=list(c.ports), liveness=c.liveness, readiness=c.readiness,
                 resource=resource, count=w.gpus, selector=dict(pool.selector),
-                gpu_product=gfd_product(pool, strategy, w.mig_profile), pod_resources=pod_resources(ir, w),
-                disruption_budget=w.per_node * max_unavailable(ir, pname)))
+                gpu_product=gfd_product(pool, strategy, w.mig_profile), pod_resources=pod_resources(ir, w)))
     return out
 
 
@@ -131,8 +136,6 @@ def render(params: DeploymentParams, image_ref: str, image_digest: str) -> bytes
                              container=container, resource=params.resource, count=params.count,
                              selector=params.selector, gpu_product=params.gpu_product,
                              artifacts={params.image_action: image_digest}, pod_resources=params.pod_resources),
-        workloads.disruption_budget(name=params.name, spec_name=params.spec_name, namespace=params.namespace,
-                                    pool=params.pool, model=params.model, max_unavailable=params.disruption_budget),
     ]
     return tree.documents(objects).encode()
 
@@ -153,6 +156,8 @@ class K8sDeployment(ActionKind[DeploymentParams]):
                      params.resource, ref)
 
     def disruptions(self, old: DeploymentParams | None, new: DeploymentParams) -> list[Disruption]:
+        if old is not None and old.to_json() == new.to_json():  # only its input changed: the pushed image
+            return [plan.roll(new.pool, new.name, f"serving image of {new.pool} rebuilt")]
         return plan.workload_disruptions(new.pool, new.name, old.to_json() if old is not None else None,
                                          new.to_json(), ROLLS, device=f"{new.count} x {new.resource}")
 

@@ -151,6 +151,15 @@ class K8sDgd(ActionKind[DgdParams]):
                 old_json["options"], new_json["options"] = old.options_digest[:19], new.options_digest[:19]
             out += plan.workload_disruptions(w.pool, f"{new.model}/{w.component}", old_json, new_json,
                                              WORKER_ROLLS + ("options",), device=f"{w.count} x {w.resource}")
+        if old is None:
+            return out
+        rolled = {d.detail.split(":", 1)[0] for d in out if d.kind == "workload-roll"}
+        why = ("Dynamo rolls every worker of the model together" if rolled else
+               "a serving image of its pools was rebuilt")  # same parameters: only an input changed
+        for w in new.workers:  # the operator's worker hash covers all workers (rolling-update.md)
+            name = f"{new.model}/{w.component}"
+            if name not in rolled and w.component in before:
+                out.append(plan.roll(w.pool, name, why))
         return out
 
 

@@ -27,7 +27,7 @@ from compiler.k8s import nodelayer, tree
 
 from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 from .hostplan import desired_state
-from .k8s_deployment import max_unavailable
+from .k8s_deployment import max_unavailable, namespace_of
 
 TEMPLATES = (nodelayer.LABEL_TEMPLATE, nodelayer.TUNING_TEMPLATE)
 
@@ -65,6 +65,8 @@ class NodeLayerParams(Params):
     pools: list[PoolLayer]
     templates: dict[str, str]
     relayout_image: str | None = None  # the Job's image (kubernetes.relayout_image); None: no Job
+    namespace: str = ""  # of the workloads
+    workloads: list[str] = []  # runtime deployment: the Deployments (label-nodes.sh retires the others)
 
 
 def _tuning(host, power_by_dynamo: bool) -> list[GpuTuning]:
@@ -110,7 +112,9 @@ def node_layer_params(ctx: LowerContext) -> NodeLayerParams:
     return NodeLayerParams(spec_name=ctx.spec.name,
                            operator_namespace=k8s.gpu_operator_namespace if k8s else "gpu-operator",
                            strategy=cluster_strategy(ir), layouts=layouts, pools=pools, templates=template_digests(),
-                           relayout_image=k8s.relayout_image if k8s is not None else None)
+                           relayout_image=k8s.relayout_image if k8s is not None else None,
+                           namespace=namespace_of(ctx.spec),
+                           workloads=[] if dynamo else sorted(w.name for p in ir.pools.values() for w in p.workloads))
 
 
 def render(params: NodeLayerParams) -> dict[str, bytes]:
@@ -126,12 +130,14 @@ def render(params: NodeLayerParams) -> dict[str, bytes]:
                     " --type merge --patch-file node-layer/clusterpolicy-patch.yaml\n")
     pools = [{"name": p.name, "selector": ",".join(f"{k}={v}" for k, v in sorted(p.selector.items())),
               "layout": p.layout, "nodes": p.nodes, "max_unavailable": p.max_unavailable} for p in params.pools]
-    script = nodelayer.label_script(params.spec_name, params.operator_namespace, pools)
+    script = nodelayer.label_script(params.spec_name, params.operator_namespace, pools, params.namespace,
+                                    params.workloads)
     ns = params.operator_namespace
     resources = ["mig-parted-config.yaml", "relayout-rbac.yaml"]
     files = {
         "mig-parted-config.yaml": tree.documents([cm]).encode(),
-        "relayout-rbac.yaml": tree.documents(nodelayer.rbac(params.spec_name, ns)).encode(),
+        "relayout-rbac.yaml": tree.documents(nodelayer.rbac(params.spec_name, ns,
+                                                            params.namespace if params.workloads else None)).encode(),
         "clusterpolicy-patch.yaml": (patch_header + tree.dump(
             nodelayer.cluster_policy_patch(params.spec_name, params.strategy))).encode(),
         "label-nodes.sh": script.encode(),
@@ -289,6 +295,9 @@ def disruptions(old: NodeLayerParams | None, new: NodeLayerParams) -> list[Disru
                 detail = (f"layout {prev.layout} -> {p.layout} ({change}): {_procedure(p, job)}; destroyed on each "
                           f"node: {_destroyed(old_entries, new.layouts[p.layout], prev.serves)}")
             out.append(Disruption(p.name, POOL, "node-relayout", detail))
+        elif prev.nodes < p.nodes and p.mig:
+            out.append(Disruption(p.name, POOL, "node-relayout",
+                                  f"{p.nodes - prev.nodes} new node(s) get layout {p.layout}: {_procedure(p, new.relayout_image is not None)}"))
         elif old is not None and old.strategy != new.strategy and p.mig:
             out.append(Disruption(p.name, POOL, "node-relayout",
                                   f"MIG strategy {old.strategy} -> {new.strategy}: apply node-layer/clusterpolicy-patch.yaml;"
@@ -304,9 +313,6 @@ def disruptions(old: NodeLayerParams | None, new: NodeLayerParams) -> list[Disru
                        f"DaemonSet); run node-layer/node-tuning-{p.name}.sh on the pool's nodes")
                 out.append(Disruption(p.name, POOL, kind, f"{b} -> {a}: " + (
                     how if a != "not set" else how.replace("applies it", "restores the default"))))
-    names = {p.name for p in new.pools}
-    for name, prev in sorted(before.items()):
-        if name not in names:
-            out.append(Disruption(name, POOL, "node-relayout",
-                                  f"leaves the spec: its nodes keep layout {prev.layout} until relabelled"))
+    # a pool that leaves the spec: its workloads are pruned (k8s-release); its nodes keep their layout,
+    # which stays in the live ConfigMap while a node carries it (label-nodes.sh), so nothing fails
     return out

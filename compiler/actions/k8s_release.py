@@ -7,6 +7,7 @@
   node-layer/...                 (k8s-node-layer)
   workloads/<name>.yaml          (k8s-deployment/<name> or k8s-dgd/<model>)
   services/<model>.yaml          runtime deployment
+  disruption-budgets/<name>.yaml runtime deployment: each workload's PodDisruptionBudget (sync wave -2)
   argocd/application.yaml        with `kubernetes.argocd`
   argocd/argocd-cm-health.yaml   runtime dynamo
 
@@ -22,7 +23,7 @@ import shutil
 
 from compiler.graph.kinds import POOL
 from compiler.graph.model import Action
-from compiler.ir.pools import cluster_strategy
+from compiler.ir.pools import cluster_strategy, resource_name
 from compiler.k8s import plan, tree, workloads
 from compiler.release import spec_digest
 
@@ -30,6 +31,7 @@ from . import k8s_deployment, k8s_dgd, k8s_nodes
 from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 
 NODE_LAYER_DIR, WORKLOADS_DIR, SERVICES_DIR, ARGOCD_DIR = "node-layer", "workloads", "services", "argocd"
+BUDGETS_DIR = "disruption-budgets"
 
 
 class ServiceSpec(Params):
@@ -43,6 +45,15 @@ class ArgoSpec(Params):
     revision: str
     namespace: str
     project: str
+
+
+class BudgetSpec(Params):
+    """A workload's PodDisruptionBudget (compiler/k8s/workloads.py disruption_budget)."""
+    name: str
+    pool: str
+    model: str
+    max_unavailable: int
+    shape: str
 
 
 class PoolSummary(Params):
@@ -62,6 +73,7 @@ class ReleaseParams(Params):
     services: list[ServiceSpec]
     argocd: ArgoSpec | None
     pools: dict[str, PoolSummary]
+    budgets: list[BudgetSpec] = []  # runtime deployment
 
 
 def release_params(ctx: LowerContext, workload_actions: list[str]) -> ReleaseParams:
@@ -74,6 +86,17 @@ def release_params(ctx: LowerContext, workload_actions: list[str]) -> ReleasePar
             rm = ir.models[model]
             ports = k8s_deployment.named_ports(rm.spec.serving.runtime, rm.spec.serving.ports.model_dump())
             services.append(ServiceSpec(model=model, ports=list(ports)))
+    budgets = []
+    if runtime == "deployment":
+        strategy = cluster_strategy(ir)
+        for pname, pool in sorted(ir.pools.items()):
+            for w in pool.workloads:
+                resource = resource_name(strategy, w.mig_profile)
+                if resource is None:
+                    continue
+                batch = k8s_deployment.slots_per_node(pool, w) * k8s_deployment.max_unavailable(ir, pname)
+                budgets.append(BudgetSpec(name=w.name, pool=pname, model=w.model, max_unavailable=min(w.replicas, batch),
+                                          shape=workloads.shape(resource, w.gpus)))
     argo = None
     if k8s is not None and k8s.argocd is not None:
         a = k8s.argocd
@@ -83,7 +106,8 @@ def release_params(ctx: LowerContext, workload_actions: list[str]) -> ReleasePar
     return ReleaseParams(spec_name=spec.name, spec_digest=spec_digest(spec),
                          namespace=k8s_deployment.namespace_of(spec), runtime=runtime,
                          mig_strategy=cluster_strategy(ir), node_layer=k8s_nodes.KIND.kind,
-                         workloads=sorted(workload_actions), services=services, argocd=argo, pools=pools)
+                         workloads=sorted(workload_actions), services=services, argocd=argo, pools=pools,
+                         budgets=budgets)
 
 
 def _copy(src, dest) -> list[str]:
@@ -114,6 +138,13 @@ def write_tree(params: ReleaseParams, out, deps) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(tree.documents([obj]), encoding="utf-8")
         resources.append(f"{SERVICES_DIR}/{s.model}.yaml")
+    for b in params.budgets:
+        obj = workloads.disruption_budget(name=b.name, spec_name=params.spec_name, namespace=params.namespace,
+                                          pool=b.pool, model=b.model, max_unavailable=b.max_unavailable, shape_=b.shape)
+        path = out / BUDGETS_DIR / f"{b.name}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(tree.documents([obj]), encoding="utf-8")
+        resources.append(f"{BUDGETS_DIR}/{b.name}.yaml")
     (out / "namespace.yaml").write_text(tree.documents([tree.namespace(params.namespace, params.spec_name)]),
                                         encoding="utf-8")
     (out / tree.STAMP).write_text(tree.dump(tree.release_stamp(params.spec_name, params.spec_digest)),

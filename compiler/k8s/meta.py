@@ -17,13 +17,14 @@ ARTIFACTS_ANNOTATION = "kiln.io/artifacts"  # the artifacts an object was render
 POOL_LABEL = "kiln.io/pool"
 MODEL_LABEL = "kiln.io/model"
 WORKLOAD_LABEL = "kiln.io/workload"  # the one label of a Deployment's (immutable) selector
+SHAPE_LABEL = "kiln.io/shape"  # the device a pod holds (3g-40gb, 8gpu): PodDisruptionBudgets select on it
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"  # read by the GPU Operator's MIG manager
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by GPU Feature Discovery
 GPU_TAINT = "nvidia.com/gpu"
 
 def labels(spec_name: str, *, model: str | None = None, workload: str | None = None,
-           pool: str | None = None) -> dict[str, str]:
+           pool: str | None = None, shape: str | None = None) -> dict[str, str]:
     """Never `app.kubernetes.io/instance`: Argo CD's label tracking writes that key with the
     Application's name (argo-cd docs/user-guide/resource_tracking.md)."""
     out = {"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/part-of": spec_name}
@@ -34,6 +35,8 @@ def labels(spec_name: str, *, model: str | None = None, workload: str | None = N
         out[WORKLOAD_LABEL] = workload
     if pool is not None:
         out[POOL_LABEL] = pool
+    if shape is not None:
+        out[SHAPE_LABEL] = shape
     return out
 
 

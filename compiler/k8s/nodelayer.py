@@ -77,7 +77,7 @@ def configmap(spec_name: str, namespace: str, layouts: dict[str, list[dict]]) ->
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": data}
 
 
-def rbac(spec_name: str, namespace: str) -> list[dict]:
+def rbac(spec_name: str, namespace: str, workload_namespace: str | None = None) -> list[dict]:
     """Exactly what label-nodes.sh calls: nodes get/list/patch (kubectl get, cordon, label),
     pods list and pods/eviction create (the GPU pods of a node), and in the operator's namespace
     the two ConfigMaps: get and patch by name, create (the live one the first time)."""
@@ -100,7 +100,12 @@ def rbac(spec_name: str, namespace: str) -> list[dict]:
                    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": md(namespace),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}, "subjects": subject},
-    ]
+    ] + ([] if workload_namespace is None else [  # retiring Deployments that left the spec (kubectl scale)
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": md(workload_namespace),
+         "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]},
+                   {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": md(workload_namespace),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}, "subjects": subject}])
 
 
 def script_configmap(spec_name: str, namespace: str, script: str, digest: str) -> dict:
@@ -239,11 +244,13 @@ def _environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
     return env
 
 
-def label_script(spec_name: str, operator_namespace: str, pools: list[dict]) -> str:
-    """`pools`: {name, selector (kubectl -l form), layout, nodes, max_unavailable}."""
+def label_script(spec_name: str, operator_namespace: str, pools: list[dict], namespace: str = "",
+                 workloads: list[str] = ()) -> str:
+    """`pools`: {name, selector (kubectl -l form), layout, nodes, max_unavailable}; `workloads`: the
+    spec's Deployments (runtime deployment) in `namespace`, the others of the spec are retired."""
     return _environment().get_template(LABEL_TEMPLATE).render(
         spec_name=spec_name, live=configmap_name(spec_name), desired=desired_name(spec_name),
-        operator_namespace=operator_namespace, pools=pools)
+        operator_namespace=operator_namespace, pools=pools, namespace=namespace, workloads=" ".join(workloads))
 
 
 def tuning_script(spec_name: str, pool: str, gpus: list[dict]) -> str:

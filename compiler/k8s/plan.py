@@ -51,3 +51,7 @@ def workload_disruptions(pool: str, name: str, old: Mapping | None, new: Mapping
         delta = a - (b or 0)
         out.append(Disruption(pool, POOL, "replicas", f"{name}: {b} -> {a} replicas ({delta:+d} x {device})"))
     return out
+
+
+def roll(pool: str, name: str, why: str) -> Disruption:
+    return Disruption(pool, POOL, "workload-roll", f"{name}: pods replaced one at a time ({why})")

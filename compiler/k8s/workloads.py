@@ -46,7 +46,7 @@ def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: s
                image: str, container: ServingContainer, resource: str, count: int, selector: dict[str, str],
                gpu_product: str | None, artifacts: dict[str, str], pod_resources: dict) -> dict:
     """`pod_resources`: CPU and memory requests and limits (runtime.pod_resources)."""
-    pod_labels = meta.labels(spec_name, model=model, workload=name, pool=pool)
+    pod_labels = meta.labels(spec_name, model=model, workload=name, pool=pool, shape=shape(resource, count))
     main = {
         "name": "server",
         "image": image,
@@ -85,17 +85,31 @@ def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: s
     }
 
 
+def shape(resource: str, count: int) -> str:
+    """The device shape label of a pod: nvidia.com/mig-3g.40gb x1 -> mig-3g-40gb, nvidia.com/gpu x8 -> gpu-8."""
+    base = resource.split("/", 1)[1]
+    return "".join(c if c.isalnum() else "-" for c in base) + (f"-{count}" if count > 1 or base == "gpu" else "")
+
+
 def disruption_budget(*, name: str, spec_name: str, namespace: str, pool: str, model: str,
-                      max_unavailable: int = 1) -> dict:
+                      max_unavailable: int = 1, shape_: str) -> dict:
     """`max_unavailable`: the workload's pods on the nodes one re-layout batch takes out (its pods
     per node times the pool's max_unavailable nodes): with every slice assigned an evicted pod stays
-    Pending until its node is back, so a smaller budget would refuse the batch's evictions forever."""
+    Pending until its node is back, so a smaller budget would refuse the batch's evictions forever.
+
+    It selects the workload's pods of its device shape only, and syncs before the re-layout Job
+    (wave -2): when a re-layout changes the workload's shape, the old pods (whose slices the
+    re-layout destroys, and which could never come back) are outside every budget, so evicting
+    them does not deadlock; pods whose shape stays are protected as before."""
+    md = meta.metadata(name, spec_name, namespace=namespace, labels_=meta.labels(spec_name, model=model, workload=name,
+                                                                                pool=pool))
+    md["annotations"]["argocd.argoproj.io/sync-wave"] = "-2"
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": meta.metadata(name, spec_name, namespace=namespace,
-                                  labels_=meta.labels(spec_name, model=model, workload=name, pool=pool)),
-        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": _selector(name)}},
+        "metadata": md,
+        "spec": {"maxUnavailable": max_unavailable,
+                 "selector": {"matchLabels": {**_selector(name), meta.SHAPE_LABEL: shape_}}},
     }
 
 

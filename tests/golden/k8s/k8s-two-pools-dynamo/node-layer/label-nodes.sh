@@ -24,6 +24,7 @@ set -eu
 mode=${1:-apply}
 case $mode in apply|--dry-run|--check) ;; *) echo "usage: label-nodes.sh [--dry-run|--check]" >&2; exit 2 ;; esac
 ns=gpu-operator
+spec=fleet
 live=fleet-mig-layouts
 desired=fleet-mig-layouts-desired
 evict_s=${KILN_EVICT_S:-600}
@@ -34,6 +35,22 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 say() { echo "label-nodes: $*" >&2; }
+
+# Kiln Deployments of this spec that left it: Argo CD prunes them after this (wave 0), but their pods
+# would take the new slices from the workloads that stay and stall those workloads' evictions.
+kiln_ns=inference
+workloads=''
+retire() {
+  [ -n "$workloads" ] || return 0
+  for w in $(kubectl -n "$kiln_ns" get deployments -l "app.kubernetes.io/managed-by=kiln,app.kubernetes.io/part-of=$spec" \
+      -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}'); do
+    case " $workloads " in
+      *" $w "*) ;;
+      *) if [ "$mode" = apply ]; then say "$w left the spec: scaled to 0"; kubectl -n "$kiln_ns" scale deployment "$w" --replicas=0
+         else say "would scale $w to 0: it left the spec"; fi ;;
+    esac
+  done
+}
 
 node_state() { # node -> "<mig.config> <mig.config.state>"
   kubectl get node "$1" -o 'jsonpath={.metadata.labels.nvidia\.com/mig\.config} {.metadata.labels.nvidia\.com/mig\.config\.state}'
@@ -128,7 +145,7 @@ pool() { # name selector layout nodes max_unavailable
   done
 }
 
-[ "$mode" = --check ] || write_layouts
+[ "$mode" = --check ] || { retire; write_layouts; }
 pool b200-pool kiln.io/pool=b200-pool all-disabled 2 1
 pool h100-pool kiln.io/pool=h100-pool kiln-0ee2259fad 4 1
 [ "$mode" != apply ] || write_layouts
