@@ -140,7 +140,7 @@ class K8sDgd(ActionKind[DgdParams]):
     def disruptions(self, old: DgdParams | None, new: DgdParams) -> list[Disruption]:
         refused = forbidden_changes(old, new)
         if refused:
-            return plan.recreate([w.pool for w in new.workers], new.model, refused)
+            return plan.recreate([w.pool for w in new.workers + old.workers], new.model, refused)
         before = {w.component: w for w in (old.workers if old is not None else [])}
         out = []
         for w in new.workers:
@@ -154,8 +154,12 @@ class K8sDgd(ActionKind[DgdParams]):
         if old is None:
             return out
         rolled = {d.detail.split(":", 1)[0] for d in out if d.kind == "workload-roll"}
-        why = ("Dynamo rolls every worker of the model together" if rolled else
-               "a serving image of its pools was rebuilt")  # same parameters: only an input changed
+        if rolled:
+            why = "Dynamo rolls every worker of the model together"
+        elif old.to_json() == new.to_json():
+            why = "a serving image of its pools was rebuilt"  # same parameters: only an input changed
+        else:
+            return out
         for w in new.workers:  # the operator's worker hash covers all workers (rolling-update.md)
             name = f"{new.model}/{w.component}"
             if name not in rolled and w.component in before:
