@@ -297,3 +297,15 @@ def test_gpu_operator_helm_values(tmp_path: Path) -> None:
     text = (_tree(tmp_path) / "node-layer" / "gpu-operator-values.yaml").read_text()
     assert "helm upgrade gpu-operator" in text and "shared with other MIG users" in text
     assert YAML_.load(text)["migManager"]["config"]["name"] == "fleet-mig-layouts"
+
+
+def test_checks_do_not_import_the_emitters() -> None:
+    """The naming and mig-parted rules the checks use live below compiler/k8s/ (compiler/ir/)."""
+    import ast
+
+    for path in sorted((ROOT / "compiler" / "checks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith("compiler.k8s"), f"{path.name} imports {node.module}"
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("compiler.k8s") for a in node.names), path.name

@@ -97,7 +97,7 @@ class MigProfileRefusedByMigParted(Check):
     order = ORDER
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        from compiler.k8s.nodelayer import mig_profile_problem
+        from compiler.ir.migparted import mig_profile_problem
 
         for name in sorted(ctx.ir.pools):
             host = ctx.ir.hosts[name]
