@@ -154,7 +154,8 @@ def render(params: NodeLayerParams) -> dict[str, bytes]:
         "# GPU Operator Helm values for spec " + params.spec_name + ": the MIG strategy and the layouts ConfigMap.\n"
         "#   helm upgrade gpu-operator nvidia/gpu-operator -n " + ns + " --reuse-values -f node-layer/gpu-operator-values.yaml\n"
         "# These are cluster-wide: on a cluster shared with other MIG users, their nodes' layouts must be in\n"
-        "# the same ConfigMap and their pods must ask for the same strategy's resource names.\n"
+        "# the same ConfigMap and their pods must ask for the same strategy's resource names. On a cloud\n"
+        "# provider's nodes (e.g. GKE) the GPU Operator's MIG guide adds migManager.env WITH_REBOOT=true.\n"
         + tree.dump(nodelayer.helm_values(params.spec_name, params.strategy))).encode()
     tuning_objects = []
     for p in params.pools:
