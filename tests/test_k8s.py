@@ -308,8 +308,7 @@ def test_dgd_has_the_v1beta1_shape(trees) -> None:
     big = next(d for d in dgds if d["metadata"]["name"] == "big")
     worker = next(c for c in big["spec"]["components"] if c["type"] == "worker")
     assert worker["replicas"] == 2 and worker["runtimeVersionOverride"] == "1.6.1"
-    assert worker["podTemplate"]["metadata"]["annotations"] == {
-        "dynamo.nvidia.com/gpu-power-limit": "1000",  # one worker at a time, no surge pod: not 25%/25%
+    assert worker["podTemplate"]["metadata"]["annotations"] == {  # one worker at a time, no surge: not 25%/25%
         "nvidia.com/deployment-rolling-update-max-surge": "0",
         "nvidia.com/deployment-rolling-update-max-unavailable": "1"}
     assert worker["name"] == "worker-b200-pool" and worker["sharedMemorySize"] == "8Gi"
@@ -322,8 +321,10 @@ def test_dgd_has_the_v1beta1_shape(trees) -> None:
     assert YAML_.load(options["data"]["llm-api-options.yaml"])["tensor_parallel_size"] == 8
     chat = next(d for d in dgds if d["metadata"]["name"] == "chat")
     chat_worker = next(c for c in chat["spec"]["components"] if c["type"] == "worker")
-    # MIG: power is the node script's
+    # power is the node tuning's on every worker (the Power Agent is a chart nothing installs)
     assert "dynamo.nvidia.com/gpu-power-limit" not in chat_worker["podTemplate"]["metadata"]["annotations"]
+    assert "gpu 0 '' '' '' 1000 || drift=1" in (trees["k8s-two-pools-dynamo"] / "node-layer" /
+                                               "node-tuning-b200-pool.sh").read_text()
     assert chat_worker["podTemplate"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == "1"
     # the options ConfigMap outlives the old workers that mount it: pruned last, once the DGD is healthy
     assert options["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == "PruneLast=true"

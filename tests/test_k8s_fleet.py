@@ -136,11 +136,30 @@ def test_a_refused_dgd_update_is_a_recreate_with_k855(tmp_path: Path) -> None:
     assert diags[0].span.line > 0
 
 
-def test_power_limit_change_on_a_live_dgd_is_a_recreate(tmp_path: Path) -> None:
+def test_power_limit_change_on_dynamo_is_the_nodes(tmp_path: Path) -> None:
+    """Power is the tuning DaemonSet's on Dynamo too: no annotation the webhook freezes, no recreate."""
     items = _plan(tmp_path, _text(dynamo=True), _text(("power_limit_w: 1000", "power_limit_w: 900"), dynamo=True))
-    recreate = [d for d in items if d.kind == "recreate"]
-    assert len(recreate) == 1 and "big" in recreate[0].detail and "1000 -> 900 W" in recreate[0].detail
-    assert "unconfirmed in 1.6.1" in recreate[0].detail  # the rule's status travels with it
+    assert [(d.host, d.kind) for d in items] == [("b200-pool", "power")]
+    assert "1000 -> 900: the DaemonSet fleet-gpu-tuning-b200-pool applies it" in items[0].detail
+
+
+def test_a_dgd_carrying_the_power_annotation_is_recreated_to_change_it() -> None:
+    """A DGD an earlier Kiln wrote with the annotation: changing or dropping it is refused by the
+    webhook (from Dynamo 1.6, unconfirmed in 1.6.1), as is the GPU count of such a worker."""
+    from compiler.actions.k8s_dgd import DgdParams, Worker, forbidden_changes
+
+    def params(power, count, version="1.6.1"):
+        w = Worker(component="worker-b200-pool", pool="b200-pool", replicas=2, image_action="image/b200-pool",
+                   resource="nvidia.com/gpu", count=count, selector={}, gpu_product=None, power_limit_w=power,
+                   pod_resources={})
+        return DgdParams(model="big", spec_name="fleet", namespace="inference", version=version, frontend_image="x",
+                         options_action="llmapi-options/big", options_digest="sha256:0", workers=[w])
+
+    dropped = forbidden_changes(params(1000, 8), params(None, 8))
+    assert len(dropped) == 1 and "1000 -> None W" in dropped[0] and "unconfirmed in 1.6.1" in dropped[0]
+    assert "GPU(s)" in forbidden_changes(params(1000, 8), params(1000, 4))[0]
+    assert forbidden_changes(params(1000, 8, "1.5.2"), params(None, 8, "1.5.2")) == []  # before the rule
+    assert forbidden_changes(params(None, 8), params(None, 4)) == []
 
 
 def test_replicas_on_a_dgd_are_not_a_recreate(tmp_path: Path) -> None:
@@ -286,11 +305,6 @@ def test_dropping_clocks_restores_the_defaults(tmp_path: Path) -> None:
     root = _tree(tmp_path, _text(("    clocks: {graphics_mhz: 1755}\n", "")))
     script = (root / "node-layer" / "node-tuning-h100-pool.sh").read_text()
     assert "gpu 7 '' '' '' '' || drift=1" in script and '-rgc' in script
-
-
-def test_dynamo_power_is_left_to_the_worker_annotation(tmp_path: Path) -> None:
-    root = _tree(tmp_path, _text(dynamo=True))
-    assert "gpu 0 '' '' '' - || drift=1" in (root / "node-layer" / "node-tuning-b200-pool.sh").read_text()
 
 
 def test_gpu_operator_helm_values(tmp_path: Path) -> None:

@@ -33,7 +33,8 @@ class Worker(Params):
     count: int
     selector: dict[str, str]
     gpu_product: str | None
-    power_limit_w: int | None  # whole-GPU workers only (dynamo.POWER_ANNOTATION)
+    power_limit_w: int | None  # dynamo.POWER_ANNOTATION: None, power is the node tuning's (a DGD from an
+    # earlier Kiln may carry it: forbidden_changes plans the recreate that removing it needs)
     pod_resources: dict  # CPU and memory (compiler/k8s/runtime.pod_resources)
 
 
@@ -62,9 +63,9 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
             resource = resource_name(strategy, w.mig_profile)
             if resource is None:  # K251
                 continue
-            host = ir.hosts[pool.name].spec
-            assignment = host.gpus[w.path[3]]
-            power = None if w.mig_profile else (assignment.power_limit_w or host.power_limit_w)
+            # power is the node's (the tuning DaemonSet, node-layer/gpu-tuning.yaml): Dynamo's Power
+            # Agent is a separate chart nothing installs, and its annotation cannot change on a live DGD
+            power = None
             component = dgd_component(model, w.name)
             workers.append(Worker(component=component, pool=pool.name, replicas=w.replicas,
                                   image_action=f"{image.KIND.kind}/{pool.name}", resource=resource, count=w.gpus,

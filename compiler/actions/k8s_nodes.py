@@ -53,7 +53,6 @@ class PoolLayer(Params):
     max_unavailable: int = 1  # nodes re-laid out at once
     serves: dict[str, list[str]] = {}  # MIG profile -> the models its instances serve (plan text)
     gpu_count: int = 0  # GPUs of a node (the tuning script covers every one)
-    power_left: list[int] = []  # GPUs whose power Dynamo's worker annotation sets
     tuning: list[GpuTuning]  # GPUs with clocks or power set; [] for none
 
 
@@ -69,25 +68,19 @@ class NodeLayerParams(Params):
     workloads: list[str] = []  # runtime deployment: the Deployments (label-nodes.sh retires the others)
 
 
-def _tuning(host, power_by_dynamo: bool) -> list[GpuTuning]:
+def _tuning(host) -> list[GpuTuning]:
     """Per GPU the clocks and power the pool's nodes need, from the host's desired state (the same
-    values provision.sh would set). Power a Dynamo worker annotation applies is left out."""
+    values provision.sh would set), on either runtime: a DGD carries no power annotation (k8s_dgd)."""
     out = []
     for g in desired_state(host).gpus:
         lc, ac = g.locked_clocks, g.application_clocks
-        pl = g.power_limit_w if g.power_limit_w is not None and not (power_by_dynamo and g.mig is None) else None
+        pl = g.power_limit_w
         t = GpuTuning(index=g.index, lgc=f"{lc.graphics_mhz[0]},{lc.graphics_mhz[1]}" if lc else "",
                       lmc=f"{lc.memory_mhz},{lc.memory_mhz}" if lc and lc.memory_mhz else "",
                       ac=f"{ac.memory_mhz},{ac.graphics_mhz}" if ac else "", pl=str(pl) if pl else "")
         if t.lgc or t.lmc or t.ac or t.pl:
             out.append(t)
     return out
-
-
-def _power_left(host, power_by_dynamo: bool) -> list[int]:
-    if not power_by_dynamo:
-        return []
-    return [g.index for g in desired_state(host).gpus if g.power_limit_w is not None and g.mig is None]
 
 
 def _serves(pool) -> dict[str, list[str]]:
@@ -106,9 +99,9 @@ def node_layer_params(ctx: LowerContext) -> NodeLayerParams:
     for name, pool in sorted(ir.pools.items()):
         layouts[pool.layout] = [dict(e) for e in pool.entries]
         pools.append(PoolLayer(name=name, nodes=pool.nodes, selector=dict(pool.selector), layout=pool.layout,
-                               mig=any(g.mig for g in pool.gpus), tuning=_tuning(ir.hosts[name], dynamo),
+                               mig=any(g.mig for g in pool.gpus), tuning=_tuning(ir.hosts[name]),
                                max_unavailable=max_unavailable(ir, name), serves=_serves(pool),
-                               gpu_count=len(pool.gpus), power_left=_power_left(ir.hosts[name], dynamo)))
+                               gpu_count=len(pool.gpus)))
     return NodeLayerParams(spec_name=ctx.spec.name,
                            operator_namespace=k8s.gpu_operator_namespace if k8s else "gpu-operator",
                            strategy=cluster_strategy(ir), layouts=layouts, pools=pools, templates=template_digests(),
@@ -164,8 +157,6 @@ def render(params: NodeLayerParams) -> dict[str, bytes]:
         for i in range(p.gpu_count):
             t = by_index.get(i)
             row = t.to_json() if t is not None else {"index": i, "lgc": "", "lmc": "", "ac": "", "pl": ""}
-            if i in p.power_left:
-                row["pl"] = "-"
             gpus.append(row)
         tuning = nodelayer.tuning_script(params.spec_name, p.name, gpus)
         files[f"node-tuning-{p.name}.sh"] = tuning.encode()

@@ -16,9 +16,9 @@ ConfigMap, whose name carries its content digest so that new options roll the wo
 `runtimeVersionOverride` names the Dynamo release: Kiln's image tags are content digests, not
 Dynamo versions, and admission needs a version it can parse.
 
-Power: a worker on whole GPUs carries `dynamo.nvidia.com/gpu-power-limit` (watts) on its pod
-template, which Dynamo's Power Agent applies through NVML (ai-dynamo/dynamo PR #12012). Whether
-the agent handles MIG devices is unverified, so MIG workers do not carry it (node-tuning script).
+Power: the node's, on either runtime (node-layer/gpu-tuning.yaml, the tuning DaemonSet): no worker
+carries `dynamo.nvidia.com/gpu-power-limit`, which only Dynamo's Power Agent (a separate chart)
+applies and which Dynamo's webhook forbids changing on a live DGD (catalog/data/k8s_controllers.json).
 """
 
 from __future__ import annotations

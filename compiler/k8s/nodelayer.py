@@ -257,5 +257,5 @@ def label_script(spec_name: str, operator_namespace: str, pools: list[dict], nam
 
 def tuning_script(spec_name: str, pool: str, gpus: list[dict]) -> str:
     """`gpus`: every GPU of a node, {index, lgc, lmc, ac, pl} with "" for what is not set (its
-    default is restored) and pl "-" for power left to Dynamo's annotation."""
+    default is restored)."""
     return _environment().get_template(TUNING_TEMPLATE).render(spec_name=spec_name, pool=pool, gpus=gpus)

@@ -8,7 +8,8 @@
 # they differ (a driver restart or a GPU reset undoes them), and reports on the node label
 # kiln.io/gpu-tuning: `applied`, or `drift-corrected` when it had to re-apply. On its first round it
 # restores the defaults of what the spec does not set (-rgc, -rmc, -rac, the default power limit),
-# so dropping a setting from the spec undoes it; power a Dynamo worker annotation applies is left alone.
+# so dropping a setting from the spec undoes it. It is the only thing that sets power on either runtime
+# (a DynamoGraphDeployment carries no power annotation: Dynamo's Power Agent is a chart of its own).
 #
 #   sh gpu-tuning.sh --once   apply once and exit (a node's bootstrap)
 set -eu
@@ -28,7 +29,7 @@ query() { # gpu field
   smi -i "$1" --query-gpu="$2" --format=csv,noheader,nounits | tr -d ' '
 }
 
-gpu() { # index lgc lmc ac pl ("" not set: defaults restored on the first round; "-" left alone)
+gpu() { # index lgc lmc ac pl ("" not set: defaults restored on the first round)
   i=$1 lgc=$2 lmc=$3 ac=$4 pl=$5 drifted=0
   # locked clocks cannot be read back through nvidia-smi's query: set every round (idempotent)
   if [ -n "$lgc" ]; then smi -i "$i" -lgc "$lgc" >/dev/null; elif [ "$first" = 1 ]; then smi -i "$i" -rgc >/dev/null || true; fi
@@ -39,7 +40,6 @@ gpu() { # index lgc lmc ac pl ("" not set: defaults restored on the first round;
     fi
   elif [ "$first" = 1 ]; then smi -i "$i" -rac >/dev/null || true; fi
   case $pl in
-    -) ;;
     "") if [ "$first" = 1 ]; then smi -i "$i" -pl "$(query "$i" power.default_limit | cut -d. -f1)" >/dev/null || true; fi ;;
     *) if [ "$(query "$i" power.limit | cut -d. -f1)" != "$pl" ]; then smi -i "$i" -pl "$pl" >/dev/null; drifted=1; fi ;;
   esac
