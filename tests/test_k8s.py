@@ -183,6 +183,10 @@ def test_tree_content(trees) -> None:
     assert app["spec"]["syncPolicy"]["retry"]["limit"] > 0 and "backoff" in app["spec"]["syncPolicy"]["retry"]
     ns = next(o for o in _objects(root) if o["kind"] == "Namespace")
     assert ns["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == "Delete=false"
+    # Argo CD creates by wave: the namespace exists before anything synced into it
+    waves = [int(o["metadata"]["annotations"].get("argocd.argoproj.io/sync-wave", "0")) for o in _objects(root)
+             if o["metadata"].get("namespace") == ns["metadata"]["name"]]
+    assert min(waves) > int(ns["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"])
 
 
 def test_trtllm_serve_pods_run_the_host_command(tmp_path: Path) -> None:

@@ -69,6 +69,7 @@ def namespace(name: str, spec_name: str) -> dict:
     pods meet, and enforces `baseline` (argo-cd docs/user-guide/sync-options.md)."""
     md = meta.metadata(name, spec_name)
     md["annotations"]["argocd.argoproj.io/sync-options"] = "Delete=false"
+    md["annotations"]["argocd.argoproj.io/sync-wave"] = "-3"  # before the budgets and roles in it (wave -2)
     md["labels"].update({"pod-security.kubernetes.io/enforce": "baseline",
                          "pod-security.kubernetes.io/warn": "restricted",
                          "pod-security.kubernetes.io/audit": "restricted"})
