@@ -69,7 +69,7 @@ def _objects(root: Path) -> list[dict]:
     """Every object of the tree's YAML files (what kustomize reads and what is applied by hand)."""
     out = []
     for p in sorted(root.rglob("*.yaml")):
-        if p.name in ("kustomization.yaml", "release-stamp.yaml", "clusterpolicy-patch.yaml"):
+        if p.name in ("kustomization.yaml", "release-stamp.yaml", "clusterpolicy-patch.yaml", "gpu-operator-values.yaml"):
             continue
         out += [d for d in YAML_.load_all(p.read_text(encoding="utf-8")) if d]
     return out
@@ -102,10 +102,13 @@ def test_kubectl_kustomize_builds_the_tree(variant: str, trees) -> None:
     built = kustomize(trees[variant])
     kinds = sorted({o["kind"] for o in built})
     if variant == "k8s-two-pools":
-        assert kinds == ["ConfigMap", "Deployment", "Namespace", "PodDisruptionBudget", "Service"]
+        assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "Job", "Namespace",
+                         "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"]
         assert len([o for o in built if o["kind"] == "Deployment"]) == 4
     else:
-        assert kinds == ["ConfigMap", "DynamoGraphDeployment", "Namespace"]
+        assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DynamoGraphDeployment", "Job",
+                         "Namespace",
+                         "Role", "RoleBinding", "ServiceAccount"]
     spec_digest = YAML_.load((trees[variant] / "release-stamp.yaml").read_text())["annotations"][
         meta.SPEC_DIGEST_ANNOTATION]
     for o in built:  # the release stamp: every object, never a pod template
@@ -129,7 +132,17 @@ def test_tree_content(trees) -> None:
     assert chat["replicas"] == 32  # 8 GPUs x 1 instance x 4 nodes
     pod = chat["template"]["spec"]
     c = pod["containers"][0]
-    assert c["resources"] == {"limits": {"nvidia.com/mig-3g.40gb": "1"}}
+    # not BestEffort: CPU and memory for the checkpoint the server loads (8B fp8: 8 GiB + runtime + shm)
+    assert c["resources"] == {"requests": {"cpu": "2", "memory": "19Gi", "nvidia.com/mig-3g.40gb": "1"},
+                              "limits": {"cpu": "4", "memory": "28Gi", "nvidia.com/mig-3g.40gb": "1"}}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False and c["securityContext"]["runAsNonRoot"]
+    assert pod["terminationGracePeriodSeconds"] >= 60 and c["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
+    # the progress deadline covers a pull and the startup window: Argo CD never sees a slow load as Degraded
+    assert chat["progressDeadlineSeconds"] > c["startupProbe"]["failureThreshold"] * c["startupProbe"]["periodSeconds"]
+    # the immutable selector names the workload only: no spec name, no Argo CD tracking label
+    assert chat["selector"] == {"matchLabels": {"kiln.io/workload": "chat-h100-pool"}}
+    for o in _objects(root):
+        assert "app.kubernetes.io/instance" not in json.dumps(o), o["metadata"]["name"]
     assert c["image"].startswith("registry.example.com/inference/fleet@sha256:")  # by digest
     assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
@@ -137,31 +150,43 @@ def test_tree_content(trees) -> None:
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in pod["volumes"]
     assert pod["nodeSelector"] == {"kiln.io/pool": "h100-pool", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     big = deployments["big-b200-pool"]["spec"]
-    assert big["replicas"] == 2 and big["template"]["spec"]["containers"][0]["resources"] == \
-        {"limits": {"nvidia.com/gpu": "8"}}
+    big_c = big["template"]["spec"]["containers"][0]
+    assert big["replicas"] == 2 and big_c["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in big["template"]["spec"]["volumes"]
     artifacts = json.loads(deployments["big-b200-pool"]["metadata"]["annotations"][meta.ARTIFACTS_ANNOTATION])
     assert list(artifacts) == ["image/b200-pool"] and \
         big["template"]["spec"]["containers"][0]["image"].endswith("@" + artifacts["image/b200-pool"])
     pdbs = {o["metadata"]["name"]: o for o in _objects(root) if o["kind"] == "PodDisruptionBudget"}
-    assert set(pdbs) == set(deployments) and pdbs["chat-h100-pool"]["spec"]["maxUnavailable"] == 1
-    config = YAML_.load(next(o for o in _objects(root) if o["metadata"]["name"] == "fleet-mig-layouts")
+    # one re-layout batch (1 node) holds 8 chat pods: the PDB lets them all be evicted
+    assert set(pdbs) == set(deployments) and pdbs["chat-h100-pool"]["spec"]["maxUnavailable"] == 8
+    config = YAML_.load(next(o for o in _objects(root) if o["metadata"]["name"] == "fleet-mig-layouts-desired")
                         ["data"]["config.yaml"])
     layouts = config["mig-configs"]
     assert set(layouts) == {"all-disabled", "kiln-0ee2259fad"}
     assert layouts["kiln-0ee2259fad"] == [{"devices": list(range(8)), "mig-enabled": True,
                                            "mig-devices": {"1g.10gb": 1, "2g.20gb": 1, "3g.40gb": 1}}]
     labels = (root / "node-layer" / "label-nodes.sh").read_text()
-    assert "pool h100-pool kiln.io/pool=h100-pool kiln-0ee2259fad 4\n" in labels
-    assert "pool b200-pool kiln.io/pool=b200-pool all-disabled 2\n" in labels
+    assert "pool h100-pool kiln.io/pool=h100-pool kiln-0ee2259fad 4 1\n" in labels  # one node at a time
+    assert "pool b200-pool kiln.io/pool=b200-pool all-disabled 2 1\n" in labels
+    values = YAML_.load((root / "node-layer" / "gpu-operator-values.yaml").read_text())
+    assert values == {"mig": {"strategy": "mixed"}, "migManager": {
+        "enabled": True, "config": {"name": "fleet-mig-layouts", "default": "all-disabled"}}}
     patch = YAML_.load((root / "node-layer" / "clusterpolicy-patch.yaml").read_text())
     assert patch == {"spec": {"mig": {"strategy": "mixed"}, "migManager": {
         "enabled": True, "config": {"name": "fleet-mig-layouts", "default": "all-disabled"}}}}
     # clocks of the MIG pool and power of the B200 pool are left to the node-tuning scripts
-    assert "nvidia-smi -i 7 -lgc 1755,1755" in (root / "node-layer" / "node-tuning-h100-pool.sh").read_text()
-    assert "nvidia-smi -i 0 -pl 1000" in (root / "node-layer" / "node-tuning-b200-pool.sh").read_text()
+    assert "gpu 7 1755,1755 '' '' '' || drift=1" in (root / "node-layer" / "node-tuning-h100-pool.sh").read_text()
+    assert "gpu 0 '' '' '' 1000 || drift=1" in (root / "node-layer" / "node-tuning-b200-pool.sh").read_text()
     app = YAML_.load((root / "argocd" / "application.yaml").read_text())
     assert app["spec"]["source"] == {"repoURL": "https://git.example.com/inference/fleet-deploy.git",
                                      "path": "releases/fleet", "targetRevision": "main"}
+    assert app["spec"]["syncPolicy"]["retry"]["limit"] > 0 and "backoff" in app["spec"]["syncPolicy"]["retry"]
+    ns = next(o for o in _objects(root) if o["kind"] == "Namespace")
+    assert ns["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == "Delete=false"
+    # Argo CD creates by wave: the namespace exists before anything synced into it
+    waves = [int(o["metadata"]["annotations"].get("argocd.argoproj.io/sync-wave", "0")) for o in _objects(root)
+             if o["metadata"].get("namespace") == ns["metadata"]["name"]]
+    assert min(waves) > int(ns["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"])
 
 
 def test_trtllm_serve_pods_run_the_host_command(tmp_path: Path) -> None:
@@ -211,7 +236,8 @@ def _pod_template(pod_template: dict) -> dict:
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_core_objects_validate(variant: str, trees) -> None:
     objects = _objects(trees[variant])
-    core = [o for o in objects if o["apiVersion"] in ("v1", "apps/v1", "policy/v1")]
+    core = [o for o in objects if o["apiVersion"] in ("v1", "apps/v1", "policy/v1", "batch/v1",
+                                                     "rbac.authorization.k8s.io/v1")]
     assert len(core) >= 4
     for o in core:
         _validate_core(o)
@@ -286,9 +312,12 @@ def test_dgd_has_the_v1beta1_shape(trees) -> None:
     big = next(d for d in dgds if d["metadata"]["name"] == "big")
     worker = next(c for c in big["spec"]["components"] if c["type"] == "worker")
     assert worker["replicas"] == 2 and worker["runtimeVersionOverride"] == "1.6.1"
-    assert worker["podTemplate"]["metadata"]["annotations"] == {"dynamo.nvidia.com/gpu-power-limit": "1000"}
+    assert worker["podTemplate"]["metadata"]["annotations"] == {  # one worker at a time, no surge: not 25%/25%
+        "nvidia.com/deployment-rolling-update-max-surge": "0",
+        "nvidia.com/deployment-rolling-update-max-unavailable": "1"}
+    assert worker["name"] == "worker-b200-pool" and worker["sharedMemorySize"] == "8Gi"
     main = worker["podTemplate"]["spec"]["containers"][0]
-    assert main["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
+    assert main["resources"]["limits"]["nvidia.com/gpu"] == "8" and main["resources"]["requests"]["memory"]
     options = next(o for o in _objects(trees["k8s-two-pools-dynamo"])
                    if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("big-llm-api-options-"))
     assert worker["podTemplate"]["spec"]["volumes"] == [{"name": "llm-api-options",
@@ -296,8 +325,13 @@ def test_dgd_has_the_v1beta1_shape(trees) -> None:
     assert YAML_.load(options["data"]["llm-api-options.yaml"])["tensor_parallel_size"] == 8
     chat = next(d for d in dgds if d["metadata"]["name"] == "chat")
     chat_worker = next(c for c in chat["spec"]["components"] if c["type"] == "worker")
-    assert "annotations" not in chat_worker["podTemplate"]["metadata"]  # MIG: power is the node script's
-    assert chat_worker["podTemplate"]["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/mig-3g.40gb": "1"}}
+    # power is the node tuning's on every worker (the Power Agent is a chart nothing installs)
+    assert "dynamo.nvidia.com/gpu-power-limit" not in chat_worker["podTemplate"]["metadata"]["annotations"]
+    assert "gpu 0 '' '' '' 1000 || drift=1" in (trees["k8s-two-pools-dynamo"] / "node-layer" /
+                                               "node-tuning-b200-pool.sh").read_text()
+    assert chat_worker["podTemplate"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == "1"
+    # the options ConfigMap outlives the old workers that mount it: pruned last, once the DGD is healthy
+    assert options["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == "PruneLast=true"
 
 
 def test_dgd_shape_rejects_broken_objects(trees) -> None:
@@ -345,13 +379,13 @@ def test_dgd_matches_what_dynamo_itself_writes(trees) -> None:
             <= flags(argv(their["worker"]))
         limits = next(c for c in mine["worker"]["podTemplate"]["spec"]["containers"])["resources"]["limits"]
         their_limits = their["worker"]["podTemplate"]["spec"]["containers"][0]["resources"]["limits"]
-        assert all(k.startswith("nvidia.com/") for k in limits) and "nvidia.com/gpu" in their_limits
+        assert any(k.startswith("nvidia.com/") for k in limits) and "nvidia.com/gpu" in their_limits
 
 
 # --- mig-parted's parsing rules ------------------------------------------------------------------
 def test_mig_parted_config_parses_with_mig_parted_rules(trees) -> None:
     for variant in VARIANTS:
-        cm = next(o for o in _objects(trees[variant]) if o["metadata"]["name"] == "fleet-mig-layouts")
+        cm = next(o for o in _objects(trees[variant]) if o["metadata"]["name"] == "fleet-mig-layouts-desired")
         assert nodelayer.mig_parted_problems(YAML_.load(cm["data"]["config.yaml"])) == []
 
 
@@ -436,7 +470,8 @@ def test_one_mig_profile_changes_exactly_its_layout_label_and_workload(tmp_path:
     before, after = tree_files(trees["k8s-two-pools"]), tree_files(render(head, tmp_path / "b"))
     assert sorted(before) == sorted(after)
     assert {rel for rel in after if before[rel] != after[rel]} == {
-        "node-layer/mig-parted-config.yaml", "node-layer/label-nodes.sh", "workloads/intent-h100-pool.yaml",
+        "node-layer/mig-parted-config.yaml", "node-layer/label-nodes.sh", "node-layer/relayout-job.yaml",
+        "workloads/intent-h100-pool.yaml", "disruption-budgets/intent-h100-pool.yaml",
         "release-stamp.yaml"}  # the release stamp carries the spec digest
     intent = after["workloads/intent-h100-pool.yaml"].decode()
     assert "nvidia.com/mig-1g.20gb: '1'" in intent and "mig-1g.10gb" not in intent
@@ -454,7 +489,10 @@ def test_plan_shows_relayout_roll_and_replicas(tmp_path: Path) -> None:
     assert kinds == {("h100-pool", "node-relayout"), ("h100-pool", "workload-roll"), ("h100-pool", "replicas")}
     assert text_plan.splitlines()[0] == "Disruption: 1 node pool(s)"
     relayout = next(d for d in pool_items if d.kind == "node-relayout")
-    assert "6 node(s) re-sliced by the MIG manager" in relayout.detail
+    assert "6 node(s), 1 at a time: cordon, evict the node's GPU pods" in relayout.detail
+    assert "drain" not in relayout.detail  # the MIG manager evicts nothing; the re-layout Job does
+    # mig-parted destroys every instance of a changed GPU: the neighbours of intent's slice too
+    assert relayout.detail.endswith("destroyed on each node: GPUs 0-7: 1g.10gb (intent), 2g.20gb (coder), 3g.40gb (chat)")
     assert "GPUs 0-7: -1g.10gb +1g.20gb" in relayout.detail
     roll = [d.detail for d in pool_items if d.kind == "workload-roll"]
     assert roll == ["intent-h100-pool: pods replaced one at a time (resource nvidia.com/mig-1g.10gb -> "
@@ -473,4 +511,9 @@ def test_plan_says_what_is_left_to_the_node_scripts(tmp_path: Path) -> None:
     text = EXAMPLE.read_text(encoding="utf-8").replace("clocks: {graphics_mhz: 1755}", "clocks: {graphics_mhz: 1980}")
     items = [d for d in host_disruptions(base, graph_of(EXAMPLE, tmp_path / "b", text)) if d.pool]
     assert [(d.host, d.kind) for d in items] == [("h100-pool", "clocks")]
+    assert "the DaemonSet fleet-gpu-tuning-h100-pool applies it" in items[0].detail
+    # without a tools image there is no DaemonSet: the plan says the script is the user's to run
+    bare = [ln for ln in text.splitlines(keepends=True) if ln.startswith("  relayout_image:")][0]
+    base2 = graph_of(EXAMPLE, tmp_path / "c", EXAMPLE.read_text(encoding="utf-8").replace(bare, ""))
+    items = [d for d in host_disruptions(base2, graph_of(EXAMPLE, tmp_path / "d", text.replace(bare, ""))) if d.pool]
     assert "not applied by the manifests" in items[0].detail and "node-tuning-h100-pool.sh" in items[0].detail

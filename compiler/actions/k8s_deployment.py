@@ -1,25 +1,29 @@
-"""`k8s-deployment/<workload>` (runtime `deployment`): the Deployment and PodDisruptionBudget of one
+"""`k8s-deployment/<workload>` (runtime `deployment`): the Deployment of one
 workload, i.e. the replicas of one model on one device shape of one node pool
 (compiler/k8s/workloads.py). It depends on the pool's serving image (`image/<pool>`), whose pushed
 digest it pins; everything else is in its parameters, so a change elsewhere in the spec leaves its
 key and its file alone.
 
-Output: <workload>.yaml (the tree's workloads/ directory).
+Output: <workload>.yaml (the tree's workloads/ directory). Its PodDisruptionBudget is the release's
+(k8s-release): the budget follows the pool's re-layout batch, not the pods' template.
 """
 
 from __future__ import annotations
 
 import json
 
+from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy, resource_name
 from compiler.k8s import plan, tree, workloads
+from compiler.k8s import runtime as runtime_
 from compiler.k8s.runtime import ServingContainer
 
 from . import image, runtimes
 from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 
-ROLLS = ("image_action", "command", "ports", "liveness", "readiness", "resource", "count", "selector", "gpu_product")
+ROLLS = ("image_action", "command", "ports", "liveness", "readiness", "resource", "count", "selector", "gpu_product",
+         "pod_resources")
 
 
 class DeploymentParams(Params):
@@ -39,11 +43,46 @@ class DeploymentParams(Params):
     count: int
     selector: dict[str, str]
     gpu_product: str | None
+    pod_resources: dict  # CPU and memory requests and limits (compiler/k8s/runtime.pod_resources)
 
 
 def namespace_of(spec) -> str:
     k8s = spec.kubernetes
     return k8s.namespace if k8s is not None and k8s.namespace else spec.name
+
+
+def gfd_product(pool, strategy: str, mig_profile: str | None) -> str | None:
+    """The nvidia.com/gpu.product value GPU Feature Discovery gives the pool's nodes under the
+    cluster's MIG strategy (`<product>-MIG-<profile>` under `single`), which the nodeSelector must
+    match; None when the spec names no product."""
+    if not pool.gpu_product:
+        return None
+    return k8s_controllers.gpu_product_label(pool.gpu_product, strategy, mig_profile)
+
+
+def pod_resources(ir, w) -> dict:
+    """CPU and memory of a workload's pods: from the checkpoint its unit loads (capacity pass),
+    unless `kubernetes.pod_resources.<model>` sets them."""
+    unit = next((u for u in ir.units if u.id == w.units[0]), None)
+    fig = unit.figures if unit is not None else None
+    weights = fig.capacity.weight_bytes * (fig.gpus if fig.gpus else 1) if fig is not None else 0.0
+    k8s = ir.spec.kubernetes
+    override = (k8s.pod_resources or {}).get(w.model) if k8s is not None else None
+    return runtime_.pod_resources(weights, w.gpus, w.mig_profile is not None,
+                                  cpu=override.cpu if override else None,
+                                  memory_gib=override.memory_gib if override else None)
+
+
+def slots_per_node(pool, w) -> int:
+    """How many of a workload's pods one node can hold: every device of its shape on the node, its
+    own and those of other workloads of the same shape (the scheduler may pack them on one node)."""
+    return sum(x.per_node for x in pool.workloads if (x.mig_profile, x.gpus) == (w.mig_profile, w.gpus))
+
+
+def max_unavailable(ir, pool: str) -> int:
+    """Nodes of the pool a re-layout batch takes out (`node_pool.max_unavailable`, at most the pool)."""
+    np = ir.hosts[pool].spec.node_pool
+    return min(np.max_unavailable, np.nodes) if np is not None else 1
 
 
 def image_reference(tree_dir) -> tuple[str, str]:
@@ -83,7 +122,8 @@ def workload_params(ctx: LowerContext) -> list[DeploymentParams]:
                 name=w.name, spec_name=spec.name, namespace=namespace_of(spec), pool=pname, model=w.model,
                 replicas=w.replicas, image_action=f"{image.KIND.kind}/{pname}", runtime=runtime,
                 command=list(c.command), ports=list(c.ports), liveness=c.liveness, readiness=c.readiness,
-                resource=resource, count=w.gpus, selector=dict(pool.selector), gpu_product=pool.gpu_product))
+                resource=resource, count=w.gpus, selector=dict(pool.selector),
+                gpu_product=gfd_product(pool, strategy, w.mig_profile), pod_resources=pod_resources(ir, w)))
     return out
 
 
@@ -95,9 +135,7 @@ def render(params: DeploymentParams, image_ref: str, image_digest: str) -> bytes
                              pool=params.pool, model=params.model, replicas=params.replicas, image=image_ref,
                              container=container, resource=params.resource, count=params.count,
                              selector=params.selector, gpu_product=params.gpu_product,
-                             artifacts={params.image_action: image_digest}),
-        workloads.disruption_budget(name=params.name, spec_name=params.spec_name, namespace=params.namespace,
-                                    pool=params.pool, model=params.model),
+                             artifacts={params.image_action: image_digest}, pod_resources=params.pod_resources),
     ]
     return tree.documents(objects).encode()
 
@@ -118,6 +156,8 @@ class K8sDeployment(ActionKind[DeploymentParams]):
                      params.resource, ref)
 
     def disruptions(self, old: DeploymentParams | None, new: DeploymentParams) -> list[Disruption]:
+        if old is not None and old.to_json() == new.to_json():  # only its input changed: the pushed image
+            return [plan.roll(new.pool, new.name, f"serving image of {new.pool} rebuilt")]
         return plan.workload_disruptions(new.pool, new.name, old.to_json() if old is not None else None,
                                          new.to_json(), ROLLS, device=f"{new.count} x {new.resource}")
 

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import hashlib
 
+from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
+from compiler.ir.k8s_names import dgd_component
 from compiler.ir.pools import cluster_strategy, resource_name
 from compiler.k8s import dynamo, plan, tree
 from compiler.store.canonical import canonical_json
 
 from . import image, llmapi
 from .base import ActionKind, Disruption, LowerContext, Params, RunContext
-from .k8s_deployment import image_reference, namespace_of
+from .k8s_deployment import gfd_product, image_reference, namespace_of, pod_resources
 
-WORKER_ROLLS = ("image_action", "resource", "count", "selector", "gpu_product", "power_limit_w")
+WORKER_ROLLS = ("image_action", "resource", "count", "selector", "gpu_product", "power_limit_w", "pod_resources")
 
 
 class Worker(Params):
@@ -31,7 +33,9 @@ class Worker(Params):
     count: int
     selector: dict[str, str]
     gpu_product: str | None
-    power_limit_w: int | None  # whole-GPU workers only (dynamo.POWER_ANNOTATION)
+    power_limit_w: int | None  # dynamo.POWER_ANNOTATION: None, power is the node tuning's (a DGD from an
+    # earlier Kiln may carry it: forbidden_changes plans the recreate that removing it needs)
+    pod_resources: dict  # CPU and memory (compiler/k8s/runtime.pod_resources)
 
 
 class DgdParams(Params):
@@ -59,13 +63,14 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
             resource = resource_name(strategy, w.mig_profile)
             if resource is None:  # K251
                 continue
-            host = ir.hosts[pool.name].spec
-            assignment = host.gpus[w.path[3]]
-            power = None if w.mig_profile else (assignment.power_limit_w or host.power_limit_w)
-            component = "worker" if len(items) == 1 else "worker-" + w.name[len(model) + 1:]
+            # power is the node's (the tuning DaemonSet, node-layer/gpu-tuning.yaml): Dynamo's Power
+            # Agent is a separate chart nothing installs, and its annotation cannot change on a live DGD
+            power = None
+            component = dgd_component(model, w.name)
             workers.append(Worker(component=component, pool=pool.name, replicas=w.replicas,
                                   image_action=f"{image.KIND.kind}/{pool.name}", resource=resource, count=w.gpus,
-                                  selector=dict(pool.selector), gpu_product=pool.gpu_product, power_limit_w=power))
+                                  selector=dict(pool.selector), gpu_product=gfd_product(pool, strategy, w.mig_profile),
+                                  power_limit_w=power, pod_resources=pod_resources(ir, w)))
         out.append(DgdParams(model=model, spec_name=spec.name, namespace=namespace_of(spec),
                              version=spec.kubernetes.dynamo.version, frontend_image=spec.image.base,
                              options_action=f"{llmapi.KIND.kind}/{model}",
@@ -83,7 +88,8 @@ def render(params: DgdParams, options: bytes, images: dict[str, tuple[str, str]]
         components.append(dynamo.worker(
             name=w.component, model=params.model, spec_name=params.spec_name, pool=w.pool, replicas=w.replicas,
             image=images[w.image_action][0], version=params.version, resource=w.resource, count=w.count,
-            selector=w.selector, gpu_product=w.gpu_product, options_configmap_=cm_name, power_limit_w=w.power_limit_w))
+            selector=w.selector, gpu_product=w.gpu_product, options_configmap_=cm_name, power_limit_w=w.power_limit_w,
+            pod_resources=w.pod_resources))
     artifacts = {a: d for a, (_, d) in images.items()}
     artifacts[params.options_action] = "sha256:" + hashlib.sha256(options).hexdigest()
     objects = [dynamo.options_configmap(model=params.model, spec_name=params.spec_name, namespace=params.namespace,
@@ -91,6 +97,28 @@ def render(params: DgdParams, options: bytes, images: dict[str, tuple[str, str]]
                dynamo.graph_deployment(model=params.model, spec_name=params.spec_name, namespace=params.namespace,
                                        components=components, artifacts=artifacts)]
     return tree.documents(objects).encode()
+
+
+def forbidden_changes(old: DgdParams | None, new: DgdParams) -> list[str]:
+    """What in going from `old` to `new` Dynamo's webhook refuses on the live DGD (its version's
+    rules, catalog/data/k8s_controllers.json); [] when the update is admitted."""
+    if old is None:
+        return []
+    rules = k8s_controllers.forbidden_updates(new.version)
+    out = []
+    before = {w.component: w for w in old.workers}
+    after = {w.component: w for w in new.workers}
+    if set(before) != set(after) and "component-set" in rules:
+        added, removed = sorted(set(after) - set(before)), sorted(set(before) - set(after))
+        what = ", ".join([f"+{c}" for c in added] + [f"-{c}" for c in removed])
+        out.append(f"{rules['component-set'].cite(new.version)}: {what}")
+    for name in sorted(set(before) & set(after)):
+        b, a = before[name], after[name]
+        if b.power_limit_w != a.power_limit_w and "power-annotation" in rules:
+            out.append(f"{rules['power-annotation'].cite(new.version)}: {name} {b.power_limit_w} -> {a.power_limit_w} W")
+        elif b.power_limit_w is not None and b.count != a.count and "power-gpu-count" in rules:
+            out.append(f"{rules['power-gpu-count'].cite(new.version)}: {name} {b.count} -> {a.count} GPU(s)")
+    return out
 
 
 class K8sDgd(ActionKind[DgdParams]):
@@ -111,6 +139,9 @@ class K8sDgd(ActionKind[DgdParams]):
         ctx.log.info("%s: frontend and %d worker component(s)", params.model, len(params.workers))
 
     def disruptions(self, old: DgdParams | None, new: DgdParams) -> list[Disruption]:
+        refused = forbidden_changes(old, new)
+        if refused:
+            return plan.recreate([w.pool for w in new.workers + old.workers], new.model, refused)
         before = {w.component: w for w in (old.workers if old is not None else [])}
         out = []
         for w in new.workers:
@@ -121,6 +152,19 @@ class K8sDgd(ActionKind[DgdParams]):
                 old_json["options"], new_json["options"] = old.options_digest[:19], new.options_digest[:19]
             out += plan.workload_disruptions(w.pool, f"{new.model}/{w.component}", old_json, new_json,
                                              WORKER_ROLLS + ("options",), device=f"{w.count} x {w.resource}")
+        if old is None:
+            return out
+        rolled = {d.detail.split(":", 1)[0] for d in out if d.kind == "workload-roll"}
+        if rolled:
+            why = "Dynamo rolls every worker of the model together"
+        elif old.to_json() == new.to_json():
+            why = "a serving image of its pools was rebuilt"  # same parameters: only an input changed
+        else:
+            return out
+        for w in new.workers:  # the operator's worker hash covers all workers (rolling-update.md)
+            name = f"{new.model}/{w.component}"
+            if name not in rolled and w.component in before:
+                out.append(plan.roll(w.pool, name, why))
         return out
 
 

@@ -1,14 +1,17 @@
 """`k8s-node-layer`: the GPU Operator node layer of the spec's Kubernetes node pools
-(compiler/k8s/nodelayer.py): the mig-parted ConfigMap with one named layout per distinct node
-layout, the ClusterPolicy merge patch, the node-label script, and per pool with clocks or power a
-node-tuning script. Its parameters are the layouts, pools and tunings themselves, so its key
-changes exactly when one of them does; `disruptions` says which pools the MIG manager re-slices.
+(compiler/k8s/nodelayer.py): the desired layouts ConfigMap with one named layout per distinct node
+layout, the ClusterPolicy merge patch, the re-layout script (and its Job and RBAC), and per pool
+with clocks or power a node-tuning script. Its parameters are the layouts, pools and tunings
+themselves, so its key changes exactly when one of them does; `disruptions` says which pools are
+re-laid out, node by node, and which instances each node loses.
 
 Output (the tree's node-layer/ directory):
-  kustomization.yaml        resources: mig-parted-config.yaml
-  mig-parted-config.yaml    the ConfigMap (GPU Operator namespace), checked with mig-parted's rules
+  kustomization.yaml        resources: mig-parted-config.yaml, relayout-rbac.yaml[, relayout-job.yaml]
+  mig-parted-config.yaml    <spec>-mig-layouts-desired (GPU Operator namespace), checked with mig-parted's rules
+  relayout-rbac.yaml        the Job's ServiceAccount, (Cluster)Roles and bindings: exactly what the script calls
+  relayout-job.yaml         with kubernetes.relayout_image: the script and the sync-wave Job running it
   clusterpolicy-patch.yaml  `kubectl patch clusterpolicies.nvidia.com cluster-policy --type merge --patch-file ...`
-  label-nodes.sh            `nvidia.com/mig.config=<layout>` on each pool's nodes (--check, --dry-run)
+  label-nodes.sh            the node-by-node re-layout (--check, --dry-run)
   node-tuning-<pool>.sh     clocks and power (no GPU Operator setting exists for either)
 """
 
@@ -24,6 +27,7 @@ from compiler.k8s import nodelayer, tree
 
 from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 from .hostplan import desired_state
+from .k8s_deployment import max_unavailable, namespace_of
 
 TEMPLATES = (nodelayer.LABEL_TEMPLATE, nodelayer.TUNING_TEMPLATE)
 
@@ -46,6 +50,9 @@ class PoolLayer(Params):
     selector: dict[str, str]
     layout: str
     mig: bool  # the layout enables MIG somewhere
+    max_unavailable: int = 1  # nodes re-laid out at once
+    serves: dict[str, list[str]] = {}  # MIG profile -> the models its instances serve (plan text)
+    gpu_count: int = 0  # GPUs of a node (the tuning script covers every one)
     tuning: list[GpuTuning]  # GPUs with clocks or power set; [] for none
 
 
@@ -56,21 +63,32 @@ class NodeLayerParams(Params):
     layouts: dict[str, list[dict]]  # layout name -> mig-parted entries
     pools: list[PoolLayer]
     templates: dict[str, str]
+    relayout_image: str | None = None  # the Job's image (kubernetes.relayout_image); None: no Job
+    namespace: str = ""  # of the workloads
+    workloads: list[str] = []  # runtime deployment: the Deployments (label-nodes.sh retires the others)
 
 
-def _tuning(host, power_by_dynamo: bool) -> list[GpuTuning]:
+def _tuning(host) -> list[GpuTuning]:
     """Per GPU the clocks and power the pool's nodes need, from the host's desired state (the same
-    values provision.sh would set). Power a Dynamo worker annotation applies is left out."""
+    values provision.sh would set), on either runtime: a DGD carries no power annotation (k8s_dgd)."""
     out = []
     for g in desired_state(host).gpus:
         lc, ac = g.locked_clocks, g.application_clocks
-        pl = g.power_limit_w if g.power_limit_w is not None and not (power_by_dynamo and g.mig is None) else None
+        pl = g.power_limit_w
         t = GpuTuning(index=g.index, lgc=f"{lc.graphics_mhz[0]},{lc.graphics_mhz[1]}" if lc else "",
                       lmc=f"{lc.memory_mhz},{lc.memory_mhz}" if lc and lc.memory_mhz else "",
                       ac=f"{ac.memory_mhz},{ac.graphics_mhz}" if ac else "", pl=str(pl) if pl else "")
         if t.lgc or t.lmc or t.ac or t.pl:
             out.append(t)
     return out
+
+
+def _serves(pool) -> dict[str, list[str]]:
+    out: dict[str, set] = {}
+    for w in pool.workloads:
+        if w.mig_profile is not None:
+            out.setdefault(w.mig_profile, set()).add(w.model)
+    return {k: sorted(v) for k, v in sorted(out.items())}
 
 
 def node_layer_params(ctx: LowerContext) -> NodeLayerParams:
@@ -81,10 +99,15 @@ def node_layer_params(ctx: LowerContext) -> NodeLayerParams:
     for name, pool in sorted(ir.pools.items()):
         layouts[pool.layout] = [dict(e) for e in pool.entries]
         pools.append(PoolLayer(name=name, nodes=pool.nodes, selector=dict(pool.selector), layout=pool.layout,
-                               mig=any(g.mig for g in pool.gpus), tuning=_tuning(ir.hosts[name], dynamo)))
+                               mig=any(g.mig for g in pool.gpus), tuning=_tuning(ir.hosts[name]),
+                               max_unavailable=max_unavailable(ir, name), serves=_serves(pool),
+                               gpu_count=len(pool.gpus)))
     return NodeLayerParams(spec_name=ctx.spec.name,
                            operator_namespace=k8s.gpu_operator_namespace if k8s else "gpu-operator",
-                           strategy=cluster_strategy(ir), layouts=layouts, pools=pools, templates=template_digests())
+                           strategy=cluster_strategy(ir), layouts=layouts, pools=pools, templates=template_digests(),
+                           relayout_image=k8s.relayout_image if k8s is not None else None,
+                           namespace=namespace_of(ctx.spec),
+                           workloads=[] if dynamo else sorted(w.name for p in ir.pools.values() for w in p.workloads))
 
 
 def render(params: NodeLayerParams) -> dict[str, bytes]:
@@ -98,20 +121,52 @@ def render(params: NodeLayerParams) -> dict[str, bytes]:
                     f"# strategy and the layouts ConfigMap of spec {params.spec_name}. Apply once, and again when it changes:\n"
                     "#   kubectl patch clusterpolicies.nvidia.com " + nodelayer.CLUSTER_POLICY +
                     " --type merge --patch-file node-layer/clusterpolicy-patch.yaml\n")
+    pools = [{"name": p.name, "selector": ",".join(f"{k}={v}" for k, v in sorted(p.selector.items())),
+              "layout": p.layout, "nodes": p.nodes, "max_unavailable": p.max_unavailable} for p in params.pools]
+    script = nodelayer.label_script(params.spec_name, params.operator_namespace, pools, params.namespace,
+                                    params.workloads)
+    ns = params.operator_namespace
+    resources = ["mig-parted-config.yaml", "relayout-rbac.yaml"]
     files = {
-        "kustomization.yaml": tree.dump(tree.kustomization(["mig-parted-config.yaml"])).encode(),
         "mig-parted-config.yaml": tree.documents([cm]).encode(),
+        "relayout-rbac.yaml": tree.documents(nodelayer.rbac(params.spec_name, ns,
+                                                            params.namespace if params.workloads else None)).encode(),
         "clusterpolicy-patch.yaml": (patch_header + tree.dump(
             nodelayer.cluster_policy_patch(params.spec_name, params.strategy))).encode(),
-        "label-nodes.sh": nodelayer.label_script(
-            params.spec_name, nodelayer.configmap_name(params.spec_name), params.operator_namespace,
-            [{"name": p.name, "selector": ",".join(f"{k}={v}" for k, v in sorted(p.selector.items())),
-              "layout": p.layout, "nodes": p.nodes} for p in params.pools]).encode(),
+        "label-nodes.sh": script.encode(),
     }
+    if params.relayout_image is not None:
+        digest = hashlib.sha256((script + params.relayout_image).encode()).hexdigest()[:8]
+        files["relayout-job.yaml"] = tree.documents([
+            nodelayer.script_configmap(params.spec_name, ns, script, digest),
+            nodelayer.relayout_job(params.spec_name, ns, params.relayout_image, digest,
+                                   nodelayer.relayout_deadline_s(pools))]).encode()
+        resources.append("relayout-job.yaml")
+    files["kustomization.yaml"] = tree.dump(tree.kustomization(resources)).encode()
+    files["gpu-operator-values.yaml"] = (
+        "# GPU Operator Helm values for spec " + params.spec_name + ": the MIG strategy and the layouts ConfigMap.\n"
+        "#   helm upgrade gpu-operator nvidia/gpu-operator -n " + ns + " --reuse-values -f node-layer/gpu-operator-values.yaml\n"
+        "# These are cluster-wide: on a cluster shared with other MIG users, their nodes' layouts must be in\n"
+        "# the same ConfigMap and their pods must ask for the same strategy's resource names. On a cloud\n"
+        "# provider's nodes (e.g. GKE) the GPU Operator's MIG guide adds migManager.env WITH_REBOOT=true.\n"
+        + tree.dump(nodelayer.helm_values(params.spec_name, params.strategy))).encode()
+    tuning_objects = []
     for p in params.pools:
-        if p.tuning:
-            files[f"node-tuning-{p.name}.sh"] = nodelayer.tuning_script(
-                params.spec_name, p.name, [t.to_json() for t in p.tuning]).encode()
+        by_index = {t.index: t for t in p.tuning}
+        gpus = []
+        for i in range(p.gpu_count):
+            t = by_index.get(i)
+            row = t.to_json() if t is not None else {"index": i, "lgc": "", "lmc": "", "ac": "", "pl": ""}
+            gpus.append(row)
+        tuning = nodelayer.tuning_script(params.spec_name, p.name, gpus)
+        files[f"node-tuning-{p.name}.sh"] = tuning.encode()
+        if params.relayout_image is not None:
+            tuning_objects += nodelayer.tuning_daemonset(params.spec_name, ns, p.name, p.selector,
+                                                         params.relayout_image, tuning)
+    if tuning_objects:
+        files["gpu-tuning.yaml"] = tree.documents(nodelayer.tuning_rbac(params.spec_name, ns) + tuning_objects).encode()
+        resources.append("gpu-tuning.yaml")
+        files["kustomization.yaml"] = tree.dump(tree.kustomization(resources)).encode()
     return files
 
 
@@ -192,23 +247,49 @@ def _tuning_text(tuning: list[GpuTuning], what: str) -> str:
     return ", ".join(values) if values else "not set"
 
 
+def _destroyed(old_entries: list[dict], new_entries: list[dict], serves: dict[str, list[str]]) -> str:
+    """Every instance mig-parted destroys on a node: all of each GPU whose layout changes, the
+    neighbours of a changed profile included (pkg/mig/config/config.go ClearMigConfig)."""
+    before, after = _gpu_profiles(old_entries), _gpu_profiles(new_entries)
+    gpus = sorted({g for g in list(before) + list(after) if g != "all"}) or ["all"]
+    groups: dict[str, list] = {}
+    for g in gpus:
+        b = before.get(g, before.get("all", Counter()))
+        if b == after.get(g, after.get("all", Counter())) or not b:
+            continue
+        what = ", ".join(f"{prof}" + (f" x{n}" if n > 1 else "") + (f" ({'/'.join(serves[prof])})" if prof in serves else "")
+                         for prof, n in sorted(b.items()))
+        groups.setdefault(what, []).append(g)
+    return "; ".join(f"GPU{'s' * (len(gs) > 1)} {_ranges(gs)}: {what}" for what, gs in groups.items()) or "none"
+
+
+def _procedure(p: PoolLayer, job: bool) -> str:
+    how = "the Job node-layer/relayout-job.yaml (Argo CD sync wave -1)" if job else "sh node-layer/label-nodes.sh"
+    return (f"{p.nodes} node(s), {p.max_unavailable} at a time: cordon, evict the node's GPU pods "
+            "(PodDisruptionBudgets hold), relabel, wait for the MIG manager's success, uncordon; run by " + how)
+
+
 def disruptions(old: NodeLayerParams | None, new: NodeLayerParams) -> list[Disruption]:
-    """Per node pool: MIG re-layouts (the MIG manager drains the nodes' GPU pods and re-slices),
-    a new MIG strategy, and clocks or power that only the node-tuning script applies. Pure."""
+    """Per node pool: MIG re-layouts (node by node: the MIG manager does not evict user pods, the
+    re-layout script does), a new MIG strategy, and clocks or power that only the node-tuning
+    script applies. Pure."""
     before = {p.name: p for p in (old.pools if old is not None else [])}
     out: list[Disruption] = []
     for p in new.pools:
         prev = before.get(p.name)
         if prev is None or prev.layout != p.layout:
+            job = new.relayout_image is not None
             if prev is None:
-                detail = (f"{p.nodes} node(s) get layout {p.layout}: the MIG manager re-slices a node whose "
-                          "layout differs, draining its GPU pods")
+                detail = f"layout {p.layout}: {_procedure(p, job)}"
             else:
                 old_entries = old.layouts.get(prev.layout, [])
                 change = _layout_change(old_entries, new.layouts[p.layout])
-                detail = (f"{p.nodes} node(s) re-sliced by the MIG manager, layout {prev.layout} -> {p.layout} "
-                          f"({change}): their GPU pods are drained first")
-            out.append(Disruption(p.name, POOL, "node-relayout", detail + "; relabel: sh node-layer/label-nodes.sh"))
+                detail = (f"layout {prev.layout} -> {p.layout} ({change}): {_procedure(p, job)}; destroyed on each "
+                          f"node: {_destroyed(old_entries, new.layouts[p.layout], prev.serves)}")
+            out.append(Disruption(p.name, POOL, "node-relayout", detail))
+        elif prev.nodes < p.nodes and p.mig:
+            out.append(Disruption(p.name, POOL, "node-relayout",
+                                  f"{p.nodes - prev.nodes} new node(s) get layout {p.layout}: {_procedure(p, new.relayout_image is not None)}"))
         elif old is not None and old.strategy != new.strategy and p.mig:
             out.append(Disruption(p.name, POOL, "node-relayout",
                                   f"MIG strategy {old.strategy} -> {new.strategy}: apply node-layer/clusterpolicy-patch.yaml;"
@@ -217,13 +298,13 @@ def disruptions(old: NodeLayerParams | None, new: NodeLayerParams) -> list[Disru
             b = _tuning_text(prev.tuning, what) if prev is not None else "not set"
             a = _tuning_text(p.tuning, what)
             if a != b:
-                out.append(Disruption(p.name, POOL, kind,
-                                      f"{b} -> {a}: not applied by the manifests (no GPU Operator setting); run "
-                                      f"node-layer/node-tuning-{p.name}.sh on the pool's nodes" if a != "not set" else
-                                      f"{b} -> not set: reset them on the pool's nodes (nvidia-smi -rgc / -pl)"))
-    names = {p.name for p in new.pools}
-    for name, prev in sorted(before.items()):
-        if name not in names:
-            out.append(Disruption(name, POOL, "node-relayout",
-                                  f"leaves the spec: its nodes keep layout {prev.layout} until relabelled"))
+                how = (f"the DaemonSet {new.spec_name}-gpu-tuning-{p.name} applies it on every node through the "
+                       "driver's nvidia-smi and re-applies it after a driver restart (node label kiln.io/gpu-tuning)"
+                       if new.relayout_image is not None else
+                       f"not applied by the manifests (no GPU Operator setting, no relayout_image for the tuning "
+                       f"DaemonSet); run node-layer/node-tuning-{p.name}.sh on the pool's nodes")
+                out.append(Disruption(p.name, POOL, kind, f"{b} -> {a}: " + (
+                    how if a != "not set" else how.replace("applies it", "restores the default"))))
+    # a pool that leaves the spec: its workloads are pruned (k8s-release); its nodes keep their layout,
+    # which stays in the live ConfigMap while a node carries it (label-nodes.sh), so nothing fails
     return out

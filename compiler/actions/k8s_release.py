@@ -7,6 +7,7 @@
   node-layer/...                 (k8s-node-layer)
   workloads/<name>.yaml          (k8s-deployment/<name> or k8s-dgd/<model>)
   services/<model>.yaml          runtime deployment
+  disruption-budgets/<name>.yaml runtime deployment: each workload's PodDisruptionBudget (sync wave -2)
   argocd/application.yaml        with `kubernetes.argocd`
   argocd/argocd-cm-health.yaml   runtime dynamo
 
@@ -20,15 +21,17 @@ from __future__ import annotations
 import json
 import shutil
 
+from compiler.graph.kinds import POOL
 from compiler.graph.model import Action
-from compiler.ir.pools import cluster_strategy
-from compiler.k8s import tree, workloads
+from compiler.ir.pools import cluster_strategy, resource_name
+from compiler.k8s import plan, tree, workloads
 from compiler.release import spec_digest
 
 from . import k8s_deployment, k8s_dgd, k8s_nodes
-from .base import ActionKind, LowerContext, Params, RunContext
+from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 
 NODE_LAYER_DIR, WORKLOADS_DIR, SERVICES_DIR, ARGOCD_DIR = "node-layer", "workloads", "services", "argocd"
+BUDGETS_DIR = "disruption-budgets"
 
 
 class ServiceSpec(Params):
@@ -42,6 +45,15 @@ class ArgoSpec(Params):
     revision: str
     namespace: str
     project: str
+
+
+class BudgetSpec(Params):
+    """A workload's PodDisruptionBudget (compiler/k8s/workloads.py disruption_budget)."""
+    name: str
+    pool: str
+    model: str
+    max_unavailable: int
+    shape: str
 
 
 class PoolSummary(Params):
@@ -61,6 +73,7 @@ class ReleaseParams(Params):
     services: list[ServiceSpec]
     argocd: ArgoSpec | None
     pools: dict[str, PoolSummary]
+    budgets: list[BudgetSpec] = []  # runtime deployment
 
 
 def release_params(ctx: LowerContext, workload_actions: list[str]) -> ReleaseParams:
@@ -73,6 +86,17 @@ def release_params(ctx: LowerContext, workload_actions: list[str]) -> ReleasePar
             rm = ir.models[model]
             ports = k8s_deployment.named_ports(rm.spec.serving.runtime, rm.spec.serving.ports.model_dump())
             services.append(ServiceSpec(model=model, ports=list(ports)))
+    budgets = []
+    if runtime == "deployment":
+        strategy = cluster_strategy(ir)
+        for pname, pool in sorted(ir.pools.items()):
+            for w in pool.workloads:
+                resource = resource_name(strategy, w.mig_profile)
+                if resource is None:
+                    continue
+                batch = k8s_deployment.slots_per_node(pool, w) * k8s_deployment.max_unavailable(ir, pname)
+                budgets.append(BudgetSpec(name=w.name, pool=pname, model=w.model, max_unavailable=min(w.replicas, batch),
+                                          shape=workloads.shape(resource, w.gpus)))
     argo = None
     if k8s is not None and k8s.argocd is not None:
         a = k8s.argocd
@@ -82,7 +106,8 @@ def release_params(ctx: LowerContext, workload_actions: list[str]) -> ReleasePar
     return ReleaseParams(spec_name=spec.name, spec_digest=spec_digest(spec),
                          namespace=k8s_deployment.namespace_of(spec), runtime=runtime,
                          mig_strategy=cluster_strategy(ir), node_layer=k8s_nodes.KIND.kind,
-                         workloads=sorted(workload_actions), services=services, argocd=argo, pools=pools)
+                         workloads=sorted(workload_actions), services=services, argocd=argo, pools=pools,
+                         budgets=budgets)
 
 
 def _copy(src, dest) -> list[str]:
@@ -113,6 +138,13 @@ def write_tree(params: ReleaseParams, out, deps) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(tree.documents([obj]), encoding="utf-8")
         resources.append(f"{SERVICES_DIR}/{s.model}.yaml")
+    for b in params.budgets:
+        obj = workloads.disruption_budget(name=b.name, spec_name=params.spec_name, namespace=params.namespace,
+                                          pool=b.pool, model=b.model, max_unavailable=b.max_unavailable, shape_=b.shape)
+        path = out / BUDGETS_DIR / f"{b.name}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(tree.documents([obj]), encoding="utf-8")
+        resources.append(f"{BUDGETS_DIR}/{b.name}.yaml")
     (out / "namespace.yaml").write_text(tree.documents([tree.namespace(params.namespace, params.spec_name)]),
                                         encoding="utf-8")
     (out / tree.STAMP).write_text(tree.dump(tree.release_stamp(params.spec_name, params.spec_digest)),
@@ -150,6 +182,9 @@ class K8sRelease(ActionKind[ReleaseParams]):
         ctx.log.info("Kustomize tree: namespace %s, %d workload file(s), %d pool(s)", params.namespace,
                      len(params.workloads), len(params.pools))
 
+    def disruptions(self, old: ReleaseParams | None, new: ReleaseParams) -> list[Disruption]:
+        return release_disruptions(old, new)
+
     def manifest_entry(self, params: ReleaseParams, tree_reader) -> tuple[str, str, dict] | None:
         """The release manifest's `kubernetes` section: where the tree is and what it lays out."""
         if tree_reader.read("kustomization.yaml") is None:
@@ -161,3 +196,29 @@ class K8sRelease(ActionKind[ReleaseParams]):
 
 
 KIND = K8sRelease()
+
+
+def release_disruptions(old: ReleaseParams | None, new: ReleaseParams) -> list[Disruption]:
+    """What leaves the tree: Argo CD prunes it, so all its pods stop at once (a workload's own
+    disruptions are its action's; a removed action has none). Pure."""
+    if old is None:
+        return []
+    out: list[Disruption] = []
+    if old.runtime != new.runtime:
+        pools = sorted(set(old.pools) | set(new.pools))
+        return [Disruption(p, POOL, "recreate", f"recreate: runtime {old.runtime} -> {new.runtime}: every workload of the "
+                           f"pool is deleted and created anew, down for {plan.down_for()}") for p in pools]
+    for pname, pool in sorted(old.pools.items()):
+        now = new.pools[pname].workloads if pname in new.pools else {}
+        for name, replicas in sorted(pool.workloads.items()):
+            if new.runtime == "deployment" and name not in now:
+                out.append(Disruption(pname, POOL, "workload-delete",
+                                      f"{name}: removed: Argo CD prunes its Deployment, its {replicas} pod(s) stop at once"))
+    if new.runtime == "dynamo":
+        for aid in sorted(set(old.workloads) - set(new.workloads)):
+            model = aid.split("/", 1)[1]
+            pools = [p for p, s in old.pools.items() if any(n == f"{model}-{p}" or n.startswith(f"{model}-{p}-") for n in s.workloads)]
+            for p in sorted(pools):
+                out.append(Disruption(p, POOL, "workload-delete",
+                                      f"{model}: removed: Argo CD prunes its DynamoGraphDeployment, every worker stops"))
+    return out

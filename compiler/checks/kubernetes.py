@@ -12,6 +12,8 @@ from typing import Iterable
 from compiler.catalog import dynamo as dynamo_catalog
 from compiler.catalog.types import WEAK_STATUSES
 from compiler.diagnostics import Diagnostic, Severity
+from compiler.diagnostics.rules import Rule
+from compiler.ir.k8s_names import dgd_component, mig_configmap_name, name_problem, options_configmap_prefix
 from compiler.ir.pools import STRATEGIES
 
 from .base import Check, CheckContext, weak_fact_note
@@ -95,7 +97,7 @@ class MigProfileRefusedByMigParted(Check):
     order = ORDER
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        from compiler.k8s.nodelayer import mig_profile_problem
+        from compiler.ir.migparted import mig_profile_problem
 
         for name in sorted(ctx.ir.pools):
             host = ctx.ir.hosts[name]
@@ -222,7 +224,7 @@ class DynamoNeedsRuntimeImage(Check):
 class KubernetesNameInvalid(Check):
     """A Kubernetes object Kiln derives from the spec would get an invalid name.
 
-    Workloads are named `<model>-<pool>` (plus the device shape when a model has several on one
+    Workloads are named `<model>-<pool>` (plus the device shape for a model's further shapes on one
     pool), Services `<model>` and DynamoGraphDeployment children `<model>-<component>`; object
     names are DNS labels of at most 63 characters, and a Service name must start with a letter
     (apimachinery validation). Shorten the model or pool name.
@@ -233,9 +235,6 @@ class KubernetesNameInvalid(Check):
     order = ORDER
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        from compiler.k8s.meta import name_problem
-        from compiler.k8s.nodelayer import configmap_name
-
         if not ctx.ir.pools:
             return
         runtime = _runtime(ctx)
@@ -249,11 +248,7 @@ class KubernetesNameInvalid(Check):
                                help="rename the model so that it starts with a letter" if "start" in problem
                                else "shorten the model or node pool name")
 
-        yield from check(configmap_name(ctx.spec.name), "ConfigMap", ("name",))
-        per_model: dict[str, int] = {}
-        for pool in ctx.ir.pools.values():
-            for w in pool.workloads:
-                per_model[w.model] = per_model.get(w.model, 0) + 1
+        yield from check(mig_configmap_name(ctx.spec.name), "ConfigMap", ("name",))
         for pname, pool in sorted(ctx.ir.pools.items()):
             for w in pool.workloads:
                 if runtime == "deployment":
@@ -262,10 +257,10 @@ class KubernetesNameInvalid(Check):
                     continue
                 # the operator names a component's objects <dgd>-<component> (compiler/actions/k8s_dgd.py
                 # names the components), and the options ConfigMap is <model>-llm-api-options-<8 hex>
-                component = "worker" if per_model[w.model] == 1 else "worker-" + w.name[len(w.model) + 1:]
+                component = dgd_component(w.model, w.name)
                 yield from check(f"{w.model}-{component}", "DynamoGraphDeployment component", ("hosts", pname))
                 yield from check(f"{w.model}-frontend", "DynamoGraphDeployment component", ("models", w.model))
-                yield from check(f"{w.model}-llm-api-options-{'0' * 8}", "ConfigMap", ("models", w.model))
+                yield from check(options_configmap_prefix(w.model) + "0" * 8, "ConfigMap", ("models", w.model))
 
 
 class NodePoolsOverlap(Check):
@@ -295,3 +290,98 @@ class NodePoolsOverlap(Check):
                                    f"node pools {a.name!r} and {b.name!r} select the same nodes: every node that "
                                    f"matches {narrower.selector_text} also matches {wider.selector_text}",
                                    help="give each pool a node label of its own in `node_pool.selector`")
+
+
+class DynamoGroveNameTooLong(Check):
+    """A DynamoGraphDeployment component name is too long for Dynamo's Grove pathway.
+
+    With Grove enabled, Dynamo's admission webhook refuses a DynamoGraphDeployment whose name and
+    component name together exceed 45 characters (ai-dynamo/dynamo deploy/operator/internal/
+    webhook/validation/dynamographdeployment.go, MaxCombinedGroveResourceNameLength; see
+    catalog/data/k8s_controllers.json). Kiln names a model's DGD `<model>` and its workers
+    `worker-<pool>[-<shape>]`. Without Grove the check does not apply; shorten the model or pool
+    name to be safe on either pathway.
+    """
+
+    code = "K854"
+    name = "dynamo-grove-name-too-long"
+    severity = Severity.WARNING
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        from compiler.catalog import k8s_controllers
+
+        if _runtime(ctx) != "dynamo":
+            return
+        limit = k8s_controllers.grove_name_max()
+        for pname, pool in sorted(ctx.ir.pools.items()):
+            for w in pool.workloads:
+                component = dgd_component(w.model, w.name)
+                if len(w.model) + len(component) > limit:
+                    yield ctx.diag(self, ("hosts", pname), key=True,
+                                   message=f"DGD {w.model!r} with component {component!r} is "
+                                           f"{len(w.model) + len(component)} characters together; Dynamo's webhook "
+                                           f"refuses more than {limit} when the operator runs with Grove",
+                                   help="shorten the model or node pool name")
+
+
+class KubernetesUpdateForbidden(Rule):
+    """A change cannot be applied to the live objects: a controller refuses the update.
+
+    Reported by `kiln plan --base` (the rule needs the earlier revision), as the plan line
+    `recreate: <model> down for ~T`. Dynamo's admission webhook refuses, on a live
+    DynamoGraphDeployment, adding or removing a component (a node pool or device shape gained or
+    lost by a model), and, from Dynamo 1.6 (read on main; unconfirmed in 1.6.1), any change of the
+    `dynamo.nvidia.com/gpu-power-limit` annotation and of the GPU count of a power-capped worker
+    (ai-dynamo/dynamo deploy/operator/internal/webhook/validation/dynamographdeployment.go; each
+    rule with its source and version in catalog/data/k8s_controllers.json). Argo CD's sync then
+    fails until the object is deleted and created anew, which takes the model down for a pull and
+    a load. Apply such a change in a maintenance window (delete the DGD, then sync), or serve the
+    model from a second spec while the first is replaced.
+    """
+
+    code = "K855"
+    name = "kubernetes-update-forbidden"
+    severity = Severity.WARNING
+
+
+class RelayoutTakesModelDown(Check):
+    """A MIG re-layout of a node pool would leave a model with no serving replica.
+
+    The re-layout (node-layer/label-nodes.sh, or its Job) takes `node_pool.max_unavailable` nodes
+    of a pool out at once: it cordons them and evicts their GPU pods, which cannot run elsewhere
+    while every slice of the other nodes is assigned. When that is every node of the pool and no
+    other pool serves the model, the model serves nothing until the first batch is back (the MIG
+    manager's re-slice, then a load). The workloads' PodDisruptionBudgets are sized to let the batch
+    go (pods per node times max_unavailable), so they do not stop it. Lower `max_unavailable`, add
+    a node, or serve the model from a second pool. (A one-node pool is not reported: it has no
+    other choice, and `kiln plan` names what its re-layout destroys.)
+    """
+
+    code = "K856"
+    name = "relayout-takes-model-down"
+    severity = Severity.WARNING
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        pools_of: dict[str, set[str]] = {}
+        for pname, pool in ctx.ir.pools.items():
+            for w in pool.workloads:
+                pools_of.setdefault(w.model, set()).add(pname)
+        for pname, pool in sorted(ctx.ir.pools.items()):
+            if not any(g.mig for g in pool.gpus):
+                continue
+            np = ctx.spec.hosts[pname].node_pool
+            batch = min(np.max_unavailable, pool.nodes) if np is not None else 1
+            if batch < pool.nodes or pool.nodes == 1:  # one node: nothing to choose, the plan says it
+                continue
+            for model in sorted({w.model for w in pool.workloads}):
+                if pools_of[model] == {pname}:
+                    path = ("hosts", pname, "node_pool", "max_unavailable") if np is not None and \
+                        "max_unavailable" in np.model_fields_set else ("hosts", pname)
+                    yield ctx.diag(self, path, key=True,
+                                   message=f"a MIG re-layout of node pool {pname!r} takes all {pool.nodes} node(s) "
+                                           f"out at once, and no other pool serves {model!r}: it serves nothing "
+                                           "until the first node is back",
+                                   help="lower node_pool.max_unavailable, add a node, or serve the model from "
+                                        "another pool")

@@ -46,4 +46,23 @@ def plan_against(spec: Path, ref: str, store: LocalStore, options: Options | Non
     plan = SemanticPlan(ref, commit, note, changes, unchanged, host_disruptions(base_graph, head_graph),
                         capacity_deltas(base_rows, head.resolved.capacity_rows()),
                         job_matrix(todo, head_graph, builder_lacks()))
+    head.diagnostics.extend(refused_updates(head, plan.disruptions))
     return BasePlan(head, base, plan)
+
+
+def refused_updates(head: Validation, disruptions: list) -> list:
+    """K855 for every `recreate` the plan holds: an update a controller refuses on the live objects."""
+    from compiler.checks.kubernetes import KubernetesUpdateForbidden as rule
+    from compiler.diagnostics import Diagnostic, Span
+
+    out = []
+    for d in disruptions:
+        if d.kind != "recreate":
+            continue
+        try:
+            span = head.document.span_of(("hosts", d.host), key=True) if head.document is not None else Span.unknown()
+        except (KeyError, IndexError, TypeError):
+            span = Span.unknown()
+        out.append(Diagnostic(rule.code, rule.severity, f"node pool {d.host!r}: {d.detail}", head.file, span,
+                              help="apply it in a maintenance window: the object is deleted and created anew"))
+    return out

@@ -42,10 +42,11 @@ class Params(BaseModel):
 P = TypeVar("P", bound=Params)
 
 DisruptionKind = Literal["mig-reslice", "clocks", "power", "serving-change", "container-restart",
-                         "node-relayout", "workload-roll", "replicas"]
+                         "node-relayout", "workload-roll", "replicas", "recreate", "workload-delete"]
 # The order a plan lists the kinds of one GPU (or node pool) in.
 DISRUPTION_ORDER: dict[str, int] = {"mig-reslice": 0, "node-relayout": 0, "serving-change": 1, "workload-roll": 1,
-                                    "replicas": 2, "container-restart": 2, "clocks": 3, "power": 4}
+                                    "replicas": 2, "container-restart": 2, "clocks": 3, "power": 4, "recreate": 0,
+                                    "workload-delete": 0}
 POOL = -1  # `gpu_index` of a disruption that concerns a Kubernetes node pool as a whole
 
 

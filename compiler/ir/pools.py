@@ -11,7 +11,9 @@ this pass derives what the Kubernetes target needs and the checks read:
   - the MIG strategy the node needs to have its devices advertised (GPU Operator / device plugin:
     `single` only when every GPU of the node is MIG-enabled with one profile, `mixed` otherwise);
   - the workloads: one per (model, device shape) of the pool, whose replicas are the node's units
-    of that shape times the node count.
+    of that shape times the node count. Names are stable identities (a rename is a delete and a
+    create, i.e. an outage): the model's first-declared shape on the pool is `<model>-<pool>`
+    whatever else the model gains or loses, further shapes are `<model>-<pool>-<shape>`.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class GpuLayout:
 class PoolWorkload:
     """The replicas of one model on one device shape of a pool."""
 
-    name: str  # object name: <model>-<pool>, plus -<shape> when the model has several shapes there
+    name: str  # object name: <model>-<pool>; -<shape> appended for the model's further shapes there
     pool: str
     model: str
     mig_profile: str | None  # None: whole GPUs
@@ -144,10 +146,14 @@ def _workloads(pool: str, nodes: int, units: list[ServingUnit], known_models) ->
             continue
         profile = u.mig.instance.profile if u.mig is not None else None
         groups.setdefault((u.model, profile, 1 if profile else len(u.gpu_indexes)), []).append(u)
-    shapes = Counter(model for model, _, _ in groups)
+    order = {u.id: i for i, u in enumerate(units)}
+    primary: dict[str, tuple] = {}  # model -> its first-declared shape (spec order of its first unit)
+    for shape, members in sorted(groups.items(), key=lambda kv: order[kv[1][0].id]):
+        primary.setdefault(shape[0], shape)
     out = []
     for (model, profile, gpus), members in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])):
-        name = f"{model}-{pool}" if shapes[model] == 1 else f"{model}-{pool}-{shape_slug(profile, gpus)}"
+        first = primary[model] == (model, profile, gpus)
+        name = f"{model}-{pool}" if first else f"{model}-{pool}-{shape_slug(profile, gpus)}"
         out.append(PoolWorkload(name, pool, model, profile, gpus, len(members), len(members) * nodes,
                                 tuple(u.id for u in members), members[0].path))
     return tuple(out)

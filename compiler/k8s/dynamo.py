@@ -16,35 +16,42 @@ ConfigMap, whose name carries its content digest so that new options roll the wo
 `runtimeVersionOverride` names the Dynamo release: Kiln's image tags are content digests, not
 Dynamo versions, and admission needs a version it can parse.
 
-Power: a worker on whole GPUs carries `dynamo.nvidia.com/gpu-power-limit` (watts) on its pod
-template, which Dynamo's Power Agent applies through NVML (ai-dynamo/dynamo PR #12012). Whether
-the agent handles MIG devices is unverified, so MIG workers do not carry it (node-tuning script).
+Power: the node's, on either runtime (node-layer/gpu-tuning.yaml, the tuning DaemonSet): no worker
+carries `dynamo.nvidia.com/gpu-power-limit`, which only Dynamo's Power Agent (a separate chart)
+applies and which Dynamo's webhook forbids changing on a live DGD (catalog/data/k8s_controllers.json).
 """
 
 from __future__ import annotations
 
 import hashlib
 
+from compiler.ir.k8s_names import options_configmap_prefix
 from compiler.serving import layout
 
+from compiler.catalog import k8s_controllers
+
 from . import meta
-from .workloads import node_selector, tolerations
+from .runtime import GRACE_S, container_security, shm_gib
+from .workloads import node_selector, pod_security, tolerations
 
 API_VERSION = "nvidia.com/v1beta1"
 POWER_ANNOTATION = "dynamo.nvidia.com/gpu-power-limit"
 OPTIONS_DIR = "/etc/kiln/llm-api"
 OPTIONS_FILE = "llm-api-options.yaml"
+# Argo CD prunes a replaced options ConfigMap last, once the DGD is healthy (its managed rolling
+# update has retired the old workers that mount it): argo-cd docs/user-guide/sync-options.md.
+KEEP_UNTIL_ROLLED = {"argocd.argoproj.io/sync-options": "PruneLast=true"}
 
 
 def options_configmap_name(model: str, options: bytes) -> str:
-    return f"{model}-llm-api-options-{hashlib.sha256(options).hexdigest()[:8]}"
+    return options_configmap_prefix(model) + f"{hashlib.sha256(options).hexdigest()[:8]}"
 
 
 def options_configmap(*, model: str, spec_name: str, namespace: str, options: bytes) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": meta.metadata(options_configmap_name(model, options), spec_name, namespace=namespace,
-                                      labels_=meta.labels(spec_name, model=model)),
-            "data": {OPTIONS_FILE: options.decode("utf-8")}}
+    md = meta.metadata(options_configmap_name(model, options), spec_name, namespace=namespace,
+                       labels_=meta.labels(spec_name, model=model))
+    md["annotations"].update(KEEP_UNTIL_ROLLED)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": {OPTIONS_FILE: options.decode("utf-8")}}
 
 
 def frontend(*, image: str, version: str) -> dict:
@@ -55,28 +62,37 @@ def frontend(*, image: str, version: str) -> dict:
 
 def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, image: str, version: str,
            resource: str, count: int, selector: dict[str, str], gpu_product: str | None, options_configmap_: str,
-           power_limit_w: int | None) -> dict:
+           power_limit_w: int | None, pod_resources: dict) -> dict:
+    """Rolling updates one worker at a time without surge pods (a pool's devices are all
+    assigned), instead of the operator's 25%/25% (rolling_update_annotations)."""
+    surge, unavailable = k8s_controllers.rolling_update_annotations()
     template: dict = {
-        "metadata": {"labels": meta.labels(spec_name, model=model, pool=pool)},
+        "metadata": {"labels": meta.labels(spec_name, model=model, pool=pool),
+                     "annotations": {surge: "0", unavailable: "1"}},
         "spec": {
+            "automountServiceAccountToken": False,
             "nodeSelector": node_selector(selector, gpu_product),
             "tolerations": tolerations(),
+            "securityContext": pod_security(),
+            "terminationGracePeriodSeconds": GRACE_S,
             "containers": [{
                 "name": "main",
                 "image": image,
                 "command": ["python3", "-m", "dynamo.trtllm"],
                 "args": ["--model-path", layout.model_dir(model), "--served-model-name", model,
                          "--extra-engine-args", f"{OPTIONS_DIR}/{OPTIONS_FILE}"],
-                "resources": {"limits": {resource: str(count)}},
+                "resources": {"requests": {**pod_resources["requests"], resource: str(count)},
+                              "limits": {**pod_resources["limits"], resource: str(count)}},
+                "securityContext": container_security(),
                 "volumeMounts": [{"name": "llm-api-options", "mountPath": OPTIONS_DIR, "readOnly": True}],
             }],
             "volumes": [{"name": "llm-api-options", "configMap": {"name": options_configmap_}}],
         },
     }
     if power_limit_w is not None:
-        template["metadata"]["annotations"] = {POWER_ANNOTATION: str(power_limit_w)}
+        template["metadata"]["annotations"][POWER_ANNOTATION] = str(power_limit_w)
     return {"name": name, "type": "worker", "replicas": replicas, "runtimeVersionOverride": version,
-            "podTemplate": template}
+            "sharedMemorySize": f"{shm_gib(count)}Gi", "podTemplate": template}
 
 
 def graph_deployment(*, model: str, spec_name: str, namespace: str, components: list[dict],

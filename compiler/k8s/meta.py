@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
+
+from compiler.ir.k8s_names import name_problem  # noqa: F401  (re-exported)
 
 #: The Kubernetes version the manifests are written and validated for (tests/test_k8s.py checks
 #: every core object against its schemas with kubernetes-validate).
@@ -15,38 +16,27 @@ SPEC_DIGEST_ANNOTATION = "kiln.io/spec-digest"  # added to every object by the r
 ARTIFACTS_ANNOTATION = "kiln.io/artifacts"  # the artifacts an object was rendered from, by content digest
 POOL_LABEL = "kiln.io/pool"
 MODEL_LABEL = "kiln.io/model"
+WORKLOAD_LABEL = "kiln.io/workload"  # the one label of a Deployment's (immutable) selector
+SHAPE_LABEL = "kiln.io/shape"  # the device a pod holds (3g-40gb, 8gpu): PodDisruptionBudgets select on it
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"  # read by the GPU Operator's MIG manager
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by GPU Feature Discovery
 GPU_TAINT = "nvidia.com/gpu"
 
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-
-
-def name_problem(name: str, kind: str = "object") -> str | None:
-    """Why `name` cannot name a namespaced object of `kind` (None when it can). Services need a
-    DNS-1035 label (a leading letter), most other kinds a DNS-1123 label; both at most 63
-    characters (apimachinery validation, IsDNS1035Label / IsDNS1123Label)."""
-    if len(name) > 63:
-        return f"{len(name)} characters, more than the 63 a {kind} name may have"
-    pattern = _DNS1035_LABEL if kind == "Service" else _DNS1123_LABEL
-    if not pattern.fullmatch(name):
-        return ("a Service name must start with a letter" if kind == "Service"
-                else "a name holds lowercase letters, digits and '-' only")
-    return None
-
-
-def labels(spec_name: str, *, model: str | None = None, instance: str | None = None,
-           pool: str | None = None) -> dict[str, str]:
+def labels(spec_name: str, *, model: str | None = None, workload: str | None = None,
+           pool: str | None = None, shape: str | None = None) -> dict[str, str]:
+    """Never `app.kubernetes.io/instance`: Argo CD's label tracking writes that key with the
+    Application's name (argo-cd docs/user-guide/resource_tracking.md)."""
     out = {"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/part-of": spec_name}
     if model is not None:
         out["app.kubernetes.io/name"] = model
         out[MODEL_LABEL] = model
-    if instance is not None:
-        out["app.kubernetes.io/instance"] = instance
+    if workload is not None:
+        out[WORKLOAD_LABEL] = workload
     if pool is not None:
         out[POOL_LABEL] = pool
+    if shape is not None:
+        out[SHAPE_LABEL] = shape
     return out
 
 

@@ -1,15 +1,20 @@
 """The node layer on the GPU Operator's ClusterPolicy path: what makes a pool's nodes carry its MIG
 layout, and what is left to the nodes themselves.
 
-  mig-parted ConfigMap  one named config per distinct node layout (compiler/ir/pools.py names them
-                        by content), plus `all-disabled`, the ClusterPolicy's default for nodes
-                        without the label; key `config.yaml` (GPU Operator
-                        assets/state-mig-manager/0400_configmap.yaml has the same shape)
+  desired layouts       ConfigMap <spec>-mig-layouts-desired: one named config per distinct node
+                        layout (compiler/ir/pools.py names them by content), plus `all-disabled`,
+                        the ClusterPolicy's default for nodes without the label; key `config.yaml`
+                        (GPU Operator assets/state-mig-manager/0400_configmap.yaml has the same
+                        shape) and one key per layout
+  live layouts          ConfigMap <spec>-mig-layouts, which the MIG manager reads: written by
+                        label-nodes.sh, never by the tree, as the desired layouts plus those a node
+                        still carries (a node restarting mig-manager mid-way finds its layout)
   ClusterPolicy patch   `spec.mig.strategy` and `spec.migManager.config` pointing the MIG manager
-                        at that ConfigMap: a merge patch, because the ClusterPolicy belongs to the
-                        operator's installation, not to Kiln
-  label-nodes.sh        `nvidia.com/mig.config=<layout>` on each pool's nodes (nodes are not
-                        objects a GitOps tree should own), with --check and --dry-run
+                        at the live ConfigMap: a merge patch, because the ClusterPolicy belongs to
+                        the operator's installation, not to Kiln
+  label-nodes.sh        the re-layout, node by node: cordon, evict GPU pods, relabel, wait for the
+                        MIG manager, uncordon (mig-manager evicts nothing: NVIDIA/mig-parted
+                        reconfigure.go); the same script as an Argo CD sync-wave Job, with RBAC
   node-tuning-<pool>.sh clocks and power: no GPU Operator setting exists for either
 
 `mig_parted_problems` applies mig-parted's own parsing rules to a config, so a layout it would
@@ -18,26 +23,42 @@ refuse never reaches a node.
 
 from __future__ import annotations
 
-import re
+import hashlib
 import shlex
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
 from compiler import resources
+from compiler.ir.k8s_names import mig_configmap_name
+# mig-parted's parsing rules live below the emitters (the checks read them too); re-exported here
+from compiler.ir.migparted import (ATTRIBUTES, ENTRY_KEYS, SLICE_COUNTS, mig_parted_problems,  # noqa: F401
+                                   mig_profile_problem)
 from compiler.ir.pools import ALL_DISABLED
 
 from . import meta, tree
 
 TEMPLATE_DIR = resources.template_dir("k8s")
-LABEL_TEMPLATE, TUNING_TEMPLATE = "label-nodes.sh.j2", "node-tuning.sh.j2"
+LABEL_TEMPLATE, TUNING_TEMPLATE = "label-nodes.sh.j2", "gpu-tuning.sh.j2"
 CONFIG_KEY = "config.yaml"
 CLUSTER_POLICY = "cluster-policy"  # the name the GPU Operator's Helm chart gives its ClusterPolicy
 ALL_DISABLED_ENTRIES = [{"devices": "all", "mig-enabled": False}]
 
 
 def configmap_name(spec_name: str) -> str:
-    return f"{spec_name}-mig-layouts"
+    """The ConfigMap mig-manager reads (ClusterPolicy migManager.config.name): written by the
+    re-layout script, never by the tree, so that it keeps every layout a node still carries."""
+    return mig_configmap_name(spec_name)
+
+
+def desired_name(spec_name: str) -> str:
+    return mig_configmap_name(spec_name) + "-desired"
+
+
+# label-nodes.sh's bounds (KILN_EVICT_S, KILN_MIG_S, KILN_CONFIG_SYNC_S): the Job's deadline from them
+EVICT_S, MIG_S, CONFIG_SYNC_S = 600, 900, 120
+RELAYOUT = "relayout"  # the re-layout Job's ServiceAccount, roles and bindings: <spec>-relayout
+SCRIPT_KEY = "label-nodes.sh"
 
 
 def mig_parted_config(layouts: dict[str, list[dict]]) -> dict:
@@ -47,9 +68,153 @@ def mig_parted_config(layouts: dict[str, list[dict]]) -> dict:
 
 
 def configmap(spec_name: str, namespace: str, layouts: dict[str, list[dict]]) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": meta.metadata(configmap_name(spec_name), spec_name, namespace=namespace),
-            "data": {CONFIG_KEY: tree.dump(mig_parted_config(layouts))}}
+    """The tree's layouts: `config.yaml` (the mig-parted document, for review), one key per layout
+    (its entries) and `layouts` (their names), from which the script writes the live ConfigMap.
+    Synced before the Job (sync wave -2)."""
+    doc = mig_parted_config(layouts)
+    data = {CONFIG_KEY: tree.dump(doc), "layouts": " ".join(doc["mig-configs"])}
+    data.update({name: tree.dump(entries) for name, entries in doc["mig-configs"].items()})
+    md = meta.metadata(desired_name(spec_name), spec_name, namespace=namespace)
+    md["annotations"]["argocd.argoproj.io/sync-wave"] = "-2"
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": data}
+
+
+def rbac(spec_name: str, namespace: str, workload_namespace: str | None = None) -> list[dict]:
+    """Exactly what label-nodes.sh calls: nodes get/list/patch (kubectl get, cordon, label),
+    pods list and pods/eviction create (the GPU pods of a node), and in the operator's namespace
+    the two ConfigMaps: get and patch by name, create (the live one the first time)."""
+    name = f"{spec_name}-{RELAYOUT}"
+    md = lambda ns=None: {**meta.metadata(name, spec_name, namespace=ns),  # noqa: E731
+                          "annotations": {**meta.annotations(spec_name), "argocd.argoproj.io/sync-wave": "-2"}}
+    subject = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": md(namespace), "automountServiceAccountToken": True},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": md(),
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+                   {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": md(),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": subject},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": md(namespace),
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"],
+                    "resourceNames": [configmap_name(spec_name), desired_name(spec_name)]},
+                   {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": md(namespace),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}, "subjects": subject},
+    ] + ([] if workload_namespace is None else [  # retiring Deployments that left the spec (kubectl scale)
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": md(workload_namespace),
+         "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]},
+                   {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": md(workload_namespace),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}, "subjects": subject}])
+
+
+def script_configmap(spec_name: str, namespace: str, script: str, digest: str) -> dict:
+    md = meta.metadata(f"{spec_name}-{RELAYOUT}-{digest}", spec_name, namespace=namespace)
+    md["annotations"]["argocd.argoproj.io/sync-wave"] = "-2"
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": {SCRIPT_KEY: script}}
+
+
+TUNING = "gpu-tuning"
+TUNING_KEY = "gpu-tuning.sh"
+
+
+def tuning_rbac(spec_name: str, namespace: str) -> list[dict]:
+    """The tuning DaemonSet reports on its own node's label: nodes get and patch (kubectl label)."""
+    name = f"{spec_name}-{TUNING}"
+    subject = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta.metadata(name, spec_name, namespace=namespace)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta.metadata(name, spec_name),
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": meta.metadata(name, spec_name),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": subject},
+    ]
+
+
+def tuning_daemonset(spec_name: str, namespace: str, pool: str, selector: dict[str, str], image: str,
+                     script: str) -> list[dict]:
+    """Clocks and power reconciled on each node of a pool: the script (its ConfigMap, named by its
+    content so a change rolls the pods) in a privileged pod of the operator's namespace (setting
+    clocks and power needs root on the GPU), started once the operator's validator reports the
+    driver ready (/run/nvidia/validations/driver-ready), with /run/nvidia propagated from the host
+    so that a restarted driver container's root appears in it."""
+    digest = hashlib.sha256(script.encode()).hexdigest()[:8]
+    name = f"{spec_name}-{TUNING}-{pool}"
+    cm = {"apiVersion": "v1", "kind": "ConfigMap",
+          "metadata": meta.metadata(f"{name}-{digest}", spec_name, namespace=namespace,
+                                    labels_=meta.labels(spec_name, pool=pool)),
+          "data": {TUNING_KEY: script}}
+    labels = {**meta.labels(spec_name, pool=pool), "app.kubernetes.io/component": TUNING}
+    run_nvidia = {"name": "run-nvidia", "mountPath": "/run/nvidia", "mountPropagation": "HostToContainer"}
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+          "metadata": meta.metadata(name, spec_name, namespace=namespace, labels_=labels),
+          "spec": {
+              "selector": {"matchLabels": {meta.POOL_LABEL: pool, "app.kubernetes.io/component": TUNING}},
+              "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+              "template": {"metadata": {"labels": labels}, "spec": {
+                  "serviceAccountName": f"{spec_name}-{TUNING}",
+                  "nodeSelector": dict(sorted(selector.items())),
+                  "tolerations": [{"key": meta.GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                  "initContainers": [{
+                      "name": "driver-ready", "image": image,
+                      "command": ["sh", "-c", "until [ -f /run/nvidia/validations/driver-ready ]; do sleep 5; done"],
+                      "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
+                      "volumeMounts": [run_nvidia]}],
+                  "containers": [{
+                      "name": "tuning", "image": image, "command": ["sh", f"/kiln/{TUNING_KEY}"],
+                      "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                              {"name": "HOME", "value": "/tmp"}],
+                      "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "128Mi"}},
+                      "securityContext": {"privileged": True},
+                      "volumeMounts": [run_nvidia, {"name": "script", "mountPath": "/kiln", "readOnly": True}]}],
+                  "volumes": [{"name": "run-nvidia", "hostPath": {"path": "/run/nvidia", "type": "Directory"}},
+                              {"name": "script", "configMap": {"name": f"{name}-{digest}"}}],
+              }}}}
+    return [cm, ds]
+
+
+def helm_values(spec_name: str, strategy: str) -> dict:
+    """The GPU Operator chart's values for what Kiln needs (deployments/gpu-operator/values.yaml
+    mig.strategy, migManager.config.name/default): `helm upgrade` renders the ClusterPolicy from
+    values, so a patch of the ClusterPolicy would be undone by the next upgrade."""
+    return {"mig": {"strategy": strategy},
+            "migManager": {"enabled": True, "config": {"name": configmap_name(spec_name), "default": ALL_DISABLED}}}
+
+
+def relayout_deadline_s(pools: list[dict]) -> int:
+    """The longest the script may take: every batch of every pool at its bounds, two ConfigMap syncs."""
+    batches = sum(-(-p["nodes"] // p["max_unavailable"]) for p in pools)
+    return batches * (EVICT_S + MIG_S + 60) + 2 * CONFIG_SYNC_S + 300
+
+
+def relayout_job(spec_name: str, namespace: str, image: str, digest: str, deadline_s: int) -> dict:
+    """The re-layout as an Argo CD sync-wave Job (wave -1: after the layouts and the RBAC, before
+    the workloads, whose new pods need the new slices). Named by the digest of what it does, so a
+    new layout is a new Job (a Job's template is immutable) and an unchanged one is not re-run."""
+    name = f"{spec_name}-{RELAYOUT}-{digest}"
+    md = meta.metadata(name, spec_name, namespace=namespace)
+    md["annotations"]["argocd.argoproj.io/sync-wave"] = "-1"
+    security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+                "runAsUser": 65532, "readOnlyRootFilesystem": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": md, "spec": {
+        "backoffLimit": 0,  # a failed node needs a person: it stays cordoned, the Job stays failed
+        "activeDeadlineSeconds": deadline_s,
+        "template": {"metadata": {"labels": meta.labels(spec_name)}, "spec": {
+            "serviceAccountName": f"{spec_name}-{RELAYOUT}",
+            "restartPolicy": "Never",
+            "containers": [{"name": "relayout", "image": image, "command": ["sh", f"/kiln/{SCRIPT_KEY}"],
+                            "env": [{"name": "HOME", "value": "/tmp"}],  # kubectl's cache
+                            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                                          "limits": {"cpu": "500m", "memory": "256Mi"}},
+                            "securityContext": security,
+                            "volumeMounts": [{"name": "script", "mountPath": "/kiln", "readOnly": True},
+                                             {"name": "tmp", "mountPath": "/tmp"}]}],
+            "volumes": [{"name": "script", "configMap": {"name": name}}, {"name": "tmp", "emptyDir": {}}],
+        }}}}
 
 
 def cluster_policy_patch(spec_name: str, strategy: str) -> dict:
@@ -81,142 +246,16 @@ def _environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
     return env
 
 
-def label_script(spec_name: str, configmap_: str, operator_namespace: str, pools: list[dict]) -> str:
-    """`pools`: {name, selector (kubectl -l form), layout, nodes}."""
+def label_script(spec_name: str, operator_namespace: str, pools: list[dict], namespace: str = "",
+                 workloads: list[str] = ()) -> str:
+    """`pools`: {name, selector (kubectl -l form), layout, nodes, max_unavailable}; `workloads`: the
+    spec's Deployments (runtime deployment) in `namespace`, the others of the spec are retired."""
     return _environment().get_template(LABEL_TEMPLATE).render(
-        spec_name=spec_name, configmap=configmap_, operator_namespace=operator_namespace, pools=pools)
+        spec_name=spec_name, live=configmap_name(spec_name), desired=desired_name(spec_name),
+        operator_namespace=operator_namespace, pools=pools, namespace=namespace, workloads=" ".join(workloads))
 
 
 def tuning_script(spec_name: str, pool: str, gpus: list[dict]) -> str:
-    """`gpus`: {index, lgc, lmc, ac, pl} with "" for what is not set."""
+    """`gpus`: every GPU of a node, {index, lgc, lmc, ac, pl} with "" for what is not set (its
+    default is restored)."""
     return _environment().get_template(TUNING_TEMPLATE).render(spec_name=spec_name, pool=pool, gpus=gpus)
-
-
-# --- mig-parted's parsing rules ---------------------------------------------------------------------
-# From NVIDIA/mig-parted: api/spec/v1/spec.go (Spec.UnmarshalJSON, MigConfigSpec.UnmarshalJSON) at
-# commit 28f9599079a99135a96413ef63137ca84a6895f0, pkg/types/mig_profile.go (ParseMigProfile) at
-# 1198f76e13f657d099ab1531e106b38d3825c2d7 and pkg/types/mig_config.go (MigConfig.AssertValid) at
-# 6c4d01a373f112914c5799bff4460656b6bbbc02. mig-parted reads YAML through its JSON form.
-SLICE_COUNTS = frozenset({1, 2, 3, 4, 6, 7, 8})  # the NVML compute/GPU instance profiles it maps
-ATTRIBUTES = frozenset({"me"})  # AttributeMediaExtensions: the only attribute it knows
-ENTRY_KEYS = frozenset({"device-filter", "devices", "mig-enabled", "mig-devices"})
-_ATOI = re.compile(r"[+-]?[0-9]+")  # strconv.Atoi
-
-
-def _field(text: str, suffix: str) -> tuple[int | None, str | None]:
-    if text.strip() != text:
-        return None, f"leading or trailing spaces on '%d{suffix}'"
-    if not text.endswith(suffix):
-        return None, f"missing '{suffix}' from '%d{suffix}'"
-    number = text[: -len(suffix)]
-    if not _ATOI.fullmatch(number):
-        return None, f"malformed number in '%d{suffix}'"
-    return int(number), None
-
-
-def mig_profile_problem(profile: str) -> str | None:
-    """Why mig-parted's ParseMigProfile refuses a profile name ([<C>c.]<G>g.<GB>gb[+<attr>,...]), or None."""
-    if not profile:
-        return "empty MigProfile string"
-    base, plus, attrs = profile.partition("+")
-    if plus:
-        seen: set[str] = set()
-        for a in attrs.split(","):
-            if a in seen:
-                return "non unique attribute in list"
-            if a == "":
-                return "empty attribute in list"
-            if a.strip() != a:
-                return "leading or trailing spaces in attribute"
-            if a[0].isdigit():
-                return "attribute begins with a number"
-            if not a.isascii() or not a.isalnum():
-                return "non alpha-numeric character or digit in attribute"
-            seen.add(a)
-    parts = base.split(".", 2)
-    if len(parts) == 3:
-        fields = [(parts[0], "c"), (parts[1], "g"), (parts[2], "gb")]
-    elif len(parts) == 2:
-        fields = [(parts[0], "g"), (parts[1], "gb")]
-    else:
-        return "parsed wrong number of fields, expected 2 or 3"
-    values = []
-    for text, suffix in fields:
-        value, problem = _field(text, suffix)
-        if problem:
-            return problem
-        values.append(value)
-    c, g = (values[0], values[1]) if len(values) == 3 else (values[0], values[0])
-    if c not in SLICE_COUNTS:
-        return f"unknown Compute Instance slice size: {c}"
-    if g not in SLICE_COUNTS:
-        return f"unknown GPU Instance slice size: {g}"
-    for a in (attrs.split(",") if plus else []):
-        if a not in ATTRIBUTES:
-            return f"unknown MigProfile attribute: {a}"
-    return None
-
-
-def _int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def mig_parted_problems(doc: object) -> list[str]:
-    """Every reason mig-parted would refuse `doc` (a parsed config.yaml); [] when it parses."""
-    if not isinstance(doc, dict):
-        return ["the config is not a mapping"]
-    if doc and "version" not in doc:
-        return ["unable to parse with missing 'version' field"]
-    if doc.get("version") != "v1":
-        return [f"unknown version: {doc.get('version')}"]
-    problems = [f"unexpected field: {k}" for k in sorted(doc) if k not in ("version", "mig-configs")]
-    configs = doc.get("mig-configs")
-    if "mig-configs" in doc:
-        if not isinstance(configs, dict) or not configs:
-            return problems + ["at least one entry in 'mig-configs' is required"]
-        for name, entries in sorted(configs.items()):
-            if not isinstance(entries, list) or not entries:
-                problems.append(f"at least one entry in '{name}' is required")
-                continue
-            for i, entry in enumerate(entries):
-                problems += [f"{name}[{i}]: {p}" for p in _entry_problems(entry)]
-    return problems
-
-
-def _entry_problems(entry: object) -> list[str]:
-    if not isinstance(entry, dict):
-        return ["an entry is not a mapping"]
-    out = [f"missing required field: {r}" for r in ("devices", "mig-enabled") if r not in entry]
-    out += [f"unexpected field: {k}" for k in sorted(entry) if k not in ENTRY_KEYS]
-    if "device-filter" in entry:
-        f = entry["device-filter"]
-        if not (isinstance(f, str) or (isinstance(f, list) and all(isinstance(x, str) for x in f))):
-            out.append("device-filter is neither a string nor a list of strings")
-    if "devices" in entry:
-        d = entry["devices"]
-        if isinstance(d, str):
-            if d != "all":
-                out.append(f"invalid string input for 'devices': {d}")
-        elif not (isinstance(d, list) and all(_int(x) for x in d)):
-            out.append("devices is neither 'all' nor a list of GPU indexes")
-    enabled = entry.get("mig-enabled")
-    if "mig-enabled" in entry and not isinstance(enabled, bool):
-        out.append("mig-enabled is not a boolean")
-    devices = entry.get("mig-devices")
-    if "mig-devices" in entry:
-        if not isinstance(devices, dict):
-            out.append("mig-devices is not a mapping of profile to count")
-            devices = {}
-        for profile, count in devices.items():
-            problem = mig_profile_problem(str(profile))
-            if problem:
-                out.append(f"error validating values in 'mig-devices' field: invalid format for '{profile}': {problem}")
-            if not _int(count) or count < 0:
-                out.append(f"error validating values in 'mig-devices' field: invalid count for '{profile}': {count}")
-        if devices and not any(_int(c) and c > 0 for c in devices.values()):
-            out.append("error validating values in 'mig-devices' field: all counts for all MigProfiles are 0")
-    if enabled is True and devices is None:
-        out.append("missing required field 'mig-devices' when 'mig-enabled' is true")
-    if enabled is False and devices:
-        out.append("MIG devices included when 'mig-enabled' is false")
-    return out

@@ -12,6 +12,22 @@ from typing import Mapping
 
 from compiler.graph.kinds import POOL, Disruption
 
+from .runtime import PROGRESS_DEADLINE_S
+
+RECREATE_CODE = "K855"  # compiler/checks/kubernetes.py KubernetesUpdateForbidden
+
+
+def down_for() -> str:
+    """How long a deleted and re-created workload serves nothing, at most: a pull and a load."""
+    return f"~{PROGRESS_DEADLINE_S // 60} min"
+
+
+def recreate(pools: list[str], model: str, reasons: list[str]) -> list[Disruption]:
+    """`recreate: <model> down for ~T`, once per pool the model runs on: a controller refuses the
+    update, so the object must be deleted and created anew (never planned as `new`)."""
+    text = f"recreate: {model} down for {down_for()} ({RECREATE_CODE}: {'; '.join(reasons)})"
+    return [Disruption(p, POOL, "recreate", text) for p in sorted(set(pools))]
+
 
 def _short(value) -> str:
     text = str(value)
@@ -35,3 +51,7 @@ def workload_disruptions(pool: str, name: str, old: Mapping | None, new: Mapping
         delta = a - (b or 0)
         out.append(Disruption(pool, POOL, "replicas", f"{name}: {b} -> {a} replicas ({delta:+d} x {device})"))
     return out
+
+
+def roll(pool: str, name: str, why: str) -> Disruption:
+    return Disruption(pool, POOL, "workload-roll", f"{name}: pods replaced one at a time ({why})")

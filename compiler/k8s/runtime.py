@@ -19,7 +19,48 @@ from dataclasses import dataclass
 
 STARTUP_S = 1800
 PROBE_PERIOD_S = 10
-SHM_SIZE = "2Gi"  # Python backend instances take 64 MB of /dev/shm each and grow (python_backend README)
+# A rollout may wait for an image pull and a load before a pod is Ready: the Deployment's progress
+# deadline covers both, or Argo CD marks every slow rollout Degraded (gitops-engine
+# health_deployment.go: ProgressDeadlineExceeded -> Degraded).
+PULL_S = 900
+PROGRESS_DEADLINE_S = STARTUP_S + PULL_S
+# In-flight streamed generations finish after SIGTERM; the endpoint leaves the Service first.
+PRESTOP_SLEEP_S = 5
+GRACE_S = 120
+GIB = 1024 ** 3
+RUNTIME_OVERHEAD_GIB = 8  # server processes, tokenizer, CUDA host allocations beside the checkpoint
+NONROOT_UID = 1000  # the unprivileged user of NVIDIA's NGC serving images
+
+
+def shm_gib(gpus: int) -> int:
+    """/dev/shm per pod: 2 GiB for one device (Python backend instances take 64 MB each and grow,
+    python_backend README), 1 GiB per GPU beyond for NCCL's shared-memory transport, so a tp=8
+    pod gets 8 GiB, Dynamo's operator default (dynamocomponentdeployment_types.go sharedMemorySize)."""
+    return max(2, gpus)
+
+
+def pod_resources(weight_bytes: float, gpus: int, mig: bool, cpu: int | None = None,
+                  memory_gib: int | None = None) -> dict:
+    """CPU and memory requests and limits of a serving container, so that it is not BestEffort
+    (extended resources do not count toward QoS): memory for the checkpoint the server reads
+    through host memory while loading, the runtime beside it and the memory-backed /dev/shm; the
+    limit adds the checkpoint once more for the page cache of the load. `cpu`/`memory_gib` override."""
+    weights = -(-int(weight_bytes) // GIB)
+    mem = memory_gib if memory_gib is not None else weights + RUNTIME_OVERHEAD_GIB + shm_gib(gpus)
+    cores = cpu if cpu is not None else (2 if mig else 4 * gpus)
+    return {"requests": {"cpu": str(cores), "memory": f"{mem}Gi"},
+            "limits": {"cpu": str(2 * cores), "memory": f"{mem + weights}Gi"}}
+
+
+def container_security() -> dict:
+    """The `restricted` Pod Security profile's container fields."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+            "runAsUser": NONROOT_UID, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def lifecycle() -> dict:
+    """A short sleep before SIGTERM: the endpoint leaves the Service before the server stops accepting."""
+    return {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}}
 
 
 @dataclass(frozen=True)

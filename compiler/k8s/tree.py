@@ -64,7 +64,16 @@ def kustomization(resources_: list[str], transformers: list[str] | None = None) 
 
 
 def namespace(name: str, spec_name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta.metadata(name, spec_name)}
+    """Argo CD never deletes it (Delete=false: a deleted Application leaves the namespace and the
+    pull secrets people put there); Pod Security warns and audits against `restricted`, which the
+    pods meet, and enforces `baseline` (argo-cd docs/user-guide/sync-options.md)."""
+    md = meta.metadata(name, spec_name)
+    md["annotations"]["argocd.argoproj.io/sync-options"] = "Delete=false"
+    md["annotations"]["argocd.argoproj.io/sync-wave"] = "-3"  # before the budgets and roles in it (wave -2)
+    md["labels"].update({"pod-security.kubernetes.io/enforce": "baseline",
+                         "pod-security.kubernetes.io/warn": "restricted",
+                         "pod-security.kubernetes.io/audit": "restricted"})
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": md}
 
 
 def release_stamp(spec_name: str, spec_digest: str) -> dict:
@@ -83,7 +92,10 @@ def application(*, spec_name: str, namespace_: str, argocd_namespace: str, proje
             "project": project,
             "source": {"repoURL": repo_url, "path": path, "targetRevision": revision},
             "destination": {"server": "https://kubernetes.default.svc", "namespace": namespace_},
-            "syncPolicy": {"automated": {"prune": True, "selfHeal": True}},
+            # an automated sync that failed is not retried for the same commit unless `retry` says so
+            # (argo-cd docs/user-guide/auto_sync.md), e.g. while Dynamo's webhook is not ready yet
+            "syncPolicy": {"automated": {"prune": True, "selfHeal": True},
+                           "retry": {"limit": 10, "backoff": {"duration": "30s", "factor": 2, "maxDuration": "15m"}}},
         },
     }
 

@@ -6,18 +6,28 @@ runtime defines (runtime.py), the MIG device or GPUs it requests, and /dev/shm a
 
 Rolling updates replace one pod at a time without a surge pod (maxSurge 0): a pool's devices are
 all assigned, so a surge pod could never be scheduled. The PodDisruptionBudget lets one pod of a
-workload go at a time (maxUnavailable 1, which still lets a one-replica workload be evicted, e.g.
-by the MIG manager's drain); the Service spans every pool that serves the model.
+workload go at a time (maxUnavailable 1, which still lets a one-replica workload be evicted by the
+re-layout Job's eviction, node-layer/relayout); the Service spans every pool that serves the model.
+
+The selector is the workload label alone (`kiln.io/workload: <name>`): a Deployment's selector is
+immutable, so it holds nothing that can change while the name stays (not the spec's name). The
+progress deadline covers a pull and a load (runtime.PROGRESS_DEADLINE_S); pods have CPU and
+memory requests, a grace period with a preStop sleep, and the `restricted` security fields.
 """
 
 from __future__ import annotations
 
 from . import meta
-from .runtime import SHM_SIZE, ServingContainer, probes
+from .runtime import (GRACE_S, PROGRESS_DEADLINE_S, ServingContainer, container_security, lifecycle, probes,
+                      shm_gib)
 
 
-def _selector(spec_name: str, instance: str) -> dict[str, str]:
-    return {"app.kubernetes.io/part-of": spec_name, "app.kubernetes.io/instance": instance}
+def _selector(workload: str) -> dict[str, str]:
+    return {meta.WORKLOAD_LABEL: workload}
+
+
+def pod_security() -> dict:
+    return {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def node_selector(selector: dict[str, str], gpu_product: str | None) -> dict[str, str]:
@@ -34,15 +44,19 @@ def tolerations() -> list[dict]:
 
 def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: str, replicas: int,
                image: str, container: ServingContainer, resource: str, count: int, selector: dict[str, str],
-               gpu_product: str | None, artifacts: dict[str, str]) -> dict:
-    pod_labels = meta.labels(spec_name, model=model, instance=name, pool=pool)
+               gpu_product: str | None, artifacts: dict[str, str], pod_resources: dict) -> dict:
+    """`pod_resources`: CPU and memory requests and limits (runtime.pod_resources)."""
+    pod_labels = meta.labels(spec_name, model=model, workload=name, pool=pool, shape=shape(resource, count))
     main = {
         "name": "server",
         "image": image,
         "command": list(container.command),
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in container.ports],
-        "resources": {"limits": {resource: str(count)}},
+        "resources": {"requests": {**pod_resources["requests"], resource: str(count)},
+                      "limits": {**pod_resources["limits"], resource: str(count)}},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": container_security(),
+        "lifecycle": lifecycle(),
         **probes(container),
     }
     return {
@@ -51,28 +65,51 @@ def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: s
         "metadata": meta.metadata(name, spec_name, namespace=namespace, labels_=pod_labels, artifacts=artifacts),
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": _selector(spec_name, name)},
+            "progressDeadlineSeconds": PROGRESS_DEADLINE_S,
+            "selector": {"matchLabels": _selector(name)},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "template": {
                 "metadata": {"labels": pod_labels},
                 "spec": {
+                    "automountServiceAccountToken": False,
                     "nodeSelector": node_selector(selector, gpu_product),
                     "tolerations": tolerations(),
+                    "securityContext": pod_security(),
+                    "terminationGracePeriodSeconds": GRACE_S,
                     "containers": [main],
-                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}],
+                    "volumes": [{"name": "dshm",
+                                 "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(count)}Gi"}}],
                 },
             },
         },
     }
 
 
-def disruption_budget(*, name: str, spec_name: str, namespace: str, pool: str, model: str) -> dict:
+def shape(resource: str, count: int) -> str:
+    """The device shape label of a pod: nvidia.com/mig-3g.40gb x1 -> mig-3g-40gb, nvidia.com/gpu x8 -> gpu-8."""
+    base = resource.split("/", 1)[1]
+    return "".join(c if c.isalnum() else "-" for c in base) + (f"-{count}" if count > 1 or base == "gpu" else "")
+
+
+def disruption_budget(*, name: str, spec_name: str, namespace: str, pool: str, model: str,
+                      max_unavailable: int = 1, shape_: str) -> dict:
+    """`max_unavailable`: the workload's pods on the nodes one re-layout batch takes out (its pods
+    per node times the pool's max_unavailable nodes): with every slice assigned an evicted pod stays
+    Pending until its node is back, so a smaller budget would refuse the batch's evictions forever.
+
+    It selects the workload's pods of its device shape only, and syncs before the re-layout Job
+    (wave -2): when a re-layout changes the workload's shape, the old pods (whose slices the
+    re-layout destroys, and which could never come back) are outside every budget, so evicting
+    them does not deadlock; pods whose shape stays are protected as before."""
+    md = meta.metadata(name, spec_name, namespace=namespace, labels_=meta.labels(spec_name, model=model, workload=name,
+                                                                                pool=pool))
+    md["annotations"]["argocd.argoproj.io/sync-wave"] = "-2"
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": meta.metadata(name, spec_name, namespace=namespace,
-                                  labels_=meta.labels(spec_name, model=model, instance=name, pool=pool)),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector(spec_name, name)}},
+        "metadata": md,
+        "spec": {"maxUnavailable": max_unavailable,
+                 "selector": {"matchLabels": {**_selector(name), meta.SHAPE_LABEL: shape_}}},
     }
 
 

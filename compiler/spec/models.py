@@ -589,7 +589,22 @@ class NodePool(SpecModel):
 
     gpu_product: LabelValue | None = None  # type: ignore[valid-type]
     """GPU Feature Discovery's `nvidia.com/gpu.product` value of the pool's GPUs (e.g.
-    NVIDIA-H100-80GB-HBM3); when given, workloads select on it as well."""
+    NVIDIA-H100-80GB-HBM3); when given, workloads select on it as well (under the `single` MIG
+    strategy as GFD rewrites it: `<product>-MIG-<profile>`)."""
+
+    max_unavailable: Annotated[int, Field(ge=1, le=10000)] = 1
+    """Nodes of the pool a MIG re-layout takes out of service at once (node-layer/relayout: cordon,
+    evict, relabel, wait for the MIG manager, uncordon)."""
+
+
+class PodResources(SpecModel):
+    """CPU and memory of a model's pods, replacing Kiln's estimate from the checkpoint it loads."""
+
+    cpu: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """CPU cores requested (the limit is twice this)."""
+
+    memory_gib: Annotated[int, Field(ge=1, le=65536)] | None = None
+    """Memory requested, GiB (the limit adds the checkpoint's size once more for the load)."""
 
 
 class DynamoRuntime(SpecModel):
@@ -645,6 +660,14 @@ class Kubernetes(SpecModel):
 
     argocd: ArgoCd | None = None
     """Emit an Argo CD Application for the tree."""
+
+    pod_resources: dict[Name, PodResources] | None = None  # type: ignore[valid-type]
+    """Per model, CPU and memory of its pods instead of Kiln's estimate."""
+
+    relayout_image: PinnedImage | None = None
+    """Image with `sh`, `kubectl` and `chroot` (pinned by digest) for the MIG re-layout Job Argo CD
+    runs (node-layer/relayout-job.yaml) and the clocks-and-power DaemonSets (gpu-tuning.yaml).
+    Without it the tree has neither: run node-layer/label-nodes.sh and node-tuning-<pool>.sh."""
 
     @model_validator(mode="after")
     def _dynamo(self) -> "Kubernetes":

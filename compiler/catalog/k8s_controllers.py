@@ -1,0 +1,88 @@
+"""What the controllers a Kubernetes release meets do with its objects (catalog/data/k8s_controllers.json):
+GPU Feature Discovery's product label, the Dynamo webhook's forbidden updates, Argo CD's and the MIG
+manager's rules. Below both the emitters (compiler/k8s/) and the checks, so each reads one table."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from compiler import resources
+
+
+@lru_cache(maxsize=1)
+def table() -> dict:
+    return json.loads(resources.read_data("catalog", "data", "k8s_controllers.json"))
+
+
+# --- GPU Feature Discovery ----------------------------------------------------------------------------
+def _sanitise(part: str) -> str:
+    """GFD's sanitise: drop what is not [A-Za-z0-9-_. ], then join the words with '-'."""
+    return "-".join(re.sub(table()["gfd"]["sanitise_removes"], "", part).split())
+
+
+def gpu_product_label(product: str, strategy: str, mig_profile: str | None) -> str:
+    """The value GFD writes to nvidia.com/gpu.product on a node whose GPUs are `product` under the
+    cluster's MIG `strategy`: under `single` a MIG node's MIG labeler overwrites the full-GPU one with
+    `<product>-MIG-<profile>` (the profile as GFD sanitises it: `1g.10gb+me` -> `1g.10gbme`); under
+    `mixed` and `none` the key keeps the bare product."""
+    pattern = table()["gfd"]["product_by_strategy"][strategy]
+    if mig_profile is None:
+        return product
+    return pattern.format(product=product, profile=_sanitise(mig_profile))
+
+
+def product_key() -> str:
+    return table()["gfd"]["product_key"]
+
+
+# --- Dynamo's admission webhook -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ForbiddenUpdate:
+    id: str
+    what: str
+    message: str
+    since: str
+    status: str
+    note: str
+    source: str
+
+    def applies(self, version: str) -> bool:
+        def key(v: str) -> tuple[int, ...]:
+            return tuple(int(x) for x in re.findall(r"\d+", v)[:2])
+        return key(version) >= key(self.since)
+
+    def cite(self, version: str) -> str:
+        caveat = "" if self.status == "verified" else f"; {self.status} in {version}"
+        return f"Dynamo webhook: {self.what} is refused ('{self.message}'{caveat})"
+
+
+def forbidden_updates(version: str) -> dict[str, ForbiddenUpdate]:
+    """The updates Dynamo `version`'s webhook refuses on a live DynamoGraphDeployment, by rule id."""
+    hook = table()["dynamo_webhook"]
+    out = {}
+    for r in hook["forbidden_updates"]:
+        rule = ForbiddenUpdate(r["id"], r["what"], r["message"], r["since"], r["status"], r.get("note", ""),
+                               hook["source"])
+        if rule.applies(version):
+            out[rule.id] = rule
+    return out
+
+
+def grove_name_max() -> int:
+    return table()["dynamo_webhook"]["grove_combined_name_max"]
+
+
+def rolling_update_annotations() -> tuple[str, str]:
+    ru = table()["dynamo_webhook"]["rolling_update"]
+    return ru["max_surge"], ru["max_unavailable"]
+
+
+def dynamo_shm_default() -> str:
+    return table()["dynamo_webhook"]["shared_memory_default"]
+
+
+def driver_root() -> str:
+    return table()["gpu_operator"]["driver_root"]

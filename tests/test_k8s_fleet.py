@@ -1,0 +1,325 @@
+"""Day-2 changes to a Kubernetes fleet (issue 21): every edit applies through the controllers the
+tree meets. GFD's product label under `single` and `mixed`, names that stay when a model gains a
+shape, updates Dynamo's webhook refuses planned as `recreate` (never `new`) with K855, workloads
+that leave the tree planned as deleted. The rules are catalog/data/k8s_controllers.json's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from compiler.catalog import k8s_controllers
+from compiler.gitops.planbase import refused_updates
+from compiler.gitops.semplan import host_disruptions
+from compiler.pipeline import validate_text
+from tests.k8s_tree import graph_of, render
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "k8s-two-pools" / "kiln.yaml"
+YAML_ = YAML(typ="safe", pure=True)
+H100_MIG = ("          - {profile: 3g.40gb, serves: chat}\n"
+            "          - {profile: 2g.20gb, serves: coder}\n"
+            "          - {profile: 1g.10gb, serves: intent}\n")
+
+
+def _text(*edits: tuple[str, str], dynamo: bool = False) -> str:
+    text = EXAMPLE.read_text(encoding="utf-8")
+    if dynamo:
+        edits = ((('tensorrt_llm: "1.2.1"', 'tensorrt_llm: "1.3.0rc29"'),
+                  ("  runtime: deployment\n", '  runtime: dynamo\n  dynamo: {version: "1.6.1"}\n'),
+                  ("image: {repository: registry.example.com/inference/fleet}",
+                   "image:\n  repository: registry.example.com/inference/fleet\n"
+                   "  base: nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.6.1@sha256:" + "1" * 64)) + edits)
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+def _workloads(tmp_path: Path, text: str) -> dict[str, dict]:
+    root = render(graph_of(EXAMPLE, tmp_path, text), tmp_path)
+    out = {}
+    for p in sorted((root / "workloads").glob("*.yaml")):
+        for d in YAML_.load_all(p.read_text(encoding="utf-8")):
+            if d and d["kind"] in ("Deployment", "DynamoGraphDeployment"):
+                out[d["metadata"]["name"]] = d
+    return out
+
+
+def _plan(tmp_path: Path, base_text: str, head_text: str):
+    base = graph_of(EXAMPLE, tmp_path / "a", base_text)
+    head = graph_of(EXAMPLE, tmp_path / "b", head_text)
+    return [d for d in host_disruptions(base, head) if d.pool]
+
+
+# --- GPU Feature Discovery ----------------------------------------------------------------------------
+def test_gfd_product_label_rules() -> None:
+    """NVIDIA/k8s-device-plugin v0.20.0 internal/lm: `single` rewrites the product, `mixed` keeps it,
+    and the profile is sanitised as GFD does (`+` dropped)."""
+    product = "NVIDIA-H100-80GB-HBM3"
+    assert k8s_controllers.gpu_product_label(product, "single", "1g.10gb") == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+    assert k8s_controllers.gpu_product_label(product, "single", "1g.10gb+me") == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gbme"
+    assert k8s_controllers.gpu_product_label(product, "mixed", "1g.10gb") == product
+    assert k8s_controllers.gpu_product_label(product, "single", None) == product  # a whole-GPU node
+    assert "k8s-device-plugin v0.20.0" in k8s_controllers.table()["gfd"]["source"]
+
+
+def test_single_strategy_selects_what_gfd_labels(tmp_path: Path) -> None:
+    """Every H100 at 7 x 1g.10gb: Kiln picks `single`, so pods ask for nvidia.com/gpu and select the
+    product GFD writes under it; before, the bare product matched no node and every replica was Pending."""
+    seven = "".join("          - {profile: 1g.10gb, serves: intent}\n" for _ in range(7))
+    text = _text((H100_MIG, seven))
+    got = _workloads(tmp_path, text)
+    intent = got["intent-h100-pool"]["spec"]["template"]["spec"]
+    assert intent["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+    assert intent["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    # the B200 pool has whole GPUs: GFD's single labeler leaves its product alone
+    big = got["big-b200-pool"]["spec"]["template"]["spec"]
+    assert "nvidia.com/gpu.product" not in big["nodeSelector"]  # the example names no B200 product
+
+
+def test_mixed_strategy_keeps_the_bare_product(tmp_path: Path) -> None:
+    chat = _workloads(tmp_path, _text())["chat-h100-pool"]["spec"]["template"]["spec"]
+    assert chat["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert chat["containers"][0]["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == "1"
+
+
+# --- stable identities --------------------------------------------------------------------------------
+SECOND_SHAPE = ("          - {profile: 1g.10gb, serves: intent}\n",
+                "          - {profile: 1g.10gb, serves: intent}\n          - {profile: 1g.10gb, serves: chat}\n")
+
+
+def test_a_second_shape_keeps_the_first_workloads_name(tmp_path: Path) -> None:
+    before = set(_workloads(tmp_path / "a", _text()))
+    after = set(_workloads(tmp_path / "b", _text(SECOND_SHAPE)))
+    assert "chat-h100-pool" in before and "chat-h100-pool" in after  # never pruned by Argo CD
+    assert after - before == {"chat-h100-pool-1g-10gb"}
+
+
+def test_second_shape_plans_a_new_workload_and_no_deletion(tmp_path: Path) -> None:
+    items = _plan(tmp_path, _text(), _text(SECOND_SHAPE))
+    assert not [d for d in items if d.kind in ("workload-delete", "recreate")]
+    assert any(d.kind == "workload-roll" and d.detail.startswith("chat-h100-pool-1g-10gb: new") for d in items)
+
+
+def test_a_lost_shape_is_planned_as_a_deletion(tmp_path: Path) -> None:
+    items = _plan(tmp_path, _text(SECOND_SHAPE), _text())
+    deleted = [d.detail for d in items if d.kind == "workload-delete"]
+    assert deleted == ["chat-h100-pool-1g-10gb: removed: Argo CD prunes its Deployment, its 32 pod(s) stop at once"]
+
+
+def test_dgd_components_do_not_move_with_the_pool_set(tmp_path: Path) -> None:
+    before = _workloads(tmp_path / "a", _text(dynamo=True))
+    after = _workloads(tmp_path / "b", _text(SECOND_SHAPE, dynamo=True))
+    names = {d: [c["name"] for c in o["spec"]["components"]] for d, o in before.items()}
+    assert names["chat"] == ["frontend", "worker-h100-pool"]
+    assert [c["name"] for c in after["chat"]["spec"]["components"]] == [
+        "frontend", "worker-h100-pool", "worker-h100-pool-1g-10gb"]
+
+
+def test_a_refused_dgd_update_is_a_recreate_with_k855(tmp_path: Path) -> None:
+    """A model that gains a worker component: Dynamo's webhook refuses the changed component set,
+    so the plan says recreate (with the rule's source), never `new`, and plan --base warns K855."""
+    head_text = _text(SECOND_SHAPE, dynamo=True)
+    items = _plan(tmp_path, _text(dynamo=True), head_text)
+    recreate = [d for d in items if d.kind == "recreate"]
+    assert [d.host for d in recreate] == ["h100-pool"]
+    assert recreate[0].detail.startswith("recreate: chat down for ~45 min (K855: Dynamo webhook: adding or removing")
+    assert "+worker-h100-pool-1g-10gb" in recreate[0].detail
+    assert not [d for d in items if "chat/" in d.detail and "new" in d.detail]
+    head = validate_text(head_text, EXAMPLE.parent, EXAMPLE.name)
+    diags = refused_updates(head, items)
+    assert [(d.code, d.severity.value) for d in diags] == [("K855", "warning")]
+    assert diags[0].span.line > 0
+
+
+def test_power_limit_change_on_dynamo_is_the_nodes(tmp_path: Path) -> None:
+    """Power is the tuning DaemonSet's on Dynamo too: no annotation the webhook freezes, no recreate."""
+    items = _plan(tmp_path, _text(dynamo=True), _text(("power_limit_w: 1000", "power_limit_w: 900"), dynamo=True))
+    assert [(d.host, d.kind) for d in items] == [("b200-pool", "power")]
+    assert "1000 -> 900: the DaemonSet fleet-gpu-tuning-b200-pool applies it" in items[0].detail
+
+
+def test_a_dgd_carrying_the_power_annotation_is_recreated_to_change_it() -> None:
+    """A DGD an earlier Kiln wrote with the annotation: changing or dropping it is refused by the
+    webhook (from Dynamo 1.6, unconfirmed in 1.6.1), as is the GPU count of such a worker."""
+    from compiler.actions.k8s_dgd import DgdParams, Worker, forbidden_changes
+
+    def params(power, count, version="1.6.1"):
+        w = Worker(component="worker-b200-pool", pool="b200-pool", replicas=2, image_action="image/b200-pool",
+                   resource="nvidia.com/gpu", count=count, selector={}, gpu_product=None, power_limit_w=power,
+                   pod_resources={})
+        return DgdParams(model="big", spec_name="fleet", namespace="inference", version=version, frontend_image="x",
+                         options_action="llmapi-options/big", options_digest="sha256:0", workers=[w])
+
+    dropped = forbidden_changes(params(1000, 8), params(None, 8))
+    assert len(dropped) == 1 and "1000 -> None W" in dropped[0] and "unconfirmed in 1.6.1" in dropped[0]
+    assert "GPU(s)" in forbidden_changes(params(1000, 8), params(1000, 4))[0]
+    assert forbidden_changes(params(1000, 8, "1.5.2"), params(None, 8, "1.5.2")) == []  # before the rule
+    assert forbidden_changes(params(None, 8), params(None, 4)) == []
+
+
+def test_replicas_on_a_dgd_are_not_a_recreate(tmp_path: Path) -> None:
+    items = _plan(tmp_path, _text(dynamo=True),
+                  _text(("node_pool: {nodes: 4,", "node_pool: {nodes: 5,"), dynamo=True))
+    assert not [d for d in items if d.kind == "recreate"]
+    assert any(d.kind == "replicas" and d.detail.startswith("chat/worker-h100-pool: 32 -> 40") for d in items)
+
+
+@pytest.mark.parametrize("version,expected", [("1.5.0", {"component-set"}),
+                                              ("1.6.1", {"component-set", "power-annotation", "power-gpu-count"})])
+def test_forbidden_updates_by_dynamo_version(version: str, expected: set) -> None:
+    rules = k8s_controllers.forbidden_updates(version)
+    assert set(rules) == expected
+    assert all("dynamographdeployment.go" in r.source for r in rules.values())
+
+
+# --- the MIG re-layout: script, Job, RBAC, PDB --------------------------------------------------------
+import re  # noqa: E402
+
+from compiler.k8s import nodelayer  # noqa: E402
+
+# What each kubectl call of label-nodes.sh asks the API server for (kubectl's own requests: `get -l`
+# lists, `get NAME` gets, cordon/uncordon/label GET then PATCH, `create --raw` POSTs the URL, apply
+# GETs then creates or PATCHes). A call the table does not know fails the test.
+CALLS = [
+    (r'kubectl get nodes -l "\$selector"', {("nodes", "list")}),
+    (r"kubectl get nodes -o", {("nodes", "list")}),
+    (r'kubectl get node "\$1"', {("nodes", "get")}),
+    (r'kubectl (cordon|uncordon) "\$n"', {("nodes", "get"), ("nodes", "patch")}),
+    (r'kubectl label node "\$n"', {("nodes", "get"), ("nodes", "patch")}),
+    (r"kubectl get pods --all-namespaces", {("pods", "list")}),
+    (r'kubectl create --raw "/api/v1/namespaces/\$pns/pods/\$pname/eviction"', {("pods/eviction", "create")}),
+    (r'kubectl -n "\$ns" get configmap', {("configmaps", "get")}),
+    (r'kubectl -n "\$ns" create configmap "\$live" --from-file="\$work/cm" --dry-run=client', set()),  # local
+    (r"kubectl apply -f -", {("configmaps", "get"), ("configmaps", "create"), ("configmaps", "patch")}),
+    (r'kubectl -n "\$kiln_ns" get deployments -l', {("deployments", "list")}),
+    (r'kubectl -n "\$kiln_ns" scale deployment "\$w" --replicas=0', {("deployments/scale", "get"),
+                                                                      ("deployments/scale", "patch")}),
+]
+
+
+def _tree(tmp_path: Path, text: str | None = None) -> Path:
+    return render(graph_of(EXAMPLE, tmp_path, text), tmp_path)
+
+
+def test_relayout_rbac_is_exactly_what_the_script_calls(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    script = (root / "node-layer" / "label-nodes.sh").read_text()
+    needed: set = set()
+    calls = [m.start() for m in re.finditer(r"kubectl ", script)]
+    lines = [script[i:].split("\n", 1)[0] for i in calls if not script[:i].rsplit("\n", 1)[-1].lstrip().startswith("#")]
+    assert len(lines) >= 9
+    for line in lines:
+        known = [perms for pattern, perms in CALLS if re.match(pattern, line)]
+        assert len(known) == 1, f"kubectl call the RBAC table does not know: {line}"
+        needed |= known[0]
+    granted = set()
+    for o in YAML_.load_all((root / "node-layer" / "relayout-rbac.yaml").read_text()):
+        for rule in o.get("rules", []):
+            granted |= {(r, v) for r in rule["resources"] for v in rule["verbs"]}
+    assert granted == needed
+    # the Job runs that script under that ServiceAccount, in the operator's namespace
+    docs = list(YAML_.load_all((root / "node-layer" / "relayout-job.yaml").read_text()))
+    cm, job = docs
+    assert cm["data"]["label-nodes.sh"] == script
+    spec = job["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "fleet-relayout" and job["metadata"]["namespace"] == "gpu-operator"
+    assert job["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"] == "-1"
+    assert int(cm["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]) < -1
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] >= 4 * (600 + 900)
+
+
+def test_the_procedure_is_node_by_node_and_bounded(tmp_path: Path) -> None:
+    script = (_tree(tmp_path) / "node-layer" / "label-nodes.sh").read_text()
+    body = script[script.index("pool() {"):]
+    order = [body.index(s) for s in ('kubectl cordon', 'evict "$n"', 'kubectl label node', 'wait_state "$n"',
+                                     'kubectl uncordon')]
+    assert order == sorted(order)
+    assert "nvidia.com/mig.config.state-" in body  # a stale `success` is not mistaken for the new layout's
+    assert "drain" not in script.lower().replace("does not evict", "")  # no kubectl drain, no drain claim
+
+
+def test_layout_fragments_rebuild_the_mig_parted_config(tmp_path: Path) -> None:
+    """The script writes mig-manager's config.yaml from the desired ConfigMap's per-layout keys
+    (`  <name>:` then the fragment indented by four): the same document, valid for mig-parted."""
+    root = _tree(tmp_path)
+    cm = next(d for d in YAML_.load_all((root / "node-layer" / "mig-parted-config.yaml").read_text()))
+    names = sorted(cm["data"]["layouts"].split())
+    text = "version: v1\nmig-configs:\n" + "".join(
+        f"  {n}:\n" + "".join("    " + line + "\n" for line in cm["data"][n].splitlines()) for n in names)
+    rebuilt = YAML_.load(text)
+    assert rebuilt == YAML_.load(cm["data"]["config.yaml"])
+    assert nodelayer.mig_parted_problems(rebuilt) == []
+
+
+def test_pdb_lets_a_relayout_batch_go(tmp_path: Path) -> None:
+    """Every slice is assigned, so an evicted pod stays Pending until its node is back: the PDB
+    allows the pods of one batch of nodes (8 per node here, max_unavailable 2) or drains deadlock."""
+    text = _text(("node_pool: {nodes: 4,", "node_pool: {nodes: 4, max_unavailable: 2,"))
+    root = _tree(tmp_path, text)
+    pdb = YAML_.load((root / "disruption-budgets" / "chat-h100-pool.yaml").read_text())
+    assert pdb["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"] == "-2"  # in force before the Job
+    assert pdb["spec"]["selector"]["matchLabels"] == {"kiln.io/workload": "chat-h100-pool",
+                                                      "kiln.io/shape": "mig-3g-40gb"}
+    assert pdb["spec"]["maxUnavailable"] == 16
+    assert "kiln-0ee2259fad 4 2\n" in (root / "node-layer" / "label-nodes.sh").read_text()
+
+
+def test_without_a_relayout_image_the_tree_has_no_job(tmp_path: Path) -> None:
+    text = EXAMPLE.read_text(encoding="utf-8")
+    line = next(ln for ln in text.splitlines(keepends=True) if ln.startswith("  relayout_image:"))
+    root = _tree(tmp_path, text.replace(line, ""))
+    assert not (root / "node-layer" / "relayout-job.yaml").exists()
+    assert (root / "node-layer" / "label-nodes.sh").exists()
+
+
+# --- clocks and power reconciled on the node ----------------------------------------------------------
+def test_tuning_daemonset_uses_the_drivers_nvidia_smi_and_reports(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    script = (root / "node-layer" / "node-tuning-h100-pool.sh").read_text()
+    assert 'chroot "$driver_root" nvidia-smi' in script and "driver_root=${KILN_DRIVER_ROOT:-/run/nvidia/driver}" in script
+    assert k8s_controllers.driver_root() == "/run/nvidia/driver"
+    docs = list(YAML_.load_all((root / "node-layer" / "gpu-tuning.yaml").read_text()))
+    ds = next(d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "fleet-gpu-tuning-h100-pool")
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("fleet-gpu-tuning-h100-pool-"))
+    assert cm["data"]["gpu-tuning.sh"] == script  # the DaemonSet runs the same script a node's bootstrap can
+    pod = ds["spec"]["template"]["spec"]
+    assert ds["metadata"]["namespace"] == "gpu-operator" and pod["nodeSelector"] == {"kiln.io/pool": "h100-pool"}
+    assert "driver-ready" in " ".join(pod["initContainers"][0]["command"])  # after the operator's validation
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "run-nvidia")
+    assert mount["mountPropagation"] == "HostToContainer"  # a restarted driver's root shows up
+    # it reports on its own node's label: nodes get and patch, nothing else
+    rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]]
+    assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    kubectl = [ln.strip() for ln in script.splitlines() if "kubectl " in ln and not ln.lstrip().startswith("#")]
+    assert kubectl == ['kubectl label node "$NODE_NAME" "kiln.io/gpu-tuning=$1" --overwrite >/dev/null || true']
+
+
+def test_dropping_clocks_restores_the_defaults(tmp_path: Path) -> None:
+    """A spec without clocks still runs the tuning on the pool: on its first round it resets what the
+    spec does not set, so the dropped lock does not stay on the GPUs."""
+    root = _tree(tmp_path, _text(("    clocks: {graphics_mhz: 1755}\n", "")))
+    script = (root / "node-layer" / "node-tuning-h100-pool.sh").read_text()
+    assert "gpu 7 '' '' '' '' || drift=1" in script and '-rgc' in script
+
+
+def test_gpu_operator_helm_values(tmp_path: Path) -> None:
+    text = (_tree(tmp_path) / "node-layer" / "gpu-operator-values.yaml").read_text()
+    assert "helm upgrade gpu-operator" in text and "shared with other MIG users" in text
+    assert YAML_.load(text)["migManager"]["config"]["name"] == "fleet-mig-layouts"
+
+
+def test_checks_do_not_import_the_emitters() -> None:
+    """The naming and mig-parted rules the checks use live below compiler/k8s/ (compiler/ir/)."""
+    import ast
+
+    for path in sorted((ROOT / "compiler" / "checks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith("compiler.k8s"), f"{path.name} imports {node.module}"
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("compiler.k8s") for a in node.names), path.name
