@@ -17,6 +17,13 @@ each at most `queue_timeout_ms` (0: unbounded), and are rejected as Triton's que
 (UNAVAILABLE, the same messages). Nothing waits while there is room. A request is cancelled when
 its client cancels it (gRPC; checked every `cancellation_check_period_ms`) or when a request with
 the same id carries `stop: true`: its generation is aborted, it is answered with a CANCELLED error.
+
+Answers as TensorRT-LLM's own model (compiler/actions/data/trtllm_llmapi.json, `upstream_model`):
+a streamed response's `text_output` is the whole text so far (parameter `stream_text: delta`
+sends only what each response adds); an input the client leaves out takes upstream's default
+(the prompt is echoed unless `sampling_param_exclude_input_from_output` is true); the stop
+request itself is answered with a CANCELLED error. The text is TensorRT-LLM's, whose streaming
+detokenizer holds back an incomplete UTF-8 sequence, so a delta never splits a character.
 """
 
 import asyncio
@@ -38,6 +45,8 @@ SAMPLING = {
     "sampling_param_exclude_input_from_output": "exclude_input_from_output",
     "sampling_param_return_perf_metrics": "return_perf_metrics",
 }
+# what a left-out input means: upstream's helpers.py (get_sampling_params_from_request)
+SAMPLING_DEFAULTS = {"best_of": 1, "exclude_input_from_output": False, "return_perf_metrics": False}
 # request flag -> output (a CompletionOutput field of the same name)
 OPTIONAL_OUTPUTS = {"return_finish_reason": "finish_reason", "return_stop_reason": "stop_reason",
                     "return_cumulative_logprob": "cumulative_logprob"}
@@ -207,6 +216,7 @@ class TritonPythonModel:
         self.admission = Admission(int(params["max_inflight_requests"]), int(params["max_queue_size"]),
                                    int(params["queue_timeout_ms"]) / 1000)
         self.check_period = int(params["cancellation_check_period_ms"]) / 1000
+        self.deltas = params.get("stream_text", "cumulative") == "delta"
         self.inflight = {}  # id(entry) -> Inflight; touched on the event loop's thread only
         self.llm = LLM(**options)
         self.loop = asyncio.new_event_loop()
@@ -235,7 +245,7 @@ class TritonPythonModel:
         prompts = _values(request, "text_input")
         if prompts is None or prompts.size != 1:
             raise RequestError("text_input: expected one prompt per request")
-        sampling = {}
+        sampling = dict(SAMPLING_DEFAULTS)
         for name, field in SAMPLING.items():
             value = _scalar(request, name)
             if value is not None:
@@ -257,7 +267,7 @@ class TritonPythonModel:
 
     def _response(self, output, wanted, streaming: bool):
         outs = output.outputs
-        text = [(o.text_diff if streaming else o.text).encode("utf-8") for o in outs]
+        text = [(o.text_diff if streaming and self.deltas else o.text).encode("utf-8") for o in outs]
         tensors = [pb_utils.Tensor("text_output", np.array(text, dtype=np.object_))]
         for field in wanted:
             values = [getattr(o, field) for o in outs]
@@ -333,7 +343,8 @@ class TritonPythonModel:
         for entry in list(self.inflight.values()):
             if entry.id == target:
                 entry.cancel()
-        sender.send(pb_utils.InferenceResponse(output_tensors=[]), flags=final)
+        # upstream's handle_stop_request answers the stop request itself as cancelled
+        sender.send(_error(CANCELLED_MESSAGE, pb_utils.TritonError.CANCELLED), flags=final)
 
     async def _watch_cancellations(self):
         """Clients that cancel (gRPC cancellation, a closed stream) are seen here."""
