@@ -693,6 +693,8 @@ step_clocks_power() {
 # CPUs [k*n, (k+1)*n - 1] with n = nproc / units; the remainder stays with the host. With more
 # units than CPUs each unit gets one CPU, round robin. Computed on the host because the spec
 # does not know its CPU count; it does not depend on --gpus, so filtering never moves a unit.
+# Not NUMA-aware: on a two-socket host a unit's CPUs may sit on the socket far from its GPU
+# (`nvidia-smi topo -m` shows each GPU's CPU affinity); a split by GPU affinity is left to do.
 cpuset() { # UNIT-INDEX
   local cpus units=${#UNIT_ID[@]} per
   cpus=$(nproc)
