@@ -254,33 +254,6 @@ class StreamTextOnEngine(Check):
                                help="remove stream_text, or use `target: llmapi`")
 
 
-class QueueDelayWithoutBatcher(Check):
-    """`serving.max_queue_delay_us` on the llmapi target served by Triton.
-
-    The delay is a setting of Triton's dynamic batcher, which holds requests to form a batch. The
-    llmapi target's model has no dynamic batcher (as TensorRT-LLM's own LLM-API model:
-    max_batch_size 0, one prompt per request): every request goes to the LLM at once and
-    TensorRT-LLM batches in flight, so the delay is written nowhere and has no effect. Remove it;
-    it does apply on the engine target, where the pipeline's models batch.
-    """
-
-    code = "K613"
-    name = "queue-delay-without-batcher"
-    severity = Severity.WARNING
-    order = 60
-
-    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.target != "llmapi":
-            return
-        for name, m in sorted(ctx.spec.models.items()):
-            s = m.serving
-            if s.runtime == "triton" and "max_queue_delay_us" in s.model_fields_set and s.max_queue_delay_us:
-                yield ctx.diag(self, _mpath(name, "serving", "max_queue_delay_us"),
-                               f"model {name!r}: serving.max_queue_delay_us {s.max_queue_delay_us} has no effect on "
-                               "the llmapi target: its model has no dynamic batcher, TensorRT-LLM batches in flight",
-                               key=True, help="remove max_queue_delay_us (it applies on the engine target)")
-
-
 class FlashinferBackend(Check):
     """A FlashInfer attention backend (`flashinfer`, `flashinfer_star_attention`).
 
