@@ -32,11 +32,12 @@ LONG = "A serving unit"  # a prompt the quickstart model continues greedily for 
 CAPACITY = 8  # the quickstart's limits.max_batch_size: requests the LLM generates at once
 
 
-def serve(tmp: Path, streaming: bool = False) -> TritonServer:
+def serve(tmp: Path, streaming: bool = False, stream_text: str | None = None) -> TritonServer:
     spec = quickstart_copy(tmp, "llmapi", one_model=True)
     if streaming:
+        extra = ", streaming: true" + (f", stream_text: {stream_text}" if stream_text else "")
         text = spec.read_text(encoding="utf-8")
-        spec.write_text(text.replace("queue_timeout_ms: 1000}", "queue_timeout_ms: 1000, streaming: true}", 1),
+        spec.write_text(text.replace("queue_timeout_ms: 1000}", f"queue_timeout_ms: 1000{extra}}}", 1),
                         encoding="utf-8")
     out = run_action(spec, "dev-h100", QUICK_MODEL, tmp)
     # what the serving image does: the checkpoint sits where model.yaml says
@@ -382,3 +383,31 @@ def test_a_stop_request_is_answered_as_upstream(server) -> None:
     thread.join(timeout=10)
     status, body = box["result"]
     assert status != 200 and body["error"] == UPSTREAM["cancelled_request"]["message"], body
+
+
+def test_stream_text_delta_streams_what_each_response_adds(tmp_path, greedy) -> None:
+    """serving.stream_text: delta (Kiln's earlier behaviour, now asked for): the pieces join to the
+    whole text, the echoed prompt included."""
+    import tritonclient.grpc as grpcclient
+
+    server = serve(tmp_path, streaming=True, stream_text="delta")
+    try:
+        assert '"delta"' in (server.repository / "tiny" / "config.pbtxt").read_text(encoding="utf-8")
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc}")
+        got: queue.Queue = queue.Queue()
+        client.start_stream(callback=lambda result, error: got.put((result, error)))
+        client.async_stream_infer("tiny", grpc_inputs(LONG, 8, streaming=True), request_id="d1",
+                                  enable_empty_final_response=True)
+        pieces = []
+        while True:
+            result, error = got.get(timeout=30)
+            assert error is None, error
+            if result.get_response().outputs:
+                pieces.append(result.as_numpy("text_output")[0].decode())
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+        client.stop_stream()
+        client.close()
+        assert "".join(pieces) == LONG + greedy(LONG, 8) and len(pieces) == 8, pieces
+    finally:
+        server.stop()
