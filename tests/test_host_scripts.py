@@ -221,10 +221,21 @@ def test_mig_parted_config_groups_gpus_by_layout() -> None:
 def test_systemd_unit_runs_the_boot_mode() -> None:
     unit = example_files(MIG)["b200-a"]["kiln-host-b200-a.service"].decode()
     assert "ExecStart=/usr/local/lib/kiln/b200-a/provision.sh --boot" in unit
-    assert "Type=oneshot" in unit and "WantedBy=multi-user.target" in unit
+    assert "WantedBy=multi-user.target" in unit
+    # boot is not held for model loads: multi-user.target is ordered after the units it wants, and
+    # a oneshot counts as started only when its script (which waits for every model) exits
+    assert "Type=exec" in unit and "Type=oneshot" not in unit and "RemainAfterExit=yes" in unit
     # the boot mode re-creates the containers on their new MIG devices, so it runs once Docker is up
     after = next(line for line in unit.splitlines() if line.startswith("After="))
     assert "docker.service" in after.split("=", 1)[1].split() and "Before=docker.service" not in unit
+    # NVSwitch baseboards: CUDA fails until Fabric Manager has set up the fabric (B200, H200 SXM)
+    for example, host in ((MIG, "b200-a"), ("h200-tp8-llama70b", "h200-node")):
+        text = example_files(example)[host][f"kiln-host-{host}.service"].decode()
+        for key in ("After=", "Wants="):
+            line = next(x for x in text.splitlines() if x.startswith(key))
+            assert "nvidia-fabricmanager.service" in line.split("=", 1)[1].split(), (host, line)
+    # a GPU without an NVSwitch baseboard in the facts gets no such ordering
+    assert hostscript.boot_after("L40S-48GB") == []
     with pytest.raises(ValueError):
         hostscript.unit_word("a$(touch x)")
 

@@ -70,7 +70,9 @@ def test_options_use_only_known_fields(name: str, model: Model) -> None:
     assert set(opts["scheduler_config"]) == {"capacity_scheduler_policy"}
     if opts["cuda_graph_config"] is not None:
         sizes = opts["cuda_graph_config"]["batch_sizes"]
-        assert set(opts["cuda_graph_config"]) == {"batch_sizes"} and sizes == sorted(sizes)
+        assert set(opts["cuda_graph_config"]) == {"batch_sizes", "enable_padding"} and sizes == sorted(sizes)
+        # graphs are keyed by the exact batch size: without padding a batch between two sizes runs eagerly
+        assert opts["cuda_graph_config"]["enable_padding"] is True
 
 
 @pytest.mark.parametrize("sizes", [None, [1, 2, 4]], ids=["unset", "listed"])
@@ -87,7 +89,8 @@ def test_cuda_graphs_mean_the_same_on_both_targets(sizes) -> None:
     if sizes is None:
         assert doc["cuda_graph_config"] is None and engine.cuda_graph_mode is False
     else:
-        assert doc["cuda_graph_config"] == {"batch_sizes": sizes} and engine.cuda_graph_mode is True
+        assert doc["cuda_graph_config"] == {"batch_sizes": sizes, "enable_padding": True}
+        assert engine.cuda_graph_mode is True
 
 
 def test_every_knob_reaches_its_field() -> None:
@@ -100,4 +103,4 @@ def test_every_knob_reaches_its_field() -> None:
                                        "tokens_per_block": 64, "dtype": "fp8"}
     assert opts["scheduler_config"] == {"capacity_scheduler_policy": "MAX_UTILIZATION"}
     assert opts["enable_chunked_prefill"] is True
-    assert opts["cuda_graph_config"] == {"batch_sizes": [1, 4, 8]}
+    assert opts["cuda_graph_config"] == {"batch_sizes": [1, 4, 8], "enable_padding": True}

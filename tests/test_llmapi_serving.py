@@ -32,11 +32,12 @@ LONG = "A serving unit"  # a prompt the quickstart model continues greedily for 
 CAPACITY = 8  # the quickstart's limits.max_batch_size: requests the LLM generates at once
 
 
-def serve(tmp: Path, streaming: bool = False) -> TritonServer:
+def serve(tmp: Path, streaming: bool = False, stream_text: str | None = None) -> TritonServer:
     spec = quickstart_copy(tmp, "llmapi", one_model=True)
     if streaming:
+        extra = ", streaming: true" + (f", stream_text: {stream_text}" if stream_text else "")
         text = spec.read_text(encoding="utf-8")
-        spec.write_text(text.replace("queue_timeout_ms: 1000}", "queue_timeout_ms: 1000, streaming: true}", 1),
+        spec.write_text(text.replace("queue_timeout_ms: 1000}", f"queue_timeout_ms: 1000{extra}}}", 1),
                         encoding="utf-8")
     out = run_action(spec, "dev-h100", QUICK_MODEL, tmp)
     # what the serving image does: the checkpoint sits where model.yaml says
@@ -142,7 +143,7 @@ def test_answers_with_tensorrt_llm_s_own_tensor_names_and_the_model_s_text(serve
                                                 sampling_param_return_perf_metrics=True))
     assert status == 200, body
     out = outputs(body)
-    assert out["text_output"]["data"] == [greedy(LONG, 12)]
+    assert out["text_output"]["data"] == [LONG + greedy(LONG, 12)]  # upstream's default echoes the prompt
     assert out["text_output"]["datatype"] == "BYTES" and out["text_output"]["shape"] == [1]
     assert out["finish_reason"]["data"] == ["length"] and out["stop_reason"]["data"] == ["None"]
     assert out["cumulative_logprob"]["datatype"] == "FP32" and out["cumulative_logprob"]["data"][0] < 0
@@ -154,7 +155,8 @@ def test_answers_with_tensorrt_llm_s_own_tensor_names_and_the_model_s_text(serve
     # a stop word ends the text before it, and is named as the reason
     words = greedy(LONG, 12).split()
     status, body = server.infer("tiny", request(LONG, 12, sampling_param_stop=[words[2]], return_stop_reason=True,
-                                                return_finish_reason=True))
+                                                return_finish_reason=True,
+                                                sampling_param_exclude_input_from_output=True))
     out = outputs(body)
     assert status == 200 and out["stop_reason"]["data"] == [words[2]], body
     assert out["finish_reason"]["data"] == ["stop"] and words[2] not in out["text_output"]["data"][0]
@@ -182,7 +184,7 @@ def test_a_new_request_joins_the_running_batch(server, greedy) -> None:
     status, body = server.infer("tiny", request(LONG, 5))
     waited = time.monotonic() - started
     assert status == 200, body
-    assert outputs(body)["text_output"]["data"] == [greedy(LONG, 5)]
+    assert outputs(body)["text_output"]["data"] == [LONG + greedy(LONG, 5)]
     assert long_thread.is_alive(), "the long request finished first: nothing shows the short one joined it"
     assert waited < 1.0, waited  # it never waited behind the long request
     long_thread.join()
@@ -236,7 +238,7 @@ def test_a_stop_request_cancels_the_request_with_its_id(server) -> None:
     wait_for(lambda: any("admitted" in e for e in standin_events(server)[mark:]))
     time.sleep(0.3)
     status, body = server.infer("tiny", request(LONG, 1, stop=True), request_id="job-7")
-    assert status == 200, body
+    assert status != 200 and body["error"] == "Request cancelled by client", (status, body)  # as upstream's
     thread.join(timeout=10)
     assert not thread.is_alive()
     status, body = box["result"]
@@ -292,14 +294,15 @@ def test_streams_interleave_and_a_closed_stream_cancels(streaming, greedy) -> No
         client.async_stream_infer("tiny", grpc_inputs(LONG, tokens, streaming=True), request_id=f"s{i}")
     chunks: dict[str, list[str]] = {f"s{i}": [] for i in range(n)}
     order = []
-    while sum(len(c) for c in chunks.values()) < n * tokens:
+    whole = LONG + greedy(LONG, tokens)
+    while any(not c or c[-1] != whole for c in chunks.values()):
         result, error = got.get(timeout=30)
         assert error is None, error
         rid = result.get_response().id
         chunks[rid].append(result.as_numpy("text_output")[0].decode())
         order.append(rid)
-    for rid, parts in chunks.items():
-        assert "".join(parts) == greedy(LONG, tokens), rid
+    for rid, parts in chunks.items():  # cumulative, as upstream streams: each text extends the one before
+        assert len(parts) == tokens and all(b.startswith(a) for a, b in zip(parts, parts[1:])), rid
     first_final = min(len(order) - order[::-1].index(rid) - 1 for rid in chunks)
     assert all(order.index(rid) < first_final for rid in chunks), order  # all in flight before any ended
     # closing the stream with cancellation stops what is still generating
@@ -312,3 +315,99 @@ def test_streams_interleave_and_a_closed_stream_cancels(streaming, greedy) -> No
     assert asked == 300 and made < 150, (made, asked)
     client.close()
 
+
+
+# --- conformance with TensorRT-LLM's own LLM-API model (issue 22, item 3) ------------------------
+# Upstream's model.py cannot be run here (it imports mpi4py, pandas and the real tensorrt_llm), so
+# its behaviour is data read from its source (trtllm_llmapi.json `upstream_model`, with commits),
+# and Kiln's model, serving the stand-in, is compared with that field by field.
+UPSTREAM = json.loads(FACTS.read_text(encoding="utf-8"))["upstream_model"]
+
+
+def test_model_py_takes_upstream_s_defaults() -> None:
+    import ast
+
+    source = (ROOT / "compiler" / "templates" / "triton" / "llmapi" / "model.py").read_text(encoding="utf-8")
+    found = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "SAMPLING_DEFAULTS":
+            found = ast.literal_eval(node.value)
+    assert found == UPSTREAM["sampling_defaults"]
+
+
+def test_answers_as_upstream_without_options(server, greedy) -> None:
+    # a request that leaves exclude_input_from_output out gets the prompt echoed, as upstream's default
+    status, body = server.infer("tiny", request(LONG, 6))
+    assert status == 200, body
+    assert UPSTREAM["sampling_defaults"]["exclude_input_from_output"] is False
+    assert outputs(body)["text_output"]["data"] == [LONG + greedy(LONG, 6)]
+    # optional outputs only when asked (upstream's output-config defaults are all false)
+    assert set(outputs(body)) == {"text_output"}
+    status, body = server.infer("tiny", request(LONG, 6, sampling_param_exclude_input_from_output=True))
+    assert outputs(body)["text_output"]["data"] == [greedy(LONG, 6)]
+
+
+def test_streams_cumulative_text_as_upstream(streaming, greedy) -> None:
+    """Upstream's _create_response sends output.text (the text so far) in every streamed response."""
+    import tritonclient.grpc as grpcclient
+
+    assert UPSTREAM["streamed_text"] == "cumulative"
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{streaming.grpc}")
+    got: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    client.async_stream_infer("tiny", grpc_inputs(LONG, 8, streaming=True), request_id="c1",
+                              enable_empty_final_response=True)
+    texts = []
+    try:
+        while True:
+            result, error = got.get(timeout=30)
+            assert error is None, error
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                if result.get_response().outputs:
+                    texts.append(result.as_numpy("text_output")[0].decode())
+                break
+            texts.append(result.as_numpy("text_output")[0].decode())
+    finally:
+        client.stop_stream()
+        client.close()
+    assert texts[-1] == LONG + greedy(LONG, 8)
+    assert len(texts) == 8 and all(b.startswith(a) and len(b) > len(a) for a, b in zip(texts, texts[1:])), texts
+
+
+def test_a_stop_request_is_answered_as_upstream(server) -> None:
+    mark = len(standin_events(server))
+    thread, box = in_background(server.infer, "tiny", request(LONG, 300), request_id="conf-1")
+    wait_for(lambda: any("admitted" in e for e in standin_events(server)[mark:]))
+    status, body = server.infer("tiny", request(LONG, 1, stop=True), request_id="conf-1")
+    assert status != 200 and body["error"] == UPSTREAM["stop_request"]["message"], (status, body)
+    thread.join(timeout=10)
+    status, body = box["result"]
+    assert status != 200 and body["error"] == UPSTREAM["cancelled_request"]["message"], body
+
+
+def test_stream_text_delta_streams_what_each_response_adds(tmp_path, greedy) -> None:
+    """serving.stream_text: delta (Kiln's earlier behaviour, now asked for): the pieces join to the
+    whole text, the echoed prompt included."""
+    import tritonclient.grpc as grpcclient
+
+    server = serve(tmp_path, streaming=True, stream_text="delta")
+    try:
+        assert '"delta"' in (server.repository / "tiny" / "config.pbtxt").read_text(encoding="utf-8")
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc}")
+        got: queue.Queue = queue.Queue()
+        client.start_stream(callback=lambda result, error: got.put((result, error)))
+        client.async_stream_infer("tiny", grpc_inputs(LONG, 8, streaming=True), request_id="d1",
+                                  enable_empty_final_response=True)
+        pieces = []
+        while True:
+            result, error = got.get(timeout=30)
+            assert error is None, error
+            if result.get_response().outputs:
+                pieces.append(result.as_numpy("text_output")[0].decode())
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+        client.stop_stream()
+        client.close()
+        assert "".join(pieces) == LONG + greedy(LONG, 8) and len(pieces) == 8, pieces
+    finally:
+        server.stop()

@@ -162,7 +162,8 @@ STAND_IN = r"""#!/bin/sh
 # Stand-in for {program} in the test image: refuses a flag outside the pinned flag set
 # (/etc/kiln-test/{program}.flags, from serving_runtimes.json), then, after a load time, serves
 # the runtime's readiness paths over HTTP with busybox httpd (mode ready), serves nothing the
-# readiness check accepts (mode never), or exits (mode crash).
+# readiness check accepts (mode never), or exits (mode crash), or exits once and serves when Docker
+# restarts it (mode crash-once: an early CUDA failure while the fabric settles).
 set -eu
 mode=$(busybox cat /etc/kiln-test/mode)
 www=/tmp/www
@@ -189,6 +190,10 @@ done
 echo "{program} $* (mode $mode)"
 busybox sleep "$(busybox cat /etc/kiln-test/load_s)"
 [ "$mode" != crash ] || {{ echo "{program}: out of memory while loading (stand-in)" >&2; exit 1; }}
+if [ "$mode" = crash-once ]; then
+  [ -e /tmp/kiln-crashed ] || {{ : >/tmp/kiln-crashed; echo "{program}: CUDA error while loading (stand-in)" >&2; exit 1; }}
+  mode=ready
+fi
 if [ "$mode" = ready ]; then
   busybox mkdir -p "$www/v2/health" "$www/v1"
   : >"$www/v2/health/ready"
@@ -386,6 +391,17 @@ def test_a_unit_that_never_serves_fails_the_run_within_its_bound(deployment) -> 
     assert check.returncode == 1 and f"drift: container {d.names[0]}: running but not ready" in check.stdout
     health = d.inspect(d.names[0])["Config"]["Healthcheck"]["Test"][1]
     assert subprocess.run(["docker", "exec", d.names[0], "/bin/sh", "-c", health]).returncode != 0
+
+
+@needs_docker
+def test_a_server_restarted_once_while_loading_is_waited_for(deployment) -> None:
+    """Docker restarts a server that fails early (--restart unless-stopped); if the restarted
+    server serves within the readiness window, the unit is ready, not failed."""
+    d = deployment("crash-once")
+    proc = d.run("--image", d.image, timeout_s=600)
+    assert proc.returncode == 0, output(proc)
+    assert f"container {d.names[0]}: restarted by Docker while loading" in proc.stdout, output(proc)
+    assert f"container {d.names[0]}: ready after" in proc.stdout
 
 
 @needs_docker

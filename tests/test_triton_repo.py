@@ -466,3 +466,33 @@ def test_llmapi_models_have_the_tensors_of_tensorrt_llm_s_own_llmapi_model(examp
             have = {t.name: {"data_type": mc.DataType.Name(t.data_type), "dims": list(t.dims)} for t in tensors}
             assert have == {n: {"data_type": s["data_type"], "dims": s["dims"]} for n, s in want[kind].items()}, kind
         assert {t.name for t in config.input if not t.optional} == {"text_input"}
+
+
+# --- multi-rank engines (issue 22, item 1 of the review) ----------------------------------------
+def test_a_multi_rank_engine_runs_one_tritonserver_per_rank_under_mpirun() -> None:
+    """The TensorRT-LLM backend is in leader mode over the MPI world unless TRTLLM_ORCHESTRATOR is
+    set, and the executor checks that world's size is tp * pp: one plain tritonserver would not
+    load a tp=8 engine. Upstream's launch_triton_server.py starts one per rank under mpirun."""
+    from compiler.actions import runtimes
+
+    ports = {"http": 8000, "grpc": 8001, "metrics": 8002}
+    single = runtimes.unit_serving("triton", "engine", "m", ports, tp=1)
+    assert single.command[0] == "tritonserver" and single.ranks == 1
+    serving = runtimes.unit_serving("triton", "engine", "m", ports, tp=4, pp=2, gpus=8)
+    assert serving.ranks == 8 and serving.command[:2] == ["mpirun", "--allow-run-as-root"]
+    ranks = runtimes.rank_commands(serving.command)
+    assert len(ranks) == 8 and all(argv[0] == "tritonserver" for argv in ranks)
+    assert all(runtimes.check_command("triton", argv) == [] for argv in ranks)
+    assert [a for a in ranks[0] if a.startswith("--load-model=")] == [
+        f"--load-model={m}" for m in runtimes.triton_models("engine", "m")]
+    for rank, argv in enumerate(ranks):
+        assert f"--backend-config=python,shm-region-prefix-name=prefix{rank}_" in argv
+        if rank:
+            assert [a for a in argv if a.startswith("--load-model=")] == ["--load-model=m-tensorrt_llm"]
+    # the llmapi target and trtllm-serve start their own MPI workers: one process
+    assert runtimes.unit_serving("triton", "llmapi", "m", ports, tp=8, gpus=8).command[0] == "tritonserver"
+    # the engine model's config says so, and no longer claims the backend places its ranks itself
+    _, files = rendered("h200-tp8-llama70b", "h200-node", "engine")
+    config = next(v.decode() for k, v in files.items() if k.endswith("-tensorrt_llm/config.pbtxt"))
+    assert "places its ranks itself" not in config
+    assert "starts 8 tritonserver ranks under mpirun" in config

@@ -12,6 +12,7 @@ imported here (no GPU build of TensorRT-LLM).
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -388,3 +389,85 @@ def two_prompts(server: TritonServer) -> dict:
     finally:
         client.stop_stream()
         client.close()
+
+
+# --- streamed text is whole characters (issue 22, item 4) ---------------------------------------
+# A token is not always a character: the quickstart's byte-level BPE spreads "🙂" and "“" over
+# several tokens, and a byte-fallback tokenizer (SentencePiece style, <0xNN> tokens) gives one
+# token per byte. Decoding each streamed response's tokens alone turned this text into
+# 'na��ve caf�� ��� ���quoted��� ����'; the stand-in engine streams the prompt's ids back one per
+# response, so the streamed pieces must join to the prompt exactly.
+UNICODE = "naïve café — “quoted” 🙂 中文字符 ok"
+
+
+def byte_fallback_tokenizer(dest: Path) -> None:
+    """A SentencePiece-style tokenizer: ASCII characters, every other byte as a <0xNN> token."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, **{f"<0x{b:02X}>": 1 + b for b in range(256)}}
+    for c in map(chr, range(32, 127)):
+        vocab[c] = len(vocab)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
+    core.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
+    PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>").save_pretrained(dest)
+
+
+def stream_text(server: TritonServer, model: str, prompt: str) -> list[str]:
+    import queue
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    def tensor(name, array, kind):
+        t = grpcclient.InferInput(name, list(array.shape), kind)
+        t.set_data_from_numpy(array)
+        return t
+
+    inputs = [tensor("text_input", np.array([[prompt.encode()]], dtype=np.object_), "BYTES"),
+              tensor("max_tokens", np.array([[1]], dtype=np.int32), "INT32"),
+              tensor("stream", np.array([[True]]), "BOOL")]
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc}")
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+    pieces = []
+    try:
+        while True:
+            result, error = answers.get(timeout=30)
+            assert error is None, error
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                return pieces
+            pieces.append(result.as_numpy("text_output").reshape(-1)[0].decode("utf-8"))
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+@pytest.mark.parametrize("tokenizer_kind", ["quickstart", "byte-fallback"])
+def test_streamed_text_joins_to_whole_characters(tmp_path, tokenizer_kind) -> None:
+    from transformers import AutoTokenizer
+
+    spec = quickstart_copy(tmp_path, "engine", one_model=True)
+    text = spec.read_text(encoding="utf-8")
+    spec.write_text(text.replace("queue_timeout_ms: 1000}", "queue_timeout_ms: 1000, streaming: true}", 1),
+                    encoding="utf-8")
+    out = run_action(spec, "dev-h100", QUICK_MODEL, tmp_path)
+    with_standin_engine(out)
+    if tokenizer_kind == "byte-fallback":
+        for model in ("tiny-preprocessing", "tiny-postprocessing"):
+            shutil.rmtree(out / model / "tokenizer")
+            byte_fallback_tokenizer(out / model / "tokenizer")
+    tok = AutoTokenizer.from_pretrained(out / "tiny-postprocessing" / "tokenizer")
+    ids = tok(UNICODE).input_ids
+    singly = "".join(tok.decode([i], skip_special_tokens=True) for i in ids)
+    assert "\ufffd" in singly  # the test's text does split characters over tokens
+    server = TritonServer(out, tmp_path)
+    try:
+        server.wait_live()
+        pieces = stream_text(server, "tiny-bls", UNICODE)
+        assert "".join(pieces) == tok.decode(ids, skip_special_tokens=True) == UNICODE, pieces
+        assert len(pieces) > 5 and not any("\ufffd" in p for p in pieces), pieces  # streamed, not one piece
+        # not decoupled: one response holding the whole text
+    finally:
+        server.stop()

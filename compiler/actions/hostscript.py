@@ -195,12 +195,25 @@ def script_context(plan: dict, units: list[dict], spec_name: str, ready_timeout_
                                "runtime": serving.runtime, "port": serving.port,
                                "ports": "/".join(str(port) for port in serving.listens),
                                "ready": " ".join(serving.ready),
-                               "command": words(serving.command), "options": words(serving.options)})
+                               "command": words(serving.command), "options": words(serving.options),
+                               "ranks": serving.ranks})
     return {"host": host, "spec_name": spec_name, "gpu_model": plan["gpu"],
             "ready_timeout": runtimes.ready_timeout_s() if ready_timeout_s is None else ready_timeout_s,
             "driver_op": (m.group(1) or "==") if m else "", "driver_version": m.group(2) if m else "",
             "persistence": 1 if plan.get("persistence", True) else 0,
+            "restarts_tolerated": boot_facts()["restarts_tolerated"]["value"],
             "gpus": gpus, "units": rendered_units}
+
+
+def boot_facts() -> dict:
+    return json.loads(resources.read_data("actions", "data", "host_boot.json"))
+
+
+def boot_after(gpu: str) -> list[str]:
+    """Units the boot unit wants and is ordered after besides Docker's: Fabric Manager where the
+    GPU sits on an NVSwitch baseboard (data/host_boot.json, with its source)."""
+    fm = boot_facts()["fabric_manager"]
+    return [fm["unit"]] if gpu in fm["gpus"] else []
 
 
 def words(argv: list[str]) -> Shell:
@@ -240,7 +253,8 @@ def render(plan: dict, units: list[dict], spec_name: str, plan_bytes: bytes,
               f"# Apply: nvidia-mig-parted apply -f mig-parted.yaml -c kiln-{host}\n")
     return {
         "provision.sh": env.get_template(SCRIPT_TEMPLATE).render(**context).encode(),
-        f"kiln-host-{host}.service": env.get_template(UNIT_TEMPLATE).render(host=host).encode(),
+        f"kiln-host-{host}.service": env.get_template(UNIT_TEMPLATE).render(
+            host=host, after_units=boot_after(plan["gpu"])).encode(),
         "mig-parted.yaml": (header + dump_yaml(mig_parted_config(plan))).encode(),
         "desired-state.json": plan_bytes,
     }

@@ -55,8 +55,12 @@ def cuda_graph_config(sizes: list[int] | None) -> dict | None:
     TorchLlmArgs defaults to CudaGraphConfig(), i.e. graphs for batch sizes 1..31, 32, 64 and 128,
     each up to 200 MB (tensorrt_llm/llmapi/llm_args.py, 1.2). So "none" is written out as null, the
     value with which TorchLlmArgs captures no graph, rather than left to a default that differs by
-    runtime and by version and takes memory from every serving unit, a small MIG slice included."""
-    return None if sizes is None else {"batch_sizes": sorted(sizes)}
+    runtime and by version and takes memory from every serving unit, a small MIG slice included.
+    With a list, `enable_padding` rounds a batch up to the next captured size: graphs are keyed by
+    the exact batch size (_torch/pyexecutor/cuda_graph_runner.py pad_batch pads only when padding
+    is enabled), so without it a batch between two listed sizes runs eagerly; llm_args.py calls
+    padding "usually a net win"."""
+    return None if sizes is None else {"batch_sizes": sorted(sizes), "enable_padding": True}
 
 
 class LlmapiOptionsParams(Params):

@@ -9,7 +9,11 @@ against the runtime's flag set (with its source) before anything is written.
 
   triton        tritonserver on the host's model repository, loading every model the repository
                 defines for the unit's model (llmapi: the model; engine: the ensemble and the
-                four models beside it, the BLS model included, which no ensemble step loads)
+                four models beside it, the BLS model included, which no ensemble step loads).
+                An engine of tp * pp > 1 ranks runs one tritonserver per rank under mpirun, as
+                upstream's launch_triton_server.py (data: triton.multi_rank, with its source):
+                the TensorRT-LLM backend is in leader mode over the MPI world, whose size must
+                be tp * pp; rank 0 serves, the others load the engine model only
   trtllm-serve  TensorRT-LLM's OpenAI-compatible server on the model's checkpoint, with the
                 model's LLM-API options file (`llmapi-options/<model>`, the file Triton's llmapi
                 model reads as model.yaml) at OPTIONS_DIR/<model>/ in the image
@@ -66,6 +70,7 @@ class UnitServing(Params):
     ready: list[str]  # HTTP paths that answer 200 once the unit serves
     files: list[str]  # what the image must hold for the command (the entrypoint checks)
     multi_gpu: bool  # more than one GPU: NCCL between processes of the container
+    ranks: int = 1  # processes the command starts (MPI ranks), shown in the plan
     options: list[str] = []  # docker run options (container_options), part of the key like the rest
 
 
@@ -73,11 +78,15 @@ def unit_serving(runtime: str, target: str, model: str, ports: dict[str, int], t
                  ep: int = 1, gpus: int = 1) -> UnitServing:
     """The serving of one unit (pure). `ports`: http, grpc, metrics; `tp`/`pp`/`ep`: the model's
     parallelism, which the options file also carries (a flag and the file must agree)."""
+    ranks = 1
     if runtime == "triton":
         models = triton_models(target, model)
         command = ["tritonserver", f"--model-repository={layout.REPOSITORY_DIR}", "--model-control-mode=explicit",
                    *(f"--load-model={m}" for m in models),
                    f"--http-port={ports['http']}", f"--grpc-port={ports['grpc']}", f"--metrics-port={ports['metrics']}"]
+        if target == "engine" and tp * pp > 1:
+            ranks = tp * pp
+            command = mpi_command(command, engine_names(model)["tensorrt_llm"], ranks)
         ready = []
         for path in table()["triton"]["ready"]["paths"]:  # the server's, then each loaded model's
             ready += [path.replace("{model}", m) for m in models] if "{model}" in path else [path]
@@ -94,14 +103,43 @@ def unit_serving(runtime: str, target: str, model: str, ports: dict[str, int], t
         files = [f"{layout.model_dir(model)}/config.json", options_path(model)]
     else:
         raise ServingCommandError(f"unknown serving runtime {runtime!r} (known: {', '.join(RUNTIMES)})")
-    problems = check_command(runtime, command)
+    problems = [p for argv in rank_commands(command) for p in check_command(runtime, argv)]
     if problems:
         raise ServingCommandError(f"model {model!r}: the {runtime} command does not fit its command line: "
                             + "; ".join(problems))
     serving = UnitServing(runtime=runtime, command=command, port=ports["http"],
                           listens=[ports[k] for k in table()[runtime]["ports"]], ready=ready, files=files,
-                          multi_gpu=gpus > 1)
+                          multi_gpu=gpus > 1, ranks=ranks)
     return serving.model_copy(update={"options": container_options(serving)})
+
+
+def mpi_command(rank0: list[str], engine_model: str, ranks: int) -> list[str]:
+    """One tritonserver per rank under mpirun (triton.multi_rank): rank 0 as given, the others
+    loading only the engine model; every rank with its own Python-backend shared-memory prefix."""
+    rule = table()["triton"]["multi_rank"]
+    command = list(rule["launcher"])
+    for rank in range(ranks):
+        argv = rank0 if rank == 0 else [
+            a for a in rank0 if not a.startswith("--load-model=")] + [f"--load-model={engine_model}"]
+        if rank:
+            command.append(rule["separator"])
+        command += [*rule["per_rank"], *argv, *(f.replace("{rank}", str(rank)) for f in rule["every_rank"])]
+    return command
+
+
+def rank_commands(command: list[str]) -> list[list[str]]:
+    """The server command line of each rank: the command itself, or each program mpirun starts."""
+    rule = table()["triton"]["multi_rank"]
+    if command[:len(rule["launcher"])] != rule["launcher"]:
+        return [command]
+    out: list[list[str]] = [[]]
+    for word in command[len(rule["launcher"]):]:
+        if word == rule["separator"]:
+            out.append([])
+        else:
+            out[-1].append(word)
+    per = len(rule["per_rank"])
+    return [argv[per:] if argv[:per] == rule["per_rank"] else argv for argv in out]
 
 
 def check_command(runtime: str, argv: list[str]) -> list[str]:

@@ -201,27 +201,57 @@ class BatchExceedsTokenBudget(Check):
 class MultipleInstances(Check):
     """`serving.instances` above 1.
 
-    Each Triton model instance of TensorRT-LLM loads its own copy of the weights and allocates its
-    own KV cache (sized by kv_cache_memory_fraction of the memory left) on the same GPU(s), which
-    runs out of memory or leaves each instance a fraction of the cache
-    (triton-inference-server/tensorrtllm_backend#274). In-flight batching already serves many
-    requests concurrently from one instance; scale out with more GPUs or MIG instances instead.
+    Each Triton model instance of TensorRT-LLM loads its own copy of the weights and claims its own
+    KV cache on the same GPU(s): `kv_cache_memory_fraction` of the memory free when that instance
+    starts (free_gpu_memory_fraction on the llmapi target, kv_cache_free_gpu_mem_fraction on the
+    engine target). The first instance's claim leaves the next too little to load its weights
+    (triton-inference-server/tensorrtllm_backend#274; its docs/llmapi.md, "Multiple Instances on
+    the Same GPU", says to lower the fraction "so all instances fit"), and every instance admits
+    a full `max_batch_size`, so the admitted concurrency doubles. What each instance may claim
+    depends on the weights' size and on the order the instances load in, which Kiln does not
+    know, so it refuses rather than write two full claims. In-flight batching already serves many
+    requests concurrently from one instance; scale out with more GPUs, MIG instances or units.
     """
 
     code = "K607"
     name = "multiple-instances"
-    severity = Severity.WARNING
     order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in ctx.spec.models.items():
             n = m.serving.instances
-            if n > 1:
+            if n > 1 and m.serving.runtime == "triton":
                 yield ctx.diag(self, _mpath(name, "serving", "instances"),
-                               f"model {name!r}: {n} Triton instances per serving unit each load their own copy of "
-                               "the weights and their own KV cache on the same GPU(s) (tensorrtllm_backend#274)",
-                               help="keep instances: 1 (in-flight batching serves concurrent requests); add GPUs "
-                                    "or MIG instances to scale out")
+                               f"model {name!r}: {n} Triton instances per serving unit would each load the weights "
+                               f"and claim kv_cache_memory_fraction {m.runtime.kv_cache_memory_fraction} of the "
+                               "same GPU(s), and each admit max_batch_size requests (tensorrtllm_backend#274)",
+                               help="keep instances: 1 (in-flight batching serves concurrent requests); add GPUs, "
+                                    "MIG instances or serving units to scale out")
+
+
+class StreamTextOnEngine(Check):
+    """`serving.stream_text` on the engine target.
+
+    `stream_text` chooses what a streamed response of the llmapi target's Triton model holds: the
+    whole text so far (`cumulative`, as TensorRT-LLM's own LLM-API model streams it) or what the
+    response adds (`delta`). The engine target's ensemble and BLS stream what each response adds,
+    as tensorrtllm_backend's own models do, and have no such choice: the setting would be ignored.
+    Remove it, or use `target: llmapi`.
+    """
+
+    code = "K612"
+    name = "stream-text-on-engine"
+    order = 60
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if ctx.spec.target != "engine":
+            return
+        for name, m in sorted(ctx.spec.models.items()):
+            if "stream_text" in m.serving.model_fields_set:
+                yield ctx.diag(self, _mpath(name, "serving", "stream_text"),
+                               f"model {name!r}: serving.stream_text is an llmapi-target setting; the engine "
+                               "target's ensemble and BLS always stream what each response adds", key=True,
+                               help="remove stream_text, or use `target: llmapi`")
 
 
 class FlashinferBackend(Check):

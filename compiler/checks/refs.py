@@ -111,8 +111,10 @@ class PortConflict(Check):
     Each serving unit (a MIG instance, a GPU or a tensor-parallel group) runs its own Triton
     container on the host network. The n-th replica of a model on a host (counting from 0 in GPU
     order) listens on its `serving.ports` plus 3*n, so replicas never collide with each other; the
-    ports of different models on one host must not overlap after that offset. (Hosts with
-    `deploy: kubernetes` are exempt: each pod has its own network namespace.)
+    ports of different models on one host must not overlap after that offset. Only the ports a
+    unit's runtime listens on count: trtllm-serve listens on `ports.http` only, so its unused
+    gRPC and metrics numbers collide with nothing. (Hosts with `deploy: kubernetes` are exempt:
+    each pod has its own network namespace.)
     """
 
     code = "K908"
@@ -128,7 +130,10 @@ class PortConflict(Check):
             seen: dict[int, tuple[str, str, str]] = {}  # port -> (unit id, model, kind) of its first user
             for u in units:
                 clashes: dict[tuple[str, str], list[str]] = {}
+                listens = _listening_kinds(ctx.spec.models[u.model].serving.runtime)
                 for kind, port in u.ports.as_dict().items():
+                    if kind not in listens:
+                        continue
                     first = seen.get(port)
                     if first is not None and first[0] != u.id:
                         other = "" if first[2] == kind else f" as {first[2]}"
@@ -141,6 +146,13 @@ class PortConflict(Check):
                                    f"{hname!r} both listen on port{'s' if many else ''} {', '.join(ports)}",
                                    help=f"give model {u.model!r} distinct `serving.ports`; one container runs "
                                         "per serving unit")
+
+
+def _listening_kinds(runtime: str) -> set[str]:
+    """The ports (http, grpc, metrics) a serving runtime listens on (serving_runtimes.json)."""
+    from compiler.actions.runtimes import table
+
+    return set(table()[runtime]["ports"])
 
 
 def _choices(value: str, known: list[str]) -> str:

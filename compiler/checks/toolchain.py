@@ -407,6 +407,7 @@ TRITON_ONLY: dict[str, str] = {
     "queue_timeout_ms": "trtllm-serve has no queue timeout (Triton's dynamic batcher has)",
     "streaming": "with trtllm-serve each request asks for streaming (`\"stream\": true`)",
     "instances": "trtllm-serve runs one LLM per serving unit",
+    "stream_text": "trtllm-serve streams as the OpenAI API does (each chunk holds what it adds)",
 }
 
 

@@ -58,7 +58,9 @@ class TritonModel(Params):
     max_queue_delay_us: int
     queue: QueuePolicy | None
     decoupled: bool
+    stream_text: str = "cumulative"
     instances: int
+    ranks: int = 1  # engine target: MPI ranks (tp * pp), one tritonserver each
     gpu_device_ids: str
     # engine runtime knobs the inflight_batcher_llm backend reads from its parameters
     gpt_model_type: str
@@ -99,7 +101,8 @@ def model_params(rm: ResolvedModel, devices: int) -> TritonModel:
     return TritonModel(
         name=rm.name, max_batch_size=lim.max_batch_size, max_input_len=lim.max_input_len,
         max_beam_width=lim.max_beam_width, max_queue_delay_us=s.max_queue_delay_us, queue=queue,
-        decoupled=s.streaming, instances=s.instances, gpu_device_ids=";".join([one] * s.instances),
+        decoupled=s.streaming, stream_text=s.stream_text, instances=s.instances, ranks=devices,
+        gpu_device_ids=";".join([one] * s.instances),
         gpt_model_type="V1" if rt.scheduler == "static_batch" else "inflight_fused_batching",
         batch_scheduler_policy="max_utilization" if rt.scheduler == "max_utilization" else "guaranteed_no_evict",
         kv_cache_free_gpu_mem_fraction=rt.kv_cache_memory_fraction, enable_kv_cache_reuse=rt.block_reuse,

@@ -400,6 +400,11 @@ class Serving(SpecModel):
     """Stream tokens as they are generated (Triton's decoupled transaction policy; with trtllm-serve
     each request asks for streaming itself)."""
 
+    stream_text: Literal["cumulative", "delta"] = "cumulative"
+    """What each streamed response's `text_output` holds on the llmapi target's Triton model:
+    cumulative (the whole text so far, as TensorRT-LLM's own LLM-API model streams it, so its
+    clients work unchanged) or delta (only the text this response adds)."""
+
     instances: Annotated[int, Field(ge=1, le=64)] = 1
     """Triton model instances per serving unit."""
 

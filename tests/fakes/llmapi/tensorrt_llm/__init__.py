@@ -184,7 +184,7 @@ class _Executor:
     def submit(self, result: "RequestOutput", params: "SamplingParams") -> None:
         self.results[result.request_id] = result
         wanted = ("max_tokens", "end_id", "stop", "include_stop_str_in_output", "ignore_eos", "temperature",
-                  "top_k", "top_p", "seed", "skip_special_tokens", "return_perf_metrics")
+                  "top_k", "top_p", "seed", "skip_special_tokens", "return_perf_metrics", "exclude_input_from_output")
         p = {k: getattr(params, k) for k in wanted}
         p.update(greedy=params.greedy, streaming=result._streaming)
         self._send({"op": "submit", "rid": result.request_id, "ids": result.prompt_token_ids, "params": p})

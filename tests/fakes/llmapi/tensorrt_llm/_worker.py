@@ -8,6 +8,11 @@ Scheduling is in-flight batching: each iteration admits waiting requests up to m
 advances every active request by one token with the real torch model (KV cache per request), so a
 request joins a running batch at the next iteration. An iteration lasts at least `step_ms` (a GPU
 step's length; the tiny model alone is faster).
+
+Outputs as the real executor's (tensorrt_llm/executor/result.py, llmapi/tokenizer.py, 1.2.x): with
+`exclude_input_from_output` false the prompt's tokens lead the output's, so its text starts with
+the prompt; while streaming, text that ends in an incomplete UTF-8 sequence (U+FFFD) is held back
+until the tokens that complete it (TransformersTokenizer.decode_incrementally).
 """
 
 from __future__ import annotations
@@ -122,7 +127,10 @@ class Executor:
         if len(seq.generated) >= p["max_tokens"] or len(seq.prompt_ids) + len(seq.generated) >= self.max_seq_len:
             return self.finish(seq, "length", None)
         if p["streaming"]:
-            self.emit({"rid": seq.rid, "text": text, "token_ids": seq.generated, "finish_reason": None,
+            text = self.shown(seq, text)
+            if text.endswith("\ufffd"):
+                return  # held back: the next token completes the character
+            self.emit({"rid": seq.rid, "text": text, "token_ids": self.ids(seq), "finish_reason": None,
                        "stop_reason": None, "logprob": seq.logprob, "metrics": None, "done": False})
 
     def sample(self, logits, seq: Sequence) -> int:
@@ -139,6 +147,15 @@ class Executor:
             keep = torch.cumsum(ordered, -1) - ordered < p["top_p"]
             probs = torch.zeros_like(probs).scatter(0, index[keep], ordered[keep])
         return int(torch.multinomial(probs / probs.sum(), 1, generator=seq.generator))
+
+    def ids(self, seq: Sequence) -> list:
+        return seq.generated if seq.params["exclude_input_from_output"] else seq.prompt_ids + seq.generated
+
+    def shown(self, seq: Sequence, generated_text: str) -> str:
+        """The output's text: the generated text, after the prompt's unless the input is excluded."""
+        if seq.params["exclude_input_from_output"]:
+            return generated_text
+        return self.text(seq.prompt_ids, seq.params) + generated_text
 
     def text(self, ids: list, p: dict) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=p["skip_special_tokens"])
@@ -159,7 +176,7 @@ class Executor:
                 "speculative_decoding": {"acceptance_rate": 0.0, "total_accepted_draft_tokens": 0,
                                          "total_draft_tokens": 0}}
         log(f"request {seq.rid} finished ({reason}) after {len(seq.generated)} tokens; in flight: {len(self.active)}")
-        self.emit({"rid": seq.rid, "text": text, "token_ids": seq.generated, "finish_reason": reason,
+        self.emit({"rid": seq.rid, "text": self.shown(seq, text), "token_ids": self.ids(seq), "finish_reason": reason,
                    "stop_reason": stop_reason, "logprob": seq.logprob, "metrics": metrics, "done": True})
 
 

@@ -3,8 +3,18 @@ from Python, for clients that want one model with streaming and per-request erro
 Written for kiln (not derived from tensorrtllm_backend). The three model names come from the
 parameters, so one repository can hold the pipelines of several models.
 
-Requests of one batch run concurrently in threads: each waits on the engine, and the engine
-batches them in flight. When the model is decoupled, `stream` asks for one response per step.
+Requests run concurrently in threads: each waits on the engine, and the engine batches them in
+flight. execute() only hands them over and returns, decoupled or not: every answer goes through
+the request's response sender, so a request arriving while others generate is dispatched at once
+(a blocking execute() held Triton's instance until its whole batch had finished). When the model
+is decoupled, `stream` asks for one response per step.
+
+Text is detokenized incrementally (the technique of vLLM's and TGI's streaming detokenizers): a
+token is not always a whole character (byte-level BPE spreads "🙂" over several tokens, a
+byte-fallback token is one byte), so each step decodes a window of the request's tokens after a
+context of the ones already answered, and a text ending in an incomplete character (U+FFFD) is
+held back until the tokens that complete it arrive. Streamed pieces concatenate to the text of
+the whole sequence.
 """
 
 import json
@@ -35,10 +45,43 @@ def _tensor(source, name: str, as_name: str):
     return None if tensor is None else pb_utils.Tensor(as_name, tensor.as_numpy())
 
 
+def _str(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
 def _check(response, model: str):
     if response.has_error():
         raise StepFailed(f"{model}: {response.error().message()}")
     return response
+
+
+REPLACEMENT = "\ufffd"  # what a decoder makes of an incomplete UTF-8 sequence
+
+
+class Detokenizer:
+    """One beam's tokens so far and the window that is decoded next: tokens before `prefix` are
+    answered and out of the window, those in [prefix, read) are answered context."""
+
+    def __init__(self, decode):
+        self.decode = decode  # (window ids, context length) -> the text the rest adds
+        self.ids: list = []
+        self.prefix = self.read = 0
+
+    def push(self, new: list) -> str:
+        self.ids.extend(new)
+        text = self.decode(self.ids[self.prefix:], self.read - self.prefix)
+        if not text or text.endswith(REPLACEMENT):
+            return ""  # hold back: the next tokens complete the character
+        self.prefix, self.read = self.read, len(self.ids)
+        return text
+
+    def flush(self) -> str:
+        """At the end: whatever is held back (a sequence that really ends mid-character)."""
+        if self.read >= len(self.ids):
+            return ""
+        text = self.decode(self.ids[self.prefix:], self.read - self.prefix)
+        self.prefix, self.read = self.read, len(self.ids)
+        return text
 
 
 class TritonPythonModel:
@@ -47,17 +90,25 @@ class TritonPythonModel:
         p = {k: v["string_value"] for k, v in config["parameters"].items()}
         self.pre, self.engine, self.post = p["preprocessing_model"], p["tensorrt_llm_model"], p["postprocessing_model"]
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
-        self.pool = ThreadPoolExecutor(max_workers=max(int(config.get("max_batch_size") or 1), 1))
+        self.pool = ThreadPoolExecutor(max_workers=max(int(p.get("max_concurrency") or 1), 1))
 
     def _call(self, model: str, inputs: list, outputs: list):
         request = pb_utils.InferenceRequest(model_name=model, inputs=inputs, requested_output_names=outputs)
         return _check(request.exec(), model)
 
-    def _text(self, engine_response) -> np.ndarray:
-        inputs = [pb_utils.Tensor(n, pb_utils.get_output_tensor_by_name(engine_response, n).as_numpy())
-                  for n in ("output_ids", "sequence_length")]
+    def _decode(self, ids: list, context: int) -> str:
+        inputs = [pb_utils.Tensor("output_ids", np.array([[ids]], dtype=np.int32)),
+                  pb_utils.Tensor("sequence_length", np.array([[len(ids)]], dtype=np.int32)),
+                  pb_utils.Tensor("prefix_length", np.array([[context]], dtype=np.int32))]
         post = self._call(self.post, inputs, ["text"])
-        return pb_utils.get_output_tensor_by_name(post, "text").as_numpy()
+        return _str(pb_utils.get_output_tensor_by_name(post, "text").as_numpy().reshape(-1)[0])
+
+    def _new_tokens(self, engine_response) -> list:
+        """Per beam, the tokens this engine response adds."""
+        ids = pb_utils.get_output_tensor_by_name(engine_response, "output_ids").as_numpy()
+        lengths = pb_utils.get_output_tensor_by_name(engine_response, "sequence_length").as_numpy().reshape(-1)
+        ids = ids.reshape(-1, ids.shape[-1])
+        return [beam[:max(int(n), 0)].tolist() for beam, n in zip(ids, lengths)]
 
     def _run(self, request, send):
         pre_inputs = [t for t in (_tensor(request, k, v) for k, v in PRE_INPUTS.items()) if t is not None]
@@ -67,13 +118,26 @@ class TritonPythonModel:
         inputs += [t for t in (_tensor(request, k, v) for k, v in ENGINE_INPUTS.items()) if t is not None]
         call = pb_utils.InferenceRequest(model_name=self.engine, inputs=inputs,
                                          requested_output_names=["output_ids", "sequence_length"])
+        beams: list = []
+
+        def emit(texts: list) -> None:
+            if any(texts):
+                send(np.array([[t.encode("utf-8") for t in texts]], dtype=np.object_))
+
+        def step(response) -> None:
+            new = self._new_tokens(response)
+            while len(beams) < len(new):
+                beams.append(Detokenizer(self._decode))
+            emit([d.push(ids) for d, ids in zip(beams, new)])
+
         if not self.decoupled:
-            send(self._text(_check(call.exec(), self.engine)))
-            return
-        for response in call.exec(decoupled=True):
-            _check(response, self.engine)
-            if pb_utils.get_output_tensor_by_name(response, "output_ids") is not None:
-                send(self._text(response))
+            step(_check(call.exec(), self.engine))
+        else:
+            for response in call.exec(decoupled=True):
+                _check(response, self.engine)
+                if pb_utils.get_output_tensor_by_name(response, "output_ids") is not None:
+                    step(response)
+        emit([d.flush() for d in beams])
 
     @staticmethod
     def _response(text=None, error=None):
@@ -90,19 +154,22 @@ class TritonPythonModel:
             sender.send(self._response(error=str(e)), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _single(self, request):
-        texts = []
+        """Not decoupled: exactly one response, the whole text (the pieces joined)."""
+        sender = request.get_response_sender()
+        pieces = []
         try:
-            self._run(request, texts.append)
-            return self._response(texts[-1])
+            self._run(request, pieces.append)
+            joined = ["".join(_str(p[0][b]) for p in pieces) for b in range(len(pieces[0][0]))] if pieces else [""]
+            response = self._response(np.array([[t.encode("utf-8") for t in joined]], dtype=np.object_))
         except Exception as e:
-            return self._response(error=str(e))
+            response = self._response(error=str(e))
+        sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def execute(self, requests):
-        if self.decoupled:
-            for request in requests:
-                self.pool.submit(self._decoupled, request)
-            return None
-        return list(self.pool.map(self._single, requests))
+        serve = self._decoupled if self.decoupled else self._single
+        for request in requests:
+            self.pool.submit(serve, request)
+        return None
 
     def finalize(self):
         self.pool.shutdown(wait=True)

@@ -17,12 +17,24 @@ each at most `queue_timeout_ms` (0: unbounded), and are rejected as Triton's que
 (UNAVAILABLE, the same messages). Nothing waits while there is room. A request is cancelled when
 its client cancels it (gRPC; checked every `cancellation_check_period_ms`) or when a request with
 the same id carries `stop: true`: its generation is aborted, it is answered with a CANCELLED error.
+As upstream's model, responses are sent and cancellations polled on threads of their own (each
+is IPC to Triton's process, once per token when streaming), so the event loop that submits to
+the LLM and reads its results never waits on them; one sending thread keeps each request's
+responses in order.
+
+Answers as TensorRT-LLM's own model (compiler/actions/data/trtllm_llmapi.json, `upstream_model`):
+a streamed response's `text_output` is the whole text so far (parameter `stream_text: delta`
+sends only what each response adds); an input the client leaves out takes upstream's default
+(the prompt is echoed unless `sampling_param_exclude_input_from_output` is true); the stop
+request itself is answered with a CANCELLED error. The text is TensorRT-LLM's, whose streaming
+detokenizer holds back an incomplete UTF-8 sequence, so a delta never splits a character.
 """
 
 import asyncio
 import collections
 import json
 import os
+import queue
 import re
 import threading
 
@@ -38,6 +50,8 @@ SAMPLING = {
     "sampling_param_exclude_input_from_output": "exclude_input_from_output",
     "sampling_param_return_perf_metrics": "return_perf_metrics",
 }
+# what a left-out input means: upstream's helpers.py (get_sampling_params_from_request)
+SAMPLING_DEFAULTS = {"best_of": 1, "exclude_input_from_output": False, "return_perf_metrics": False}
 # request flag -> output (a CompletionOutput field of the same name)
 OPTIONAL_OUTPUTS = {"return_finish_reason": "finish_reason", "return_stop_reason": "stop_reason",
                     "return_cumulative_logprob": "cumulative_logprob"}
@@ -144,11 +158,41 @@ class Admission:
         self.free += 1
 
 
+class Outbox:
+    """Responses to send, in order, on a thread of its own."""
+
+    def __init__(self):
+        self.queue: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._run, name="kiln-llmapi-send", daemon=True)
+        self.thread.start()
+
+    def put(self, sender, response, flags: int) -> None:
+        self.queue.put((sender, response, flags))
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            sender, response, flags = item
+            try:
+                if response is None:
+                    sender.send(flags=flags)
+                else:
+                    sender.send(response, flags=flags)
+            except Exception as e:  # a client gone away: nothing to answer, the others go on
+                pb_utils.Logger.log_warn(f"kiln-llmapi: a response could not be sent: {e}")
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join(timeout=30)
+
+
 class Inflight:
     """One request: its response sender, its place in admission, its LLM result, its state."""
 
-    def __init__(self, request, admission: Admission, loop):
-        self.request, self.admission = request, admission
+    def __init__(self, request, admission: Admission, loop, outbox: Outbox):
+        self.request, self.admission, self.outbox = request, admission, outbox
         self.sender = request.get_response_sender()
         self.id = request.request_id() or ""
         self.ticket = loop.create_future()
@@ -171,10 +215,7 @@ class Inflight:
         self.finished = final
         if final:  # the slot is free before the client hears of it: its next request finds room
             self.leave()
-        if response is None:
-            self.sender.send(flags=flags)
-        else:
-            self.sender.send(response, flags=flags)
+        self.outbox.put(self.sender, response, flags)
 
     def cancel(self) -> None:
         """Abort the generation and answer at once; the serving coroutine stops waiting."""
@@ -207,12 +248,16 @@ class TritonPythonModel:
         self.admission = Admission(int(params["max_inflight_requests"]), int(params["max_queue_size"]),
                                    int(params["queue_timeout_ms"]) / 1000)
         self.check_period = int(params["cancellation_check_period_ms"]) / 1000
-        self.inflight = {}  # id(entry) -> Inflight; touched on the event loop's thread only
+        self.deltas = params.get("stream_text", "cumulative") == "delta"
+        self.inflight = {}  # id(entry) -> Inflight; changed on the event loop's thread only
         self.llm = LLM(**options)
+        self.outbox = Outbox()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="kiln-llmapi", daemon=True)
         self.thread.start()
-        self.watcher = asyncio.run_coroutine_threadsafe(self._watch_cancellations(), self.loop)
+        self.stopping = threading.Event()
+        self.watcher = threading.Thread(target=self._watch_cancellations, name="kiln-llmapi-cancel", daemon=True)
+        self.watcher.start()
 
     # --- Triton's side ---------------------------------------------------------------------------
     def execute(self, requests):
@@ -222,11 +267,13 @@ class TritonPythonModel:
 
     def finalize(self):
         if getattr(self, "loop", None) is not None:
-            self.loop.call_soon_threadsafe(self.watcher.cancel)
-            for entry in list(self.inflight.values()):
+            self.stopping.set()
+            self.watcher.join(timeout=30)
+            for entry in self._snapshot():
                 self.loop.call_soon_threadsafe(entry.cancel)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(timeout=30)
+            self.outbox.close()
         if getattr(self, "llm", None) is not None:
             self.llm.shutdown()
 
@@ -235,7 +282,7 @@ class TritonPythonModel:
         prompts = _values(request, "text_input")
         if prompts is None or prompts.size != 1:
             raise RequestError("text_input: expected one prompt per request")
-        sampling = {}
+        sampling = dict(SAMPLING_DEFAULTS)
         for name, field in SAMPLING.items():
             value = _scalar(request, name)
             if value is not None:
@@ -257,7 +304,7 @@ class TritonPythonModel:
 
     def _response(self, output, wanted, streaming: bool):
         outs = output.outputs
-        text = [(o.text_diff if streaming else o.text).encode("utf-8") for o in outs]
+        text = [(o.text_diff if streaming and self.deltas else o.text).encode("utf-8") for o in outs]
         tensors = [pb_utils.Tensor("text_output", np.array(text, dtype=np.object_))]
         for field in wanted:
             values = [getattr(o, field) for o in outs]
@@ -279,12 +326,12 @@ class TritonPythonModel:
         try:
             stop = bool(_scalar(request, "stop"))
         except RequestError as e:
-            request.get_response_sender().send(_error(str(e), pb_utils.TritonError.INVALID_ARG),
-                                               flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            self.outbox.put(request.get_response_sender(), _error(str(e), pb_utils.TritonError.INVALID_ARG),
+                            pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             return
         if stop:  # it ends requests, it starts none: no slot, no queue
-            return await self._stop(request)
-        entry = Inflight(request, self.admission, self.loop)
+            return self._stop(request)
+        entry = Inflight(request, self.admission, self.loop, self.outbox)
         entry.task = asyncio.current_task()
         key = id(entry)
         self.inflight[key] = entry
@@ -321,25 +368,35 @@ class TritonPythonModel:
             del self.inflight[key]
             entry.leave()
 
-    async def _stop(self, request):
+    def _stop(self, request):
         """`stop: true`: cancel the requests with this request's id, then answer it."""
         sender = request.get_response_sender()
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         target = request.request_id() or ""
         if not target:
-            sender.send(_error("stop: the request must carry the id of the request to cancel",
-                               pb_utils.TritonError.INVALID_ARG), flags=final)
+            self.outbox.put(sender, _error("stop: the request must carry the id of the request to cancel",
+                                           pb_utils.TritonError.INVALID_ARG), final)
             return
         for entry in list(self.inflight.values()):
             if entry.id == target:
                 entry.cancel()
-        sender.send(pb_utils.InferenceResponse(output_tensors=[]), flags=final)
+        # upstream's handle_stop_request answers the stop request itself as cancelled
+        self.outbox.put(sender, _error(CANCELLED_MESSAGE, pb_utils.TritonError.CANCELLED), final)
 
-    async def _watch_cancellations(self):
-        """Clients that cancel (gRPC cancellation, a closed stream) are seen here."""
-        while True:
-            await asyncio.sleep(self.check_period)
-            for entry in list(self.inflight.values()):
+    # --- the cancellation thread ----------------------------------------------------------------
+    def _snapshot(self) -> list:
+        """The requests in flight, read from another thread than the loop's that changes them."""
+        for _ in range(3):
+            try:
+                return list(self.inflight.values())
+            except RuntimeError:  # changed while copied: copy again
+                continue
+        return []
+
+    def _watch_cancellations(self):
+        """Clients that cancel (gRPC cancellation, a closed stream) are seen here; the loop's
+        thread cancels them (entry.cancel checks again that nothing was sent meanwhile)."""
+        while not self.stopping.wait(self.check_period):
+            for entry in self._snapshot():
                 if not entry.cancelled and not entry.finished and entry.request.is_cancelled():
-                    entry.cancel()
-
+                    self.loop.call_soon_threadsafe(entry.cancel)
