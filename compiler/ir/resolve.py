@@ -21,10 +21,10 @@ from compiler.spec.loader import Document
 from compiler.spec.models import ArchitectureFile, Host, MeasuredLimit, Model, Spec
 from compiler.store.local import sha256_bytes
 
-from .lockfile import LockError, parse_lock
+from .lockfile import MAX_LOCK_BYTES, LockError, parse_lock
 from .measured import Measurement, RecordError, parse_record
 from .inputs import (InputRefused, InputRoots, InputUnusable, ResolvedInput, check_readable, confine, confine_path,
-                     input_roots)
+                     input_roots, read_regular)
 from .types import MigSlot, Resolved, ResolvedHost, ResolvedModel
 
 
@@ -118,7 +118,7 @@ def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple
     diags: list[Diagnostic] = []
     roots = roots if roots is not None else input_roots(base_dir)
     inputs = _resolve_inputs(spec, doc, base_dir, roots, diags)
-    locked = _read_lock(lock, diags)
+    locked = _read_lock(lock, roots, diags)
     captures = [c for c in (_read_capture(files, diags) for files in gpu_profiles) if c is not None]
     models = {name: _resolve_model(name, m, doc, inputs, roots, diags) for name, m in spec.models.items()}
     # A model whose measured limit cannot be read is set aside like a model with a structure error:
@@ -206,17 +206,40 @@ def _diag(rule: type[Rule], doc: Document, path: tuple, message: str, help: str 
     return Diagnostic(rule.code, rule.severity, message, doc.file, doc.span_of(path, key=key), help)
 
 
-def _read_lock(path: Path | None, diags: list[Diagnostic]):
-    if path is None or not path.exists():
+def _read_lock(path: Path | None, roots: InputRoots, diags: list[Diagnostic]):
+    """The placements of the lock file `path`, None when there is none. The lock is an input of the
+    spec like the files it names: confined to the same roots (a link out of the repository is
+    refused, K915, and never opened), and read only when it is a regular file, at most what the
+    format needs (K912)."""
+    if path is None or not os.path.lexists(path):
+        return None
+    shown = str(path)
+    try:
+        real = confine_path(Path(os.path.realpath(path)), roots, shown)
+    except InputRefused as e:
+        diags.append(Diagnostic(e.rule.code, e.rule.severity, f"lock file {e.message}", shown, Span(1, 1),
+                                "the lock file must be a file of the spec's repository: remove the link and run "
+                                "`kiln lock SPEC` to write it"))
+        return None
+    except (OSError, ValueError) as e:
+        diags.append(Diagnostic(LockFileInvalid.code, LockFileInvalid.severity,
+                                f"cannot read the lock file: {getattr(e, 'strerror', None) or e}", shown, Span(1, 1)))
         return None
     try:
-        return parse_lock(path.read_text(encoding="utf-8"))
+        text = read_regular(real, MAX_LOCK_BYTES).decode("utf-8")
+    except FileNotFoundError:
+        return None  # a link to nothing inside the repository: no lock yet
     except (OSError, UnicodeDecodeError) as e:
-        diags.append(Diagnostic(LockFileInvalid.code, LockFileInvalid.severity, f"cannot read the lock file: {e}",
-                                str(path), Span(1, 1)))
+        why = e.strerror if isinstance(e, OSError) and e.strerror else "not UTF-8 text" \
+            if isinstance(e, UnicodeDecodeError) else e
+        diags.append(Diagnostic(LockFileInvalid.code, LockFileInvalid.severity, f"cannot read the lock file: {why}",
+                                shown, Span(1, 1), "delete it and run `kiln lock SPEC` to write it again"))
+        return None
+    try:
+        return parse_lock(text)
     except LockError as e:
         diags.append(Diagnostic(LockFileInvalid.code, LockFileInvalid.severity, f"not a valid lock file: {e.message}",
-                                str(path), Span(e.line, 1), "run `kiln lock SPEC` to write it again"))
+                                shown, Span(e.line, e.column), "run `kiln lock SPEC` to write it again"))
     return None
 
 
