@@ -22,7 +22,7 @@ from compiler.spec.models import ArchitectureFile, Host, MeasuredLimit, Model, S
 from compiler.store.local import sha256_bytes
 
 from .lockfile import MAX_LOCK_BYTES, LockError, parse_lock
-from .measured import Measurement, RecordError, parse_record
+from .measured import MAX_RECORD_BYTES, Measurement, RecordError, parse_record
 from .inputs import (InputRefused, InputRoots, InputUnusable, ResolvedInput, check_readable, confine, confine_path,
                      input_roots, read_regular)
 from .types import MigSlot, Resolved, ResolvedHost, ResolvedModel
@@ -246,7 +246,7 @@ def _read_lock(path: Path | None, roots: InputRoots, diags: list[Diagnostic]):
 def _read_measured(model: str, ref: str, doc: Document, path: Path, diags: list[Diagnostic]) -> Measurement | None:
     where = ("models", model, "limits", "max_batch_size", "measured")
     try:
-        raw = _read_bounded(path, MAX_RECORD_BYTES)
+        raw = read_regular(path, MAX_RECORD_BYTES)  # a FIFO or device named by the spec is not read
         record = parse_record(raw.decode("utf-8"))
     except FileNotFoundError:
         diags.append(_diag(MeasuredRecordInvalid, doc, where, f"no measurement record at {ref}",
@@ -254,11 +254,13 @@ def _read_measured(model: str, ref: str, doc: Document, path: Path, diags: list[
                            "it writes the record and this reference"))
         return None
     except (OSError, UnicodeDecodeError) as e:
-        diags.append(_diag(MeasuredRecordInvalid, doc, where, f"cannot read the measurement record {ref}: {e}"))
+        why = e.strerror if isinstance(e, OSError) and e.strerror else "not UTF-8 text" \
+            if isinstance(e, UnicodeDecodeError) else e
+        diags.append(_diag(MeasuredRecordInvalid, doc, where, f"cannot read the measurement record {ref}: {why}"))
         return None
     except RecordError as e:
         diags.append(_diag(MeasuredRecordInvalid, doc, where,
-                           f"{ref}, line {e.line}: {e.message}",
+                           f"{ref}:{e.line}:{e.column}: {e.message}",
                            "`kiln tune` writes these files; do not edit them"))
         return None
     if record.model != model:
@@ -345,7 +347,6 @@ def _resolve_model(name: str, m: Model, doc: Document, inputs: dict[str, Resolve
 
 MAX_CONFIG_BYTES = 16 << 20  # a Hugging Face config.json is a few KB
 MAX_CAPTURE_BYTES = 1 << 20  # `nvidia-smi mig -lgip` prints a few KB
-MAX_RECORD_BYTES = 1 << 20  # a `kiln tune` record is a few KB
 
 
 def _read_bounded(path: Path, limit: int) -> bytes:
