@@ -124,8 +124,11 @@ def test_every_rendering_survives_any_character() -> None:
     # the caret under the escaped value: after "x: ", as wide as "a\x1b[" is shown
     assert caret.index("^") - caret.index("|") - 2 == len("x: ") and caret.count("^") == len("a\\x1b[")
     for out in (render_json([d]), render_sarif([d], "0")):
-        out.encode("ascii")
-        assert json.loads(out)
+        # valid for a strict reader too: no lone surrogate, even escaped; control characters as JSON escapes
+        json.dumps(json.loads(out), ensure_ascii=False).encode("utf-8")
+        doc = json.loads(out)
+        message = doc["runs"][0]["results"][0]["message"]["text"] if "runs" in doc else doc["diagnostics"][0]["message"]
+        assert message.startswith("a\x1b[2J\x07\n\r\t\u202e") and "\\udc80" in message  # faithful but surrogates
 
 
 def test_a_path_from_the_command_line_with_undecodable_bytes_does_not_crash(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Callable, Mapping
 
 from .model import Diagnostic, Severity
@@ -84,18 +85,29 @@ def _text_one(d: Diagnostic, source: str | None, color: bool) -> str:
     return "\n".join(lines)
 
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def unicode_text(text: str) -> str:
+    """`text` with every lone surrogate (a file name's undecodable byte, a record's "\\udc80") as its
+    escape: JSON may spell one, but it is no Unicode character, and strict readers (SARIF viewers
+    among them) refuse the document. Everything else, control characters included, stays as it is
+    (JSON escapes those)."""
+    return _SURROGATES.sub(lambda m: _escape(m.group()), text)
+
+
 def diagnostic_dict(d: Diagnostic) -> dict:
     return {
         "code": d.code,
         "severity": d.severity.value,
-        "message": d.message,
-        "file": d.file,
+        "message": unicode_text(d.message),
+        "file": unicode_text(d.file),
         "line": d.span.line,
         "column": d.span.column,
         "end_line": d.span.end_line,
         "end_column": d.span.end_column,
-        "help": d.help,
-        "notes": list(d.notes),
+        "help": unicode_text(d.help) if d.help is not None else None,
+        "notes": [unicode_text(n) for n in d.notes],
     }
 
 
@@ -131,13 +143,13 @@ def render_sarif(diags: list[Diagnostic], version: str) -> str:
             region["endLine"] = d.span.end_line
         if d.span.end_column:
             region["endColumn"] = d.span.end_column
-        text = d.message + (f"\nhelp: {d.help}" if d.help else "")
+        text = unicode_text(d.message + (f"\nhelp: {d.help}" if d.help else ""))
         results.append({
             "ruleId": d.code,
             "ruleIndex": index[d.code],
             "level": _level(d.severity),
             "message": {"text": text},
-            "locations": [{"physicalLocation": {"artifactLocation": {"uri": d.file.replace("\\", "/")},
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": unicode_text(d.file).replace("\\", "/")},
                                                 "region": region}}],
         })
     doc = {

@@ -75,7 +75,14 @@ class LockFileInvalid(Rule):
     """The lock file beside the spec (`kiln.lock` for `kiln.yaml`) cannot be read or is not one.
 
     `kiln lock SPEC` writes it: the MIG placements of the spec's layout, which later layouts keep
-    where they can. Delete it and run `kiln lock` again to start from the current placements.
+    where they can. Delete it and run `kiln lock` again to start from the current placements
+    (`kiln lock` replaces a lock file it cannot read).
+
+    It is read only when it is a regular file (a FIFO, a device or a directory is refused unread)
+    of at most 16 MiB, and only as the format needs: JSON without NaN or Infinity, nested at most
+    8 levels, numbers of at most 20 characters, placements of GPU indexes and slot numbers. The
+    message gives the line and column of the fault where there is one. A lock file that is a link
+    out of the spec's repository is K915, like any input.
     """
 
     code = "K912"
@@ -89,6 +96,11 @@ class MeasuredRecordInvalid(Rule):
     `kiln tune SPEC --unit UNIT --url URL` writes the record (tune/<unit>.json beside the spec) after
     it measured a unit serving the model, and points the limit at it. Commit the record with the
     spec; to start over, give the limit as a number and run `kiln tune` again.
+
+    The record is read only when it is a regular file of at most 1 MiB, as JSON without NaN or
+    Infinity, nested at most 16 levels, numbers of at most 40 characters; the message names the
+    record's line and column of the fault. A measured concurrency above 65536 (the largest
+    `max_batch_size`) gives that limit.
     """
 
     code = "K913"
