@@ -328,6 +328,17 @@ def mutated_specs(draw) -> str:
     return dump(data, draw(st.booleans()))
 
 
+def _example(name: str) -> str:
+    return EXAMPLE_TEXTS[[p.parent.name for p in EXAMPLE_FILES].index(name)]
+
+
+# Inputs of issue 25's hostile review, each a crash (exit 3) or an unbounded run before it was fixed.
+MERGE_BOMB = "kiln: v1\na0: &a0 {}\n" + "".join(f"a{i}: &a{i} {{<<: [*a{i - 1}, *a{i - 1}]}}\n" for i in range(1, 41))
+SURROGATE_NAME = _example("quickstart").replace("name: quickstart", 'name: "q\\udc80"')
+SURROGATE_MODEL = _example("quickstart").replace("  tiny:\n", '  "t\\ud800iny":\n', 1)
+CONTROL_HOST = _example("quickstart").replace("  dev-h100:", '  "dev\\x1b]0;pwned\\x07\\x1b[2J\\nforged: error":')
+
+
 def test_examples_round_trip_through_the_dumper() -> None:
     for data in EXAMPLE_DATA:
         for rt in (False, True):
@@ -337,11 +348,21 @@ def test_examples_round_trip_through_the_dumper() -> None:
             assert parse_document(loaded.document).spec is not None
 
 
-@given(st.one_of(mutated_specs(), pool_specs()))
+@given(mutated_specs())
 @example(dump({"kiln": "v1", "name": None}, False))
 @example(dump({"kiln": "v1", "models": {1: {}}, True: None, None: 1}, False))
 @example(dump(_nested(100, {"kiln": "v1"}, True), False))
 def test_mutated_specs_never_crash(text: str) -> None:
+    check_pipeline(text, check_front_end(text))
+
+
+# Node pools, serving runtimes and hostile names on every example (mutated_specs draws them too,
+# among the other mutations); bounded: most of these specs are valid and go through the pipeline.
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(pool_specs())
+@example(SURROGATE_NAME)
+@example(CONTROL_HOST)
+def test_specs_with_node_pools_and_runtimes_never_crash(text: str) -> None:
     check_pipeline(text, check_front_end(text))
 
 
@@ -394,17 +415,6 @@ def edited_texts(draw) -> str:
             i = draw(st.integers(0, n - 1))
             text = text[:i] + draw(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))) + text[i + 1:]
     return text
-
-
-def _example(name: str) -> str:
-    return EXAMPLE_TEXTS[[p.parent.name for p in EXAMPLE_FILES].index(name)]
-
-
-# Inputs of issue 25's hostile review, each a crash (exit 3) or an unbounded run before it was fixed.
-MERGE_BOMB = "kiln: v1\na0: &a0 {}\n" + "".join(f"a{i}: &a{i} {{<<: [*a{i - 1}, *a{i - 1}]}}\n" for i in range(1, 41))
-SURROGATE_NAME = _example("quickstart").replace("name: quickstart", 'name: "q\\udc80"')
-SURROGATE_MODEL = _example("quickstart").replace("  tiny:\n", '  "t\\ud800iny":\n', 1)
-CONTROL_HOST = _example("quickstart").replace("  dev-h100:", '  "dev\\x1b]0;pwned\\x07\\x1b[2J\\nforged: error":')
 
 
 @given(edited_texts())
@@ -633,7 +643,9 @@ def test_the_inputs_fuzzed_are_valid_as_written() -> None:
     assert result.ok and result.resolved.models["tiny"].measured is not None, result.diagnostics
 
 
-@settings(deadline=None, suppress_health_check=list(HealthCheck))
+# Bounded like the plans (each example validates a whole spec); benchmarks/fuzz_specs.py --kind
+# locks|records runs thousands.
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(lock_files())
 @example((0, ("bytes", b'{"kind": "kiln.lock/v1", "placements": {"h": {"0": [{"profile": "x", "serves": "y", '
                        b'"start": Infinity}]}}}')))
@@ -653,7 +665,7 @@ def test_lock_files_never_crash(item: tuple[int, tuple[str, Any]]) -> None:
 MIG_CODES = {f"K2{n:02d}" for n in range(100)}
 
 
-@settings(deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(tune_records())
 @example(("bytes", b"[" * 100_000))
 @example(("bytes", b'{"kind": "kiln.tune/v1", "result": {"concurrency": ' + b"9" * 5000 + b"}}"))
