@@ -288,3 +288,12 @@ def test_parse_record_refuses_deep_and_huge_json_as_record_errors() -> None:
     for bad in ("[" * 5000, text.replace('"seed": ', '"seed": 1' + "0" * 4999 + ", \"x\": ", 1)):
         with pytest.raises(RecordError):
             parse_record(bad)
+
+
+def test_a_models_config_json_that_is_a_fifo_is_k903_without_blocking(tmp_path: Path) -> None:
+    spec = _repo(tmp_path)
+    (tmp_path / "model" / "config.json").unlink()
+    os.mkfifo(tmp_path / "model" / "config.json")
+    proc = subprocess.run([sys.executable, "-m", "compiler", "validate", str(spec)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert proc.returncode == 1 and "config.json: not a regular file [K903]" in proc.stdout, proc.stdout + proc.stderr

@@ -340,7 +340,7 @@ def _resolve_model(name: str, m: Model, doc: Document, inputs: dict[str, Resolve
             diags.append(_diag(e.rule, doc, where, e.message, e.help))
             return ResolvedModel(name, m, None, "")
     try:
-        config = json.loads(_read_bounded(config_path, MAX_CONFIG_BYTES).decode("utf-8"))
+        config = json.loads(read_regular(config_path, MAX_CONFIG_BYTES).decode("utf-8"))  # never a FIFO
         if not isinstance(config, dict):
             raise ConfigError("config.json is not a JSON object", "")
         arch = arch_from_hf_config(config, name)
