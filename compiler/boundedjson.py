@@ -4,13 +4,14 @@ have changed (the lock file, tune records, what a tool wrote).
 `json.loads` recurses once per nesting level (`[[[[...` 100,000 deep raises RecursionError, which
 callers catching ValueError miss), converts a 100,000-digit integer in quadratic time (or raises a
 ValueError past 4,300 digits), and accepts NaN and Infinity, which are not JSON. `loads_bounded`
-refuses all of these before parsing, with the line and column where they are, by one pass over the
-text's strings, brackets and numbers; the parse itself keeps the same refusals as a second guard.
+refuses all of these before parsing, with the line and column where they are, by a pass over the
+text's strings and brackets (and its numbers, when a search in C finds one that may be too long).
 Every failure is one exception, BoundedJSONError (a ValueError), with a message and a position.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -30,9 +31,11 @@ class BoundedJSONError(ValueError):
         self.message, self.line, self.column = message, line, column
 
 
-# What the bounds look at, outside strings: a string (skipped whole; an unterminated one runs to the
-# end), a bracket, a bare word (NaN, Infinity: not JSON) or a number literal.
-_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[{]|[\]}]|-?[A-Za-z]+|-?[0-9][0-9.eE+-]*')
+# Outside strings, what nests (brackets) and what is not JSON (NaN, Infinity); a string is skipped
+# whole (an unterminated one runs to the end; possessive, so nothing backtracks).
+_STRING = r'"(?:[^"\\]++|\\.)*+"?'
+_NESTING = re.compile(_STRING + r'|[\[{]|[\]}]|-?(?:NaN|Infinity)', re.S)
+_NUMBER = re.compile(_STRING + r'|-?[0-9][0-9.eE+-]*', re.S)
 
 
 def _position(text: str, offset: int) -> tuple[int, int]:
@@ -40,9 +43,9 @@ def _position(text: str, offset: int) -> tuple[int, int]:
     return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
 
 
-def _scan(text: str, max_depth: int, max_number_chars: int) -> None:
+def _scan_nesting(text: str, max_depth: int) -> None:
     depth = 0
-    for m in _TOKEN.finditer(text):
+    for m in _NESTING.finditer(text):
         c = m.group()[0]
         if c == '"':
             continue
@@ -52,19 +55,34 @@ def _scan(text: str, max_depth: int, max_number_chars: int) -> None:
                 raise BoundedJSONError(f"nested deeper than {max_depth} levels", *_position(text, m.start()))
         elif c in "]}":
             depth -= 1
-        elif m.group().lstrip("-") in ("NaN", "Infinity"):
+        else:
             raise BoundedJSONError(f"{m.group()} is not JSON (a number must be finite)", *_position(text, m.start()))
-        elif c.isdigit() or c == "-":
-            if len(m.group()) > max_number_chars:
-                raise BoundedJSONError(f"a number of {len(m.group())} characters (at most {max_number_chars})",
-                                       *_position(text, m.start()))
-            if "e" in m.group().lower():  # 1e999 would parse as infinity
-                try:
-                    finite = math.isfinite(float(m.group()))
-                except ValueError:
-                    continue  # not a number: the parse says where
-                if not finite:
-                    raise BoundedJSONError(f"{m.group()} is too large for a number", *_position(text, m.start()))
+
+
+@functools.lru_cache(maxsize=8)
+def _suspect(max_number_chars: int) -> re.Pattern:
+    """Anywhere in the text (strings too): a run that could be a number past the limit, or an
+    exponent that could overflow a float. Searched in C; only a hit costs the token scan."""
+    return re.compile(r"[0-9.eE+-]{%d,}|[eE][+-]?0*[0-9]{3,}" % (max_number_chars + 1))
+
+
+def _scan_numbers(text: str, max_number_chars: int) -> None:
+    if not _suspect(max_number_chars).search(text):
+        return
+    for m in _NUMBER.finditer(text):
+        literal = m.group()
+        if literal[0] == '"':
+            continue
+        if len(literal) > max_number_chars:
+            raise BoundedJSONError(f"a number of {len(literal)} characters (at most {max_number_chars})",
+                                   *_position(text, m.start()))
+        if "e" in literal or "E" in literal:  # 1e999 would parse as infinity
+            try:
+                finite = math.isfinite(float(literal))
+            except ValueError:
+                continue  # not a number: the parse says where
+            if not finite:
+                raise BoundedJSONError(f"{literal} is too large for a number", *_position(text, m.start()))
 
 
 def loads_bounded(text: str | bytes, *, max_depth: int = DEFAULT_MAX_DEPTH,
@@ -81,22 +99,14 @@ def loads_bounded(text: str | bytes, *, max_depth: int = DEFAULT_MAX_DEPTH,
                 from None
     if max_chars is not None and len(text) > max_chars:
         raise BoundedJSONError(f"longer than {max_chars} characters")
-    _scan(text, max_depth, max_number_chars)
+    _scan_nesting(text, max_depth)
+    _scan_numbers(text, max_number_chars)
 
-    def number(literal: str, convert) -> Any:
-        if len(literal) > max_number_chars:
-            raise BoundedJSONError(f"a number of {len(literal)} characters (at most {max_number_chars})")
-        value = convert(literal)
-        if not math.isfinite(value):
-            raise BoundedJSONError(f"{literal[:20]} is too large for a number")
-        return value
-
-    def constant(name: str) -> Any:
+    def constant(name: str) -> Any:  # the scan refused these already; the parser's hook, kept as a guard
         raise BoundedJSONError(f"{name} is not JSON (a number must be finite)")
 
-    try:
-        return json.loads(text, parse_int=lambda s: number(s, int), parse_float=lambda s: number(s, float),
-                          parse_constant=constant)
+    try:  # numbers by the parser's own fast path: the scan has bounded every one outside strings
+        return json.loads(text, parse_constant=constant)
     except json.JSONDecodeError as e:
         raise BoundedJSONError(f"not JSON: {e.msg}", e.lineno, e.colno) from None
     except RecursionError:  # not reached after the scan; the parser's own guard, kept as one
