@@ -13,7 +13,14 @@ A crash is an exit code 3 (an exception escaping a command), and so is a Python 
 warning would reach the user's stderr. The run prints the inputs tried, the crashes (each with its
 input and traceback, the first few in full) and the slowest input.
 
-Run from the repository root: python3 benchmarks/fuzz_specs.py [--inputs 10000] [--seed 1]
+`--kind` picks the inputs: `specs` (the above), `pools` (the same, each spec given Kubernetes node
+pools, serving runtimes or hostile names first), `locks` (the lock file beside an example spec: its
+own mutated, hostile JSON, links out of the repository, a device, a FIFO) or `records` (the tune
+record a measured limit reads, likewise), each run through validate, plan and (locks) `lock --check`.
+Besides exit 3 and warnings, a raw control character in text output counts as a crash (a name must
+reach the terminal escaped).
+
+Run from the repository root: python3 benchmarks/fuzz_specs.py [--kind specs] [--inputs 10000] [--seed 1]
 """
 
 from __future__ import annotations
@@ -36,11 +43,14 @@ from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from compiler.cli import main  # noqa: E402
-from tests.test_fuzz_specs import _SCRATCH, edited_bytes, edited_texts, mutated_specs  # noqa: E402
+from tests.test_fuzz_specs import (_SCRATCH, _place, edited_bytes, edited_texts, lock_files, lock_specs,  # noqa: E402
+                                   mutated_specs, pool_specs, tune_record_path, tune_records, tune_spec)
 
 COMMANDS = [["plan"], ["plan", "--format", "json"], ["plan", "--format", "markdown"],
             ["validate"], ["validate", "--format", "json"], ["validate", "--format", "sarif"],
             ["build", "-q", "--allow-partial"]]
+INPUT_COMMANDS = {"locks": [["validate"], ["validate", "--format", "json"], ["lock", "--check"], ["plan"]],
+                  "records": [["validate"], ["validate", "--format", "sarif"], ["plan"], ["plan", "--format", "json"]]}
 
 
 class Run:
@@ -51,10 +61,12 @@ class Run:
         self.slowest: tuple[float, bytes, list[str]] = (0.0, b"", [])
         self.exit_codes: dict[int, int] = {}
 
-    def one(self, raw: bytes, which: int) -> None:
-        spec = Path(_SCRATCH.name) / "kiln.yaml"
-        spec.write_bytes(raw)
-        argv = [*COMMANDS[which % len(COMMANDS)], str(spec)]
+    def one(self, raw: bytes, which: int, spec: Path | None = None, commands: list[list[str]] = COMMANDS) -> None:
+        """`raw` as the spec (or, given `spec`, whatever the caller placed beside it) through one command."""
+        if spec is None:
+            spec = Path(_SCRATCH.name) / "kiln.yaml"
+            spec.write_bytes(raw)
+        argv = [*commands[which % len(commands)], str(spec)]
         if argv[0] in ("plan", "build"):
             argv += ["--store", str(self.store)]
         out, err = io.StringIO(), io.StringIO()
@@ -70,43 +82,72 @@ class Run:
                 problem = traceback.format_exc()
         elapsed = time.perf_counter() - start
         self.tried += 1
+        if self.tried % 500 == 0:  # a long run shows where it is (and what it found so far)
+            print(f"  {self.tried} inputs, {len(self.crashes) + (problem is not None)} crashes", flush=True)
         self.exit_codes[int(code)] = self.exit_codes.get(int(code), 0) + 1
         if problem is None and caught:
             w = caught[0]
             problem = f"warning reached stderr: {w.category.__name__}: {w.message} ({w.filename}:{w.lineno})"
         if problem is None and int(code) == 3:
             problem = err.getvalue()[-2000:]
+        if problem is None:
+            raw_out = [ln for ln in (out.getvalue() + err.getvalue()).split("\n") if not ln.isprintable()]
+            if raw_out:
+                problem = f"a raw control character reached the terminal: {raw_out[0][:300]!r}"
         if problem is not None:
             self.crashes.append((" ".join(a for a in argv if not a.startswith("/")), raw, problem))
         if elapsed > self.slowest[0]:
             self.slowest = (elapsed, raw, argv)
 
 
+def _shown(item: tuple) -> bytes:
+    """The input as the report shows it: the file's bytes, or what stood in its place."""
+    kind, payload = item
+    return payload if kind == "bytes" else f"<{kind} {payload}>".encode()
+
+
 def main_(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inputs", type=int, default=10_000, help="inputs to try (default 10000)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--kind", choices=["specs", "pools", "locks", "records"], default="specs",
+                    help="what to mutate (default specs)")
     ap.add_argument("--show", type=int, default=3, help="crashes to print in full (default 3)")
     args = ap.parse_args(argv)
     os.environ["KILN_DEBUG"] = "1"
     os.environ["KILN_BUILDER_HAS"] = ""  # builds run what needs no torch, GPU, network or Docker
-    inputs = st.one_of(mutated_specs().map(lambda t: t.encode("utf-8", "surrogatepass")),
-                       edited_texts().map(lambda t: t.encode("utf-8", "surrogatepass")),
-                       edited_bytes())
+    if args.kind == "specs":
+        inputs = st.one_of(mutated_specs().map(lambda t: t.encode("utf-8", "surrogatepass")),
+                           edited_texts().map(lambda t: t.encode("utf-8", "surrogatepass")),
+                           edited_bytes())
+    elif args.kind == "pools":
+        inputs = pool_specs().map(lambda t: t.encode("utf-8", "surrogatepass"))
+    elif args.kind == "locks":
+        inputs = lock_files()
+    else:
+        inputs = tune_records()
     with tempfile.TemporaryDirectory(prefix="kiln-fuzz-store-") as tmp:
         run = Run(Path(tmp) / "store")
 
         @seed(args.seed)
         @settings(max_examples=args.inputs, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))
-        @given(inputs, st.integers(0, len(COMMANDS) - 1))
-        def fuzz(raw: bytes, which: int) -> None:
-            run.one(raw, which)
+        @given(inputs, st.integers(0, 6))
+        def fuzz(item, which: int) -> None:
+            if args.kind in ("specs", "pools"):
+                run.one(item, which)
+            elif args.kind == "locks":
+                spec = lock_specs()[item[0]][0]
+                _place(spec.with_suffix(".lock"), item[1])
+                run.one(_shown(item[1]), which, spec, INPUT_COMMANDS["locks"])
+            else:
+                _place(tune_record_path(), item)
+                run.one(_shown(item), which, tune_spec()[0], INPUT_COMMANDS["records"])
 
         start = time.perf_counter()
         fuzz()
         total = time.perf_counter() - start
-    print(f"inputs tried: {run.tried} in {total:.0f}s ({run.tried / total:.1f}/s)")
+    print(f"{args.kind}: inputs tried: {run.tried} in {total:.0f}s ({run.tried / total:.1f}/s)")
     print("exit codes: " + ", ".join(f"{k}: {v}" for k, v in sorted(run.exit_codes.items())))
     print(f"crashes: {len(run.crashes)}")
     for cmd, raw, problem in run.crashes[: args.show]:

@@ -16,6 +16,7 @@ import importlib.util
 import io
 import json
 import re
+import os
 import shutil
 import tempfile
 import warnings
@@ -28,6 +29,7 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from compiler.diagnostics import Diagnostic
+from compiler.diagnostics.render import render_text
 from compiler.spec.loader import load_bytes, load_text
 from compiler.spec.parse import parse_document
 
@@ -67,6 +69,9 @@ def _check_diagnostics(diags: list[Diagnostic]) -> None:
         assert CODE.fullmatch(d.code), d
         assert d.span.line >= 1 and d.span.column >= 1, d
         assert isinstance(d.message, str) and d.message, d
+    # what a terminal gets: every character printable (control sequences, surrogates shown escaped)
+    text = render_text(diags, {})
+    assert all(c.isprintable() for line in text.split("\n") for c in line), text
 
 
 def check_front_end(text: str) -> str | None:
@@ -109,7 +114,7 @@ def check_pipeline(text: str, key: str | None) -> None:
         _SEEN_CLEAN.add(key)
     spec_dir = Path(_SCRATCH.name)
     path = spec_dir / "kiln.yaml"
-    path.write_text(text, encoding="utf-8")
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
     result = validate_path(path, display="kiln.yaml")
     _check_diagnostics(result.diagnostics)
     assert result.spec is not None, "the front end was clean on this text"
@@ -138,11 +143,16 @@ _SPECIAL_TEXT = ["\u202eevil", "\u200f", "\u200b", "\U0001F680", "e\u0301", "a\u
                  "3g.40gb", "H100-SXM5-80GB", "chat;rm -rf /", "$(reboot)", "", " ", "a" * 300,
                  # paths that leave the spec's repository, or that no filesystem takes (issue 17)
                  "/etc/passwd", "../../../../../../etc/passwd", "/dev/zero", "/usr/share/doc", "model/../../..",
-                 "data/" + "d" * 300, "a/" * 3000, "model/config.json/x", "."]
+                 "data/" + "d" * 300, "a/" * 3000, "model/config.json/x", ".",
+                 # what surrogateescape makes of undecodable bytes, a YAML "\ud800" escape, and terminal
+                 # control sequences: a title change, clear screen, a forged line (issue 25)
+                 "\udc80", "t\ud800iny", "\udfff", "\x1b]0;pwned\x07", "\x1b[2J\nforged: error", "a\rb",
+                 "\u2066x\u2069", "\x9b2J"]
 
 texts = st.one_of(
     st.sampled_from(_SPECIAL_TEXT),
     st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=24),
+    st.text(alphabet=st.characters(blacklist_characters="\x00"), max_size=6),  # lone surrogates too
 )
 ints = st.one_of(st.integers(min_value=-(10**30), max_value=10**30),
                  st.sampled_from([0, -1, 1, 7, 8, 63, 64, 65535, 65536, 2**31, 2**63, 10**30, -(10**30)]))
@@ -182,7 +192,12 @@ def _nested(depth: int, leaf: Any, use_lists: bool) -> Any:
     return leaf
 
 
-MUTATIONS = ["delete", "replace", "insert", "nest", "duplicate_models", "swap_type", "wrap", "unwrap", "input_path"]
+MUTATIONS = ["delete", "replace", "insert", "nest", "duplicate_models", "swap_type", "wrap", "unwrap", "input_path",
+             "node_pool", "runtime", "hostile_name"]
+# Names a terminal would obey or UTF-8 cannot hold (issue 25): shown escaped, refused with a position.
+HOSTILE_NAMES = ["t\ud800iny", "q\udc80", "dev\x1b]0;pwned\x07\x1b[2J\nforged: error", "a\u202eb", "x\u200by",
+                 "n\x00ul", "\x1b[31mred\x1b[0m", "ok-name", "UPPER", "a" * 64]
+RUNTIMES = ["triton", "trtllm-serve", "dynamo", "", "Triton", None, 1, "triton\n"]
 # Spec fields that name files, and what a hostile or unlucky spec puts there (issue 17)
 PATH_KEYS = ("path", "data", "eval", "config")
 HOSTILE_PATHS = ["/etc/passwd", "../../../../../../etc/passwd", "/dev/zero", "/usr/share/doc", "/proc/self/mem",
@@ -210,6 +225,8 @@ def mutate(data: Any, draw) -> Any:
             target = draw(st.sampled_from(named))
             _get(data, target[:-1])[target[-1]] = draw(st.sampled_from(HOSTILE_PATHS))
         return data
+    if kind in ("node_pool", "runtime", "hostile_name"):
+        return _mutate_named(data, kind, draw)
     if not path:  # the root itself
         if kind in ("replace", "swap_type"):
             return draw(values)
@@ -238,6 +255,51 @@ def mutate(data: Any, draw) -> Any:
     return data
 
 
+def _entries(data: Any, section: str) -> dict | None:
+    entries = data.get(section) if isinstance(data, dict) else None
+    return entries if isinstance(entries, dict) and entries else None
+
+
+def _mutate_named(data: Any, kind: str, draw) -> Any:
+    """Kubernetes node pools on a host, a serving runtime on a model, or a hostile name for a host,
+    a model or the spec."""
+    if kind == "node_pool" and (hosts := _entries(data, "hosts")):
+        host = hosts[draw(st.sampled_from(sorted(hosts, key=repr)))]
+        if isinstance(host, dict):
+            if draw(st.integers(0, 3)):
+                host["deploy"] = "kubernetes"
+            pool: dict[Any, Any] = {}
+            if draw(st.booleans()):
+                pool["nodes"] = draw(st.one_of(st.sampled_from([1, 2, 4, 10000, 10001, 0, -1]), ints, texts))
+            if draw(st.booleans()):
+                pool["selector"] = draw(st.one_of(
+                    st.dictionaries(st.one_of(st.sampled_from(["kiln.io/pool", "a/b/c", "x" * 70]), texts),
+                                    st.one_of(texts, ints, st.none()), max_size=3),
+                    values))
+            if draw(st.booleans()):
+                pool["gpu_product"] = draw(st.one_of(st.sampled_from(["NVIDIA-H100-80GB-HBM3", "-x-", "a" * 64]),
+                                                     texts))
+            host["node_pool"] = pool if draw(st.integers(0, 5)) else draw(values)
+    elif kind == "runtime" and (models := _entries(data, "models")):
+        model = models[draw(st.sampled_from(sorted(models, key=repr)))]
+        if isinstance(model, dict):
+            serving = model.setdefault("serving", {})
+            if isinstance(serving, dict):
+                serving["runtime"] = draw(st.one_of(st.sampled_from(RUNTIMES), texts))
+                if draw(st.booleans()):  # a Triton-only setting beside trtllm-serve (K812), or a port clash
+                    serving[draw(st.sampled_from(["max_queue_delay_us", "ports", "streaming"]))] = draw(values)
+    elif kind == "hostile_name":
+        name = draw(st.one_of(st.sampled_from(HOSTILE_NAMES), texts))
+        section = draw(st.sampled_from(["models", "hosts", "name"]))
+        entries = _entries(data, section) if section != "name" else None
+        if entries:
+            old = draw(st.sampled_from(sorted(entries, key=repr)))
+            entries[name] = entries.pop(old)
+        elif isinstance(data, dict):
+            data["name"] = name
+    return data
+
+
 def dump(data: Any, round_trip: bool) -> str:
     yaml = YAML(typ="rt" if round_trip else "safe", pure=True)
     yaml.width = 4096
@@ -248,11 +310,33 @@ def dump(data: Any, round_trip: bool) -> str:
 
 
 @st.composite
+def pool_specs(draw) -> str:
+    """An example spec given node pools, serving runtimes or hostile names (and maybe more edits)."""
+    data = copy.deepcopy(draw(st.sampled_from(EXAMPLE_DATA)))
+    for _ in range(draw(st.integers(1, 3))):
+        data = _mutate_named(data, draw(st.sampled_from(["node_pool", "runtime", "hostile_name"])), draw)
+    if draw(st.booleans()):
+        data = mutate(data, draw)
+    return dump(data, draw(st.booleans()))
+
+
+@st.composite
 def mutated_specs(draw) -> str:
     data = copy.deepcopy(draw(st.sampled_from(EXAMPLE_DATA)))
     for _ in range(draw(st.integers(1, 3))):
         data = mutate(data, draw)
     return dump(data, draw(st.booleans()))
+
+
+def _example(name: str) -> str:
+    return EXAMPLE_TEXTS[[p.parent.name for p in EXAMPLE_FILES].index(name)]
+
+
+# Inputs of issue 25's hostile review, each a crash (exit 3) or an unbounded run before it was fixed.
+MERGE_BOMB = "kiln: v1\na0: &a0 {}\n" + "".join(f"a{i}: &a{i} {{<<: [*a{i - 1}, *a{i - 1}]}}\n" for i in range(1, 41))
+SURROGATE_NAME = _example("quickstart").replace("name: quickstart", 'name: "q\\udc80"')
+SURROGATE_MODEL = _example("quickstart").replace("  tiny:\n", '  "t\\ud800iny":\n', 1)
+CONTROL_HOST = _example("quickstart").replace("  dev-h100:", '  "dev\\x1b]0;pwned\\x07\\x1b[2J\\nforged: error":')
 
 
 def test_examples_round_trip_through_the_dumper() -> None:
@@ -269,6 +353,16 @@ def test_examples_round_trip_through_the_dumper() -> None:
 @example(dump({"kiln": "v1", "models": {1: {}}, True: None, None: 1}, False))
 @example(dump(_nested(100, {"kiln": "v1"}, True), False))
 def test_mutated_specs_never_crash(text: str) -> None:
+    check_pipeline(text, check_front_end(text))
+
+
+# Node pools, serving runtimes and hostile names on every example (mutated_specs draws them too,
+# among the other mutations); bounded: most of these specs are valid and go through the pipeline.
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(pool_specs())
+@example(SURROGATE_NAME)
+@example(CONTROL_HOST)
+def test_specs_with_node_pools_and_runtimes_never_crash(text: str) -> None:
     check_pipeline(text, check_front_end(text))
 
 
@@ -302,7 +396,11 @@ def edited_texts(draw) -> str:
             piece = draw(st.one_of(texts, st.sampled_from(["\t", "\n", ":", "---\n", "- ", "  ", "&x ", "*x", "<<: *x\n",
                                                            "!!python/object:os.system ", "\ufeff", "\r\n",
                                                            "%YAML 1.3\n---\n", "%YAML 1.1\n---\n", "%TAG !! x:\n---\n",
-                                                           "&dup ", "&dup 1 "])))
+                                                           "&dup ", "&dup 1 ",
+                                                           # issue 25: recursive merge keys, alias cycles
+                                                           "x: &x {<<: *x}\n", "&r {<<: [*r, *r]}", "&c [*c]",
+                                                           "<<: [*x, *x]\n", '"\\ud800"', '"\\udc80x"',
+                                                           '"\\x1b[2J\\nforged: error"', '"\\u202e"'])))
             text = text[:i] + piece + text[i:]
         elif kind in ("swap_lines", "dup_line"):
             lines = text.split("\n")
@@ -320,6 +418,13 @@ def edited_texts(draw) -> str:
 
 
 @given(edited_texts())
+@example("kiln: v1\nx: &x {<<: *x}\n")
+@example("kiln: v1\nx: &x {<<: [*x, *x]}\n")
+@example("kiln: v1\nx: &x [*x]\n")
+@example(MERGE_BOMB)
+@example(SURROGATE_NAME)
+@example(SURROGATE_MODEL)
+@example(CONTROL_HOST)
 @example("kiln: v1\nname:")
 @example(EXAMPLE_TEXTS[0].replace("count: 8", "count: 8\n\tcount: 9"))
 def test_edited_texts_never_crash(text: str) -> None:
@@ -375,3 +480,198 @@ def check_plan(text: str) -> None:
 @example("%YAML 1.3\n---\n" + EXAMPLE_TEXTS[0])
 def test_plans_of_mutated_specs_never_crash(text: str) -> None:
     check_plan(text)
+
+
+# --- lock files and tune records (issue 25) -----------------------------------------------------
+# Each lands beside a spec that reads it: the lock file beside each example with MIG placements (its
+# own lock, then mutated), a tune record under the quickstart's tune/ (the kept grid run's record,
+# then mutated), or in place of either a link out of the repository, a device, a FIFO or a directory.
+_INPUTS = Path(_SCRATCH.name) / "inputs"
+SPECIAL_FILES = [("link", "/etc/passwd"), ("link", "/dev/zero"), ("link", "../outside"), ("link", "missing"),
+                 ("fifo", ""), ("dir", "")]
+
+
+def _hostile_json(good: str) -> list[str]:
+    """The hostile review's JSON: NaN and Infinity, 100,000 levels, a 5,000-digit integer, 1e999,
+    and documents of another shape."""
+    return ['{"a": Infinity}', good.replace(": 0", ": NaN", 1), good.replace(": 1", ": -Infinity", 1),
+            "[" * 100_000 + "]" * 100_000, '{"a":' * 50_000 + "1" + "}" * 50_000, good.replace(": 1", ": " + "9" * 5000, 1),
+            good.replace(": 1", ": 1e999", 1), "[1]", "null", '"x"', "", "{", "\ufeff" + good, good.replace('"', "'"),
+            good.replace("{", '{"\\ud800": 1, ', 1), good.replace("{", '{"\\u001b]0;pwned\\u0007": 1, ', 1)]
+
+
+def _place(path: Path, item: tuple[str, Any]) -> None:
+    """Put `item` at `path`: ("bytes", data), ("link", target), ("fifo", _) or ("dir", _)."""
+    if path.is_symlink() or path.is_file() or path.is_fifo():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+    kind, payload = item
+    if kind == "bytes":
+        path.write_bytes(payload)
+    elif kind == "link":
+        path.symlink_to(payload)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+
+
+def _json_item(draw, good: str) -> tuple[str, Any]:
+    how = draw(st.sampled_from(["mutated", "mutated", "edited", "hostile", "special"]))
+    if how == "mutated":  # structured: the spec mutations on the document's data
+        doc = json.loads(good)
+        for _ in range(draw(st.integers(1, 3))):
+            doc = mutate(doc, draw)
+        text = json.dumps(doc, ensure_ascii=draw(st.booleans()), indent=draw(st.sampled_from([None, 2])))
+        return "bytes", text.encode("utf-8", "surrogatepass")
+    if how == "edited":  # raw bytes
+        raw = bytearray(good.encode("utf-8"))
+        for _ in range(draw(st.integers(1, 4))):
+            i = draw(st.integers(0, len(raw)))
+            op = draw(st.sampled_from(["insert", "overwrite", "truncate"]))
+            if op == "insert":
+                raw[i:i] = draw(st.one_of(st.binary(min_size=1, max_size=8),
+                                          st.sampled_from([b"[", b"{", b"NaN", b"Infinity", b"1e999", b"9" * 5000,
+                                                           b'"\\ud800"', b"\\u001b", b"-", b"0", b"null"])))
+            elif op == "overwrite" and i < len(raw):
+                raw[i] = draw(st.integers(0, 255))
+            elif op == "truncate":
+                del raw[i:]
+        return "bytes", bytes(raw)
+    if how == "hostile":
+        return "bytes", draw(st.sampled_from(_hostile_json(good))).encode("utf-8", "surrogatepass")
+    return draw(st.sampled_from(SPECIAL_FILES))
+
+
+def _lock_specs() -> list[tuple[Path, str]]:
+    """(spec, its own lock file's text) for each example whose hosts place MIG instances."""
+    from compiler.ir.lockfile import lock_entries, render_lock
+    from compiler.pipeline import validate_path
+
+    out = []
+    for example in EXAMPLE_FILES:
+        where = _INPUTS / "locks" / example.parent.name
+        shutil.copytree(example.parent, where, dirs_exist_ok=True)
+        (where / ".git").mkdir(exist_ok=True)  # the repository the lock is confined to
+        (where.parent / "outside").write_text("{}", encoding="utf-8")
+        result = validate_path(where / "kiln.yaml")
+        entries = lock_entries(result.resolved) if result.resolved is not None else {}
+        if entries:
+            out.append((where / "kiln.yaml", render_lock(result.spec.name, entries).decode("utf-8")))
+    return out
+
+
+_LOCK_SPECS: list[tuple[Path, str]] = []
+
+
+def lock_specs() -> list[tuple[Path, str]]:
+    if not _LOCK_SPECS:
+        _LOCK_SPECS.extend(_lock_specs())
+    return _LOCK_SPECS
+
+
+@st.composite
+def lock_files(draw) -> tuple[int, tuple[str, Any]]:
+    """(which example spec, what its kiln.lock is)."""
+    which = draw(st.integers(0, len(lock_specs()) - 1))
+    return which, _json_item(draw, lock_specs()[which][1])
+
+
+def _tune_spec() -> tuple[Path, str]:
+    """The quickstart with `tiny`'s limit measured by the kept grid run's record, and that record."""
+    from compiler.ir.measured import parse_record, record_name, render_record
+    from compiler.pipeline import validate_path
+    from compiler.staleness import measured_artifacts
+    from compiler.tune.specedit import with_measured_limit
+    from tests.quickstart import with_tuning
+
+    where = _INPUTS / "tune" / "repo"
+    shutil.copytree(ROOT / "examples" / "quickstart", where, dirs_exist_ok=True)
+    (where / ".git").mkdir(exist_ok=True)
+    (where.parent / "outside").write_text("{}", encoding="utf-8")
+    spec = where / "kiln.yaml"
+    spec.write_text(with_tuning(spec.read_text(encoding="utf-8")), encoding="utf-8")
+    before = validate_path(spec)
+    unit = "dev-h100/gpu0/mig0"
+    record = parse_record((ROOT / "tests" / "data" / "tune" / "grid" / "record.json").read_text(encoding="utf-8"))
+    record = record.model_copy(update={"artifacts": measured_artifacts(before.resolved, unit)})
+    (where / "tune").mkdir(exist_ok=True)
+    spec.write_text(with_measured_limit(before.document, "tiny", "tune/" + record_name(unit)), encoding="utf-8")
+    return spec, render_record(record).decode("utf-8")
+
+
+_TUNE_SPEC: list[tuple[Path, str]] = []
+
+
+def tune_spec() -> tuple[Path, str]:
+    if not _TUNE_SPEC:
+        _TUNE_SPEC.append(_tune_spec())
+    return _TUNE_SPEC[0]
+
+
+def tune_record_path() -> Path:
+    return tune_spec()[0].parent / "tune" / "dev-h100.gpu0.mig0.json"
+
+
+@st.composite
+def tune_records(draw) -> tuple[str, Any]:
+    return _json_item(draw, tune_spec()[1])
+
+
+def check_input_file(spec: Path, codes: set[str]) -> None:
+    """validate_path on `spec` after its lock file or record was replaced: a result, diagnostics
+    that render, and any error about the file one of `codes`."""
+    from compiler.pipeline import validate_path
+
+    result = validate_path(spec, display="kiln.yaml")
+    _check_diagnostics(result.diagnostics)
+    about = [d for d in result.diagnostics if d.file != "kiln.yaml" or d.code in codes]
+    assert all(d.code in codes | {"K914"} for d in about), about
+
+
+def test_the_inputs_fuzzed_are_valid_as_written() -> None:
+    from compiler.pipeline import validate_path
+
+    assert len(lock_specs()) >= 2
+    for spec, lock in lock_specs():
+        _place(spec.with_suffix(".lock"), ("bytes", lock.encode("utf-8")))
+        assert validate_path(spec).ok
+    spec, record = tune_spec()
+    _place(tune_record_path(), ("bytes", record.encode("utf-8")))
+    result = validate_path(spec)
+    assert result.ok and result.resolved.models["tiny"].measured is not None, result.diagnostics
+
+
+# Bounded like the plans (each example validates a whole spec); benchmarks/fuzz_specs.py --kind
+# locks|records runs thousands.
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(lock_files())
+@example((0, ("bytes", b'{"kind": "kiln.lock/v1", "placements": {"h": {"0": [{"profile": "x", "serves": "y", '
+                       b'"start": Infinity}]}}}')))
+@example((0, ("bytes", b"[" * 100_000)))
+@example((0, ("bytes", b'{"kind": "kiln.lock/v1", "placements": {}, "n": ' + b"9" * 5000 + b"}")))
+@example((0, ("link", "/etc/passwd")))
+@example((0, ("link", "/dev/zero")))
+@example((0, ("fifo", "")))
+def test_lock_files_never_crash(item: tuple[int, tuple[str, Any]]) -> None:
+    which, what = item
+    spec = lock_specs()[which][0]
+    _place(spec.with_suffix(".lock"), what)
+    check_input_file(spec, {"K912", "K915", "K916"} | MIG_CODES)
+
+
+# A lock whose placements no longer fit is the placement checks' business (K2xx), not a crash.
+MIG_CODES = {f"K2{n:02d}" for n in range(100)}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(tune_records())
+@example(("bytes", b"[" * 100_000))
+@example(("bytes", b'{"kind": "kiln.tune/v1", "result": {"concurrency": ' + b"9" * 5000 + b"}}"))
+@example(("bytes", b'{"kind": "kiln.tune/v1", "result": {"concurrency": Infinity}}'))
+@example(("link", "/dev/zero"))
+@example(("fifo", ""))
+def test_tune_records_never_crash(what: tuple[str, Any]) -> None:
+    _place(tune_record_path(), what)
+    check_input_file(tune_spec()[0], {"K913", "K915", "K916", "K905"})

@@ -8,6 +8,7 @@ The library never imports this package.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from typing import Sequence
@@ -45,16 +46,21 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
+    from compiler.diagnostics.render import shown
     from compiler.gitops.oci import redact
     from compiler.store.local import StoreError, StoreUnusable
+
+    for stream in (sys.stdout, sys.stderr):  # a path from argv may hold surrogates (undecodable bytes)
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
 
     try:
         return args.handler(args)
     except (UsageError, StoreUnusable) as e:  # StoreUnusable: --store (or $KILN_STORE) is no store
-        print(f"kiln: error: {redact(str(e))}", file=sys.stderr)
+        print(f"kiln: error: {shown(redact(str(e)))}", file=sys.stderr)
         return ExitCode.USAGE
     except StoreError as e:  # the store's own files; `kiln store verify` says more
-        print(f"kiln: error: store: {redact(str(e))}", file=sys.stderr)
+        print(f"kiln: error: store: {shown(redact(str(e)))}", file=sys.stderr)
         return ExitCode.ERRORS
     except BrokenPipeError:
         return ExitCode.OK
@@ -64,6 +70,6 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
     except Exception as e:  # never show a traceback for a bug unless asked to
         if os.environ.get("KILN_DEBUG"):
             raise
-        print(f"kiln: internal error: {type(e).__name__}: {redact(str(e))}\n"
+        print(f"kiln: internal error: {type(e).__name__}: {shown(redact(str(e)))}\n"
               "This is a bug in kiln; rerun with KILN_DEBUG=1 for details.", file=sys.stderr)
         return ExitCode.INTERNAL

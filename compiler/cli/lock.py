@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -21,26 +22,36 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_lock(args: argparse.Namespace) -> ExitCode:
-    from compiler.ir.lockfile import lock_entries, lock_path, render_lock
+    from compiler.diagnostics.render import shown
+    from compiler.ir.inputs import read_regular, replace_file
+    from compiler.ir.lockfile import MAX_LOCK_BYTES, lock_entries, lock_path, render_lock
+    from compiler.ir.resolve import LockFileInvalid
     from compiler.pipeline import validate_path
 
     require_file(args.spec)
     result = validate_path(args.spec)
-    if not result.ok:
+    # An unusable lock file (K912) is what this command replaces: it does not stop it (the spec's
+    # placements are then computed afresh). A lock file outside the repository (K915) does.
+    if result.resolved is None or any(d.is_error and d.code != LockFileInvalid.code for d in result.diagnostics):
         print_diagnostics([result], stream=sys.stderr)
         return ExitCode.ERRORS
     path = lock_path(args.spec)
     data = render_lock(result.spec.name, {h: dict(g) for h, g in lock_entries(result.resolved).items()})
-    current = path.read_bytes() if path.is_file() else None
+    try:  # confined by the validation above; a FIFO or device is not read
+        current = read_regular(path, MAX_LOCK_BYTES)
+    except OSError:
+        current = None
     if current == data:
-        print(f"{path} is up to date")
+        print(f"{shown(str(path))} is up to date")
         return ExitCode.OK
     if args.check:
-        print(f"{path} is {'missing' if current is None else 'stale'}; run `kiln lock {args.spec}` and commit it",
-              file=sys.stderr)
+        print(f"{shown(str(path))} is {'stale' if os.path.lexists(path) else 'missing'}; run "
+              f"`kiln lock {shown(str(args.spec))}` and commit it", file=sys.stderr)
         return ExitCode.ERRORS
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-    print(f"wrote {path}")
+    try:
+        replace_file(path, data)
+    except OSError as e:
+        print(f"kiln: error: cannot write {shown(str(path))}: {e.strerror or e}", file=sys.stderr)
+        return ExitCode.ERRORS
+    print(f"wrote {shown(str(path))}")
     return ExitCode.OK

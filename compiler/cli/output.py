@@ -38,9 +38,9 @@ def use_color(mode: str, stream: TextIO) -> bool:
 
 def footer_line(results: Sequence, suffix: str = "") -> str:
     """`file[, file...]: N errors, M warnings` (or `no problems found`), then `suffix`."""
-    from compiler.diagnostics.render import summary_line
+    from compiler.diagnostics.render import shown, summary_line
 
-    names = ", ".join(r.file for r in results)
+    names = ", ".join(shown(r.file) for r in results)
     return f"{names}: {summary_line([d for r in results for d in r.diagnostics])}{suffix}"
 
 

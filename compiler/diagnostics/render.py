@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Callable, Mapping
 
 from .model import Diagnostic, Severity
@@ -24,6 +25,28 @@ def summary_line(diags: list[Diagnostic]) -> str:
     return ", ".join(parts)
 
 
+def shown(text: str) -> str:
+    """`text` as a terminal may show it: every character that is not printable (controls, escape
+    sequences, line breaks, bidirectional overrides, zero-width and other format characters, lone
+    surrogates) written as its Python escape (\\x1b, \\n, \\u202e, \\udc80). A name, path or value
+    from a spec reaches messages as the user wrote it; escaped here, it can neither move the cursor,
+    retitle the window, forge a line of output nor reorder what the reader sees, and any text can
+    be encoded on any stream. Printable text (any script) is left as it is."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(c: str) -> str:
+    if c in _SHORT:
+        return _SHORT[c]
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+
+
 def render_text(diags: list[Diagnostic], sources: Mapping[str, str], *, color: bool = False) -> str:
     out: list[str] = []
     for d in diags:
@@ -37,39 +60,54 @@ def _paint(text: str, code: str, color: bool) -> str:
 
 def _text_one(d: Diagnostic, source: str | None, color: bool) -> str:
     sev_color = {"error": "1;31", "warning": "1;33", "note": "1;36"}[d.severity.value]
-    head = (f"{d.file}:{d.span.line}:{d.span.column}: "
-            f"{_paint(d.severity.value, sev_color, color)}: {d.message} [{d.code}]")
+    # Everything but the code and the numbers may hold what a user wrote: shown() escapes it.
+    head = (f"{shown(d.file)}:{d.span.line}:{d.span.column}: "
+            f"{_paint(d.severity.value, sev_color, color)}: {shown(d.message)} [{d.code}]")
     lines = [head]
     if source is not None:
         src_lines = source.splitlines()
         if 0 < d.span.line <= len(src_lines):
-            text = src_lines[d.span.line - 1].replace("\t", " ")
+            raw = src_lines[d.span.line - 1].replace("\t", " ")
             gutter = f"{d.span.line:>5} | "
             width = 1
             if d.span.end_line == d.span.line and d.span.end_column and d.span.end_column > d.span.column:
                 width = d.span.end_column - d.span.column
-            width = max(1, min(width, len(text) - d.span.column + 1 if len(text) >= d.span.column else 1))
-            lines.append(gutter + text)
-            lines.append(" " * (len(gutter) - 2) + "| " + " " * (d.span.column - 1) + _paint("^" * width, sev_color, color))
+            width = max(1, min(width, len(raw) - d.span.column + 1 if len(raw) >= d.span.column else 1))
+            # the caret under the escaped text: the escapes before and inside the span widen it
+            start = len(shown(raw[:d.span.column - 1]))
+            width = max(1, len(shown(raw[d.span.column - 1:d.span.column - 1 + width])))
+            lines.append(gutter + shown(raw))
+            lines.append(" " * (len(gutter) - 2) + "| " + " " * start + _paint("^" * width, sev_color, color))
     for note in d.notes:
-        lines.append(f"  note: {note}")
+        lines.append(f"  note: {shown(note)}")
     if d.help:
-        lines.append(f"  help: {d.help}")
+        lines.append(f"  help: {shown(d.help)}")
     return "\n".join(lines)
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def unicode_text(text: str) -> str:
+    """`text` with every lone surrogate (a file name's undecodable byte, a record's "\\udc80") as its
+    escape: JSON may spell one, but it is no Unicode character, and strict readers (SARIF viewers
+    among them) refuse the document. Everything else, control characters included, stays as it is
+    (JSON escapes those)."""
+    return _SURROGATES.sub(lambda m: _escape(m.group()), text)
 
 
 def diagnostic_dict(d: Diagnostic) -> dict:
     return {
         "code": d.code,
         "severity": d.severity.value,
-        "message": d.message,
-        "file": d.file,
+        "message": unicode_text(d.message),
+        "file": unicode_text(d.file),
         "line": d.span.line,
         "column": d.span.column,
         "end_line": d.span.end_line,
         "end_column": d.span.end_column,
-        "help": d.help,
-        "notes": list(d.notes),
+        "help": unicode_text(d.help) if d.help is not None else None,
+        "notes": [unicode_text(n) for n in d.notes],
     }
 
 
@@ -105,13 +143,13 @@ def render_sarif(diags: list[Diagnostic], version: str) -> str:
             region["endLine"] = d.span.end_line
         if d.span.end_column:
             region["endColumn"] = d.span.end_column
-        text = d.message + (f"\nhelp: {d.help}" if d.help else "")
+        text = unicode_text(d.message + (f"\nhelp: {d.help}" if d.help else ""))
         results.append({
             "ruleId": d.code,
             "ruleIndex": index[d.code],
             "level": _level(d.severity),
             "message": {"text": text},
-            "locations": [{"physicalLocation": {"artifactLocation": {"uri": d.file.replace("\\", "/")},
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": unicode_text(d.file).replace("\\", "/")},
                                                 "region": region}}],
         })
     doc = {

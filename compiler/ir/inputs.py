@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +40,9 @@ class InputOutsideRepository(Rule):
     Every input path is relative to the spec's file and must stay inside its repository (the git
     work tree that contains the spec, or the spec's own directory when there is none) after
     symbolic links are resolved. A builder may allow one more root for model files by setting
-    `$KILN_MODELS`; paths inside it may be written absolutely.
+    `$KILN_MODELS`; paths inside it may be written absolutely. The lock file beside the spec
+    (`kiln.lock`) is an input too, and confined the same way: a link out of the repository is
+    refused unread.
 
     Move the file into the repository (or under `$KILN_MODELS`), or fix the path.
     """
@@ -170,6 +174,52 @@ def check_readable(path: Path, directory: bool) -> str | None:
     except OSError as e:
         return f"cannot read it: {e.strerror or e}"
     return None
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file `path`, at most `limit` (OSError EFBIG past it). Anything else
+    (a FIFO, a device such as /dev/zero, a socket, a directory) is refused (OSError EINVAL, "not a
+    regular file") before a byte is read: the file is opened non-blocking, so a FIFO without a
+    writer does not wait, and checked on the open descriptor, so a swap after a check cannot slip
+    one in. The size is not trusted either: at most `limit` + 1 bytes are read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes (the limit for this file)", str(path))
+    return data
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically: a new temporary file beside it (created exclusively, so a
+    link planted under a fixed temporary name is never followed), then renamed over `path` (a link
+    at `path` is replaced, not written through)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as open() would create it (mkstemp makes it 0600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _inside(path: Path, root: Path) -> bool:

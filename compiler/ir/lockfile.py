@@ -14,11 +14,11 @@ Format (JSON, canonical): {"kind": "kiln.lock/v1", "spec": name,
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from compiler.boundedjson import BoundedJSONError, loads_bounded
 from compiler.store.canonical import pretty_json
 
 KIND = "kiln.lock/v1"
@@ -32,11 +32,19 @@ class LockedInstance:
 
 
 class LockError(ValueError):
-    """The lock file is not a Kiln lock file; `line` is 1-based (1 when unknown)."""
+    """The lock file is not a Kiln lock file; `line` and `column` are 1-based (1 when unknown)."""
 
-    def __init__(self, message: str, line: int = 1) -> None:
+    def __init__(self, message: str, line: int = 1, column: int = 1) -> None:
         super().__init__(message)
-        self.message, self.line = message, line
+        self.message, self.line, self.column = message, line, column
+
+
+# What the format needs, with room: a placed instance takes about 150 bytes of the canonical form,
+# and a spec of at most 1 MiB places at most about 100,000 of them (a GPU index list repeats its
+# instances on every GPU). The document nests 6 levels; a start is a slot number (< 100).
+MAX_LOCK_BYTES = 16 << 20
+MAX_DEPTH = 8
+MAX_NUMBER_CHARS = 20
 
 
 def lock_path(spec_path: Path) -> Path:
@@ -46,27 +54,34 @@ def lock_path(spec_path: Path) -> Path:
 def parse_lock(text: str) -> dict[str, dict[int, tuple[LockedInstance, ...]]]:
     """host -> GPU index -> its locked instances."""
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise LockError(f"not JSON: {e.msg}", e.lineno) from None
+        doc = loads_bounded(text, max_depth=MAX_DEPTH, max_number_chars=MAX_NUMBER_CHARS, max_chars=MAX_LOCK_BYTES)
+    except BoundedJSONError as e:
+        raise LockError(e.message, e.line, e.column) from None
     if not isinstance(doc, dict) or doc.get("kind") != KIND or not isinstance(doc.get("placements"), dict):
         raise LockError(f"not a Kiln lock file (it must be a JSON object with \"kind\": \"{KIND}\" and "
                         "\"placements\")")
     out: dict[str, dict[int, tuple[LockedInstance, ...]]] = {}
     for host, gpus in doc["placements"].items():
         if not isinstance(gpus, dict):
-            raise LockError(f"placements.{host} is not an object")
+            raise LockError(f"placements.{_name(host)} is not an object")
         out[host] = {}
         for index, instances in gpus.items():
-            if not (isinstance(index, str) and index.isdigit() and isinstance(instances, list)):
-                raise LockError(f"placements.{host}.{index}: expected a GPU index and a list of instances")
-            try:
-                out[host][int(index)] = tuple(
-                    LockedInstance(str(i["profile"]), str(i["serves"]), int(i["start"])) for i in instances)
-            except (KeyError, TypeError, ValueError):
-                raise LockError(f"placements.{host}.{index}: each instance needs profile, serves and start") \
-                    from None
+            # ASCII digits only: str.isdigit() takes "²" and "٣" too
+            if not (index.isascii() and index.isdigit() and len(index) <= 4 and isinstance(instances, list)):
+                raise LockError(f"placements.{_name(host)}.{_name(index)}: expected a GPU index and a list of instances")
+            out[host][int(index)] = tuple(_instance(i, f"placements.{_name(host)}.{index}") for i in instances)
     return out
+
+
+def _name(key: str) -> str:
+    return key if len(key) <= 64 else key[:61] + "..."
+
+
+def _instance(item: Any, where: str) -> LockedInstance:
+    if not (isinstance(item, dict) and isinstance(item.get("profile"), str) and isinstance(item.get("serves"), str)
+            and type(item.get("start")) is int and 0 <= item["start"] < 1000):
+        raise LockError(f"{where}: each instance needs profile and serves (strings) and start (a slot number)")
+    return LockedInstance(item["profile"], item["serves"], item["start"])
 
 
 def render_lock(spec_name: str, placements: Mapping[str, Mapping[int, list[LockedInstance]]]) -> bytes:

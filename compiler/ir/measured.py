@@ -16,13 +16,13 @@ Format (JSON, canonical, `"kind": "kiln.tune/v1"`): see `TuneRecord`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from compiler.boundedjson import BoundedJSONError, loads_bounded
 from compiler.catalog.cudagraphs import load_cuda_graph_defaults
 from compiler.diagnostics import Rule, Severity
 from compiler.store.canonical import pretty_json
@@ -132,18 +132,25 @@ class TuneRecord(_Strict):
 
 
 class RecordError(ValueError):
-    """Not a measurement record; `line` is 1-based (1 when unknown)."""
+    """Not a measurement record; `line` and `column` are 1-based (1 when unknown)."""
 
-    def __init__(self, message: str, line: int = 1) -> None:
+    def __init__(self, message: str, line: int = 1, column: int = 1) -> None:
         super().__init__(message)
-        self.message, self.line = message, line
+        self.message, self.line, self.column = message, line, column
+
+
+# What the format needs, with room: a record is a few KB and nests 5 levels (gpu.observed holds
+# nvidia-smi's report); its numbers are counts, milliseconds and MHz.
+MAX_RECORD_BYTES = 1 << 20
+MAX_DEPTH = 16
+MAX_NUMBER_CHARS = 40
 
 
 def parse_record(text: str) -> TuneRecord:
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise RecordError(f"not JSON: {e.msg}", e.lineno) from None
+        doc = loads_bounded(text, max_depth=MAX_DEPTH, max_number_chars=MAX_NUMBER_CHARS, max_chars=MAX_RECORD_BYTES)
+    except BoundedJSONError as e:
+        raise RecordError(e.message, e.line, e.column) from None
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
         raise RecordError(f"not a measurement record (it must be a JSON object with \"kind\": \"{KIND}\")")
     try:
@@ -151,7 +158,7 @@ def parse_record(text: str) -> TuneRecord:
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise RecordError(f"{where}: {first['msg']}" + (f" (and {e.error_count() - 1} more)"
+        raise RecordError((f"{where}: " if where else "") + first['msg'] + (f" (and {e.error_count() - 1} more)"
                                                         if e.error_count() > 1 else "")) from None
 
 
@@ -178,6 +185,9 @@ class Measurement:
     derivation: str = ""  # limits pass: how the limit follows from the measured concurrency
 
 
+MAX_BATCH_SIZE = 65536  # the bound of limits.max_batch_size (compiler/spec/models.py)
+
+
 def batch_limit(concurrency: int, *, target: str, cuda_graph_batch_sizes: list[int] | None,
                 ranks: int = 1) -> tuple[int, str]:
     """The batch limit a measured unit concurrency gives, and how.
@@ -186,9 +196,12 @@ def batch_limit(concurrency: int, *, target: str, cuda_graph_batch_sizes: list[i
     split between them. On the llmapi target (TensorRT-LLM's PyTorch backend) the limit is rounded
     down to a CUDA-graph batch size: the spec's `runtime.cuda_graph_batch_sizes`, else the sizes the
     backend captures by default, so a full batch decodes on a captured graph rather than eagerly.
-    The engine target has no CudaGraphConfig; its limit is the concurrency itself."""
+    The engine target has no CudaGraphConfig; its limit is the concurrency itself. Either way the
+    limit is at most MAX_BATCH_SIZE, the largest `max_batch_size` a spec can state."""
     per_rank = max(1, concurrency // max(1, ranks))
     what = f"measured concurrency {concurrency}" + (f" over {ranks} attention-DP ranks" if ranks > 1 else "")
+    if per_rank > MAX_BATCH_SIZE:
+        per_rank, what = MAX_BATCH_SIZE, f"{what}, capped at {MAX_BATCH_SIZE} (the largest max_batch_size)"
     if target != "llmapi":
         return per_rank, f"{what}, taken as is (the engine target captures no CUDA-graph sizes)"
     if cuda_graph_batch_sizes:

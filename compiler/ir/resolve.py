@@ -21,10 +21,10 @@ from compiler.spec.loader import Document
 from compiler.spec.models import ArchitectureFile, Host, MeasuredLimit, Model, Spec
 from compiler.store.local import sha256_bytes
 
-from .lockfile import LockError, parse_lock
-from .measured import Measurement, RecordError, parse_record
+from .lockfile import MAX_LOCK_BYTES, LockError, parse_lock
+from .measured import MAX_RECORD_BYTES, Measurement, RecordError, parse_record
 from .inputs import (InputRefused, InputRoots, InputUnusable, ResolvedInput, check_readable, confine, confine_path,
-                     input_roots)
+                     input_roots, read_regular)
 from .types import MigSlot, Resolved, ResolvedHost, ResolvedModel
 
 
@@ -90,7 +90,14 @@ class LockFileInvalid(Rule):
     """The lock file beside the spec (`kiln.lock` for `kiln.yaml`) cannot be read or is not one.
 
     `kiln lock SPEC` writes it: the MIG placements of the spec's layout, which later layouts keep
-    where they can. Delete it and run `kiln lock` again to start from the current placements.
+    where they can. Delete it and run `kiln lock` again to start from the current placements
+    (`kiln lock` replaces a lock file it cannot read).
+
+    It is read only when it is a regular file (a FIFO, a device or a directory is refused unread)
+    of at most 16 MiB, and only as the format needs: JSON without NaN or Infinity, nested at most
+    8 levels, numbers of at most 20 characters, placements of GPU indexes and slot numbers. The
+    message gives the line and column of the fault where there is one. A lock file that is a link
+    out of the spec's repository is K915, like any input.
     """
 
     code = "K912"
@@ -104,6 +111,11 @@ class MeasuredRecordInvalid(Rule):
     `kiln tune SPEC --unit UNIT --url URL` writes the record (tune/<unit>.json beside the spec) after
     it measured a unit serving the model, and points the limit at it. Commit the record with the
     spec; to start over, give the limit as a number and run `kiln tune` again.
+
+    The record is read only when it is a regular file of at most 1 MiB, as JSON without NaN or
+    Infinity, nested at most 16 levels, numbers of at most 40 characters; the message names the
+    record's line and column of the fault. A measured concurrency above 65536 (the largest
+    `max_batch_size`) gives that limit.
     """
 
     code = "K913"
@@ -133,7 +145,7 @@ def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple
     diags: list[Diagnostic] = []
     roots = roots if roots is not None else input_roots(base_dir)
     inputs = _resolve_inputs(spec, doc, base_dir, roots, diags)
-    locked = _read_lock(lock, diags)
+    locked = _read_lock(lock, roots, diags)
     captures = [c for c in (_read_capture(files, diags) for files in gpu_profiles) if c is not None]
     models = {name: _resolve_model(name, m, doc, inputs, roots, diags) for name, m in spec.models.items()}
     # A model whose measured limit cannot be read is set aside like a model with a structure error:
@@ -221,24 +233,47 @@ def _diag(rule: type[Rule], doc: Document, path: tuple, message: str, help: str 
     return Diagnostic(rule.code, rule.severity, message, doc.file, doc.span_of(path, key=key), help)
 
 
-def _read_lock(path: Path | None, diags: list[Diagnostic]):
-    if path is None or not path.exists():
+def _read_lock(path: Path | None, roots: InputRoots, diags: list[Diagnostic]):
+    """The placements of the lock file `path`, None when there is none. The lock is an input of the
+    spec like the files it names: confined to the same roots (a link out of the repository is
+    refused, K915, and never opened), and read only when it is a regular file, at most what the
+    format needs (K912)."""
+    if path is None or not os.path.lexists(path):
+        return None
+    shown = str(path)
+    try:
+        real = confine_path(Path(os.path.realpath(path)), roots, shown)
+    except InputRefused as e:
+        diags.append(Diagnostic(e.rule.code, e.rule.severity, f"lock file {e.message}", shown, Span(1, 1),
+                                "the lock file must be a file of the spec's repository: remove the link and run "
+                                "`kiln lock SPEC` to write it"))
+        return None
+    except (OSError, ValueError) as e:
+        diags.append(Diagnostic(LockFileInvalid.code, LockFileInvalid.severity,
+                                f"cannot read the lock file: {getattr(e, 'strerror', None) or e}", shown, Span(1, 1)))
         return None
     try:
-        return parse_lock(path.read_text(encoding="utf-8"))
+        text = read_regular(real, MAX_LOCK_BYTES).decode("utf-8")
+    except FileNotFoundError:
+        return None  # a link to nothing inside the repository: no lock yet
     except (OSError, UnicodeDecodeError) as e:
-        diags.append(Diagnostic(LockFileInvalid.code, LockFileInvalid.severity, f"cannot read the lock file: {e}",
-                                str(path), Span(1, 1)))
+        why = e.strerror if isinstance(e, OSError) and e.strerror else "not UTF-8 text" \
+            if isinstance(e, UnicodeDecodeError) else e
+        diags.append(Diagnostic(LockFileInvalid.code, LockFileInvalid.severity, f"cannot read the lock file: {why}",
+                                shown, Span(1, 1), "delete it and run `kiln lock SPEC` to write it again"))
+        return None
+    try:
+        return parse_lock(text)
     except LockError as e:
         diags.append(Diagnostic(LockFileInvalid.code, LockFileInvalid.severity, f"not a valid lock file: {e.message}",
-                                str(path), Span(e.line, 1), "run `kiln lock SPEC` to write it again"))
+                                shown, Span(e.line, e.column), "run `kiln lock SPEC` to write it again"))
     return None
 
 
 def _read_measured(model: str, ref: str, doc: Document, path: Path, diags: list[Diagnostic]) -> Measurement | None:
     where = ("models", model, "limits", "max_batch_size", "measured")
     try:
-        raw = _read_bounded(path, MAX_RECORD_BYTES)
+        raw = read_regular(path, MAX_RECORD_BYTES)  # a FIFO or device named by the spec is not read
         record = parse_record(raw.decode("utf-8"))
     except FileNotFoundError:
         diags.append(_diag(MeasuredRecordInvalid, doc, where, f"no measurement record at {ref}",
@@ -246,11 +281,13 @@ def _read_measured(model: str, ref: str, doc: Document, path: Path, diags: list[
                            "it writes the record and this reference"))
         return None
     except (OSError, UnicodeDecodeError) as e:
-        diags.append(_diag(MeasuredRecordInvalid, doc, where, f"cannot read the measurement record {ref}: {e}"))
+        why = e.strerror if isinstance(e, OSError) and e.strerror else "not UTF-8 text" \
+            if isinstance(e, UnicodeDecodeError) else e
+        diags.append(_diag(MeasuredRecordInvalid, doc, where, f"cannot read the measurement record {ref}: {why}"))
         return None
     except RecordError as e:
         diags.append(_diag(MeasuredRecordInvalid, doc, where,
-                           f"{ref}, line {e.line}: {e.message}",
+                           f"{ref}:{e.line}:{e.column}: {e.message}",
                            "`kiln tune` writes these files; do not edit them"))
         return None
     if record.model != model:
@@ -318,7 +355,7 @@ def _resolve_model(name: str, m: Model, doc: Document, inputs: dict[str, Resolve
             diags.append(_diag(e.rule, doc, where, e.message, e.help))
             return ResolvedModel(name, m, None, "")
     try:
-        config = json.loads(_read_bounded(config_path, MAX_CONFIG_BYTES).decode("utf-8"))
+        config = json.loads(read_regular(config_path, MAX_CONFIG_BYTES).decode("utf-8"))  # never a FIFO
         if not isinstance(config, dict):
             raise ConfigError("config.json is not a JSON object", "")
         arch = arch_from_hf_config(config, name)
@@ -337,7 +374,6 @@ def _resolve_model(name: str, m: Model, doc: Document, inputs: dict[str, Resolve
 
 MAX_CONFIG_BYTES = 16 << 20  # a Hugging Face config.json is a few KB
 MAX_CAPTURE_BYTES = 1 << 20  # `nvidia-smi mig -lgip` prints a few KB
-MAX_RECORD_BYTES = 1 << 20  # a `kiln tune` record is a few KB
 
 
 def _read_bounded(path: Path, limit: int) -> bytes:

@@ -104,6 +104,7 @@ def load_bytes(raw: bytes, file: str) -> LoadResult:
 
 
 _TAB_INDENT = re.compile(r"^( *)\t", re.M)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def load_text(text: str, file: str) -> LoadResult:
@@ -200,6 +201,7 @@ class _Builder:
         self.fatal = False
         self.anchors: dict[str, Node] = {}  # anchor -> the node it names (an alias is the same node)
         self.reused: set[int] = set()  # nodes whose reused anchor was reported
+        self.open: set[int] = set()  # nodes being built: an alias to one of them is a cycle
 
     def build(self, node: Node, path: Path_) -> Any:
         try:
@@ -209,6 +211,12 @@ class _Builder:
             return None
 
     def _node(self, node: Node, path: Path_, depth: int) -> Any:
+        if id(node) in self.open:  # an alias inside the value its anchor names: it never ends
+            self.diagnostics.append(_diag(R.AliasBomb, self.file, _node_span(node),
+                                          f"alias *{getattr(node, 'anchor', None) or '?'} refers to a value "
+                                          "that contains it, so it expands without end",
+                                          help="an alias may only refer to a value outside itself"))
+            raise _Budget
         self.count += 1
         if self.count > MAX_NODES:
             self.diagnostics.append(_diag(R.AliasBomb, self.file, _node_span(node),
@@ -231,13 +239,17 @@ class _Builder:
                                               f"anchor &{anchor} is already defined at line {f.line}, column "
                                               f"{f.column}; aliases below refer to this one",
                                               help="give each anchor its own name"))
-        if isinstance(node, MappingNode):
-            return self._mapping(node, path, depth)
-        if isinstance(node, SequenceNode):
+        if isinstance(node, ScalarNode):
+            return self._scalar(node)
+        self.open.add(id(node))
+        try:
+            if isinstance(node, MappingNode):
+                return self._mapping(node, path, depth)
             if node.tag not in ("tag:yaml.org,2002:seq",):
                 self._unknown_tag(node)
             return [self._node(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
-        return self._scalar(node)
+        finally:
+            self.open.discard(id(node))
 
     def _mapping(self, node: MappingNode, path: Path_, depth: int) -> dict:
         if node.tag != "tag:yaml.org,2002:map":
@@ -257,7 +269,7 @@ class _Builder:
                     help=f'quote it: "{knode.value}"' if isinstance(knode, ScalarNode) else
                     "keys must be plain strings"))
                 continue
-            key = knode.value
+            key = self._text(knode)
             kspan = _node_span(knode)
             if key in seen:
                 first = seen[key]
@@ -280,7 +292,10 @@ class _Builder:
                     self.diagnostics.append(_diag(R.YamlSyntax, self.file, _node_span(src),
                                                   "a merge key (<<) must refer to a mapping"))
                     continue
-                for k, v in self._mapping(src, path, depth + 1).items():
+                # through _node, so that a merged mapping counts towards the budget (merging an
+                # alias of an alias doubles the work at each level, values or not) and a merge of
+                # the mapping that holds it is a cycle
+                for k, v in self._node(src, path, depth + 1).items():
                     out.setdefault(k, v)
         return out
 
@@ -288,7 +303,7 @@ class _Builder:
         tag, text = node.tag, node.value
         try:
             if tag == "tag:yaml.org,2002:str":
-                return text
+                return self._text(node)
             if tag == "tag:yaml.org,2002:null":
                 return None
             if tag == "tag:yaml.org,2002:bool":
@@ -309,6 +324,19 @@ class _Builder:
             return text
         self._unknown_tag(node)
         return text
+
+    def _text(self, node: ScalarNode) -> str:
+        """A string's text; a lone surrogate (a double-quoted "\\ud800") is reported and kept as
+        its escape, so that nothing downstream meets a character UTF-8 cannot write."""
+        text = node.value
+        if not _SURROGATE.search(text):
+            return text
+        shown = _SURROGATE.search(text).group().encode("unicode_escape").decode("ascii")
+        self.diagnostics.append(_diag(R.NotUtf8, self.file, _node_span(node),
+                                      f"string holds a lone surrogate ({shown}), a character no UTF-8 text holds",
+                                      help="write the character itself, or as \\U followed by 8 hex digits "
+                                           "(a surrogate pair of \\u escapes is not one character in YAML)"))
+        return _SURROGATE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
     def _unknown_tag(self, node: Node) -> None:
         tag = node.tag.replace("tag:yaml.org,2002:", "!!")

@@ -35,7 +35,9 @@ class AliasBomb(Rule):
     """The document expands to too many values.
 
     Anchors and aliases (`&a`, `*a`) are allowed, but nested aliases can multiply a few lines
-    into billions of values ("billion laughs"). Kiln stops at 100,000 values after expansion.
+    into billions of values ("billion laughs"), and merge keys (`<<: [*a, *a]`) can do the same. Kiln
+    stops at 100,000 values after expansion. An alias inside the value its own anchor names
+    (`x: &x {<<: *x}`, `x: &x [*x]`) would expand without end, and is refused as well.
     """
 
     code = "K003"
@@ -90,7 +92,14 @@ class FileTooLarge(Rule):
 
 
 class NotUtf8(Rule):
-    """The spec file is not UTF-8 text (or contains NUL bytes)."""
+    """The spec file is not UTF-8 text (or contains NUL bytes), or a string in it holds a character
+    that no UTF-8 text can hold.
+
+    A double-quoted YAML string can write any code point as an escape, including a lone surrogate
+    (`"\\ud800"`, half of a UTF-16 pair). No UTF-8 file, artifact or terminal can carry it, so it is
+    refused where it is written. Write the character itself, or as `\\U` and 8 hex digits for one
+    above U+FFFF (YAML does not join a pair of `\\u` escapes into one character).
+    """
 
     code = "K009"
     name = "not-utf8"

@@ -16,10 +16,11 @@ Files (AIPerf 0.13.0; docs/api/search-history.md, docs/sweeping/find-max-passing
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from compiler.boundedjson import BoundedJSONError, loads_bounded
+from compiler.ir.inputs import read_regular
 from compiler.ir.measured import Breach, Probe, SlaRecord
 
 from .aiperf import ERROR_METRIC, METRICS
@@ -47,42 +48,68 @@ class Outcome:
     result_file: str  # relative to the outputs directory
 
 
+MAX_OUTPUT_BYTES = 64 << 20  # AIPerf's summaries are kilobytes; its per-request records are not read here
+
+
 def _load(path: Path) -> dict:
+    """One of AIPerf's JSON files: a regular file, bounded in size, depth and number length (they
+    sit in an outputs directory another process wrote; a FIFO or a link to a device is refused)."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        doc = loads_bounded(read_regular(path, MAX_OUTPUT_BYTES), max_depth=64, max_number_chars=100)
+    except OSError as e:
+        raise ResultError(f"cannot read {path}: {e.strerror or e}") from None
+    except BoundedJSONError as e:
         raise ResultError(f"cannot read {path}: {e}") from None
     if not isinstance(doc, dict):
         raise ResultError(f"{path} is not a JSON object")
     return doc
 
 
+def _obj(value) -> dict:
+    """`value` when it is an object, else an empty one: a field of the wrong shape reads as absent."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _int(value) -> int | None:
+    return value if type(value) is int else None
+
+
+def _num(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _str(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _stat(doc: dict, metric: str, stat: str) -> float | None:
-    value = (doc.get(metric) or {}).get(stat)
-    return float(value) if isinstance(value, (int, float)) else None
+    return _num(_obj(doc.get(metric)).get(stat))
 
 
 def _concurrency(doc: dict) -> int | None:
-    for phase in (doc.get("input_config") or {}).get("phases") or []:
-        if isinstance(phase, dict) and phase.get("name") == "profiling" and isinstance(phase.get("concurrency"), int):
+    for phase in _list(_obj(doc.get("input_config")).get("phases")):
+        if isinstance(phase, dict) and phase.get("name") == "profiling" and _int(phase.get("concurrency")):
             return phase["concurrency"]
-    values = ((doc.get("run_info") or {}).get("variation_values") or {})
-    c = values.get("phases.profiling.concurrency")
-    return c if isinstance(c, int) else None
+    return _int(_obj(_obj(doc.get("run_info")).get("variation_values")).get("phases.profiling.concurrency"))
 
 
 def read_probe(path: Path, sla: SlaRecord, feasible: bool | None = None) -> Probe:
     """One run's SLA statistics; `feasible` as AIPerf judged it, else as `judge` does."""
     doc = _load(path)
     c = _concurrency(doc)
-    if c is None:
+    if c is None or c < 1:
         raise ResultError(f"{path} names no profiling concurrency")
     pct = sla.percentile
     requests = _stat(doc, "request_count", "avg")
     probe = Probe(concurrency=c, feasible=False, ttft_ms=_stat(doc, METRICS["ttft_ms"], pct),
                   tpot_ms=_stat(doc, METRICS["tpot_ms"], pct), error_rate_pct=_stat(doc, ERROR_METRIC, "avg"),
                   requests=int(requests) if requests is not None else None)
-    ok = feasible if feasible is not None else (doc.get("is_complete", True) and not doc.get("was_cancelled")
+    ok = feasible if feasible is not None else (doc.get("is_complete", True) is True
+                                                and doc.get("was_cancelled") in (None, False)
                                                 and not breaches(probe, sla))
     return probe.model_copy(update={"feasible": bool(ok)})
 
@@ -130,24 +157,26 @@ def adaptive_outcome(outputs: Path, sla: SlaRecord) -> Outcome:
     if not path.is_file():
         raise ResultError(f"AIPerf wrote no {HISTORY} in {outputs} (see its log there)")
     doc = _load(path)
-    iterations = doc.get("iterations") or []
+    iterations = [it for it in _list(doc.get("iterations")) if isinstance(it, dict)]
     probes = []
     for it in iterations:
-        idx = it.get("iteration_idx")
-        runs = sorted((outputs / f"search_iter_{idx:04d}").rglob(EXPORT)) if isinstance(idx, int) else []
+        idx = _int(it.get("iteration_idx"))
+        runs = sorted((outputs / f"search_iter_{idx:04d}").rglob(EXPORT)) if idx is not None and 0 <= idx < 10**4 \
+            else []
         if runs:
-            probes.append(read_probe(runs[0], sla, feasible=bool(it.get("feasible"))))
-    summary = doc.get("boundary_summary") or {}
-    fmax = (summary.get("feasible_max") or {}).get("value")
-    infeasible = summary.get("infeasible_min") or {}
+            probes.append(read_probe(runs[0], sla, feasible=it.get("feasible") is True))
+    summary = _obj(doc.get("boundary_summary"))
+    fmax = _num(_obj(summary.get("feasible_max")).get("value"))
+    infeasible = _obj(summary.get("infeasible_min"))
     breach = None
-    fb = infeasible.get("first_breach")
-    if isinstance(fb, dict) and fb.get("metric_tag"):
+    fb = _obj(infeasible.get("first_breach"))
+    if _str(fb.get("metric_tag")):
         breach = Breach(metric=fb["metric_tag"], stat=str(fb.get("stat")), op=str(fb.get("op")),
-                        threshold=float(fb.get("threshold") or 0), observed=fb.get("observed"))
+                        threshold=_num(fb.get("threshold")) or 0.0, observed=_num(fb.get("observed")))
     monotonic = not (any(it.get("non_monotonic_warning") for it in iterations) or summary.get("non_monotonic_warning"))
-    return Outcome(feasible_max=int(fmax) if isinstance(fmax, (int, float)) else None,
-                   first_failing=infeasible.get("value"), first_breach=breach,
-                   binding_constraint=summary.get("binding_constraint") or (breach.metric if breach else None),
-                   boundary_type=summary.get("boundary_type"), monotonic=monotonic,
-                   convergence=doc.get("convergence_reason"), probes=tuple(probes), result_file=HISTORY)
+    boundary = summary.get("boundary_type")
+    return Outcome(feasible_max=int(fmax) if fmax is not None and fmax >= 1 else None,
+                   first_failing=_int(infeasible.get("value")), first_breach=breach,
+                   binding_constraint=_str(summary.get("binding_constraint")) or (breach.metric if breach else None),
+                   boundary_type=boundary if boundary in ("smooth", "cliff") else None, monotonic=monotonic,
+                   convergence=_str(doc.get("convergence_reason")), probes=tuple(probes), result_file=HISTORY)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from compiler.ir.inputs import replace_file
 from compiler.ir.measured import (GpuRecord, ImageRecord, Measurement, Result, Search, Served, TuneRecord,
                                   record_name, render_record, sla_record)
 from compiler.pipeline import Validation, validate_path
@@ -342,9 +343,7 @@ def tune(opts: TuneOptions, progress: Progress = lambda line: None) -> TuneOutco
                       measured_digest=rm.measured.digest if rm.measured is not None else None),
         artifacts=artifacts, image=image, gpu=gpu_rec)
     planned.record_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = planned.record_path.with_name(planned.record_path.name + ".tmp")
-    tmp.write_bytes(render_record(record))
-    tmp.replace(planned.record_path)
+    replace_file(planned.record_path, render_record(record))  # a fresh temporary file: never a planted link
     edited = False
     current = planned.validation.spec.models[planned.model].limits.max_batch_size
     if opts.write_spec and not (isinstance(current, MeasuredRef) and current.measured == planned.ref):
@@ -353,9 +352,7 @@ def tune(opts: TuneOptions, progress: Progress = lambda line: None) -> TuneOutco
         except EditError as e:
             progress(f"note: {e}")
         else:
-            spec_tmp = opts.spec.with_name(opts.spec.name + ".tmp")
-            spec_tmp.write_text(text, encoding="utf-8")
-            spec_tmp.replace(opts.spec)
+            replace_file(opts.spec, text.encode("utf-8"))
             edited = True
     after = validate_path(opts.spec)
     measured: Measurement | None = None
