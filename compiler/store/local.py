@@ -201,9 +201,12 @@ class LocalStore:
     def has_blob(self, digest: str) -> bool:
         return self._blob_stat(digest) is not None
 
-    def _has_intact_size(self, digest: str, size: int) -> bool:
+    def has_intact_size(self, digest: str, size: int) -> bool:
+        """The object is a regular file of the store (no link on the way) of `size` bytes."""
         st = self._blob_stat(digest)
         return st is not None and st.st_size == size
+
+    _has_intact_size = has_intact_size
 
     def blob_digest(self, digest: str) -> str:
         """The sha256 of the stored object's content (streamed), StoreError when it cannot be read."""
@@ -363,6 +366,9 @@ class LocalStore:
         h = _hex(key)
         return f"actions/{h[:2]}/{h}.json"
 
+    def _action_path(self, key: str) -> Path:  # for tests and messages; reads go through _action_rel
+        return self.root / self._action_rel(key)
+
     def get_action(self, key: str) -> ActionRecord | None:
         """The record for `key` when it and everything it names are present.
 
@@ -408,6 +414,9 @@ class LocalStore:
     def _ref_rel(self, spec: str, action_id: str) -> str:
         safe = action_id.replace("/", "__").replace(":", "--")
         return f"refs/{spec}/{safe}"
+
+    def _ref_path(self, spec: str, action_id: str) -> Path:  # for tests and messages
+        return self.root / self._ref_rel(spec, action_id)
 
     def set_ref(self, spec: str, action_id: str, key: str, params: dict) -> None:
         self._write_atomic(self._ref_rel(spec, action_id), canonical_json({"key": key, "params": params}))

@@ -176,7 +176,7 @@ def _verify_refs(store: LocalStore, repair: bool, problems: list[str]) -> None:
         try:
             parse_ref(safeio.read_file(store.root, rel, MAX_REF_BYTES))
         except (OSError, StoreError) as e:
-            problems.append(f"ref {store.root / rel}: {getattr(e, 'strerror', None) or e}")
+            problems.append(f"ref {rel[len('refs/'):]} in {store.root}: {getattr(e, 'strerror', None) or e}")
             if repair:
                 safeio.remove_entry(store.root, rel)
 
