@@ -101,6 +101,12 @@ def _objects(store: LocalStore, fix: bool, problems: list[str]) -> list[tuple[st
     """(digest, rel path) of every regular file in objects/sha256 named as Kiln names objects; every
     other entry is reported (and with `fix` removed when it is a link or special file)."""
     found = []
+    for name, mode in safeio.listdir(store.root, "objects"):
+        if name != "sha256":
+            if _is_special(mode):
+                _bad_entry(store, f"objects/{name}", mode, "the folder of objects", fix, problems)
+            else:
+                problems.append(f"stray entry {store.root / 'objects' / name} (Kiln did not write it; left alone)")
     for shard, mode in safeio.listdir(store.root, "objects/sha256"):
         rel_shard = f"objects/sha256/{shard}"
         if not stat.S_ISDIR(mode):
@@ -126,7 +132,7 @@ def _verify_objects(store: LocalStore, repair: bool, problems: list[str]) -> Non
             problems.append(f"object {digest}: {e}")
         else:
             if not ok:
-                problems.append(f"object {digest} in {store.root} is corrupt")
+                problems.append(f"object {digest} is corrupt ({store.root / rel})")
         if not ok and repair:
             safeio.remove_entry(store.root, rel)
 
@@ -182,9 +188,7 @@ def _verify_refs(store: LocalStore, repair: bool, problems: list[str]) -> None:
 
 
 def _verify_releases(store: LocalStore, repair: bool, problems: list[str]) -> None:
-    for name, mode in safeio.listdir(store.root, "releases"):
-        if name.endswith(".jsonl") and not stat.S_ISREG(mode):
-            _bad_entry(store, f"releases/{name}", mode, "a release history", repair, problems)
+    _check_release_entries(store, repair, problems)
     for spec in store.all_release_specs():
         try:
             history, bad = store.release_history(spec)
@@ -209,6 +213,14 @@ def _verify_releases(store: LocalStore, repair: bool, problems: list[str]) -> No
                     problems.append(f"release {digest[:19]} of {spec}: artifact {art['id']} is missing")
         if repair and (bad or len(readable) != len(history)):
             store.set_releases(spec, readable)
+
+
+def _check_release_entries(store: LocalStore, fix: bool, problems: list[str]) -> None:
+    """releases/ holds histories (regular files): a link or special file of any name is reported, and
+    so is a directory named as a history."""
+    for name, mode in safeio.listdir(store.root, "releases"):
+        if _is_special(mode) or (stat.S_ISDIR(mode) and name.endswith(".jsonl")):
+            _bad_entry(store, f"releases/{name}", mode, "a release history", fix, problems)
 
 
 def _verify_plain_folder(store: LocalStore, folder: str, repair: bool, problems: list[str]) -> None:
@@ -270,9 +282,7 @@ def gc(store: LocalStore, keep: int) -> GcStats:
             histories[spec] = history
         for spec, history in histories.items():
             store.set_releases(spec, history)
-        for name, mode in safeio.listdir(store.root, "releases"):
-            if name.endswith(".jsonl") and not stat.S_ISREG(mode):
-                _bad_entry(store, f"releases/{name}", mode, "a release history", True, problems)
+        _check_release_entries(store, True, problems)
         removed_actions = 0
         for rel in _files_in_shards(store, "actions", "record", True, problems):
             name = rel.rsplit("/", 1)[1]
