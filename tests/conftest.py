@@ -18,7 +18,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # the rest keep their order. Only the order changes: every test still runs.
 SLOW_FILES = ("test_store.py", "test_triton_server.py", "test_quantize.py", "test_host_scripts.py",
               "test_tune.py", "test_llmapi_serving.py", "test_image.py", "test_serving_lifecycle.py",
-              "test_gitops_registry.py", "test_install.py", "test_format_walk.py")
+              "test_gitops_registry.py", "test_install.py", "test_format_walk.py", "test_store_hostile.py",
+              "test_fuzz_store.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
