@@ -77,7 +77,7 @@ def hostile_tree(draw) -> bytes:
     """A tree manifest of the right kind whose entries break a rule: paths, sizes, digests, flags."""
     path = draw(st.one_of(
         st.sampled_from(["../x", "/etc/x", "a/../../x", "./a", "a//b", "", "a\x00b", "a" * 300, "d/" + "b" * 256,
-                         "é" * 200, "a/" * 3000 + "x", "ok", "ok/inner", "\\x", "a\nb"]),
+                         "é" * 200, "a/" * 3000 + "x", "ok", "ok/inner", "\\x", "a\nb", "a\ud800b"]),
         st.text(max_size=60)))
     entry = {"path": path, "digest": draw(st.sampled_from(["sha256:" + "0" * 64, "sha256:zz", "", None, 5])),
              "size": draw(st.sampled_from([0, 2, -1, 10 ** 30, "2", None, True])),
@@ -88,18 +88,35 @@ def hostile_tree(draw) -> bytes:
 
 
 @st.composite
+def hostile_manifest(draw) -> bytes:
+    """A release manifest of the right kind with a hostile artifact id, kind, key or tree."""
+    art = {"id": draw(st.one_of(st.sampled_from(["../x", "/abs", "a" * 300, "a\ud800", "ok/../..", "", "x/y"]),
+                                st.text(max_size=30))),
+           "kind": draw(st.sampled_from(["host-script", 5, None])),
+           "key": draw(st.sampled_from(["sha256:" + "1" * 64, "k", None])),
+           "tree": draw(st.sampled_from([None, "sha256:" + "2" * 64, "sha256:zz", 7]))}
+    if draw(st.booleans()):
+        art["pending"] = draw(st.sampled_from(["why", 5, None]))
+    spec = draw(st.sampled_from([{"name": "quickstart", "digest": "x"}, {"name": 5}, None, "s"]))
+    return json.dumps({"kind": "kiln.release/v1", "complete": True, "spec": spec,
+                       "artifacts": [art]}).encode("utf-8", "surrogatepass")
+
+
+@st.composite
 def mutation(draw) -> tuple[str, str, object]:
     """(target, how, payload): how is 'content' (payload: bytes), 'replace' (payload: a replacement
-    kind), 'append' (history: payload bytes added as a line) or 'tree' (payload: tree bytes)."""
+    kind), 'append' (history: payload bytes added as a line) or 'structured' (a tree or release manifest
+    of the right kind with hostile entries)."""
     target = draw(st.sampled_from(TARGETS))
     if target in ("folder", "shard", "lock"):
         return target, "replace", draw(st.sampled_from(REPLACEMENTS))
     how = draw(st.sampled_from(["content", "content", "replace", "append"] if target == "history"
-                               else ["content", "content", "replace"] + (["tree"] if target == "tree" else [])))
+                               else ["content", "content", "replace"]
+                               + (["structured"] if target in ("tree", "manifest") else [])))
     if how == "replace":
         return target, how, draw(st.sampled_from(REPLACEMENTS))
-    if how == "tree":
-        return target, how, draw(hostile_tree())
+    if how == "structured":
+        return target, how, draw(hostile_tree() if target == "tree" else hostile_manifest())
     return target, how, draw(hostile_json())
 
 
@@ -190,6 +207,8 @@ def apply(store: Path, target: str, how: str, payload, outside: Path, pick: int)
             record["tree"] = digest
             _write(path, json.dumps(record).encode())
     elif target == "manifest":  # a release manifest of this content, named by the history
+        if path.is_symlink() or not path.is_file():  # (a FIFO put there by an earlier mutation would block)
+            return
         with contextlib.suppress(Exception):
             digest = LocalStore(store, create=False).put_bytes(payload)
             with open(path, "ab") as f:
@@ -302,9 +321,15 @@ class Template:
             store = work / "store"
             shutil.copytree(self.store, store, symlinks=True)
             outside = make_outside(work / "outside")
-            for i, (target, how, payload) in enumerate(muts):
-                with contextlib.suppress(OSError):  # a mutation a former one made impossible is skipped
-                    apply(store, target, how, payload, outside, pick + i)
+            old = signal.signal(signal.SIGALRM, _alarm)
+            signal.alarm(HANG_S)  # the harness itself must not block on what an earlier mutation made
+            try:
+                for i, (target, how, payload) in enumerate(muts):
+                    with contextlib.suppress(OSError, Hung):  # a mutation a former one made impossible
+                        apply(store, target, how, payload, outside, pick + i)
+            finally:
+                signal.alarm(0)
+                signal.signal(signal.SIGALRM, old)
             before = snapshot(outside)
             crashes, codes = run_commands(self.spec, self.release, store, work / "out")
             return Outcome(crashes, codes, snapshot(outside) != before)

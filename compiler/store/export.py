@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 from .local import FileEntry, LocalStore, StoreError
+from .records import MAX_NAME_BYTES
 
 
 class UnsafePath(StoreError):
@@ -26,6 +27,12 @@ def checked_relpath(path: str) -> PurePosixPath:
     parts = path.split("/")
     if not path or path.startswith("/") or "\\" in path or "\0" in path or any(p in ("", ".", "..") for p in parts):
         raise UnsafePath(f"unsafe path {path!r} in the store: refusing to write it")
+    try:
+        if any(len(p.encode("utf-8")) > MAX_NAME_BYTES for p in parts):
+            raise UnsafePath(f"path {path[:80]!r}... in the store has a name longer than {MAX_NAME_BYTES} bytes: "
+                             "no filesystem can write it")
+    except UnicodeEncodeError:
+        raise UnsafePath(f"path {path[:80]!r} in the store is not valid Unicode: refusing to write it") from None
     return PurePosixPath(*parts)
 
 

@@ -72,11 +72,15 @@ def tree_path_problem(path: Any) -> str | None:
         return f"file path {shown} is longer than {MAX_TREE_PATH} characters"
     if "\x00" in path:
         return f"file path {shown} contains a NUL byte"
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800") names no file on any filesystem
+        return f"file path {shown} is not valid Unicode"
     if path.startswith("/"):
         return f"file path {shown} is absolute"
     if any(part in ("", ".", "..") for part in path.split("/")):
         return f"file path {shown} is not normalized or leaves the artifact ('', '.' or '..' component)"
-    if any(len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES for part in path.split("/")):
+    if any(len(part.encode("utf-8")) > MAX_NAME_BYTES for part in path.split("/")):
         return f"file path {shown} has a name longer than {MAX_NAME_BYTES} bytes (no filesystem can write it)"
     return None
 
