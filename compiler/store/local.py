@@ -206,8 +206,6 @@ class LocalStore:
         st = self._blob_stat(digest)
         return st is not None and st.st_size == size
 
-    _has_intact_size = has_intact_size
-
     def blob_digest(self, digest: str) -> str:
         """The sha256 of the stored object's content (streamed), StoreError when it cannot be read."""
         h = hashlib.sha256()
@@ -234,7 +232,7 @@ class LocalStore:
         """The object is there with the right size and its content matches its digest. The write path
         asks this, not the size alone: a corrupt object of the right size must be written over,
         or a rebuild would keep it."""
-        if not self._has_intact_size(digest, size):
+        if not self.has_intact_size(digest, size):
             return False
         try:
             return self.blob_digest(digest) == digest
@@ -389,7 +387,7 @@ class LocalStore:
             self.drop_blob(record.tree)
             return None
         for entry in entries:
-            if not self._has_intact_size(entry.digest, entry.size):
+            if not self.has_intact_size(entry.digest, entry.size):
                 return None
         return record
 
