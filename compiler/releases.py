@@ -5,7 +5,6 @@ its artifacts, a selection of them by id or kind glob, their sizes, and writing 
 from __future__ import annotations
 
 import fnmatch
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from compiler.pipeline import Validation, validate_path
 from compiler.release import spec_digest
 from compiler.store.export import checked_relpath, write_tree
 from compiler.store.local import LocalStore, StoreError
+from compiler.store.records import is_digest, parse_release
 
 MANIFEST_NAME = "release.json"  # the release manifest, next to the exported artifacts
 
@@ -34,6 +34,7 @@ class Release:
     digest: str
     manifest: bytes
     spec_name: str
+    spec_digest: str  # of the spec it was built from
     artifacts: tuple[Artifact, ...]
 
     @property
@@ -42,17 +43,20 @@ class Release:
 
 
 def load_release(store: LocalStore, digest: str) -> Release:
+    if not is_digest(digest):
+        raise ReleaseError(f"{digest!r} is not a release digest (sha256: and 64 hex digits)")
     try:
         data = store.read_bytes(digest)
-        doc = json.loads(data)
-    except (StoreError, ValueError) as e:
+    except StoreError as e:
         raise ReleaseError(f"no release {digest} in {store.root}: {e}") from None
-    if not isinstance(doc, dict) or doc.get("kind") != "kiln.release/v1":
-        raise ReleaseError(f"{digest} is not a release manifest")
+    try:
+        doc = parse_release(data)
+    except StoreError as e:
+        raise ReleaseError(f"{digest} in {store.root} is not a release manifest: {e}") from None
     artifacts = tuple(Artifact(a["id"], a["kind"], a.get("tree"), a.get("pending")) for a in doc["artifacts"])
     for a in artifacts:
         checked_relpath(a.id)  # it becomes a directory name
-    return Release(digest, data, doc["spec"]["name"], artifacts)
+    return Release(digest, data, doc["spec"]["name"], doc["spec"]["digest"], artifacts)
 
 
 def release_of_spec(store: LocalStore, spec: Path) -> tuple[Validation, Release | None]:
@@ -65,8 +69,7 @@ def release_of_spec(store: LocalStore, spec: Path) -> tuple[Validation, Release 
     if not history:
         raise ReleaseError(f"the store {store.root} has no release of {result.spec.name!r}: run `kiln build {spec}`")
     release = load_release(store, history[-1])
-    built_from = json.loads(release.manifest)["spec"]["digest"]
-    if built_from != spec_digest(result.spec):
+    if release.spec_digest != spec_digest(result.spec):
         raise ReleaseError(f"the last release of {result.spec.name!r} ({release.digest}) was built from another "
                            f"version of {spec}: run `kiln build {spec}` first, or name that release by its digest")
     return result, release
@@ -134,10 +137,16 @@ def export_release(store: LocalStore, release: Release, dest: Path,
     chosen = select(release, patterns)
     for a in chosen:
         checked_relpath(a.id)
-    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreError(f"cannot create {dest}: {e.strerror or e}") from None
     written = []
     for a in chosen:
         if a.tree is not None:
             written.append((a, len(write_tree(store, a.tree, dest, a.id))))
-    (dest / MANIFEST_NAME).write_bytes(release.manifest)
+    try:
+        (dest / MANIFEST_NAME).write_bytes(release.manifest)
+    except OSError as e:
+        raise StoreError(f"cannot write {dest / MANIFEST_NAME}: {e.strerror or e}") from None
     return written, [a for a in chosen if a.tree is None]

@@ -119,7 +119,8 @@ def _release_with(store: LocalStore, path: str) -> str:
     tree = store.put_bytes(canonical_json({"kind": "kiln.tree/v1", "files": [
         {"path": path, "digest": blob, "size": 21, "executable": True}]}))
     manifest = pretty_json({"kind": "kiln.release/v1", "complete": True, "spec": {"name": "evil", "digest": "x"},
-                            "artifacts": [{"id": "host-script/h", "kind": "host-script", "key": "k", "tree": tree}]})
+                            "artifacts": [{"id": "host-script/h", "kind": "host-script", "key": "sha256:" + "0" * 64,
+                                                           "tree": tree}]})
     return store.add_release("evil", manifest)
 
 

@@ -51,6 +51,12 @@ def cmd_store_gc(args: argparse.Namespace) -> ExitCode:
         raise UsageError("--keep must be at least 1")
     store = open_store(store_path(args.store), create=False)
     stats = gc(store, args.keep)
+    for problem in stats.problems:  # entries Kiln did not write (a link from a restored cache...)
+        print(f"store: {problem}")
     print(f"{store.root}: kept {stats.kept_releases} release(s); removed {stats.removed_actions} action(s), "
           f"{stats.removed_objects} object(s), {stats.removed_tmp} temporary file(s)")
+    if stats.problems:
+        print(f"{store.root}: {len(stats.problems)} entr{'y' if len(stats.problems) == 1 else 'ies'} Kiln did not "
+              "write (above); `kiln store verify` checks the rest")
+        return ExitCode.ERRORS
     return ExitCode.OK

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from compiler.build import build_spec, plan_spec
 from compiler.release import spec_digest
-from compiler.store.local import LocalStore, sha256_bytes
+from compiler.store.local import LocalStore, StoreError, sha256_bytes
 
 from . import artifacts as oa
 from .oci import OCI_MANIFEST, Client, Registry, RegistryConflict
@@ -61,7 +61,11 @@ def push_artifact(client: Client, store: LocalStore, repo: str, kind: str, versi
     files = store.tree(tree)
     uploaded = 0
     for digest, size in sorted({(f.digest, f.size) for f in files}):
-        # The registry checks each upload against its digest, so a corrupt store object fails here.
+        # The registry checks each upload against its digest, so a corrupt store object fails here;
+        # one that is a link, a FIFO or of another size is refused before it is opened.
+        if not store.has_intact_size(digest, size):
+            raise StoreError(f"object {digest} in {store.root} is missing, not a regular file or not {size} "
+                             "bytes: run `kiln store verify --repair`, then build again")
         uploaded += client.push_blob(repo, digest, size, store.blob_path(digest))
     uploaded += client.push_blob(repo, tree, len(tree_bytes), tree_bytes)
     client.put_manifest(repo, tag, oa.artifact_manifest(kind, version, key, tree_bytes, files))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from compiler.store.local import ActionRecord, LocalStore
+from compiler.store.local import ActionRecord, LocalStore, StoreError
 
 from .builder import Builder, describe
 from .kinds import ActionKind, KindRegistry, RunContext
@@ -262,21 +262,27 @@ def _run_one(graph: Graph, kinds: KindRegistry, aid: str, store: LocalStore, spe
             logger.info("done in %.3fs, tree %s", duration, tree)
             handler.close()
             log_digest = store.put_file(work / "action.log")
-            _copy_log(work / "action.log", log_path)
+            store.write_log(key, work / "action.log")  # before the record: a failure here leaves no record
             store.put_action(ActionRecord(key, action.kind, aid, tree, duration, log_digest))
             store.set_ref(spec_name, aid, key, action.record(graph.keys))
             return ActionResult(aid, key, "built", tree, duration, log_path)
         except Stopped:
             logger.info("stopped: the build was interrupted")
             handler.close()
-            _copy_log(work / "action.log", log_path)
+            try:
+                store.write_log(key, work / "action.log")
+            except StoreError:  # the interrupt is what the user is told about; the log is a convenience
+                pass
             return ActionResult(aid, key, "interrupted", None, round(time.monotonic() - start, 3), log_path,
                                 "its process was killed: the build was interrupted")
         except Exception as e:  # an action's failure is reported, never raised past the build
             logger.exception("failed: %s", e)
             handler.close()
-            _copy_log(work / "action.log", log_path)
             error = str(e) if isinstance(e, ChildFailed) else f"{type(e).__name__}: {e}"
+            try:
+                store.write_log(key, work / "action.log")
+            except StoreError as log_error:  # a full disk must not hide the action's own error
+                error += f" (and its log was not kept: {log_error})"
             return ActionResult(aid, key, "failed", None, round(time.monotonic() - start, 3), log_path, error)
         finally:
             done.set()
@@ -345,17 +351,6 @@ def _run_isolated(kind: ActionKind, params, ctx: RunContext, log_file: Path, sta
         raise ChildFailed(outcome["error"])
     how = f"was killed by signal {-code}" if code < 0 else f"exited {code}"
     raise ChildFailed(f"the {kind.kind} process {how} without reporting an outcome (see the log)")
-
-
-def _copy_log(src: Path, dest: Path) -> None:
-    import shutil
-    import tempfile
-
-    # A unique staging name: two builds running the same action must not rename each other's file.
-    fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dest)
 
 
 def _tick(state: Running, done: threading.Event, stop: threading.Event, progress: Progress) -> None:

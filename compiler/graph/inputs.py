@@ -14,7 +14,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from compiler.store.local import StoreError, sha256_file
+from compiler.store import safeio
+from compiler.store.local import MAX_DIGEST_CACHE_BYTES, StoreError, sha256_file
 from compiler.store.records import parse_digest_cache
 
 
@@ -25,8 +26,9 @@ class DigestCache:
         self._data: dict[str, list] = {}
         self._dirty = False
         if path is not None:
-            try:
-                self._data, bad = parse_digest_cache(path.read_bytes())
+            try:  # never through a link, never a FIFO, never more than a cache can hold
+                data = safeio.read_file(path.parent, path.name, MAX_DIGEST_CACHE_BYTES)
+                self._data, bad = parse_digest_cache(data)
                 self._dirty = bad > 0  # the next save writes the good entries back alone
             except (OSError, StoreError):
                 self._data = {}  # unreadable or of another shape: every file is hashed again
@@ -48,16 +50,21 @@ class DigestCache:
     def save(self) -> None:
         if self.path is None or not self._dirty:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix="digests-", dir=self.path.parent)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix="digests-", dir=self.path.parent)
+        except OSError:
+            return  # only a cache: the next run hashes again (`kiln store verify` reports what is in the way)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(self._data, f, sort_keys=True)
-            os.replace(tmp, self.path)
-        except BaseException:
+            os.replace(tmp, self.path)  # a link there is replaced, never followed
+        except BaseException as e:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            raise
+            if not isinstance(e, OSError):  # a full disk or a folder in the way: the cache is not kept
+                raise
+            return
         self._dirty = False
 
 

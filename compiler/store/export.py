@@ -10,12 +10,12 @@ and renamed, with mode 0755 when the tree marks them executable and 0644 otherwi
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from .local import CHUNK, FileEntry, LocalStore, StoreError
+from .local import FileEntry, LocalStore, StoreError
+from .records import MAX_NAME_BYTES
 
 
 class UnsafePath(StoreError):
@@ -27,6 +27,12 @@ def checked_relpath(path: str) -> PurePosixPath:
     parts = path.split("/")
     if not path or path.startswith("/") or "\\" in path or "\0" in path or any(p in ("", ".", "..") for p in parts):
         raise UnsafePath(f"unsafe path {path!r} in the store: refusing to write it")
+    try:
+        if any(len(p.encode("utf-8")) > MAX_NAME_BYTES for p in parts):
+            raise UnsafePath(f"path {path[:80]!r}... in the store has a name longer than {MAX_NAME_BYTES} bytes: "
+                             "no filesystem can write it")
+    except UnicodeEncodeError:
+        raise UnsafePath(f"path {path[:80]!r} in the store is not valid Unicode: refusing to write it") from None
     return PurePosixPath(*parts)
 
 
@@ -46,16 +52,10 @@ def find_entry(store: LocalStore, tree: str, path: str) -> FileEntry | None:
 def copy_verified(store: LocalStore, entry: FileEntry, out) -> None:
     """Stream a file's object to the binary file `out`, failing if it does not match its digest
     (checked as it streams: a checkpoint may be larger than memory)."""
-    h = hashlib.sha256()
     try:
-        with open(store.blob_path(entry.digest), "rb") as src:
-            while chunk := src.read(CHUNK):
-                h.update(chunk)
-                out.write(chunk)
-    except FileNotFoundError:
-        raise StoreError(f"{entry.path}: object {entry.digest} is missing from the store") from None
-    if "sha256:" + h.hexdigest() != entry.digest:
-        raise StoreError(f"{entry.path}: object {entry.digest} is corrupt (run `kiln store verify --repair`)")
+        store.copy_blob(entry.digest, out)
+    except StoreError as e:
+        raise StoreError(f"{entry.path}: {e} (run `kiln store verify --repair`)") from None
 
 
 def write_tree(store: LocalStore, tree: str, root: Path, subdir: str = "") -> list[FileEntry]:
@@ -64,20 +64,30 @@ def write_tree(store: LocalStore, tree: str, root: Path, subdir: str = "") -> li
     entries = store.tree(tree)
     base = root.joinpath(checked_relpath(subdir)) if subdir else root
     targets = [(e, base.joinpath(checked_relpath(e.path))) for e in entries]  # all checked before any write
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreError(f"cannot create {root}: {e.strerror or e}") from None
     for entry, target in targets:
-        _no_link_on_the_way(root, target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_symlink() or (target.exists() and not target.is_file()):
-            raise UnsafePath(f"{target} exists and is not a regular file: refusing to replace it")
-        fd, tmp = tempfile.mkstemp(prefix=".kiln-export-", dir=target.parent)
         try:
-            with os.fdopen(fd, "wb") as f:
-                copy_verified(store, entry, f)
-            os.chmod(tmp, 0o755 if entry.executable else 0o644)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+            _write_one(store, root, entry, target)
+        except OSError as e:  # a name the target filesystem refuses, a full disk, a read-only folder
+            raise StoreError(f"cannot write {target}: {e.strerror or e}") from None
     return entries
+
+
+def _write_one(store: LocalStore, root: Path, entry: FileEntry, target: Path) -> None:
+    _no_link_on_the_way(root, target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise UnsafePath(f"{target} exists and is not a regular file: refusing to replace it")
+    fd, tmp = tempfile.mkstemp(prefix=".kiln-export-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            copy_verified(store, entry, f)
+        os.chmod(tmp, 0o755 if entry.executable else 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -8,9 +8,14 @@ Layout under the root:
   logs/<key>.log              one log per executed action
   tmp/                        work and staging space; anything here is garbage after a crash
   store.lock                  shared by builds, exclusive for gc
+  releases.lock               held while a release history is read, extended and written back
 
 Every write goes to tmp/ first and is renamed into place, and an action record is written only after
 all objects it names exist, so a crash (even SIGKILL) leaves either nothing or a complete result.
+
+Nothing below the root is trusted to be what Kiln wrote: every read goes through safeio (no link is
+followed, only regular files are read, each kind of file at most as large as its format allows), and
+every write lands in a folder that was checked to be a real folder of the store.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import threading
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from . import safeio
 from .canonical import canonical_json
 from .records import (ActionRecord, FileEntry, StoreError, parse_action, parse_ref, parse_release_history,
                       parse_tree, tree_path_problem)
@@ -35,6 +41,13 @@ __all__ = ["ActionRecord", "FileEntry", "LocalStore", "StoreError", "StoreUnusab
 
 CHUNK = 1 << 20
 _SUBDIRS = ("objects/sha256", "actions", "refs", "releases", "logs", "tmp")
+FOLDERS = ("objects", "objects/sha256", "actions", "refs", "releases", "logs", "tmp")
+# The most a store file of each kind can hold (a larger one is reported as corrupt, never read whole).
+MAX_RECORD_BYTES = 1 << 20  # an action record: a few hundred bytes
+MAX_REF_BYTES = 16 << 20  # a ref: the action's parameters and input digests
+MAX_HISTORY_BYTES = 64 << 20  # a release history: 74 bytes a release
+MAX_DOCUMENT_BYTES = 256 << 20  # a tree or release manifest read into memory (files are streamed)
+MAX_DIGEST_CACHE_BYTES = 256 << 20  # the digest cache: one entry per input file hashed
 
 
 class StoreUnusable(Exception):
@@ -78,8 +91,12 @@ class LocalStore:
                     return
                 raise StoreUnusable(f"no Kiln store at {self.root} (`kiln build` creates it; check --store or "
                                     "$KILN_STORE)")
+            self.root.mkdir(parents=True, exist_ok=True)
             for sub in _SUBDIRS:
-                (self.root / sub).mkdir(parents=True, exist_ok=True)
+                # A folder that is a link or a file is left alone here: verify reports it, --repair
+                # replaces it, and an operation that needs it fails naming it.
+                with contextlib.suppress(StoreError):
+                    safeio.ensure_dir(self.root, sub)
         except OSError as e:
             raise StoreUnusable(f"cannot use {self.root} as a store: {e.strerror or e}") from None
 
@@ -102,7 +119,7 @@ class LocalStore:
             finally:
                 self._release()
             return
-        fd = os.open(self.root / "store.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        fd = self._open_lock_file("store.lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         except BaseException:
@@ -114,6 +131,32 @@ class LocalStore:
             yield
         finally:
             self._release()
+
+    def _open_lock_file(self, name: str) -> int:
+        """A lock file at the root, never through a link and never a FIFO or device."""
+        path = self.root / name
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
+                         0o644)
+        except OSError as e:
+            raise StoreError(f"cannot open the lock file {path}: {e.strerror or e} (a link or a folder there "
+                             "must be removed by hand)") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise StoreError(f"the lock file {path} is {safeio.kind_of(mode)}: remove it by hand")
+        return fd
+
+    @contextlib.contextmanager
+    def _history_lock(self) -> Iterator[None]:
+        """Builds share the store lock, so two of them may record a release of one spec at once; this
+        one makes each read-extend-write of a history whole (without it one of the two is lost)."""
+        fd = self._open_lock_file("releases.lock")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the flock
 
     def _release(self) -> None:
         with self._guard:
@@ -127,7 +170,11 @@ class LocalStore:
     @contextlib.contextmanager
     def workdir(self, prefix: str = "work-") -> Iterator[Path]:
         """A scratch directory inside the store (same filesystem, so results rename into place)."""
-        path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.root / "tmp"))
+        safeio.ensure_dir(self.root, "tmp")  # never a link out of the store
+        try:
+            path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.root / "tmp"))
+        except OSError as e:
+            raise StoreError(f"cannot create a work folder in {self.root / 'tmp'}: {e.strerror or e}") from None
         try:
             yield path
         finally:
@@ -138,24 +185,58 @@ class LocalStore:
         h = _hex(digest)
         return self.root / "objects" / "sha256" / h[:2] / h
 
-    def has_blob(self, digest: str) -> bool:
-        return self.blob_path(digest).is_file()
+    def _blob_rel(self, digest: str) -> str:
+        h = _hex(digest)
+        return f"objects/sha256/{h[:2]}/{h}"
 
-    def _has_intact_size(self, digest: str, size: int) -> bool:
+    def _blob_stat(self, digest: str) -> os.stat_result | None:
+        """The object's own lstat when it is a regular file; None when missing or anything else (a link,
+        a FIFO, a folder on the way that is a link: all count as absent, and verify reports them)."""
         try:
-            return self.blob_path(digest).stat().st_size == size
+            st = safeio.lstat(self.root, self._blob_rel(digest))
+        except StoreError:
+            return None
+        return st if st is not None and stat.S_ISREG(st.st_mode) else None
+
+    def has_blob(self, digest: str) -> bool:
+        return self._blob_stat(digest) is not None
+
+    def has_intact_size(self, digest: str, size: int) -> bool:
+        """The object is a regular file of the store (no link on the way) of `size` bytes."""
+        st = self._blob_stat(digest)
+        return st is not None and st.st_size == size
+
+    def blob_digest(self, digest: str) -> str:
+        """The sha256 of the stored object's content (streamed), StoreError when it cannot be read."""
+        h = hashlib.sha256()
+        self._stream_blob(digest, h.update)
+        return "sha256:" + h.hexdigest()
+
+    def _stream_blob(self, digest: str, sink) -> int:
+        """Feed the object's bytes to `sink`; returns the size. Missing: StoreError saying so."""
+        rel = self._blob_rel(digest)
+        try:
+            with safeio.open_file(self.root, rel) as (fd, _):
+                total = 0
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    while chunk := f.read(CHUNK):
+                        sink(chunk)
+                        total += len(chunk)
+                return total
         except FileNotFoundError:
-            return False
+            raise StoreError(f"object {digest} is missing from the store {self.root}") from None
+        except OSError as e:
+            raise StoreError(f"object {digest} in {self.root} cannot be read: {e.strerror or e}") from None
 
     def has_valid_blob(self, digest: str, size: int) -> bool:
         """The object is there with the right size and its content matches its digest. The write path
         asks this, not the size alone: a corrupt object of the right size must be written over,
         or a rebuild would keep it."""
-        if not self._has_intact_size(digest, size):
+        if not self.has_intact_size(digest, size):
             return False
         try:
-            return sha256_file(self.blob_path(digest)) == digest
-        except OSError:
+            return self.blob_digest(digest) == digest
+        except StoreError:
             return False
 
     def put_bytes(self, data: bytes) -> str:
@@ -171,52 +252,62 @@ class LocalStore:
                 with open(path, "rb") as src:
                     shutil.copyfileobj(src, f, CHUNK)
             self._place(digest, copy)
-            if sha256_file(self.blob_path(digest)) != digest:  # the file changed while we read it
-                self.blob_path(digest).unlink(missing_ok=True)
+            if self.blob_digest(digest) != digest:  # the file changed while we read it
+                safeio.remove_entry(self.root, self._blob_rel(digest))
                 raise StoreError(f"{path} changed while it was being stored")
         return digest
 
     def _place(self, digest: str, write) -> None:
-        target = self.blob_path(digest)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix="blob-", dir=self.root / "tmp")
+        rel = self._blob_rel(digest)
+        self._stage(rel, write, "blob-", 0o444)  # identical content: a concurrent writer's rename is harmless
+
+    def _stage(self, rel: str, write, prefix: str, mode: int | None = None) -> None:
+        """Write root/rel through a file in tmp/ renamed into place, both folders checked to be the
+        store's own (never a link out of it). Failures are StoreErrors naming the file."""
+        target = self.root / rel
+        safeio.ensure_dir(self.root, "tmp")
+        safeio.ensure_dir(self.root, rel.rsplit("/", 1)[0])
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=prefix, dir=self.root / "tmp")
+        except OSError as e:
+            raise StoreError(f"cannot write {target}: {e.strerror or e}") from None
         try:
             with os.fdopen(fd, "wb") as f:
                 write(f)
                 f.flush()
                 os.fsync(f.fileno())
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, target)  # identical content: a concurrent writer's rename is harmless
-        except BaseException:
+            if mode is not None:
+                os.chmod(tmp, mode)
+            os.replace(tmp, target)  # a link at target is replaced itself, never followed
+        except BaseException as e:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            if isinstance(e, OSError):
+                raise StoreError(f"cannot write {target}: {e.strerror or e}") from None
             raise
 
-    def read_bytes(self, digest: str) -> bytes:
-        """Read and verify a blob."""
-        path = self.blob_path(digest)
+    def read_bytes(self, digest: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+        """Read and verify a blob that is read into memory (a tree, a manifest: at most `limit` bytes)."""
         try:
-            data = path.read_bytes()
+            data = safeio.read_file(self.root, self._blob_rel(digest), limit)
         except FileNotFoundError:
-            raise StoreError(f"object {digest} is missing from the store") from None
-        except OSError as e:
-            raise StoreError(f"object {digest} cannot be read: {e.strerror or e}") from None
+            raise StoreError(f"object {digest} is missing from the store {self.root}") from None
+        except StoreError as e:
+            raise StoreError(f"object {digest}: {e}") from None
         if sha256_bytes(data) != digest:
-            raise StoreError(f"object {digest} is corrupt (its content no longer matches its digest)")
+            raise StoreError(f"object {digest} in {self.root} is corrupt (its content no longer matches its digest)")
         return data
 
     def copy_blob(self, digest: str, dest: BinaryIO) -> None:
         """Stream a blob into `dest`, verifying it (a checkpoint never has to fit in memory)."""
         h = hashlib.sha256()
-        try:
-            with open(self.blob_path(digest), "rb") as f:
-                while chunk := f.read(CHUNK):
-                    h.update(chunk)
-                    dest.write(chunk)
-        except FileNotFoundError:
-            raise StoreError(f"object {digest} is missing from the store") from None
+
+        def sink(chunk: bytes) -> None:
+            h.update(chunk)
+            dest.write(chunk)
+        self._stream_blob(digest, sink)
         if "sha256:" + h.hexdigest() != digest:
-            raise StoreError(f"object {digest} is corrupt (its content no longer matches its digest)")
+            raise StoreError(f"object {digest} in {self.root} is corrupt (its content no longer matches its digest)")
 
     # --- trees -----------------------------------------------------------------------------------
     def put_tree(self, directory: Path) -> str:
@@ -269,9 +360,12 @@ class LocalStore:
                 os.fchmod(out.fileno(), 0o755 if entry.executable else 0o644)
 
     # --- action records --------------------------------------------------------------------------
-    def _action_path(self, key: str) -> Path:
+    def _action_rel(self, key: str) -> str:
         h = _hex(key)
-        return self.root / "actions" / h[:2] / f"{h}.json"
+        return f"actions/{h[:2]}/{h}.json"
+
+    def _action_path(self, key: str) -> Path:  # for tests and messages; reads go through _action_rel
+        return self.root / self._action_rel(key)
 
     def get_action(self, key: str) -> ActionRecord | None:
         """The record for `key` when it and everything it names are present.
@@ -282,7 +376,7 @@ class LocalStore:
         replaces it. A record of another shape counts as absent (the build writes a good one over it),
         and a corrupt tree manifest is removed here, so the rebuild that follows writes a good one."""
         try:
-            record = parse_action(self._action_path(key).read_bytes(), key)
+            record = parse_action(safeio.read_file(self.root, self._action_rel(key), MAX_RECORD_BYTES), key)
         except FileNotFoundError:
             return None
         except (OSError, StoreError):
@@ -293,50 +387,43 @@ class LocalStore:
             self.drop_blob(record.tree)
             return None
         for entry in entries:
-            if not self._has_intact_size(entry.digest, entry.size):
+            if not self.has_intact_size(entry.digest, entry.size):
                 return None
         return record
 
     def drop_blob(self, digest: str) -> None:
         """Remove an object that is corrupt (content addressing would otherwise keep it forever)."""
         with contextlib.suppress(OSError, StoreError):
-            if self.has_blob(digest) and sha256_file(self.blob_path(digest)) != digest:
-                self.blob_path(digest).unlink()
+            if self.has_blob(digest) and self.blob_digest(digest) != digest:
+                safeio.remove_entry(self.root, self._blob_rel(digest))
 
     def drop_action(self, key: str) -> None:
-        self._action_path(key).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a folder there is not Kiln's to remove; verify reports it
+            safeio.remove_entry(self.root, self._action_rel(key))
 
     def put_action(self, record: ActionRecord) -> None:
         data = canonical_json(record.to_json())
-        self._write_atomic(self._action_path(record.key), data)
+        self._write_atomic(self._action_rel(record.key), data)
 
-    def _write_atomic(self, target: Path, data: bytes) -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix="rec-", dir=self.root / "tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+    def _write_atomic(self, rel: str, data: bytes) -> None:
+        self._stage(rel, lambda f: f.write(data), "rec-")
 
     # --- refs: what was last built per action slot (for the plan's reasons) -----------------------
-    def _ref_path(self, spec: str, action_id: str) -> Path:
+    def _ref_rel(self, spec: str, action_id: str) -> str:
         safe = action_id.replace("/", "__").replace(":", "--")
-        return self.root / "refs" / spec / safe
+        return f"refs/{spec}/{safe}"
+
+    def _ref_path(self, spec: str, action_id: str) -> Path:  # for tests and messages
+        return self.root / self._ref_rel(spec, action_id)
 
     def set_ref(self, spec: str, action_id: str, key: str, params: dict) -> None:
-        self._write_atomic(self._ref_path(spec, action_id), canonical_json({"key": key, "params": params}))
+        self._write_atomic(self._ref_rel(spec, action_id), canonical_json({"key": key, "params": params}))
 
     def get_ref(self, spec: str, action_id: str) -> dict | None:
         """What the slot last built, or None (also for a ref of another shape: the plan then says
         "never built in this store", and the next build writes a good one)."""
         try:
-            return parse_ref(self._ref_path(spec, action_id).read_bytes())
+            return parse_ref(safeio.read_file(self.root, self._ref_rel(spec, action_id), MAX_REF_BYTES))
         except (OSError, StoreError):
             return None
 
@@ -344,35 +431,47 @@ class LocalStore:
     def log_path(self, key: str) -> Path:
         return self.root / "logs" / f"{_hex(key)}.log"
 
+    def write_log(self, key: str, src: Path) -> None:
+        """Copy an action's log into logs/ (through tmp/, renamed: two builds running one action never
+        see half a log). StoreError naming the log when it cannot be written (a full disk)."""
+        def copy(f) -> None:
+            with open(src, "rb") as s:
+                shutil.copyfileobj(s, f, CHUNK)
+        self._stage(f"logs/{_hex(key)}.log", copy, "log-")
+
     # --- releases --------------------------------------------------------------------------------
     def add_release(self, spec: str, manifest: bytes) -> str:
         digest = self.put_bytes(manifest)
-        history, bad = self.release_history(spec)
-        new = history if history and history[-1] == digest else history + [digest]
-        if bad or new != history:  # rewriting also drops lines that hold no release (a torn or edited line)
-            self.set_releases(spec, new)
+        with self._history_lock():  # concurrent builds of one spec: each one's release is kept
+            history, bad = self.release_history(spec)
+            new = history if history and history[-1] == digest else history + [digest]
+            if bad or new != history:  # rewriting also drops lines that hold no release (a torn or edited line)
+                self.set_releases(spec, new)
         return digest
 
     def set_releases(self, spec: str, digests: list[str]) -> None:
+        """Write a history whole (callers hold the history lock, or the store alone)."""
         lines = "".join(json.dumps(d) + "\n" for d in digests)
-        self._write_atomic(self.root / "releases" / f"{spec}.jsonl", lines.encode())
+        self._write_atomic(f"releases/{spec}.jsonl", lines.encode())
 
     def release_history(self, spec: str) -> tuple[list[str], list[int]]:
         """(release digests, oldest first; line numbers that hold no release digest)."""
-        path = self.root / "releases" / f"{spec}.jsonl"
         try:
-            text = path.read_bytes().decode("utf-8", "replace")
+            data = safeio.read_file(self.root, f"releases/{spec}.jsonl", MAX_HISTORY_BYTES)
         except FileNotFoundError:
             return [], []
-        except OSError as e:
-            raise StoreError(f"cannot read the release history of {spec}: {e.strerror or e}") from None
-        return parse_release_history(text)
+        except (OSError, StoreError) as e:
+            raise StoreError(f"cannot read the release history of {spec}: {getattr(e, 'strerror', None) or e}") \
+                from None
+        return parse_release_history(data.decode("utf-8", "replace"))
 
     def releases(self, spec: str) -> list[str]:
         return self.release_history(spec)[0]
 
     def all_release_specs(self) -> list[str]:
-        return sorted(p.stem for p in (self.root / "releases").glob("*.jsonl") if p.is_file())
+        """The specs with a release history (regular files only: verify reports anything else)."""
+        return [name[: -len(".jsonl")] for name, mode in safeio.listdir(self.root, "releases")
+                if name.endswith(".jsonl") and stat.S_ISREG(mode)]
 
 
 def _make_dirs(root: str, parts: list[str]) -> str:

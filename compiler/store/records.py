@@ -14,15 +14,19 @@ breaks this is refused whole, wherever it came from.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from compiler.boundedjson import BoundedJSONError, loads_bounded
+
 TREE_KIND = "kiln.tree/v1"
 RELEASE_KIND = "kiln.release/v1"
 MAX_TREE_PATH = 4096  # PATH_MAX on Linux: a longer name cannot be written anyway
+MAX_NAME_BYTES = 255  # NAME_MAX on Linux (and most filesystems): a longer component cannot be written
+MAX_JSON_DEPTH = 64  # Kiln writes store files a few levels deep; refs nest an action's parameters
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_HISTORY_LINE = re.compile(r'\s*"(sha256:[0-9a-f]{64})"\s*')  # what json.dumps(digest) writes
 
 
 class StoreError(Exception):
@@ -68,18 +72,24 @@ def tree_path_problem(path: Any) -> str | None:
         return f"file path {shown} is longer than {MAX_TREE_PATH} characters"
     if "\x00" in path:
         return f"file path {shown} contains a NUL byte"
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800") names no file on any filesystem
+        return f"file path {shown} is not valid Unicode"
     if path.startswith("/"):
         return f"file path {shown} is absolute"
     if any(part in ("", ".", "..") for part in path.split("/")):
         return f"file path {shown} is not normalized or leaves the artifact ('', '.' or '..' component)"
+    if any(len(part.encode("utf-8")) > MAX_NAME_BYTES for part in path.split("/")):
+        return f"file path {shown} has a name longer than {MAX_NAME_BYTES} bytes (no filesystem can write it)"
     return None
 
 
 def _json(data: bytes | str, what: str) -> Any:
     try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
-        raise StoreError(f"{what} is not JSON ({str(e)[:80]})") from None
+        return loads_bounded(data, max_depth=MAX_JSON_DEPTH)
+    except BoundedJSONError as e:
+        raise StoreError(f"{what} is not JSON Kiln writes ({str(e)[:80]})") from None
 
 
 def parse_tree(data: bytes) -> list[FileEntry]:
@@ -149,34 +159,40 @@ def parse_release_history(text: str) -> tuple[list[str], list[int]]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            value = json.loads(line)
-        except ValueError:
-            value = None
-        if is_digest(value):
-            digests.append(value)
+        m = _HISTORY_LINE.fullmatch(line)  # a line is one JSON string; anything else is not parsed at all
+        if m:
+            digests.append(m.group(1))
         else:
             bad.append(number)
     return digests, bad
 
 
-def release_keys(data: bytes) -> list[str]:
-    """The artifact keys a release manifest names (pending ones included: they are the spec's)."""
+def parse_release(data: bytes) -> dict:
+    """A release manifest, its spec and every artifact entry checked for the shape Kiln writes."""
     doc = _json(data, "release manifest")
     if not isinstance(doc, dict) or doc.get("kind") != RELEASE_KIND or not isinstance(doc.get("artifacts"), list):
         raise StoreError("not a release manifest")
-    keys = []
+    spec = doc.get("spec")
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not isinstance(spec.get("digest"), str):
+        raise StoreError("release manifest: the spec's name or digest is missing")
     for art in doc["artifacts"]:
-        if not isinstance(art, dict) or not is_digest(art.get("key")) or not isinstance(art.get("id"), str):
-            raise StoreError("release manifest: an artifact entry lacks its id or key")
-        keys.append(art["key"])
-    return keys
+        if not isinstance(art, dict) or not is_digest(art.get("key")) or not isinstance(art.get("id"), str) \
+                or not isinstance(art.get("kind"), str):
+            raise StoreError("release manifest: an artifact entry lacks its id, kind or key")
+        if not (art.get("tree") is None or is_digest(art["tree"])) \
+                or not (art.get("pending") is None or isinstance(art["pending"], str)):
+            raise StoreError(f"release manifest: artifact {art['id'][:80]!r} has an invalid tree or pending reason")
+    return doc
+
+
+def release_keys(data: bytes) -> list[str]:
+    """The artifact keys a release manifest names (pending ones included: they are the spec's)."""
+    return [art["key"] for art in parse_release(data)["artifacts"]]
 
 
 def release_artifacts(data: bytes) -> list[dict]:
-    """The artifact entries of a release manifest, checked as `release_keys` checks them."""
-    release_keys(data)
-    return json.loads(data)["artifacts"]
+    """The artifact entries of a release manifest, checked as `parse_release` checks them."""
+    return parse_release(data)["artifacts"]
 
 
 def parse_digest_cache(data: bytes) -> tuple[dict[str, list], int]:
