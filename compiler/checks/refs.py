@@ -150,9 +150,12 @@ class PortConflict(Check):
 
 def _listening_kinds(runtime: str) -> set[str]:
     """The ports (http, grpc, metrics) a serving runtime listens on (serving_runtimes.json)."""
-    from compiler.actions.runtimes import table
+    import json
 
-    return set(table()[runtime]["ports"])
+    from compiler import resources
+
+    # the data file itself: the checks read facts, never the emitters that also read them
+    return set(json.loads(resources.read_data("actions", "data", "serving_runtimes.json"))[runtime]["ports"])
 
 
 def _choices(value: str, known: list[str]) -> str:
