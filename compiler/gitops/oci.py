@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import re
 import urllib.error
@@ -30,6 +29,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
+
+from compiler.boundedjson import BoundedJSONError, loads_bounded
 
 from .redaction import printable, redact, remember_secret
 from .transport import MAX_REDIRECTS, WIRE_ERRORS, Guard, RedirectRefused, Response, origin, send
@@ -400,12 +401,10 @@ class Client:
 
 def json_object(data: bytes, what: str) -> dict:
     """`data` parsed as a JSON object, or a RegistryError saying why it is not one."""
-    try:
-        doc = json.loads(data)
-    except RecursionError:
-        raise RegistryError(f"{what} is not usable JSON: it nests too deep") from None
-    except ValueError as e:  # UnicodeDecodeError, JSONDecodeError, an integer past Python's digit limit
-        raise RegistryError(f"{what} is not JSON ({str(e)[:80]})") from None
+    try:  # the one bounded parser: depth, number length, NaN/Infinity and UTF-8 refused alike
+        doc = loads_bounded(data)
+    except BoundedJSONError as e:
+        raise RegistryError(f"{what} is not usable JSON: {e.message[:80]}") from None
     if not isinstance(doc, dict):
         raise RegistryError(f"{what} is not a JSON object")
     return doc
