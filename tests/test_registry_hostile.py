@@ -275,13 +275,16 @@ def test_two_concurrent_publishes_of_one_commit_one_wins_and_the_other_says_so(t
                         encoding="utf-8")
         _build(spec, tmp_path / f"store{i}", capsys)
         specs.append(spec)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with Relay(registry.host, hold=(f"/manifests/{commit}",), hold_s=90) as relay:
+    # The relay holds the first tag write until the second comes. On a busy machine (the other
+    # test worker quantizing) the second publish has come more than a minute late: the held one
+    # must outwait it, so the client's per-operation timeout is raised above the hold.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KILN_REGISTRY_TIMEOUT_S": "400"}
+    with Relay(registry.host, hold=(f"/manifests/{commit}",), hold_s=300) as relay:
         procs = [subprocess.Popen([sys.executable, "-m", "compiler", "publish", str(spec), "--store",
                                    str(tmp_path / f"store{i}"), "--registry", f"{relay.host}/race", "--commit", commit],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
                  for i, spec in enumerate(specs)]
-        outs = [p.communicate(timeout=240) for p in procs]
+        outs = [p.communicate(timeout=600) for p in procs]
         order = list(relay.forwarded_order)
     codes = [p.returncode for p in procs]
     assert sorted(codes) == [0, 1], outs
@@ -399,3 +402,16 @@ def test_an_echoed_authorization_header_is_masked(monkeypatch, scheme: str) -> N
     assert "DENIED: you sent" in text, text
     for secret in ("echo-me-pw", base64.b64encode(b"kiln:echo-me-pw").decode(), "tok-echoed-42"):
         assert secret not in text, text
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-5", "nan", "inf", "1e9"])
+def test_a_registry_timeout_that_is_not_a_number_of_seconds_is_refused(monkeypatch, raw) -> None:
+    from compiler.gitops.oci import RegistryError, operation_timeout
+
+    monkeypatch.setenv("KILN_REGISTRY_TIMEOUT_S", raw)
+    with pytest.raises(RegistryError, match="KILN_REGISTRY_TIMEOUT_S"):
+        operation_timeout()
+    monkeypatch.setenv("KILN_REGISTRY_TIMEOUT_S", "90")
+    assert operation_timeout() == 90.0 and Client(Registry.parse("127.0.0.1:1")).timeout == 90.0
+    monkeypatch.delenv("KILN_REGISTRY_TIMEOUT_S")
+    assert Client(Registry.parse("127.0.0.1:1")).timeout == 60

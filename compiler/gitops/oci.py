@@ -112,12 +112,29 @@ class Registry:
         return f"{self.host}/{self.namespace}" if self.namespace else self.host
 
 
+def operation_timeout() -> float:
+    """Seconds one socket operation may wait: TIMEOUT_S, or KILN_REGISTRY_TIMEOUT_S for a registry
+    slower than that (a positive number of seconds, at most a day; anything else is refused)."""
+    raw = os.environ.get("KILN_REGISTRY_TIMEOUT_S")
+    if raw is None:
+        return TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 86400:
+        raise RegistryError(f"KILN_REGISTRY_TIMEOUT_S={printable(raw, 40)!r} is not a number of seconds "
+                            "between 0 and 86400")
+    return value
+
+
 class Client:
-    def __init__(self, registry: Registry, timeout: float = TIMEOUT_S) -> None:
-        """`timeout`: seconds any one socket operation may wait (connect, or each read and write).
-        `deadline` (time.monotonic()), when set: no request or read goes on past it."""
+    def __init__(self, registry: Registry, timeout: float | None = None) -> None:
+        """`timeout`: seconds any one socket operation may wait (connect, or each read and write;
+        operation_timeout() unless given). `deadline` (time.monotonic()), when set: no request or
+        read goes on past it."""
         self.registry = registry
-        self.timeout = timeout
+        self.timeout = operation_timeout() if timeout is None else timeout
         self.deadline: float | None = None
         self._tokens: dict[str, str] = {}  # repository -> Authorization header value
         self._origin = origin(f"{registry.scheme}://{registry.host}/")
