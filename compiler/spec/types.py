@@ -19,15 +19,16 @@ def value_error(message: str, *, help: str | None = None, key: str | None = None
     return PydanticCustomError(VALUE_ERROR, message, {"help": help or "", "key": key or ""})
 
 
-def shown(value: str) -> str:
+def without_credentials(value: str) -> str:
     """`value` as a message may echo it: credentials written into a reference (`user:password@host/...`,
     with or without a scheme) are masked, whatever characters the password holds; an image digest
-    (`name@sha256:...`) is not a credential and stays."""
+    (`name@sha256:...`) is not a credential and stays. The spec layer's own masking: gitops'
+    redaction (which masks known secrets anywhere in a text) sits above it."""
     head, at, tail = value.rpartition("@")
     if not at:
         return value
     if tail.startswith("sha256:"):
-        return shown(head) + at + tail
+        return without_credentials(head) + at + tail
     scheme, sep, _userinfo = head.partition("://")
     return (f"{scheme}://" if sep else "") + "***@" + tail
 
@@ -38,7 +39,7 @@ def _pattern(regex: str, what: str, example: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         if not compiled.fullmatch(value):
             raise PydanticCustomError(FORMAT_ERROR, "'{value}' is not {what}",
-                                      {"value": shown(value), "what": what, "help": f"example: {example}"})
+                                      {"value": without_credentials(value), "what": what, "help": f"example: {example}"})
         return value
 
     return check
