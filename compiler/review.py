@@ -21,15 +21,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from compiler.actions import REGISTRY
 from compiler.actions import image as image_kind
-from compiler.actions.k8s_release import KIND as RELEASE
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import KindRegistry, RunContext
 from compiler.graph.model import Graph
-from compiler.k8s import tree
 from compiler.lower import lower_or_report
 from compiler.pipeline import Options, Validation, validate_path
+from compiler.targets import REGISTRY
+from compiler.targets.kubernetes import tree
+from compiler.targets.kubernetes.k8s_release import KIND as RELEASE
 
 PLACEHOLDER_REGISTRY = "kiln-placeholder.invalid"
 PLACEHOLDER_TAG = "unbuilt"

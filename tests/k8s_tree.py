@@ -17,12 +17,12 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from compiler.actions import REGISTRY
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import RunContext
 from compiler.graph.model import Graph
 from compiler.lower import lower
 from compiler.pipeline import validate_path, validate_text
+from compiler.targets import REGISTRY
 
 LOG = logging.getLogger("k8s-tree")
 

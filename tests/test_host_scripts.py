@@ -22,11 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from compiler.actions import REGISTRY, hostplan, hostscript, runtimes
+from compiler.actions import runtimes
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import Disruption, RunContext
 from compiler.lower import lower
 from compiler.pipeline import validate_path
+from compiler.targets import REGISTRY
+from compiler.targets.hosts import hostplan, hostscript
 from tests.fakes import fake_host
 
 ROOT = Path(__file__).resolve().parents[1]

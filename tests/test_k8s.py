@@ -25,7 +25,7 @@ from ruamel.yaml import YAML
 
 from compiler.graph.plan import render_disruptions
 from compiler.gitops.semplan import host_disruptions
-from compiler.k8s import meta, nodelayer
+from compiler.targets.kubernetes import meta, nodelayer
 from tests.k8s_tree import graph_of, kustomize, render, tree_files
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ from ruamel.yaml import YAML
 
 from compiler.actions import dockerbuild
 from compiler.build import build_spec, open_store
-from compiler.k8s import meta
+from compiler.targets.kubernetes import meta
 from tests.k8s_tree import kustomize, tree_files
 from tests.services import docker_reachable
 

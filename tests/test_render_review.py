@@ -15,7 +15,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from compiler.cli import main
-from compiler.k8s import meta
+from compiler.targets.kubernetes import meta
 from compiler.review import MARKER, NOT_DEPLOYABLE, PLACEHOLDER_REGISTRY
 from tests.k8s_tree import kustomize, tree_files
 from tests.test_k8s import (EXAMPLE, GOLDEN, VARIANTS, _objects, _patch_schema, _pod_template, _shape,

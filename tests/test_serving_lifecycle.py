@@ -25,13 +25,14 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from compiler.actions import hostscript, image_context, llmapi, runtimes
+from compiler.actions import image_context, llmapi, runtimes
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import RunContext
 from compiler.lower import lower
 from compiler.pipeline import validate_path
 from compiler.serving import layout
 from compiler.serving import triton as repo
+from compiler.targets.hosts import hostscript
 from tests.fakes import fake_host
 from tests.test_host_scripts import Host, example_files, output, write_script
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.actions import REGISTRY, llmapi, triton_repo
+from compiler.actions import llmapi, triton_repo
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import RunContext
 from compiler.lower import lower
@@ -22,6 +22,7 @@ from compiler.serving import backend, rules
 from compiler.serving.layout import ENGINE_SUBDIR
 from compiler.serving import triton as tr
 from compiler.serving.pbtxt import ConfigProblem, parse, parse_repository
+from compiler.targets import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -37,8 +37,8 @@ from compiler.store.canonical import canonical_json, pretty_json
 
 from . import llmapi, runtimes
 from .base import ActionKind, LowerContext, Params, RunContext, checkpoint_action_id
-from .hostscript import Shell, shell_quote, unit_serving, words
-from .runtimes import UnitServing
+from .runtimes import UnitServing, ir_unit_serving
+from .shell import Shell, shell_quote, words
 
 TEMPLATE_DIR = resources.template_dir("image")
 DOCKERFILE, ENTRYPOINT = "Dockerfile.j2", "serve.sh.j2"
@@ -200,7 +200,7 @@ class ImageContext(ActionKind[ImageContextParams]):
         out = []
         digests = template_digests()
         for host in sorted(ctx.ir.hosts):
-            units = [ImageUnit(id=u.id, model=u.model, ports=u.ports.as_dict(), serving=unit_serving(ctx.ir, u))
+            units = [ImageUnit(id=u.id, model=u.model, ports=u.ports.as_dict(), serving=ir_unit_serving(ctx.ir, u))
                      for u in ctx.ir.host_units(host)]
             models = sorted({u.model for u in units})
             if not models:

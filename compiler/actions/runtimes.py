@@ -224,3 +224,12 @@ def ready_timeout_s() -> int:
     """The default bound on a unit's model load: the host script's readiness wait and the health
     check's start period."""
     return int(table()["container"]["ready_timeout_s"])
+
+
+def ir_unit_serving(ir, unit) -> UnitServing:
+    """The serving of one IR unit: its model's runtime and parallelism on the spec's target (the
+    host script and the image both place it)."""
+    m = ir.models[unit.model].spec
+    par = m.parallelism
+    return unit_serving(m.serving.runtime, ir.target, unit.model, unit.ports.as_dict(), tp=par.tp,
+                        pp=par.pp, ep=par.ep, gpus=len(unit.gpu_indexes))

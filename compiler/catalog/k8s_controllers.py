@@ -1,6 +1,6 @@
 """What the controllers a Kubernetes release meets do with its objects (catalog/data/k8s_controllers.json):
 GPU Feature Discovery's product label, the Dynamo webhook's forbidden updates, Argo CD's and the MIG
-manager's rules. Below both the emitters (compiler/k8s/) and the checks, so each reads one table."""
+manager's rules. Below both the emitters (compiler/targets/kubernetes/) and the checks, so each reads one table."""
 
 from __future__ import annotations
 

@@ -255,7 +255,7 @@ class KubernetesNameInvalid(Check):
                     yield from check(w.name, "Deployment", ("hosts", pname))
                     yield from check(w.model, "Service", ("models", w.model))
                     continue
-                # the operator names a component's objects <dgd>-<component> (compiler/actions/k8s_dgd.py
+                # the operator names a component's objects <dgd>-<component> (compiler/targets/kubernetes/k8s_dgd.py
                 # names the components), and the options ConfigMap is <model>-llm-api-options-<8 hex>
                 component = dgd_component(w.model, w.name)
                 yield from check(f"{w.model}-{component}", "DynamoGraphDeployment component", ("hosts", pname))

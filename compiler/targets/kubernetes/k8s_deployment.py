@@ -1,6 +1,6 @@
 """`k8s-deployment/<workload>` (runtime `deployment`): the Deployment of one
 workload, i.e. the replicas of one model on one device shape of one node pool
-(compiler/k8s/workloads.py). It depends on the pool's serving image (`image/<pool>`), whose pushed
+(compiler/targets/kubernetes/workloads.py). It depends on the pool's serving image (`image/<pool>`), whose pushed
 digest it pins; everything else is in its parameters, so a change elsewhere in the spec leaves its
 key and its file alone.
 
@@ -15,12 +15,12 @@ import json
 from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy, resource_name
-from compiler.k8s import plan, tree, workloads
-from compiler.k8s import runtime as runtime_
-from compiler.k8s.runtime import ServingContainer
+from compiler.actions import image, runtimes
+from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 
-from . import image, runtimes
-from .base import ActionKind, Disruption, LowerContext, Params, RunContext
+from . import plan, tree, workloads
+from . import runtime as runtime_
+from .runtime import ServingContainer
 
 ROLLS = ("image_action", "command", "ports", "liveness", "readiness", "resource", "count", "selector", "gpu_product",
          "pod_resources")
@@ -43,7 +43,7 @@ class DeploymentParams(Params):
     count: int
     selector: dict[str, str]
     gpu_product: str | None
-    pod_resources: dict  # CPU and memory requests and limits (compiler/k8s/runtime.pod_resources)
+    pod_resources: dict  # CPU and memory requests and limits (compiler/targets/kubernetes/runtime.pod_resources)
 
 
 def namespace_of(spec) -> str:

@@ -1,5 +1,5 @@
 """`k8s-dgd/<model>` (runtime `dynamo`): the DynamoGraphDeployment of one model and the ConfigMap
-of its LLM-API options (compiler/k8s/dynamo.py): a frontend and one worker component per node pool
+of its LLM-API options (compiler/targets/kubernetes/dynamo.py): a frontend and one worker component per node pool
 and device shape that serves the model. It depends on the options file (`llmapi-options/<model>`,
 the file `--extra-engine-args` reads) and on the serving image of every pool its workers run on.
 
@@ -14,11 +14,11 @@ from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.k8s_names import dgd_component
 from compiler.ir.pools import cluster_strategy, resource_name
-from compiler.k8s import dynamo, plan, tree
 from compiler.store.canonical import canonical_json
+from compiler.actions import image, llmapi
+from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 
-from . import image, llmapi
-from .base import ActionKind, Disruption, LowerContext, Params, RunContext
+from . import dynamo, plan, tree
 from .k8s_deployment import gfd_product, image_reference, namespace_of, pod_resources
 
 WORKER_ROLLS = ("image_action", "resource", "count", "selector", "gpu_product", "power_limit_w", "pod_resources")
@@ -35,7 +35,7 @@ class Worker(Params):
     gpu_product: str | None
     power_limit_w: int | None  # dynamo.POWER_ANNOTATION: None, power is the node tuning's (a DGD from an
     # earlier Kiln may carry it: forbidden_changes plans the recreate that removing it needs)
-    pod_resources: dict  # CPU and memory (compiler/k8s/runtime.pod_resources)
+    pod_resources: dict  # CPU and memory (compiler/targets/kubernetes/runtime.pod_resources)
 
 
 class DgdParams(Params):
