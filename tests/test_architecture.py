@@ -42,8 +42,8 @@ def test_layers() -> None:
     assert deps("boundedjson") == set()
     assert deps("catalog") <= {"compiler.resources"}  # packaged data files
     # the front end: nothing below the checks reaches lowering, actions, the CLI or gitops
-    late = {"compiler.actions", "compiler.build", "compiler.lower", "compiler.gitops", "compiler.cli",
-            "compiler.release", "compiler.pipeline"}
+    late = {"compiler.actions", "compiler.targets", "compiler.build", "compiler.lower", "compiler.gitops",
+            "compiler.cli", "compiler.release", "compiler.pipeline"}
     for package in ("spec", "diagnostics", "catalog", "capacity", "ir", "checks"):
         assert not deps(package) & late, (package, deps(package) & late)
     assert "compiler.checks" not in deps("ir") and "compiler.checks" not in deps("diagnostics")
@@ -58,3 +58,122 @@ def test_the_slow_files_the_scheduler_puts_first_exist() -> None:
 
     here = Path(__file__).resolve().parent
     assert [name for name in SLOW_FILES if not (here / name).is_file()] == []
+
+
+# --- the deploy targets (compiler/targets/) ------------------------------------------------------------
+TARGETS_DIR = ROOT / "compiler" / "targets"
+EXAMPLES = ROOT / "examples"
+# The lowering order before the targets had a package of their own: a move must not lose or add a kind.
+KINDS_BEFORE_THE_MOVE = {"spec-snapshot", "llmapi-options", "calibration-set", "model-source", "quantize",
+                         "quality-gate", "engine", "host-plan", "host-script", "capacity-report", "tokenizer",
+                         "triton-repo", "image-context", "image", "k8s-node-layer", "k8s-deployment", "k8s-dgd",
+                         "k8s-release"}
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The compiler modules a file imports, relative imports resolved (as scripts/import_cycles.py does)."""
+    import ast
+
+    module = list(path.relative_to(ROOT).with_suffix("").parts)
+    base = module[:-1]  # a package's __init__ and a module both resolve `.` to their directory
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            target = ".".join(base[:len(base) - (node.level - 1)] + ([node.module] if node.module else [])) \
+                if node.level else node.module or ""
+            out |= {target} | {f"{target}.{a.name}" for a in node.names}
+    return {m for m in out if m.startswith("compiler.")}
+
+
+def test_the_checks_and_the_ir_import_no_target() -> None:
+    edges = _script().import_edges()
+    for package in ("spec", "diagnostics", "catalog", "capacity", "ir", "checks", "actions", "graph"):
+        assert "compiler.targets" not in edges.get(f"compiler.{package}", set()), package
+
+
+def test_a_target_never_imports_another_target() -> None:
+    packages = sorted(p.name for p in TARGETS_DIR.iterdir() if (p / "__init__.py").is_file())
+    assert packages == ["hosts", "kubernetes"]
+    for name in packages:
+        others = tuple(f"compiler.targets.{o}" for o in packages if o != name)
+        for path in sorted((TARGETS_DIR / name).rglob("*.py")):
+            bad = {m for m in _imported_modules(path) if m.startswith(others) or m == "compiler.targets"}
+            assert not bad, (path.relative_to(ROOT).as_posix(), bad)
+
+
+def test_the_import_walk_sees_relative_and_absolute_imports(tmp_path: Path) -> None:
+    modules = _imported_modules(TARGETS_DIR / "kubernetes" / "k8s_nodes.py")
+    assert {"compiler.targets.kubernetes.nodelayer", "compiler.actions.gpustate"} <= modules
+
+
+def _resolved(example: str):
+    from compiler.pipeline import validate_path
+
+    result = validate_path(EXAMPLES / example / "kiln.yaml")
+    assert result.ok and result.resolved is not None, [d.message for d in result.diagnostics]
+    return result
+
+
+def test_every_registered_target_implements_the_protocol() -> None:
+    from compiler.graph.kinds import ActionKind
+    from compiler.graph.inputs import DigestCache
+    from compiler.lower import lower
+    from compiler.targets import REGISTRY, TARGETS
+    from compiler.targets.base import DeployTarget, in_scope
+
+    assert [t.name for t in TARGETS] == ["hosts", "kubernetes"]
+    deployed: dict[str, set[str]] = {}
+    for example in ("b200-mig-three-models", "k8s-two-pools"):
+        result = _resolved(example)
+        ir = result.resolved
+        graph = lower(result, DigestCache(None))
+        for target in TARGETS:
+            assert isinstance(target, DeployTarget) and target.disruption_scope in ("gpu", "pool"), target.name
+            assert target.kinds and all(isinstance(k, ActionKind) and k.kind in REGISTRY for k in target.kinds)
+            where = target.applies(ir)
+            assert where == sorted(where) and set(where) <= set(ir.hosts)
+            placement = target.placement(ir)
+            assert list(placement) == where
+            assert all(p.model in ir.models for placed in placement.values() for p in placed)
+            deployed.setdefault(target.name, set()).update(where)
+            # what its kinds would disrupt deploying this spec from nothing is of the target's scope
+            own = {k.kind for k in target.kinds}
+            for aid in graph.order:
+                action = graph.actions[aid]
+                if action.kind in own:
+                    found = REGISTRY[action.kind].disruptions(None, action.params)
+                    assert all(in_scope(target.disruption_scope, d) for d in found), (aid, found)
+        # every host is deployed by exactly one target
+        claims = sorted(h for t in TARGETS for h in t.applies(ir))
+        assert claims == sorted(ir.hosts), example
+    assert deployed["hosts"] and deployed["kubernetes"]  # both examples exercise a target each
+
+
+def test_the_registry_is_the_common_kinds_then_each_targets() -> None:
+    from compiler.actions import COMMON
+    from compiler.targets import REGISTRY, TARGETS
+
+    names = [k.kind for k in REGISTRY]
+    assert set(names) == KINDS_BEFORE_THE_MOVE and len(names) == len(KINDS_BEFORE_THE_MOVE)
+    assert names == [k.kind for k in COMMON] + [k.kind for t in TARGETS for k in t.kinds]
+    owners = [k.kind for t in TARGETS for k in t.kinds]
+    assert len(owners) == len(set(owners)) and not set(owners) & {k.kind for k in COMMON}
+
+
+def test_the_lowering_order_of_the_kinds_changes_no_graph() -> None:
+    """The registry's order is the lowering order; the graph orders actions by id and dependency, so
+    reversing it changes no action, key or order (the targets' kinds moved after the common ones)."""
+    from compiler.graph.inputs import DigestCache
+    from compiler.graph.kinds import KindRegistry
+    from compiler.lower import lower
+    from compiler.targets import REGISTRY
+
+    for example in ("b200-mig-three-models", "k8s-two-pools"):
+        graph = lower(_resolved(example), DigestCache(None))
+        backwards = lower(_resolved(example), DigestCache(None), KindRegistry(reversed(list(REGISTRY))))
+        assert len(graph.order) > 3
+        assert (graph.order, graph.keys) == (backwards.order, backwards.keys), example
+        assert {a: graph.actions[a].params_json for a in graph.order} == \
+            {a: backwards.actions[a].params_json for a in backwards.order}
