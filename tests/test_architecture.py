@@ -138,8 +138,13 @@ def test_every_registered_target_implements_the_protocol() -> None:
             assert list(placement) == where
             assert all(p.model in ir.models for placed in placement.values() for p in placed)
             deployed.setdefault(target.name, set()).update(where)
-            # what its kinds would disrupt deploying this spec from nothing is of the target's scope
+            # its kinds lower exactly what it says it deploys
             own = {k.kind for k in target.kinds}
+            lowered = [aid for aid in graph.order if graph.actions[aid].kind in own]
+            assert bool(lowered) == bool(where), (example, target.name)
+            if target.name == "hosts":  # one plan and one script per host
+                assert sorted(aid.split("/", 1)[1] for aid in lowered) == sorted(where * 2)
+            # what its kinds would disrupt deploying this spec from nothing is of the target's scope
             for aid in graph.order:
                 action = graph.actions[aid]
                 if action.kind in own:

@@ -24,12 +24,12 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
 from compiler import resources
-from compiler.graph.model import Action
-from compiler.serving.yamlout import dump_yaml
 from compiler.actions import runtimes
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.actions.runtimes import UnitServing, ir_unit_serving
 from compiler.actions.shell import Shell, shell_quote, words
+from compiler.graph.model import Action
+from compiler.serving.yamlout import dump_yaml
 
 TEMPLATE_DIR = resources.template_dir("host")
 SCRIPT_TEMPLATE, UNIT_TEMPLATE = "provision.sh.j2", "kiln-host.service.j2"

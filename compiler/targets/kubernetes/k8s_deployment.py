@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 
+from compiler.actions import image, runtimes
+from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy, resource_name
-from compiler.actions import image, runtimes
-from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 
 from . import plan, tree, workloads
 from . import runtime as runtime_

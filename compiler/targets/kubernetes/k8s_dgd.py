@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 
+from compiler.actions import image, llmapi
+from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.k8s_names import dgd_component
 from compiler.ir.pools import cluster_strategy, resource_name
 from compiler.store.canonical import canonical_json
-from compiler.actions import image, llmapi
-from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 
 from . import dynamo, plan, tree
 from .k8s_deployment import gfd_product, image_reference, namespace_of, pod_resources

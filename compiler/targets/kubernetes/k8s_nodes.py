@@ -20,11 +20,11 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 
+from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
+from compiler.actions.gpustate import desired_state
 from compiler.graph.kinds import POOL
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy
-from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
-from compiler.actions.gpustate import desired_state
 
 from . import nodelayer, tree
 from .k8s_deployment import max_unavailable, namespace_of

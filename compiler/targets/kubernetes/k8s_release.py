@@ -21,11 +21,11 @@ from __future__ import annotations
 import json
 import shutil
 
+from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.graph.kinds import POOL
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy, resource_name
 from compiler.release import spec_digest
-from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 
 from . import k8s_deployment, k8s_dgd, k8s_nodes, plan, tree, workloads
 
