@@ -474,17 +474,19 @@ def test_a_multi_rank_engine_runs_one_tritonserver_per_rank_under_mpirun() -> No
     set, and the executor checks that world's size is tp * pp: one plain tritonserver would not
     load a tp=8 engine. Upstream's launch_triton_server.py starts one per rank under mpirun."""
     from compiler.actions import runtimes
+    from compiler.runtimes import Unit
 
     ports = {"http": 8000, "grpc": 8001, "metrics": 8002}
     single = runtimes.unit_serving("triton", "engine", "m", ports, tp=1)
     assert single.command[0] == "tritonserver" and single.ranks == 1
     serving = runtimes.unit_serving("triton", "engine", "m", ports, tp=4, pp=2, gpus=8)
     assert serving.ranks == 8 and serving.command[:2] == ["mpirun", "--allow-run-as-root"]
-    ranks = runtimes.rank_commands(serving.command)
+    triton = runtimes.get("triton")
+    ranks = triton.rank_commands(serving.command)
     assert len(ranks) == 8 and all(argv[0] == "tritonserver" for argv in ranks)
     assert all(runtimes.check_command("triton", argv) == [] for argv in ranks)
     assert [a for a in ranks[0] if a.startswith("--load-model=")] == [
-        f"--load-model={m}" for m in runtimes.triton_models("engine", "m")]
+        f"--load-model={m}" for m in triton.loaded_models(Unit(model="m", target="engine", ports=ports))]
     for rank, argv in enumerate(ranks):
         assert f"--backend-config=python,shm-region-prefix-name=prefix{rank}_" in argv
         if rank:

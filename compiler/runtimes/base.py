@@ -159,8 +159,8 @@ class ServingRuntime(ABC):
         """The serving of one unit (pure), its command checked against the flag table."""
         why = self.refusal(unit.target)
         if why is not None:  # K811 refuses this before lowering
-            raise ServingCommandError(f"model {unit.model!r}: {self.name} cannot serve the {unit.target!r} "
-                                      f"target: {why}")
+            raise ServingCommandError(f"model {unit.model!r}: {self.name} serves the {' and '.join(self.targets)} "
+                                      f"target only, not {unit.target!r} ({why})")
         command = self.command(unit)
         problems = [p for argv in self.rank_commands(command) for p in check_argv(self.data, argv)]
         if problems:
