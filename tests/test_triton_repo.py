@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from compiler.serving import backend, rules
 from compiler.serving.layout import ENGINE_SUBDIR
 from compiler.serving import triton as tr
 from compiler.serving.pbtxt import ConfigProblem, parse, parse_repository
+from tests.quickstart import with_batcher_delay
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -30,16 +32,26 @@ EXAMPLE_NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "kiln.yaml").i
 QUICK_MODEL = EXAMPLES / "quickstart" / "model"
 
 
+_COPIES = tempfile.TemporaryDirectory(prefix="kiln-test-triton-repo-")  # removed when the run ends
+
+
 @functools.lru_cache(maxsize=None)
-def validated(example: str):
-    result = validate_path(EXAMPLES / example / "kiln.yaml")
+def validated(example: str, target: str = "llmapi"):
+    path = EXAMPLES / example / "kiln.yaml"
+    text = path.read_text(encoding="utf-8")
+    if target == "engine" and with_batcher_delay(text) != text:  # the quickstart as its engine tests have it
+        copy = Path(_COPIES.name) / example
+        shutil.copytree(path.parent, copy, ignore=shutil.ignore_patterns("*.safetensors"))
+        (copy / "kiln.yaml").write_text(with_batcher_delay(text), encoding="utf-8")
+        path = copy / "kiln.yaml"
+    result = validate_path(path)
     assert result.ok, [d.message for d in result.diagnostics if d.is_error]
     return result
 
 
 def rendered(example: str, host: str, target: str) -> tuple[dict, dict[str, bytes]]:
     """The repository's rendered files (no tokenizers) for the example, its target set to `target`."""
-    r = validated(example)
+    r = validated(example, target)
     params = tr.repository_params(r.resolved, host, target)
     options = {m: llmapi.options(rm) for m, rm in r.resolved.models.items()}
     return params, tr.render(params, options)
@@ -62,7 +74,7 @@ CASES = [(e, h, t) for e in EXAMPLE_NAMES for h in sorted(validated(e).resolved.
 def test_every_config_parses_strictly_and_passes_triton_rules(example: str, host: str, target: str) -> None:
     params, files = rendered(example, host, target)
     configs = parse_repository(files)
-    spec = validated(example).spec
+    spec = validated(example, target).spec
     per_model = 1 if target == "llmapi" else 5
     assert len(configs) == per_model * len(params.models)
     assert all(b"${" not in data for data in files.values())
@@ -70,7 +82,7 @@ def test_every_config_parses_strictly_and_passes_triton_rules(example: str, host
 
     mc = __import__("tritonclient.grpc.model_config_pb2", fromlist=["x"])
     by_name = {c.model_dir: c.config for c in configs}
-    units = [u for u in validated(example).resolved.units if u.host == host]
+    units = [u for u in validated(example, target).resolved.units if u.host == host]
     for m in params.models:
         model = spec.models[m.name]
         s = model.serving
