@@ -182,3 +182,71 @@ def test_the_lowering_order_of_the_kinds_changes_no_graph() -> None:
         assert (graph.order, graph.keys) == (backwards.order, backwards.keys), example
         assert {a: graph.actions[a].params_json for a in graph.order} == \
             {a: backwards.actions[a].params_json for a in backwards.order}
+
+# --- serving runtimes: one module and one data file each, behind one protocol -------------------
+def test_no_module_outside_the_runtimes_package_tests_a_runtime_by_name() -> None:
+    """A runtime's name appears in comparisons only inside compiler/runtimes: everything else asks
+    the registry (what it serves, ignores, listens on), so a new runtime is one module and one file."""
+    import ast
+
+    from compiler.runtimes import NAMES
+
+    found = []
+    for path in sorted((ROOT / "compiler").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("compiler/runtimes/") or rel.startswith("compiler/templates/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare):
+                for c in [node.left, *node.comparators]:
+                    names = [c] if isinstance(c, ast.Constant) else list(getattr(c, "elts", []))
+                    if any(isinstance(n, ast.Constant) and n.value in NAMES for n in names):
+                        found.append(f"{rel}:{node.lineno}")
+    assert found == []
+
+
+def test_every_runtime_has_its_module_and_data_file_and_the_spec_offers_exactly_them() -> None:
+    import typing
+
+    from compiler.runtimes import REGISTRY, ServingRuntime
+    from compiler.spec.models import Serving
+
+    for name, rt in REGISTRY.items():
+        assert isinstance(rt, ServingRuntime) and rt.name == name
+        module = name.replace("-", "_")
+        assert (ROOT / "compiler" / "runtimes" / f"{module}.py").is_file(), name
+        assert rt.data_file == f"{module}.json" and (ROOT / "compiler/runtimes/data" / rt.data_file).is_file()
+        assert rt.data["name"] == name
+    assert typing.get_args(Serving.model_fields["runtime"].annotation) == tuple(REGISTRY)
+
+
+def test_every_runtime_command_fits_its_own_flag_table() -> None:
+    """For each target a runtime serves, one GPU and several (tp, pp > 1): every rank's command line
+    passes the shared checker; a refused target raises ServingCommandError with the refusal."""
+    import pytest
+
+    from compiler.runtimes import REGISTRY, ServingCommandError, Unit
+    from compiler.runtimes.base import check_argv
+
+    ports = {"http": 8000, "grpc": 8001, "metrics": 8002}
+    for rt in REGISTRY.values():
+        for target in ("llmapi", "engine"):
+            for tp, pp in ((1, 1), (2, 1), (2, 2)):
+                unit = Unit(model="m", target=target, ports=ports, tp=tp, pp=pp, gpus=tp * pp)
+                if target not in rt.targets:
+                    assert rt.refusal(target)
+                    with pytest.raises(ServingCommandError, match="target only"):
+                        rt.serve(unit)
+                    continue
+                serving = rt.serve(unit)
+                argvs = rt.rank_commands(serving.command)
+                assert len(argvs) == serving.ranks == rt.ranks(unit) >= 1
+                assert all(check_argv(rt.data, argv) == [] for argv in argvs)
+                assert serving.listens == [ports[k] for k in rt.ports] and serving.port == ports["http"]
+                assert serving.ready and serving.files and rt.live.startswith("/")
+                assert check_argv(rt.data, [*argvs[0], "--no-such-flag"]) == [f"--no-such-flag is not a "
+                                                                             f"{rt.data['program']} flag"]
+                assert rt.restarts(serving, serving) == []
+                moved = rt.serve(Unit(model="m", target=target, ports={**ports, "http": 9000}, tp=tp, pp=pp,
+                                      gpus=tp * pp))
+                assert "command" in rt.restarts(serving, moved)

@@ -207,8 +207,9 @@ class ImageContext(ActionKind[ImageContextParams]):
                 continue  # a host that serves nothing has no serving image
             checkpoints = {m: checkpoint_action_id(ctx.ir, m) for m in models}
             runtime = {u.model: u.serving.runtime for u in units}
-            options = {m: f"{llmapi.KIND.kind}/{m}" for m in models if runtime[m] == "trtllm-serve"}
-            triton = any(r == "triton" for r in runtime.values())
+            options = {m: f"{llmapi.KIND.kind}/{m}" for m in models
+                       if "options" in runtimes.serving_image_needs([runtime[m]])}
+            triton = "repository" in runtimes.serving_image_needs(runtime.values())
             params = ImageContextParams(host=host, spec_name=ctx.spec.name, base=base_image(ctx.spec), units=units,
                                         checkpoints=checkpoints, templates=digests, options=options,
                                         repository=triton)

@@ -388,7 +388,8 @@ class Serving(SpecModel):
     settings below are Triton's and cannot be set with trtllm-serve (K812)."""
 
     max_queue_delay_us: Annotated[int, Field(ge=0, le=60_000_000)] = 0
-    """How long Triton's dynamic batcher may hold a request to form a batch (microseconds)."""
+    """How long Triton's dynamic batcher may hold a request to form a batch (microseconds). Engine
+    target only: the llmapi model has no dynamic batcher (K613)."""
 
     max_queue_size: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     """Admission control: requests beyond this many queued are rejected at once (default: unbounded)."""

@@ -97,12 +97,12 @@ def serving_container(runtime: str, target: str, model: str, ports: dict[str, in
     runs), every port it listens on, and the runtime's probe paths."""
     serving = runtimes.unit_serving(runtime, target, model, ports, tp=par.tp, pp=par.pp, ep=par.ep, gpus=gpus)
     return ServingContainer(tuple(serving.command), named_ports(runtime, ports),
-                            liveness=runtimes.table()[runtime]["ready"]["live"], readiness=serving.ready[0])
+                            liveness=runtimes.get(runtime).live, readiness=serving.ready[0])
 
 
 def named_ports(runtime: str, ports: dict[str, int]) -> tuple[tuple[str, int], ...]:
     """(name, port) of each port the runtime listens on: Triton http, grpc, metrics; trtllm-serve http."""
-    return tuple((name, ports[name]) for name in runtimes.table()[runtime]["ports"])
+    return tuple((name, ports[name]) for name in runtimes.get(runtime).ports)
 
 
 def workload_params(ctx: LowerContext) -> list[DeploymentParams]:
