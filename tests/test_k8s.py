@@ -154,8 +154,16 @@ def test_tree_content(trees) -> None:
     assert big["replicas"] == 2 and big_c["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in big["template"]["spec"]["volumes"]
     artifacts = json.loads(deployments["big-b200-pool"]["metadata"]["annotations"][meta.ARTIFACTS_ANNOTATION])
-    assert list(artifacts) == ["image/b200-pool"] and \
+    assert list(artifacts) == ["image/b200-pool", "weights-image/big"] and \
         big["template"]["spec"]["containers"][0]["image"].endswith("@" + artifacts["image/b200-pool"])
+    # the weights are the model's own image, mounted read-only where the runtime reads them; the
+    # pool's serving image holds the runtime alone
+    weights = {"name": "weights", "image": {"reference": "registry.example.com/inference/fleet@"
+                                                         + artifacts["weights-image/big"], "pullPolicy": "IfNotPresent"}}
+    assert weights in big["template"]["spec"]["volumes"]
+    assert {"name": "weights", "mountPath": "/opt/kiln/models/big", "readOnly": True} in big_c["volumeMounts"]
+    chat_weights = next(v for v in pod["volumes"] if v["name"] == "weights")["image"]["reference"]
+    assert chat_weights != weights["image"]["reference"] and chat_weights != c["image"]
     pdbs = {o["metadata"]["name"]: o for o in _objects(root) if o["kind"] == "PodDisruptionBudget"}
     # one re-layout batch (1 node) holds 8 chat pods: the PDB lets them all be evicted
     assert set(pdbs) == set(deployments) and pdbs["chat-h100-pool"]["spec"]["maxUnavailable"] == 8
@@ -320,8 +328,13 @@ def test_dgd_has_the_v1beta1_shape(trees) -> None:
     assert main["resources"]["limits"]["nvidia.com/gpu"] == "8" and main["resources"]["requests"]["memory"]
     options = next(o for o in _objects(trees["k8s-two-pools-dynamo"])
                    if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("big-llm-api-options-"))
-    assert worker["podTemplate"]["spec"]["volumes"] == [{"name": "llm-api-options",
-                                                         "configMap": {"name": options["metadata"]["name"]}}]
+    artifacts = json.loads(big["metadata"]["annotations"][meta.ARTIFACTS_ANNOTATION])
+    assert worker["podTemplate"]["spec"]["volumes"] == [
+        {"name": "llm-api-options", "configMap": {"name": options["metadata"]["name"]}},
+        {"name": "weights", "image": {"reference": "registry.example.com/inference/fleet@" + artifacts["weights-image/big"],
+                                      "pullPolicy": "IfNotPresent"}}]
+    assert {"name": "weights", "mountPath": "/opt/kiln/models/big", "readOnly": True} in main["volumeMounts"]
+    assert main["args"][main["args"].index("--model-path") + 1] == "/opt/kiln/models/big"
     assert YAML_.load(options["data"]["llm-api-options.yaml"])["tensor_parallel_size"] == 8
     chat = next(d for d in dgds if d["metadata"]["name"] == "chat")
     chat_worker = next(c for c in chat["spec"]["components"] if c["type"] == "worker")
