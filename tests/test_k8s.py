@@ -530,3 +530,20 @@ def test_plan_says_what_is_left_to_the_node_scripts(tmp_path: Path) -> None:
     base2 = graph_of(EXAMPLE, tmp_path / "c", EXAMPLE.read_text(encoding="utf-8").replace(bare, ""))
     items = [d for d in host_disruptions(base2, graph_of(EXAMPLE, tmp_path / "d", text.replace(bare, ""))) if d.pool]
     assert "not applied by the manifests" in items[0].detail and "node-tuning-h100-pool.sh" in items[0].detail
+
+
+# --- the weights image's layers ------------------------------------------------------------------
+def test_weights_image_layers() -> None:
+    """Files go into layers of at most the limit in path order; a larger file is a layer of its own;
+    the limit grows so that the layers never exceed the most an image may have."""
+    from compiler.actions.weights_image import layer_groups
+
+    files = [("config.json", 1), ("model-00001.safetensors", 6), ("model-00002.safetensors", 6),
+             ("model-00003.safetensors", 20), ("tokenizer.json", 2)]
+    assert layer_groups(files, limit=8, most=10) == [["config.json", "model-00001.safetensors"],
+                                                     ["model-00002.safetensors"], ["model-00003.safetensors"],
+                                                     ["tokenizer.json"]]
+    shards = [(f"model-{i:05d}.safetensors", 5) for i in range(100)]
+    groups = layer_groups(shards, limit=5, most=8)
+    assert len(groups) <= 8 and [f for g in groups for f in g] == [f for f, _ in shards]
+    assert layer_groups([("a", 1)], limit=8, most=1) == [["a"]]
