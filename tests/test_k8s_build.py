@@ -141,6 +141,18 @@ def test_build_publish_and_revert_the_tree(tmp_path: Path, registry, base_image:
     store.materialize(first.results["model-source/tiny"].tree, checkpoint)
     assert _image_files(weights) == {p.relative_to(checkpoint).as_posix() for p in checkpoint.rglob("*") if p.is_file()}
     assert not any(f.startswith("opt/kiln/models/") for f in _image_files(container["image"]))
+    # the same checkpoint pushes the same weights image when built afresh (none cached on the daemon)
+    from compiler.actions import weights_image
+    from compiler.graph.kinds import RunContext
+
+    action = first.graph.actions["weights-image/tiny"]
+    with contextlib.closing(dockerbuild.connect()) as client:
+        for img in client.images.list(name="kiln-weights-tiny"):
+            client.images.remove(img.id, force=True)
+    again = tmp_path / "weights-again"
+    again.mkdir()
+    weights_image.KIND.run(action.params, RunContext(again, {}, {action.params.checkpoint: checkpoint}, LOG))
+    assert json.loads((again / weights_image.OUTPUT).read_text())["reference"] == weights
 
     # kiln publish pushes the tree like every other artifact
     from compiler.gitops.artifacts import ARTIFACTS_REPO, artifact_tag
