@@ -3,8 +3,8 @@
 The tree is the `k8s-release` artifact's, made by the same actions a build runs (the node layer,
 the workloads, the LLM-API options a DynamoGraphDeployment carries), except that each pool's
 serving image and each model's weights image, which only a build with the weights, Docker and the
-runtime image can make, are placeholders: `kiln-placeholder.invalid/<image action>:unbuilt`. The `.invalid` top-level domain is
-reserved (RFC 2606) and never resolves, so no registry can serve an image under that name (a
+runtime image can make, are placeholders: `kiln-placeholder.invalid/<image action>:unbuilt`. The
+`.invalid` top-level domain is reserved (RFC 2606) and never resolves, so no registry can serve an image under that name (a
 bare `kiln-placeholder/...` would be a Docker Hub name anyone could claim).
 
 It must never pass for a release: nothing is written to the store, no release manifest is

@@ -24,7 +24,8 @@ from compiler.k8s.runtime import ServingContainer
 from . import image, runtimes, weights_image
 from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 
-ROLLS = ("image_action", "weights_action", "command", "ports", "liveness", "readiness", "resource", "count", "selector", "gpu_product",
+ROLLS = ("image_action", "weights_action", "command", "ports", "liveness", "readiness", "resource", "count",
+         "selector", "gpu_product",
          "pod_resources")
 
 

@@ -1,8 +1,8 @@
 """`k8s-dgd/<model>` (runtime `dynamo`): the DynamoGraphDeployment of one model and the ConfigMap
 of its LLM-API options (compiler/k8s/dynamo.py): a frontend and one worker component per node pool
 and device shape that serves the model. It depends on the options file (`llmapi-options/<model>`,
-the file `--extra-engine-args` reads) on the serving image of every pool its workers run on and, where a pool mounts weights, on the
-model's weights image (`weights-image/<model>`).
+the file `--extra-engine-args` reads), on the serving image of every pool its workers run on and,
+where a pool mounts weights, on the model's weights image (`weights-image/<model>`).
 
 Output: <model>.yaml (the tree's workloads/ directory).
 """
@@ -22,7 +22,8 @@ from . import image, llmapi, weights_image
 from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 from .k8s_deployment import gfd_product, image_reference, namespace_of, pod_resources
 
-WORKER_ROLLS = ("image_action", "weights_action", "resource", "count", "selector", "gpu_product", "power_limit_w", "pod_resources")
+WORKER_ROLLS = ("image_action", "weights_action", "resource", "count", "selector", "gpu_product", "power_limit_w",
+                "pod_resources")
 
 
 class Worker(Params):
@@ -73,7 +74,8 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
                                   image_action=f"{image.KIND.kind}/{pool.name}", resource=resource, count=w.gpus,
                                   selector=dict(pool.selector), gpu_product=gfd_product(pool, strategy, w.mig_profile),
                                   power_limit_w=power, pod_resources=pod_resources(ir, w),
-                                  weights_action=weights_image.action_id(model) if mounts_weights(ir, pool.name) else None))
+                                  weights_action=(weights_image.action_id(model) if mounts_weights(ir, pool.name)
+                                                  else None)))
         out.append(DgdParams(model=model, spec_name=spec.name, namespace=namespace_of(spec),
                              version=spec.kubernetes.dynamo.version, frontend_image=spec.image.base,
                              options_action=f"{llmapi.KIND.kind}/{model}",

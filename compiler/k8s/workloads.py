@@ -60,7 +60,8 @@ def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: s
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in container.ports],
         "resources": {"requests": {**pod_resources["requests"], resource: str(count)},
                       "limits": {**pod_resources["limits"], resource: str(count)}},
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}] + ([weights_mount(model_dir(model))] if weights else []),
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]
+                        + ([weights_mount(model_dir(model))] if weights else []),
         "securityContext": container_security(),
         "lifecycle": lifecycle(),
         **probes(container),
