@@ -63,11 +63,12 @@ def test_the_slow_files_the_scheduler_puts_first_exist() -> None:
 # --- the deploy targets (compiler/targets/) ------------------------------------------------------------
 TARGETS_DIR = ROOT / "compiler" / "targets"
 EXAMPLES = ROOT / "examples"
-# The lowering order before the targets had a package of their own: a move must not lose or add a kind.
+# Every kind the build knows (the ones before the targets had a package of their own, and the
+# weights image since): a move must not lose or add a kind.
 KINDS_BEFORE_THE_MOVE = {"spec-snapshot", "llmapi-options", "calibration-set", "model-source", "quantize",
                          "quality-gate", "engine", "host-plan", "host-script", "capacity-report", "tokenizer",
                          "triton-repo", "image-context", "image", "k8s-node-layer", "k8s-deployment", "k8s-dgd",
-                         "k8s-release"}
+                         "k8s-release", "weights-image"}
 
 
 def _imported_modules(path: Path) -> set[str]:
