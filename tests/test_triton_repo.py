@@ -252,7 +252,7 @@ BROKEN = [
                                               ENS, 'output_map { key: "output_ids" value: "_output_ids" }\n', ""),
      "tiny-tensorrt_llm/config.pbtxt: output 'output_ids' is missing; the tensorrtllm backend needs it"),
     ("oneof-broken", lambda f: edit(f, ENS, "ensemble_scheduling {", "dynamic_batching { }\nensemble_scheduling {"),
-     'tiny/config.pbtxt:104:1: not a valid Triton model configuration: Field "ensemble_scheduling" is specified '
+     'tiny/config.pbtxt:108:1: not a valid Triton model configuration: Field "ensemble_scheduling" is specified '
      'along with field "dynamic_batching", another member of oneof "scheduling_choice"'),
 ]
 

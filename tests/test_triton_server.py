@@ -166,7 +166,9 @@ def test_llmapi_model_fails_only_for_want_of_tensorrt_llm(llmapi) -> None:
 # and the backend's own request handling (inflight_batcher_llm/src/utils.cc, 1.2.x: the batch
 # split's shape rules, one executor request per prompt, batch > 1 only when decoupled, the input
 # names it reads), and in place of an engine echoes each prompt's ids, then the seed when one
-# arrives as `seed`, taking 10 ms per requested token. Everything else is as built.
+# arrives as `seed`, taking 10 ms per requested token; decoupled, it answers one response per token
+# when `streaming` is set and one holding every token when not, as the backend does. Everything else
+# is as built.
 STANDIN = '''
 import json
 import time
@@ -211,6 +213,11 @@ class TritonPythonModel:
             prompts.append((out + ([seed] if seed is not None else []), one("request_output_len")))
         return prompts
 
+    def _streaming(self, r):
+        """`streaming` (default false): one response per token, else one holding them all."""
+        flag = _get(r, "streaming")
+        return flag is not None and bool(flag.reshape(-1)[0])
+
     def execute(self, requests):
         if not self.decoupled:
             out = []
@@ -232,10 +239,12 @@ class TritonPythonModel:
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))),
                             flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 continue
+            streaming = self._streaming(r)
             for index, (ids, n) in enumerate(prompts):
-                for token in ids:  # one response per token and prompt, as the streaming backend sends them
-                    tensors = [pb_utils.Tensor("output_ids", np.array([[[token]]], dtype=np.int32)),
-                               pb_utils.Tensor("sequence_length", np.array([[1]], dtype=np.int32))]
+                # streaming: one response per token and prompt, as the streaming backend sends them
+                for part in ([[t] for t in ids] if streaming else [ids]):
+                    tensors = [pb_utils.Tensor("output_ids", np.array([[part]], dtype=np.int32)),
+                               pb_utils.Tensor("sequence_length", np.array([[len(part)]], dtype=np.int32))]
                     if len(prompts) > 1:
                         tensors.append(pb_utils.Tensor("batch_index", np.array([[index]], dtype=np.int32)))
                     sender.send(pb_utils.InferenceResponse(tensors))
@@ -277,6 +286,10 @@ def test_triton_accepts_the_ensemble_and_answers_through_it(ensemble, tokenizer)
     status, body = ensemble.infer("tiny-bls", [strings("text_input", [PROMPT]), ints("max_tokens", [3])])
     assert status == 200, body
     assert outputs(body)["text_output"]["data"] == [tokenizer.decode(ids, skip_special_tokens=True)]
+    # the ensemble does not stream (it would decode each response alone): refused, naming the BLS
+    stream = {"name": "stream", "shape": [1, 1], "datatype": "BOOL", "data": [True]}
+    status, body = ensemble.infer("tiny", [strings("text_input", [PROMPT]), ints("max_tokens", [3]), stream])
+    assert status == 400 and "send streaming requests to model 'tiny-bls'" in body["error"], body
 
 
 def test_the_seed_reaches_the_engine_under_the_name_the_backend_reads(ensemble, tokenizer) -> None:
@@ -413,7 +426,8 @@ def byte_fallback_tokenizer(dest: Path) -> None:
     PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>").save_pretrained(dest)
 
 
-def stream_text(server: TritonServer, model: str, prompt: str) -> list[str]:
+def stream_answers(server: TritonServer, model: str, prompt: str, stream: bool = True) -> tuple[list[str], str | None]:
+    """Over a gRPC stream: the text of each response to one request, and the error if one came."""
     import queue
 
     import numpy as np
@@ -426,7 +440,7 @@ def stream_text(server: TritonServer, model: str, prompt: str) -> list[str]:
 
     inputs = [tensor("text_input", np.array([[prompt.encode()]], dtype=np.object_), "BYTES"),
               tensor("max_tokens", np.array([[1]], dtype=np.int32), "INT32"),
-              tensor("stream", np.array([[True]]), "BOOL")]
+              tensor("stream", np.array([[stream]]), "BOOL")]
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc}")
     answers: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: answers.put((result, error)))
@@ -435,10 +449,13 @@ def stream_text(server: TritonServer, model: str, prompt: str) -> list[str]:
     try:
         while True:
             result, error = answers.get(timeout=30)
-            assert error is None, error
+            if error is not None:
+                return pieces, str(error)
+            text = result.as_numpy("text_output")  # the final response may carry text (the ensemble's)
+            if text is not None:
+                pieces.append(text.reshape(-1)[0].decode("utf-8"))
             if result.get_response().parameters["triton_final_response"].bool_param:
-                return pieces
-            pieces.append(result.as_numpy("text_output").reshape(-1)[0].decode("utf-8"))
+                return pieces, None
     finally:
         client.stop_stream()
         client.close()
@@ -465,9 +482,14 @@ def test_streamed_text_joins_to_whole_characters(tmp_path, tokenizer_kind) -> No
     server = TritonServer(out, tmp_path)
     try:
         server.wait_live()
-        pieces = stream_text(server, "tiny-bls", UNICODE)
+        pieces, error = stream_answers(server, "tiny-bls", UNICODE)
+        assert error is None, error
         assert "".join(pieces) == tok.decode(ids, skip_special_tokens=True) == UNICODE, pieces
         assert len(pieces) > 5 and not any("\ufffd" in p for p in pieces), pieces  # streamed, not one piece
-        # not decoupled: one response holding the whole text
+        # the ensemble would decode each streamed response alone: it refuses to stream, naming the
+        # BLS, and answers the whole text when not asked to stream
+        pieces, error = stream_answers(server, "tiny", UNICODE)
+        assert pieces == [] and error is not None and "model 'tiny-bls'" in error and "stream" in error, error
+        assert stream_answers(server, "tiny", UNICODE, stream=False) == ([UNICODE], None)
     finally:
         server.stop()
