@@ -64,30 +64,32 @@ class Admission:
         self.start, self.reject = start, reject
         self.waiting: collections.deque = collections.deque()  # (deadline, request), deadlines ascending
         self.cond = threading.Condition()
-        self.closed = False
+        self.closed = ""  # once unloading: why nothing starts any more
         if timeout_s:
             threading.Thread(target=self._expire, name="kiln-bls-queue-timeout", daemon=True).start()
 
     def submit(self, request) -> None:
         with self.cond:
-            if self.free > 0 and not self.waiting:
+            if self.closed:
+                why = self.closed
+            elif self.free > 0 and not self.waiting:
                 self.free -= 1
-                full = False
+                why = None
             elif self.max_queue and len(self.waiting) >= self.max_queue:
-                full = True
+                why = QUEUE_FULL_MESSAGE
             else:
                 self.waiting.append((time.monotonic() + self.timeout_s, request))
                 self.cond.notify()
                 return
-        if full:
-            self.reject(request, QUEUE_FULL_MESSAGE)
+        if why:
+            self.reject(request, why)
         else:
             self.start(request)
 
     def done(self) -> None:
         """A request left the pipeline: its slot passes straight to the first in line."""
         with self.cond:
-            if not self.waiting:
+            if self.closed or not self.waiting:
                 self.free += 1
                 return
             _, request = self.waiting.popleft()
@@ -107,10 +109,15 @@ class Admission:
             for request in expired:
                 self.reject(request, QUEUE_TIMEOUT_MESSAGE)
 
-    def close(self) -> None:
+    def close(self, why: str) -> None:
+        """Unloading: nothing more starts; whoever still waits is answered."""
         with self.cond:
-            self.closed = True
+            self.closed = why
+            waiting = [request for _, request in self.waiting]
+            self.waiting.clear()
             self.cond.notify_all()
+        for request in waiting:
+            self.reject(request, why)
 
 
 def _tensor(source, name: str, as_name: str):
@@ -260,5 +267,5 @@ class TritonPythonModel:
         return None
 
     def finalize(self):
-        self.admission.close()
+        self.admission.close("the model is being unloaded")
         self.pool.shutdown(wait=True)
