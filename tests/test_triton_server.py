@@ -169,7 +169,7 @@ def test_llmapi_model_fails_only_for_want_of_tensorrt_llm(llmapi) -> None:
 # arrives as `seed`, taking 10 ms per requested token. Decoupled, it takes every request at once (the
 # backend's enqueue() hands each to the executor, so Triton's queue never holds one) and generates
 # them side by side, answering one response per token when `streaming` is set and one holding every
-# token when not, as the backend does; it logs `kiln-engine-standin: generating` per request.
+# token when not, as the backend does; it logs `kiln-engine-standin: generating` and `done` per request.
 # Everything else is as built.
 STANDIN = '''
 import json
@@ -259,6 +259,7 @@ class TritonPythonModel:
                     tensors.append(pb_utils.Tensor("batch_index", np.array([[index]], dtype=np.int32)))
                 sender.send(pb_utils.InferenceResponse(tensors))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        print("kiln-engine-standin: done", file=sys.stderr, flush=True)
 '''
 
 
