@@ -265,7 +265,7 @@ BROKEN = [
                                               ENS, 'output_map { key: "output_ids" value: "_output_ids" }\n', ""),
      "tiny-tensorrt_llm/config.pbtxt: output 'output_ids' is missing; the tensorrtllm backend needs it"),
     ("oneof-broken", lambda f: edit(f, ENS, "ensemble_scheduling {", "dynamic_batching { }\nensemble_scheduling {"),
-     'tiny/config.pbtxt:104:1: not a valid Triton model configuration: Field "ensemble_scheduling" is specified '
+     'tiny/config.pbtxt:108:1: not a valid Triton model configuration: Field "ensemble_scheduling" is specified '
      'along with field "dynamic_batching", another member of oneof "scheduling_choice"'),
 ]
 
@@ -511,3 +511,47 @@ def test_a_multi_rank_engine_runs_one_tritonserver_per_rank_under_mpirun() -> No
     config = next(v.decode() for k, v in files.items() if k.endswith("-tensorrt_llm/config.pbtxt"))
     assert "places its ranks itself" not in config
     assert "starts 8 tritonserver ranks under mpirun" in config
+
+
+# --- the BLS's admission, on its own (the server test covers it under Triton) -------------------
+def bls_admission():
+    """The Admission class of the BLS model.py, without Triton's Python-backend module (it uses none)."""
+    import ast
+    import collections
+    import threading
+    import time
+
+    source = (tr.TEMPLATE_DIR / "engine" / "bls.py").read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    keep = [n for n in tree.body if (isinstance(n, ast.ClassDef) and n.name == "Admission")
+            or (isinstance(n, ast.Assign) and any(getattr(t, "id", "").startswith("QUEUE_") for t in n.targets))]
+    scope = {"collections": collections, "threading": threading, "time": time}
+    exec(compile(ast.Module(body=keep, type_ignores=[]), "bls.py", "exec"), scope)
+    return scope["Admission"]
+
+
+def test_bls_admission_passes_slots_in_order_and_bounds_the_queue() -> None:
+    import threading
+
+    started, rejected = [], []
+    admission = bls_admission()(2, 2, 0, start=started.append, reject=lambda r, why: rejected.append((r, why)))
+    for request in "abcde":
+        admission.submit(request)
+    assert started == ["a", "b"] and rejected == [("e", "Exceeds maximum queue size")]
+    admission.done()  # a slot frees: the first in line takes it, nothing waits while there is room
+    assert started == ["a", "b", "c"]
+    admission.done(), admission.done()  # the next slot goes to d; the one after is free
+    assert started == ["a", "b", "c", "d"] and admission.free == 1
+    admission.close("unloading")
+    admission.submit("f")
+    assert rejected[-1] == ("f", "unloading")
+
+    gone = threading.Event()
+    timed = bls_admission()(1, 0, 0.05, start=lambda r: None,
+                            reject=lambda r, why: (rejected.append((r, why)), gone.set()))
+    timed.submit("g")
+    timed.submit("h")  # waits for the one slot, then times out (no queue bound: max_queue 0)
+    assert gone.wait(30) and rejected[-1] == ("h", "Request timeout expired")
+    timed.done()
+    assert timed.free == 1
+    timed.close("unloading")
