@@ -19,7 +19,7 @@ RUNTIMES = "compiler/runtimes/base.py"
 OTHER_TOOLS = {"--dry-run": PROVISION, "--ready-timeout": PROVISION, "--boot": PROVISION, "--force": PROVISION,
                "--check": PROVISION, "--image": PROVISION, "--gpus": PROVISION, "--restart": PROVISION,
                # docker run options and the image entrypoint's, from the serving runtimes' data
-               "--shm-size": RUNTIMES, "--ulimit": RUNTIMES, "--probe": "compiler/runtimes/base.py",
+               "--shm-size": RUNTIMES, "--ulimit": RUNTIMES, "--cpuset-cpus": PROVISION, "--probe": "compiler/runtimes/base.py",
                "--dev": "scripts/install.sh",
                "--no-quantize": "scripts/install.sh", "--update-expectations": "tests/conftest.py"}
 
