@@ -13,7 +13,7 @@ from .base import LISTEN, ServingRuntime, Unit
 
 
 def options_path(model: str) -> str:
-    """Where the model's LLM-API options file sits in the serving image (trtllm-serve --config)."""
+    """Where the model's LLM-API options file sits in the serving image (trtllm-serve's options_flag)."""
     return f"{layout.OPTIONS_DIR}/{model}/{layout.LLMAPI_OPTIONS}"
 
 
@@ -22,7 +22,7 @@ class TrtllmServe(ServingRuntime):
     data_file = "trtllm_serve.json"
 
     def command(self, unit: Unit) -> list[str]:
-        command = [self.data["program"], layout.model_dir(unit.model), "--config", options_path(unit.model),
+        command = [self.data["program"], layout.model_dir(unit.model), self.data["options_flag"], options_path(unit.model),
                    "--host", LISTEN, "--port", str(unit.ports["http"]), "--backend", "pytorch",
                    "--tp_size", str(unit.tp), "--pp_size", str(unit.pp)]
         if unit.ep > 1:
