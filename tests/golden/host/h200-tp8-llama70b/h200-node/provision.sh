@@ -812,11 +812,11 @@ wait_ready() {
   [ $# -gt 0 ] || return 0
   local started now k name state restarts
   local -a pending=("$@") left=()
-  local -A restarts_at=() restart_told=()
+  # Every unit here was just created by `docker run`, so Docker's RestartCount counts the restarts
+  # of this load alone (a count read when the wait begins can already hold one: a server that
+  # fails in its first second is restarted before the next unit has started).
+  local -A restart_told=()
   started=$(date +%s)
-  for k in "${pending[@]}"; do
-    restarts_at[$k]=$("$DOCKER" inspect --format '{{.RestartCount}}' "${UNIT_NAME[$k]}" 2>/dev/null || echo 0)
-  done
   say "readiness: waiting up to ${READY_TIMEOUT}s for ${#pending[@]} unit(s) to answer their readiness endpoints"
   while :; do
     left=()
@@ -824,18 +824,22 @@ wait_ready() {
       name=${UNIT_NAME[$k]}
       if unit_ready "$k"; then
         now=$(date +%s)
+        restarts=$("$DOCKER" inspect --format '{{.RestartCount}}' "$name" 2>/dev/null || echo 0)
+        if [ "$restarts" != 0 ] && [ -z "${restart_told[$k]:-}" ]; then
+          say "container $name: restarted by Docker while loading ($restarts time(s)), then served"
+        fi
         say "container $name: ready after $((now - started))s (${UNIT_RUNTIME[$k]} answers 200 on port ${UNIT_PORT[$k]}: ${UNIT_READY[$k]})"
         continue
       fi
       state=$("$DOCKER" inspect --format '{{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}' "$name" 2>/dev/null || echo "missing")
       restarts=${state##* }
       if [ "${state%% *}" != running ] && [ "${state%% *}" != restarting ] \
-        || [ $((restarts - restarts_at[$k])) -gt "$RESTARTS_TOLERATED" ]; then
+        || [ "$restarts" -gt "$RESTARTS_TOLERATED" ]; then
         error "container $name: its server stopped before it was ready (docker: status ${state%% *}, exit code $(printf '%s' "$state" | cut -d' ' -f2), restarts $restarts); last log lines:"
         last_logs "$name"
         continue
       fi
-      if [ "$restarts" != "${restarts_at[$k]}" ] && [ -z "${restart_told[$k]:-}" ]; then
+      if [ "$restarts" != 0 ] && [ -z "${restart_told[$k]:-}" ]; then
         say "container $name: restarted by Docker while loading; waiting on (up to $RESTARTS_TOLERATED restarts)"
         restart_told[$k]=1
       fi
