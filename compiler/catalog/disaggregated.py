@@ -23,6 +23,7 @@ class TransceiverLine:
     default_backend: str
     status: str
     source: str
+    python_runtime_needs: str | None = None  # the backend the line's default (Python) transceiver needs
 
 
 @lru_cache(maxsize=1)
@@ -41,7 +42,7 @@ def transceiver(version: str) -> TransceiverLine | None:
     for r in table()["transceiver"]["lines"]:
         if r["tensorrt_llm"] == line:
             return TransceiverLine(line, tuple(r["backends"]), tuple(r["fields"]), r["default_backend"],
-                                   r["status"], r["source"])
+                                   r["status"], r["source"], r.get("python_runtime_needs"))
     return None
 
 

@@ -167,6 +167,39 @@ class TransferBufferTooSmall(Check):
                                notes=(f"source: {facts.source_of('transceiver', 'buffer')}",))
 
 
+class TransferBufferNotBlockMultiple(Check):
+    """The KV-transfer buffer is not a whole number of KV-cache blocks.
+
+    TensorRT-LLM's cache-transfer buffer manager sizes the buffer in blocks and refuses a
+    `max_tokens_in_buffer` that is not a multiple of the KV cache's tokens_per_block. (Left
+    unset, Kiln writes max_input_len rounded up to a whole block.)
+    """
+
+    code = "K463"
+    name = "transfer-buffer-not-block-multiple"
+    order = 90
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m, d in _disaggregated(ctx):
+            buf = d.kv_transfer.max_tokens_in_buffer
+            block = _tokens_per_block(m, d, "prefill")
+            if buf is None or buf % block == 0:
+                continue
+            up = -(-buf // block) * block
+            yield ctx.diag(self, _dpath(name, "kv_transfer", "max_tokens_in_buffer"),
+                           f"max_tokens_in_buffer ({buf}) is not a multiple of tokens_per_block ({block})",
+                           help=f"use {up}", notes=(f"source: {facts.source_of('transceiver', 'buffer_block_multiple')}",))
+
+
+def buffer_tokens(m: Model, d: Disaggregated) -> int:
+    """The max_tokens_in_buffer both roles' options carry: the spec's, or the longest prompt rounded
+    up to a whole KV-cache block."""
+    if d.kv_transfer.max_tokens_in_buffer is not None:
+        return d.kv_transfer.max_tokens_in_buffer
+    block = _tokens_per_block(m, d, "prefill")
+    return -(-m.limits.max_input_len // block) * block
+
+
 class RoleCapacity(Check):
     """The prefill or decode servers placed are too few for the declared arrival rate and sla.
 
@@ -396,7 +429,8 @@ class TransportUnsupported(Check):
 
     `cache_transceiver_config.backend` is a closed set that changed between releases (1.2:
     DEFAULT, UCX, NIXL, MPI; 1.3 adds MOONCAKE); the LLM-API options are a strict model, so an
-    unknown backend stops every server at startup.
+    unknown backend stops every server at startup. From the 1.4 line the default transceiver is
+    the Python one, which runs on NIXL only: another backend is refused there too.
     """
 
     code = "K861"
@@ -411,6 +445,13 @@ class TransportUnsupported(Check):
         for name, _m, d in _disaggregated(ctx):
             backend = d.kv_transfer.backend
             if backend in line.backends or backend.upper() in {b.upper() for b in line.backends}:
+                needs = line.python_runtime_needs
+                if needs and backend.upper() not in (needs, "DEFAULT"):
+                    yield ctx.diag(self, _dpath(name, "kv_transfer", "backend"),
+                                   f"TensorRT-LLM {version} transfers the KV cache with its Python transceiver by "
+                                   f"default, which needs {needs}, not {backend}",
+                                   help=f"use backend: {needs} (or DEFAULT)",
+                                   notes=(f"source: {line.source} [{line.status}]",))
                 continue
             yield ctx.diag(self, _dpath(name, "kv_transfer", "backend"),
                            f"TensorRT-LLM {version} has no KV-transfer backend {backend!r} "
