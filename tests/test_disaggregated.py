@@ -106,8 +106,8 @@ def test_kubernetes_roles_with_dynamo_and_a_planner_raise_no_disaggregated_rule(
     text = _example(**{
         "  h200:\n    gpu": "  h200:\n    deploy: kubernetes\n    node_pool: {nodes: 2}\n    gpu",
         "      runtime: trtllm-serve\n": "",
-        "        router: {kv_aware: true, port: 8000}":
-            "        router: {kv_aware: true, port: 8000}\n        planner: {min_replicas: 1, max_replicas: 4}",
+        "        router: {kv_aware: true}":
+            "        router: {kv_aware: true}\n        planner: {min_replicas: 1, max_replicas: 4}",
         "          ucx: {tls: [cuda_copy, cuda_ipc, tcp]}":
             "          ucx: {tls: [cuda_copy, cuda_ipc, rc], net_devices: [mlx5_0:1]}",
     }) + ("kubernetes:\n  runtime: dynamo\n  dynamo: {version: \"1.3.0\"}\n"

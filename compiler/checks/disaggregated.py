@@ -143,6 +143,63 @@ class DisaggregatedRuntime(Check):
                                    notes=(f"source: {facts.source_of('dynamo')}",))
 
 
+def router_host(ctx_spec, name: str) -> str | None:
+    """The host the router of a disaggregated model runs on (hosts target): `router.host`, else
+    the first `deploy: host` host, in spec order, with a server of the model."""
+    d = ctx_spec.models[name].serving.disaggregated
+    if d.router.host is not None:
+        return d.router.host
+    for hname, host in ctx_spec.hosts.items():
+        if host.deploy != "host":
+            continue
+        for a in host.gpus:
+            if a.serves == name or any(i.serves == name for i in a.mig or ()):
+                return hname
+    return None
+
+
+class RouterPlacement(Check):
+    """The router of a disaggregated model cannot run where the spec puts it.
+
+    On hosts, `trtllm-serve disaggregated` runs on `router.host` (default: the first host with a
+    server of the model) and listens on the model's `serving.ports.http`; the model's servers
+    start one port stride above it. `router.host` must name a `deploy: host` host, and no other
+    model's server there may listen on the router's port.
+    """
+
+    code = "K163"
+    name = "router-placement"
+    order = 90
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m, d in _disaggregated(ctx):
+            named = d.router.host
+            if named is not None:
+                host = ctx.spec.hosts.get(named)
+                if host is None or host.deploy != "host":
+                    why = "is not a host of the spec" if host is None else "is a Kubernetes node pool"
+                    yield ctx.diag(self, _dpath(name, "router", "host"),
+                                   f"router.host {named!r} {why}; the router runs on a `deploy: host` host",
+                                   help=f"name one of: {', '.join(h for h, x in ctx.spec.hosts.items() if x.deploy == 'host') or '(none)'}")
+                    continue
+            where = router_host(ctx.spec, name)
+            if where is None:
+                continue
+            from .refs import _listening_kinds
+
+            port = m.serving.ports.http
+            for u in ctx.ir.units:
+                if u.host != where or u.model == name or u.ports is None or u.model not in ctx.spec.models:
+                    continue
+                listens = _listening_kinds(ctx.spec.models[u.model].serving.runtime)
+                if port in [p for kind, p in u.ports.as_dict().items() if kind in listens]:
+                    yield ctx.diag(self, ("models", name, "serving", "ports"),
+                                   f"the router of model {name!r} listens on port {port} of host {where!r}, where "
+                                   f"{u.id} (model {u.model!r}) listens too", key=True,
+                                   help=f"give model {name!r} or {u.model!r} other `serving.ports`")
+                    break
+
+
 class TransferBufferTooSmall(Check):
     """The KV-transfer buffer holds fewer tokens than the longest prompt.
 

@@ -122,14 +122,19 @@ def _number_replicas(units: list[ServingUnit]) -> list[ServingUnit]:
 
 # --- ports -----------------------------------------------------------------------------------------
 def ports_pass(ir: Resolved) -> Resolved:
-    """Each unit's container ports: its model's `serving.ports` plus PORT_STRIDE per replica."""
+    """Each unit's container ports: its model's `serving.ports` plus PORT_STRIDE per replica. A
+    disaggregated model's servers on a host start one stride up: its base ports are the router's,
+    so clients keep the model's address (the router runs on one host; the slot stays free on all)."""
     units = []
     for u in ir.units:
         rm = ir.models.get(u.model)
         if rm is None:
             units.append(u)
             continue
-        p, off = rm.spec.serving.ports, PORT_STRIDE * u.replica
+        slot = u.replica
+        if rm.spec.serving.disaggregated is not None and ir.hosts[u.host].spec.deploy == "host":
+            slot += 1
+        p, off = rm.spec.serving.ports, PORT_STRIDE * slot
         units.append(dataclasses.replace(u, ports=Ports(p.http + off, p.grpc + off, p.metrics + off)))
     return dataclasses.replace(ir, units=tuple(units))
 

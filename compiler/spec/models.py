@@ -482,15 +482,17 @@ class KvTransfer(SpecModel):
 
 class DisaggRouter(SpecModel):
     """The server that takes requests and sends each to a prefill and then a decode server: on hosts
-    `trtllm-serve disaggregated`, on Kubernetes Dynamo's frontend. Its KV block size is always
-    the workers' tokens_per_block (never set here)."""
+    `trtllm-serve disaggregated`, listening on the model's `serving.ports.http` (the servers take
+    the ports after it); on Kubernetes Dynamo's frontend. Its KV block size is always the
+    workers' tokens_per_block (never set here)."""
 
     kv_aware: bool = True
     """Route by KV-cache prefix overlap (trtllm-serve: router type kv_cache_aware; Dynamo:
     --router-mode kv) instead of round robin."""
 
-    port: Annotated[int, Field(ge=1, le=65535)] = 8000
-    """HTTP port of the router (hosts); the servers take the model's serving ports."""
+    host: Name | None = None  # type: ignore[valid-type]
+    """The host (under `hosts`, `deploy: host`) the router runs on. Default: the first host, in
+    spec order, that runs a server of the model."""
 
 
 class DisaggPlanner(SpecModel):
