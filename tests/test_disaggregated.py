@@ -12,7 +12,7 @@ import yaml
 from compiler import resources
 from compiler.catalog import disaggregated as facts
 from compiler.catalog import dynamo
-from compiler.checks.disaggregated import buffer_tokens
+from compiler.ir.disaggregated import buffer_tokens
 from compiler.pipeline import validate_path, validate_text
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,6 +17,8 @@ from compiler.catalog import disaggregated as facts
 from compiler.diagnostics import Diagnostic, Severity
 from compiler.spec.models import Disaggregated, Model
 
+from compiler.ir.disaggregated import router_host, tokens_per_block
+
 from .base import Check, CheckContext
 
 ROLES = ("prefill", "decode")
@@ -49,7 +51,7 @@ def _attention(m: Model, d: Disaggregated, role: str) -> str:
 
 
 def _tokens_per_block(m: Model, d: Disaggregated, role: str) -> int:
-    return d.role(role).runtime.tokens_per_block or m.runtime.tokens_per_block
+    return tokens_per_block(m, role)
 
 
 class DisaggregatedPlacement(Check):
@@ -143,21 +145,6 @@ class DisaggregatedRuntime(Check):
                                    notes=(f"source: {facts.source_of('dynamo')}",))
 
 
-def router_host(ctx_spec, name: str) -> str | None:
-    """The host the router of a disaggregated model runs on (hosts target): `router.host`, else
-    the first `deploy: host` host, in spec order, with a server of the model."""
-    d = ctx_spec.models[name].serving.disaggregated
-    if d.router.host is not None:
-        return d.router.host
-    for hname, host in ctx_spec.hosts.items():
-        if host.deploy != "host":
-            continue
-        for a in host.gpus:
-            if a.serves == name or any(i.serves == name for i in a.mig or ()):
-                return hname
-    return None
-
-
 class RouterPlacement(Check):
     """The router of a disaggregated model cannot run where the spec puts it.
 
@@ -246,15 +233,6 @@ class TransferBufferNotBlockMultiple(Check):
             yield ctx.diag(self, _dpath(name, "kv_transfer", "max_tokens_in_buffer"),
                            f"max_tokens_in_buffer ({buf}) is not a multiple of tokens_per_block ({block})",
                            help=f"use {up}", notes=(f"source: {facts.source_of('transceiver', 'buffer_block_multiple')}",))
-
-
-def buffer_tokens(m: Model, d: Disaggregated) -> int:
-    """The max_tokens_in_buffer both roles' options carry: the spec's, or the longest prompt rounded
-    up to a whole KV-cache block."""
-    if d.kv_transfer.max_tokens_in_buffer is not None:
-        return d.kv_transfer.max_tokens_in_buffer
-    block = _tokens_per_block(m, d, "prefill")
-    return -(-m.limits.max_input_len // block) * block
 
 
 class RoleCapacity(Check):

@@ -1,0 +1,119 @@
+"""What disaggregated serving writes (pure): each role's LLM-API options, the servers of each role
+with their addresses, and the config of TensorRT-LLM's disaggregated server
+(`trtllm-serve disaggregated -c <file>`). The host runtime and the Kubernetes target render these;
+the field names are the pinned TensorRT-LLM's (compiler/catalog/data/disaggregated.json and
+compiler/actions/data/trtllm_llmapi.json), which tests/test_disaggregated_emit.py holds them to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from compiler.actions import llmapi
+from compiler.catalog import disaggregated as facts
+from compiler.ir.disaggregated import buffer_tokens, router_host
+from compiler.ir import Resolved, ResolvedModel
+
+ROLES = ("prefill", "decode")
+#: the disaggregated server's section per role (tensorrt_llm/llmapi/disagg_utils.py)
+SECTIONS = {"prefill": "context_servers", "decode": "generation_servers"}
+LISTEN = "0.0.0.0"
+
+
+def role_spec(rm: ResolvedModel, role: str):
+    """The model as one role's servers run it: the role's parallelism, and its limits, runtime
+    options and attention backend where it sets them (the rest is the model's)."""
+    m = rm.spec
+    r = m.serving.disaggregated.role(role)
+    limits = {k: v for k, v in r.limits.model_dump().items() if v is not None}
+    runtime = {k: v for k, v in r.runtime.model_dump().items() if v is not None and k != "overlap_scheduler"}
+    kernels = {"attention": r.attention} if r.attention is not None else {}
+    return m.model_copy(update={"parallelism": r.parallelism,
+                                "limits": m.limits.model_copy(update=limits),
+                                "runtime": m.runtime.model_copy(update=runtime),
+                                "kernels": m.kernels.model_copy(update=kernels)})
+
+
+def overlap_disabled(rm: ResolvedModel, role: str, tensorrt_llm: str) -> bool:
+    """Whether the role's servers run with disable_overlap_scheduler: as the spec says, else off on
+    prefill where the pinned version needs it (K662) and on elsewhere."""
+    said = rm.spec.serving.disaggregated.role(role).runtime.overlap_scheduler
+    if said is not None:
+        return not said
+    return role == "prefill" and bool(facts.context_needs_overlap_off(tensorrt_llm))
+
+
+def transceiver_config(rm: ResolvedModel) -> dict:
+    """cache_transceiver_config, the same for both roles. The backend is always written: without
+    one TensorRT-LLM disables the transfer; the buffer is always written: without one NIXL may
+    fall back to a dynamic buffer and fail (catalog/data/disaggregated.json)."""
+    m = rm.spec
+    d = m.serving.disaggregated
+    out: dict = {"backend": d.kv_transfer.backend, "max_tokens_in_buffer": buffer_tokens(m, d)}
+    if d.kv_transfer.timeout_ms is not None:
+        out["kv_transfer_timeout_ms"] = d.kv_transfer.timeout_ms
+    return out
+
+
+def role_options(rm: ResolvedModel, role: str, tensorrt_llm: str) -> dict:
+    """The LLM-API options file of one role's servers (trtllm-serve --config; Dynamo's
+    --extra-engine-args)."""
+    opts = llmapi.options(dataclasses.replace(rm, spec=role_spec(rm, role)))
+    opts["cache_transceiver_config"] = transceiver_config(rm)
+    if overlap_disabled(rm, role, tensorrt_llm):
+        opts["disable_overlap_scheduler"] = True
+    return opts
+
+
+def ucx_environment(rm: ResolvedModel) -> dict[str, str]:
+    """The UCX environment of every server of the model (empty: UCX's own choice)."""
+    ucx = rm.spec.serving.disaggregated.kv_transfer.ucx
+    env: dict[str, str] = {}
+    if ucx is not None and ucx.tls is not None:
+        env["UCX_TLS"] = ",".join(ucx.tls)
+    if ucx is not None and ucx.net_devices is not None:
+        env["UCX_NET_DEVICES"] = ",".join(ucx.net_devices)
+    return env
+
+
+@dataclass(frozen=True)
+class Server:
+    """One prefill or decode server of a model on hosts: a serving unit and where it is reached."""
+
+    unit: str  # the serving unit's id
+    host: str
+    role: str
+    port: int
+    url: str  # host:port, as the router reaches it
+
+
+def servers(ir: Resolved, model: str) -> list[Server]:
+    """The model's servers on `deploy: host` hosts, prefill first, in unit order. The router reaches
+    a server on its own host at localhost, one on another host by the host's name (the spec's
+    host names are the machines' names on the network)."""
+    where = router_host(ir.spec, model)
+    out = []
+    for role in ROLES:
+        for u in ir.units:
+            if u.model != model or u.role != role or ir.spec.hosts[u.host].deploy != "host" or u.ports is None:
+                continue
+            addr = "localhost" if u.host == where else u.host
+            out.append(Server(u.id, u.host, role, u.ports.http, f"{addr}:{u.ports.http}"))
+    return out
+
+
+def server_config(ir: Resolved, model: str) -> dict:
+    """The config file of `trtllm-serve disaggregated -c` for one model on hosts."""
+    rm = ir.models[model]
+    m = rm.spec
+    d = m.serving.disaggregated
+    block = role_spec(rm, "prefill").runtime.tokens_per_block  # equal for both roles (K661)
+    router: dict = {"type": "kv_cache_aware", "tokens_per_block": block} if d.router.kv_aware \
+        else {"type": "round_robin"}
+    config: dict = {"hostname": LISTEN, "port": m.serving.ports.http}
+    listed = servers(ir, model)
+    for role in ROLES:
+        urls = [s.url for s in listed if s.role == role]
+        config[SECTIONS[role]] = {"num_instances": len(urls), "urls": urls, "router": dict(router)}
+    return config
