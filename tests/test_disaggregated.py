@@ -131,3 +131,18 @@ def test_buffer_tokens_default_is_the_longest_prompt_in_whole_blocks(given, bloc
                     if given else {}}})
     assert buffer_tokens(m, m.serving.disaggregated) == expected
     assert expected % block == 0 or given is not None
+
+
+def test_lowering_refuses_what_no_emitter_builds_yet() -> None:
+    """Until a target emits disaggregated serving, building refuses the spec (K164) instead of
+    starting aggregated servers that ignore the roles."""
+    from compiler.graph.inputs import DigestCache
+    from compiler.lower import NotBuildable, lower
+
+    v = validate_path(EXAMPLE)
+    assert v.ok
+    with pytest.raises(NotBuildable):
+        lower(v, DigestCache(None))
+    [d] = [d for d in v.diagnostics if d.code == "K164"]
+    assert "not yet built on hosts" in d.message and d.span.line == v.document.span_of(
+        ("models", "chat", "serving", "disaggregated"), key=True).line

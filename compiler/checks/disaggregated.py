@@ -14,7 +14,7 @@ import math
 from typing import Iterable
 
 from compiler.catalog import disaggregated as facts
-from compiler.diagnostics import Diagnostic, Severity
+from compiler.diagnostics import Diagnostic, Rule, Severity
 from compiler.spec.models import Disaggregated, Model
 
 from compiler.ir.disaggregated import router_host, tokens_per_block
@@ -522,3 +522,32 @@ class TransportMisspelled(Check):
                                f"TensorRT-LLM {version} spells this backend {spelled[0]!r}, not {backend!r}",
                                help=f"write backend: {spelled[0]}",
                                notes=(f"source: {line.source} [{line.status}]",))
+
+
+class DisaggregatedNotBuilt(Rule):
+    """`kiln build` (and `kiln plan`) cannot emit this spec's disaggregated serving yet.
+
+    Validation checks disaggregated models in full (the rules above), but the emitters that turn
+    them into artifacts come one target at a time: until a target's emitter exists, lowering
+    refuses the spec rather than build aggregated servers that ignore the roles.
+    """
+
+    code = "K164"
+    name = "disaggregated-not-built"
+
+
+def not_built(spec) -> list[tuple[str, str]]:
+    """(model, target) of each disaggregated model a target cannot emit yet, in spec order."""
+    out = []
+    for name, m in spec.models.items():
+        if m.serving.disaggregated is None:
+            continue
+        deploys = sorted({h.deploy for h in spec.hosts.values()
+                          if any(a.serves == name or any(i.serves == name for i in a.mig or ()) for a in h.gpus)})
+        out += [(name, "hosts" if d == "host" else "Kubernetes") for d in deploys if d in UNBUILT_DEPLOYS]
+    return out
+
+
+#: the deploy targets whose disaggregated emitter does not exist yet
+UNBUILT_DEPLOYS = frozenset({"host", "kubernetes"})
+

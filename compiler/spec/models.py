@@ -37,6 +37,12 @@ KvCacheFormat = Literal["auto", "bf16", "fp16", "fp8", "int8", "nvfp4"]
 UNQUANTIZED: frozenset[str] = frozenset({"bf16", "fp16"})
 
 
+def _unset(value: object) -> bool:
+    """Fields added after a release leave the dump (and so spec_digest) of a spec that does not use
+    them as it was: a new feature must not change the digest every deployed object carries."""
+    return value is None
+
+
 class SpecModel(BaseModel):
     # strict: YAML already has types; "4" is not 4. forbid: no key is ever silently ignored.
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False,
@@ -277,7 +283,7 @@ class Workload(SpecModel):
                                   description="Generated tokens per request: an average, or a list of "
                                               "{tokens, share} that add up to 1.")
 
-    requests_per_second: Annotated[float, Field(gt=0, le=1_000_000)] | None = None
+    requests_per_second: Annotated[float, Field(gt=0, le=1_000_000)] | None = Field(default=None, exclude_if=_unset)
     """Declared arrival rate of requests to the model, all replicas together; with an `sla`, the
     capacity check of disaggregated serving sizes the prefill and decode roles for it (K462)."""
 
@@ -571,7 +577,7 @@ class Serving(SpecModel):
     ports: Ports = Field(default_factory=Ports)
     """Ports of the serving container."""
 
-    disaggregated: Disaggregated | None = None
+    disaggregated: Disaggregated | None = Field(default=None, exclude_if=_unset)
     """Serve the model disaggregated: prefill and decode servers and a router (llmapi target,
     runtime trtllm-serve on hosts or dynamo on Kubernetes). Its GPUs name their `role` in `hosts`."""
 
@@ -655,7 +661,7 @@ class MigInstance(SpecModel):
     placement: Annotated[int, Field(ge=0, le=7)] | None = None
     """Pin the start slot (`-cgi <id>:<start>`); by default Kiln finds a placement that fits."""
 
-    role: Role | None = None
+    role: Role | None = Field(default=None, exclude_if=_unset)
     """The role this instance serves for a model with `serving.disaggregated` (prefill or decode)."""
 
 
@@ -671,7 +677,7 @@ class GpuAssignment(SpecModel):
     mig: Annotated[list[MigInstance], Field(min_length=1)] | None = None
     """MIG layout applied to each listed GPU."""
 
-    role: Role | None = None
+    role: Role | None = Field(default=None, exclude_if=_unset)
     """The role these GPUs serve for a model with `serving.disaggregated` (prefill or decode); each
     entry is one server of that role."""
 
