@@ -117,6 +117,9 @@ def test_kubernetes_roles_with_dynamo_and_a_planner_raise_no_disaggregated_rule(
     assert v.resolved is not None and [u.role for u in v.resolved.units] == ["prefill", "prefill", "decode"]
     codes = {d.code for d in v.diagnostics}
     assert not {c for c in codes if c[2:3] == "6"}, [(d.code, d.message) for d in v.diagnostics]
+    # each role is a workload of its own on the pool, replicated on every node
+    workloads = {w.name: (w.role, w.gpus, w.replicas) for w in v.resolved.pools["h200"].workloads}
+    assert workloads == {"chat-h200-prefill": ("prefill", 1, 4), "chat-h200-decode": ("decode", 4, 2)}
 
 
 @pytest.mark.parametrize("given, block, expected", [(None, 32, 4000), (None, 64, 4032), (None, 128, 4096),
