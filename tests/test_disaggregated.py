@@ -107,7 +107,7 @@ def test_kubernetes_roles_with_dynamo_and_a_planner_raise_no_disaggregated_rule(
         "  h200:\n    gpu": "  h200:\n    deploy: kubernetes\n    node_pool: {nodes: 2}\n    gpu",
         "      runtime: trtllm-serve\n": "",
         "        router: {kv_aware: true}":
-            "        router: {kv_aware: true}\n        planner: {min_replicas: 1, max_replicas: 4}",
+            "        router: {kv_aware: true}\n        planner: {image: nvcr.io/nvidia/ai-dynamo/dynamo-planner:1.3.1@sha256:0000000000000000000000000000000000000000000000000000000000000000, min_replicas: 1, max_gpus: 16}",
         "          ucx: {tls: [cuda_copy, cuda_ipc, tcp]}":
             "          ucx: {tls: [cuda_copy, cuda_ipc, rc], net_devices: [mlx5_0:1]}",
     }) + ("kubernetes:\n  runtime: dynamo\n  dynamo: {version: \"1.3.0\"}\n"

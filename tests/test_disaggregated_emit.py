@@ -85,3 +85,20 @@ def test_server_config_reaches_other_hosts_by_name_and_follows_the_block_size() 
         "max_tokens_in_buffer"] == 4096
     assert emit.ucx_environment(ir.models["chat"]) == {"UCX_TLS": "cuda_copy,cuda_ipc,rc",
                                                        "UCX_NET_DEVICES": "mlx5_0:1"}
+
+
+def test_dynamo_pieces_follow_the_facts() -> None:
+    """Role components are typed prefill/decode (what the planner scales), the frontend routes by KV
+    in the workers' block size, and the planner's config uses only keys the facts list."""
+    text = EXAMPLE.read_text().replace(
+        "        router: {kv_aware: true}",
+        "        router: {kv_aware: true}\n        planner: {image: nvcr.io/nvidia/ai-dynamo/dynamo-planner:1.3.1@sha256:"
+        + "0" * 64 + ", max_gpus: 16}")
+    rm = validate_text(text, EXAMPLE.parent).resolved.models["chat"]
+    assert [emit.component_type(r) for r in emit.ROLES] == ["prefill", "decode"]
+    assert emit.worker_args("decode") == ["--disaggregation-mode", "decode"]
+    assert emit.frontend_args(rm) == ["--router-mode", "kv", "--kv-cache-block-size", "32"]
+    config = emit.planner_config(rm)
+    assert set(config) <= set(facts.fact("dynamo_planner")["config_keys"])
+    assert (config["ttft_ms"], config["itl_ms"], config["max_gpu_budget"]) == (2000, 40, 16)
+    assert (config["prefill_engine_num_gpu"], config["decode_engine_num_gpu"]) == (1, 4)

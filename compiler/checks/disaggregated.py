@@ -107,7 +107,8 @@ class DisaggregatedRuntime(Check):
     `trtllm-serve disaggregated` in front), and `kubernetes.runtime: dynamo` on node pools
     (prefill and decode workers of a DynamoGraphDeployment, Dynamo's frontend in front). Dynamo's
     planner exists only there, and it scales the workers it finds by their component types
-    (subComponentType prefill and decode), so a planner needs both roles placed on node pools.
+    (prefill and decode), so a planner needs both roles placed on node pools; it scales them
+    against TTFT and ITL targets, so it needs the model's `sla` with ttft_ms and tpot_ms.
     """
 
     code = "K162"
@@ -133,6 +134,10 @@ class DisaggregatedRuntime(Check):
                 yield ctx.diag(self, _dpath(name), "on Kubernetes, disaggregated serving runs Dynamo prefill and "
                                "decode workers, which needs `kubernetes.runtime: dynamo`", key=True,
                                help="set kubernetes: {runtime: dynamo, dynamo: {version: ...}}")
+            if d.planner is not None and (m.sla is None or m.sla.ttft_ms is None or m.sla.tpot_ms is None):
+                yield ctx.diag(self, _dpath(name, "planner"), "Dynamo's planner scales the roles against TTFT and "
+                               f"ITL targets, and model {name!r} has no `sla` with both ttft_ms and tpot_ms", key=True,
+                               help="add sla: {ttft_ms: ..., tpot_ms: ...} to the model")
             if d.planner is not None:
                 pool_roles = {u.role for u in units if u.host in ctx.spec.hosts
                               and ctx.spec.hosts[u.host].deploy == "kubernetes"}

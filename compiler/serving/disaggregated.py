@@ -117,3 +117,42 @@ def server_config(ir: Resolved, model: str) -> dict:
         urls = [s.url for s in listed if s.role == role]
         config[SECTIONS[role]] = {"num_instances": len(urls), "urls": urls, "router": dict(router)}
     return config
+
+
+# --- Dynamo (Kubernetes) -------------------------------------------------------------------------
+def component_type(role: str) -> str:
+    """A role's DGD component type (v1beta1: prefill or decode, which the planner scales)."""
+    return facts.fact("dynamo")["role_component_type_v1beta1"][role]
+
+
+def worker_args(role: str) -> list[str]:
+    """What `python3 -m dynamo.trtllm` adds for a role's worker."""
+    return [facts.fact("dynamo")["worker_flag"], role]
+
+
+def frontend_args(rm: ResolvedModel) -> list[str]:
+    """Dynamo frontend arguments for a disaggregated model: KV-aware routing in the workers' block
+    size (the frontend's own default would differ from a tokens_per_block the spec sets)."""
+    d = rm.spec.serving.disaggregated
+    if not d.router.kv_aware:
+        return []
+    dyn = facts.fact("dynamo")
+    return [dyn["frontend_router_mode_flag"], dyn["frontend_kv_router_mode"],
+            dyn["frontend_block_size_flag"], str(role_spec(rm, "prefill").runtime.tokens_per_block)]
+
+
+def planner_config(rm: ResolvedModel) -> dict:
+    """The JSON the planner's --config takes: SLA-driven scaling of this model's two roles."""
+    m = rm.spec
+    d = m.serving.disaggregated
+    p = d.planner
+    gpus = {role: role_spec(rm, role).parallelism.tp * role_spec(rm, role).parallelism.pp for role in ROLES}
+    config: dict = {"environment": "kubernetes", "backend": "trtllm", "mode": "disagg", "optimization_target": "sla",
+                    "ttft_ms": m.sla.ttft_ms, "itl_ms": m.sla.tpot_ms, "min_endpoint": p.min_replicas,
+                    "enable_throughput_scaling": True, "enable_load_scaling": True,
+                    "prefill_engine_num_gpu": gpus["prefill"], "decode_engine_num_gpu": gpus["decode"]}
+    if p.max_gpus is not None:
+        config["max_gpu_budget"] = p.max_gpus
+    if p.adjustment_interval_s is not None:
+        config["throughput_adjustment_interval_seconds"] = p.adjustment_interval_s
+    return config

@@ -502,21 +502,24 @@ class DisaggRouter(SpecModel):
 
 
 class DisaggPlanner(SpecModel):
-    """Dynamo's planner, scaling the prefill and decode workers against the model's `sla`
-    (Kubernetes with `runtime: dynamo` only, K162)."""
+    """Dynamo's planner: a component of the model's DynamoGraphDeployment that scales the prefill
+    and decode workers against the model's `sla` (ttft_ms and tpot_ms, its itl). Kubernetes with
+    `runtime: dynamo` only (K162)."""
+
+    image: PinnedImage
+    """The planner's image, pinned by digest: Dynamo's `dynamo-planner:<version>` (from Dynamo 1.1
+    the backend runtime images no longer carry the planner's dependencies)."""
 
     min_replicas: Annotated[int, Field(ge=1, le=10000)] = 1
-    """Fewest replicas the planner keeps of each role."""
+    """Fewest workers the planner keeps of each role (its min_endpoint)."""
 
-    max_replicas: Annotated[int, Field(ge=1, le=10000)] | None = None
-    """Most replicas of each role (default: what the node pools hold)."""
+    max_gpus: Annotated[int, Field(ge=1, le=100000)] | None = None
+    """Most GPUs the planner may give both roles together (its max_gpu_budget). Default: no limit
+    but the node pools'."""
 
-    @model_validator(mode="after")
-    def _order(self) -> "DisaggPlanner":
-        if self.max_replicas is not None and self.max_replicas < self.min_replicas:
-            raise value_error(f"max_replicas ({self.max_replicas}) is below min_replicas ({self.min_replicas})",
-                              key="max_replicas")
-        return self
+    adjustment_interval_s: Annotated[int, Field(ge=1, le=86400)] | None = None
+    """Seconds between the planner's throughput-based scaling decisions
+    (throughput_adjustment_interval_seconds). Default: Dynamo's."""
 
 
 class Disaggregated(SpecModel):
