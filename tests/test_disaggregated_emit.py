@@ -9,7 +9,7 @@ from pathlib import Path
 
 from compiler.catalog import disaggregated as facts
 from compiler.pipeline import validate_path, validate_text
-from compiler.serving import disaggregated as emit
+from compiler.actions import disaggregated as emit
 
 from .test_llmapi_options import FIELDS, check
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from compiler.actions import llmapi
 from compiler.catalog import disaggregated as facts
-from compiler.ir.disaggregated import buffer_tokens, router_host
 from compiler.ir import Resolved, ResolvedModel
+from compiler.ir.disaggregated import buffer_tokens, router_host
+
+from . import llmapi
 
 ROLES = ("prefill", "decode")
 #: the disaggregated server's section per role (tensorrt_llm/llmapi/disagg_utils.py)
