@@ -5,6 +5,7 @@ disaggregated server's config uses only the keys its parser reads."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from compiler.catalog import disaggregated as facts
@@ -102,3 +103,34 @@ def test_dynamo_pieces_follow_the_facts() -> None:
     assert set(config) <= set(facts.fact("dynamo_planner")["config_keys"])
     assert (config["ttft_ms"], config["itl_ms"], config["max_gpu_budget"]) == (2000, 40, 16)
     assert (config["prefill_engine_num_gpu"], config["decode_engine_num_gpu"]) == (1, 4)
+
+
+def test_the_action_writes_each_roles_options_and_the_routers_config(tmp_path) -> None:
+    """`disagg-options/<model>` as the executor runs it: the files parse back to what the pure
+    functions give, and the same spec gives the same bytes."""
+    import logging
+
+    import yaml
+
+    from compiler.actions import disaggregated as kind
+    from compiler.actions.base import LowerContext
+    from compiler.graph.inputs import DigestCache
+    from compiler.graph.kinds import RunContext
+
+    ir = _ir()
+    [action] = kind.KIND.lower(LowerContext(ir, DigestCache(None)))
+    assert action.id == "disagg-options/chat"
+    outs = []
+    for n in range(2):
+        out = tmp_path / str(n)
+        out.mkdir()
+        kind.KIND.run(action.params, RunContext(out, {}, {}, logging.getLogger("test")))
+        outs.append({p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()})
+    assert outs[0] == outs[1]
+    assert sorted(outs[0]) == ["decode/llm-api-options.yaml", "disagg-config.yaml", "environment.json",
+                               "prefill/llm-api-options.yaml"]
+    for role in emit.ROLES:
+        assert yaml.safe_load(outs[0][f"{role}/llm-api-options.yaml"]) == emit.role_options(
+            ir.models["chat"], role, "1.2.1")
+    assert yaml.safe_load(outs[0]["disagg-config.yaml"]) == emit.server_config(ir, "chat")
+    assert json.loads(outs[0]["environment.json"]) == {"UCX_TLS": "cuda_copy,cuda_ipc,tcp"}
