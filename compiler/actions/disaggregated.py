@@ -14,31 +14,22 @@ from typing import Any
 from compiler.catalog import disaggregated as facts
 from compiler.graph.model import Action
 from compiler.ir import Resolved, ResolvedModel
-from compiler.ir.disaggregated import buffer_tokens, router_host
+from compiler.ir.disaggregated import ROLES, buffer_tokens, router_host
+from compiler.ir.disaggregated import role_spec as _role_spec
 from compiler.serving.yamlout import dump_yaml
 from compiler.store.canonical import pretty_json
 
 from . import llmapi
 from .base import ActionKind, LowerContext, Params, RunContext
 
-ROLES = ("prefill", "decode")
 #: the disaggregated server's section per role (tensorrt_llm/llmapi/disagg_utils.py)
 SECTIONS = {"prefill": "context_servers", "decode": "generation_servers"}
 LISTEN = "0.0.0.0"
 
 
 def role_spec(rm: ResolvedModel, role: str):
-    """The model as one role's servers run it: the role's parallelism, and its limits, runtime
-    options and attention backend where it sets them (the rest is the model's)."""
-    m = rm.spec
-    r = m.serving.disaggregated.role(role)
-    limits = {k: v for k, v in r.limits.model_dump().items() if v is not None}
-    runtime = {k: v for k, v in r.runtime.model_dump().items() if v is not None and k != "overlap_scheduler"}
-    kernels = {"attention": r.attention} if r.attention is not None else {}
-    return m.model_copy(update={"parallelism": r.parallelism,
-                                "limits": m.limits.model_copy(update=limits),
-                                "runtime": m.runtime.model_copy(update=runtime),
-                                "kernels": m.kernels.model_copy(update=kernels)})
+    """The model as one role's servers run it (compiler/ir/disaggregated.py)."""
+    return _role_spec(rm.spec, role)
 
 
 def overlap_disabled(rm: ResolvedModel, role: str, tensorrt_llm: str) -> bool:
