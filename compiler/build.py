@@ -6,7 +6,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.actions import REGISTRY
 from compiler.graph.builder import Builder, Selection
 from compiler.graph.executor import ActionResult, Interrupt, execute
 from compiler.graph.inputs import DigestCache
@@ -17,6 +16,7 @@ from compiler.lower import lower_or_report
 from compiler.pipeline import Options, Validation, validate_path
 from compiler.release import build_manifest, manifest_sections
 from compiler.store.local import LocalStore
+from compiler.targets import REGISTRY
 
 DEFAULT_STORE = Path(".kiln/store")
 

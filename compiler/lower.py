@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from compiler.actions import REGISTRY
 from compiler.actions.base import InputUnreadable, LowerContext, input_spec_path
 from compiler.diagnostics import Diagnostic
 from compiler.graph.inputs import DigestCache
@@ -12,6 +11,7 @@ from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
 from compiler.ir.inputs import InputUnusable
 from compiler.pipeline import Validation
+from compiler.targets import REGISTRY
 
 
 class NotBuildable(Exception):

@@ -2,7 +2,7 @@
 source tree, so an installed wheel finds them as a checkout does).
 
   compiler/templates/<set>/   Jinja2 templates and verbatim files: ci, host, image, k8s, starter, triton
-  compiler/*/data/*.json      data files (catalog/data, actions/data)
+  compiler/*/data/*.json      data files (catalog/data, actions/data, capacity/data, runtimes/data)
 
 Templates are read with jinja2.FileSystemLoader and hashed file by file (action keys carry their
 digests), so a template set is handed out as a directory on disk: pip installs a wheel unpacked,

@@ -2,9 +2,9 @@
 
 The tree is the `k8s-release` artifact's, made by the same actions a build runs (the node layer,
 the workloads, the LLM-API options a DynamoGraphDeployment carries), except that each pool's
-serving image, which only a build with the weights, Docker and the runtime image can make, is a
-placeholder: `kiln-placeholder.invalid/<image action>:unbuilt`. The `.invalid` top-level domain is
-reserved (RFC 2606) and never resolves, so no registry can serve an image under that name (a
+serving image and each model's weights image, which only a build with the weights, Docker and the
+runtime image can make, are placeholders: `kiln-placeholder.invalid/<image action>:unbuilt`. The
+`.invalid` top-level domain is reserved (RFC 2606) and never resolves, so no registry can serve an image under that name (a
 bare `kiln-placeholder/...` would be a Docker Hub name anyone could claim).
 
 It must never pass for a release: nothing is written to the store, no release manifest is
@@ -21,15 +21,17 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from compiler.actions import REGISTRY
 from compiler.actions import image as image_kind
-from compiler.actions.k8s_release import KIND as RELEASE
+from compiler.actions import weights_image
+from compiler.targets.kubernetes.k8s_release import KIND as RELEASE
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import KindRegistry, RunContext
 from compiler.graph.model import Graph
-from compiler.k8s import tree
 from compiler.lower import lower_or_report
 from compiler.pipeline import Options, Validation, validate_path
+from compiler.targets import REGISTRY
+from compiler.targets.kubernetes import tree
+from compiler.targets.kubernetes.k8s_release import KIND as RELEASE
 
 PLACEHOLDER_REGISTRY = "kiln-placeholder.invalid"
 PLACEHOLDER_TAG = "unbuilt"
@@ -38,6 +40,9 @@ NOTE = ("rendered for review by `kiln render`: the images are placeholders (kiln
         "not a release, do not apply")
 MARKER = "RENDERED-FOR-REVIEW"
 LOG = logging.getLogger("kiln.render")
+# the images a review cannot build, by kind -> the file its push records: each pool's serving image
+# and each model's weights image (a placeholder reference in an image volume is as unpullable)
+PLACEHOLDERS = {image_kind.KIND.kind: image_kind.OUTPUT, weights_image.KIND.kind: weights_image.OUTPUT}
 
 
 class RenderError(Exception):
@@ -60,7 +65,7 @@ def _needed(graph: Graph) -> list[str]:
         if aid in seen:
             continue
         seen.add(aid)
-        if graph.actions[aid].kind != image_kind.KIND.kind:
+        if graph.actions[aid].kind not in PLACEHOLDERS:
             stack.extend(graph.actions[aid].deps)
     return [aid for aid in graph.order if aid in seen]
 
@@ -75,8 +80,8 @@ def render_tree(graph: Graph, work: Path, kinds: KindRegistry = REGISTRY) -> Pat
         action = graph.actions[aid]
         out = work / "parts" / aid.replace("/", "__")
         out.mkdir(parents=True)
-        if action.kind == image_kind.KIND.kind:
-            (out / image_kind.OUTPUT).write_text(json.dumps(placeholder(aid)), encoding="utf-8")
+        if action.kind in PLACEHOLDERS:
+            (out / PLACEHOLDERS[action.kind]).write_text(json.dumps(placeholder(aid)), encoding="utf-8")
         else:
             # what a review cannot have (a GPU, Docker, the network) must not be reached from the tree
             if action.needs or action.files:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from compiler.actions import REGISTRY
 from compiler.actions.base import LowerContext
 from compiler.diagnostics import Diagnostic
 from compiler.graph.inputs import DigestCache
@@ -22,6 +21,7 @@ from compiler.ir import Resolved
 from compiler.ir.measured import MeasuredLimitStale, TuneRecord, spec_changes
 from compiler.store.canonical import canonical_json
 from compiler.store.local import sha256_bytes
+from compiler.targets import REGISTRY
 
 
 def lower_graph(ir: Resolved, digests: DigestCache | None = None) -> Graph:

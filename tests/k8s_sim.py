@@ -19,6 +19,10 @@ Kiln's code), for the change-matrix test (tests/test_k8s_change_matrix.py):
                        free extended resources cover its limits; the least allocated node wins
   Eviction API         policy/v1: an eviction is refused while the workload's unavailable pods
                        would exceed its PDB's maxUnavailable
+  kubelet image store  a pod's container images and image volumes (volumes[].image, pulled like a
+                       container image) are pulled by the node it lands on unless the node has
+                       them already (pullPolicy IfNotPresent, references by digest); `pulls`
+                       records (node, reference) of each pull
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class Pod:
     template: str  # identity of the pod template (a change rolls the pods)
     shape: str | None = None  # the kiln.io/shape label
     node: str | None = None
+    images: tuple = ()  # references its node must hold: container images and image volumes
 
 
 @dataclass
@@ -53,6 +58,7 @@ class Node:
     layout: str  # the layout the GPUs carry now
     state: str = "success"
     cordoned: bool = False
+    images: set = field(default_factory=set)  # references the node's image store holds
 
 
 @dataclass
@@ -62,6 +68,14 @@ class Tree:
     pools: dict  # name -> (selector dict, layout, nodes, max_unavailable)
     workloads: dict  # workload -> (model, pool, replicas, selector, limits, template, pdb, shape)
     dgds: dict  # model -> {component: (power annotation, gpu count)}
+    images: dict = field(default_factory=dict)  # workload -> references its pods pull
+
+
+def pod_images(pod_spec: dict) -> tuple:
+    """What the kubelet pulls for a pod: its containers' images and its image volumes."""
+    refs = {c["image"] for c in pod_spec.get("initContainers", []) + pod_spec["containers"]}
+    refs |= {v["image"]["reference"] for v in pod_spec.get("volumes", []) if "image" in v}
+    return tuple(sorted(refs))
 
 
 def _docs(path: Path) -> list[dict]:
@@ -77,7 +91,7 @@ def read_tree(root: Path) -> Tree:
         if line.startswith("pool "):
             _, name, selector, layout, nodes, batch = shlex.split(line)
             pools[name] = (dict(kv.split("=", 1) for kv in selector.split(",")), layout, int(nodes), int(batch))
-    workloads, dgds = {}, {}
+    workloads, dgds, images = {}, {}, {}
     pdbs = {d["metadata"]["name"]: (d["spec"]["maxUnavailable"], d["spec"]["selector"]["matchLabels"])
             for p in sorted((root / "disruption-budgets").glob("*.yaml")) for d in _docs(p)}
     for p in sorted((root / "workloads").glob("*.yaml")):
@@ -91,6 +105,7 @@ def read_tree(root: Path) -> Tree:
                 workloads[d["metadata"]["name"]] = (labels["kiln.io/model"], labels["kiln.io/pool"], d["spec"]["replicas"],
                                                     spec["nodeSelector"], limits, repr(d["spec"]["template"]),
                                                     pdbs.get(d["metadata"]["name"]), labels.get("kiln.io/shape"))
+                images[d["metadata"]["name"]] = pod_images(spec)
             elif d["kind"] == "DynamoGraphDeployment":
                 model = d["metadata"]["name"]
                 dgds[model] = {}
@@ -104,7 +119,8 @@ def read_tree(root: Path) -> Tree:
                     dgds[model][c["name"]] = (power, limits.get("nvidia.com/gpu"))
                     workloads[f"{model}/{c['name']}"] = (model, t["metadata"]["labels"]["kiln.io/pool"], c["replicas"],
                                                          t["spec"]["nodeSelector"], limits, repr(t), None, None)
-    return Tree(values["mig"]["strategy"], layouts, pools, workloads, dgds)
+                    images[f"{model}/{c['name']}"] = pod_images(t["spec"])
+    return Tree(values["mig"]["strategy"], layouts, pools, workloads, dgds, images)
 
 
 # --- GFD and the device plugin ------------------------------------------------------------------------
@@ -145,9 +161,10 @@ class Cluster:
         self.live_layouts = dict(tree.layouts)
         self.pods: list[Pod] = []
         self.events: list[tuple] = []
+        self.pulls: list[tuple] = []  # (node, reference) of every image the nodes pulled
         self.floor: dict[str, int] = {}  # model -> fewest running pods seen
         self.refresh_labels()
-        self.deploy(tree.workloads)
+        self.deploy(tree.workloads, tree.images)
 
     # GFD
     def refresh_labels(self) -> None:
@@ -186,6 +203,11 @@ class Cluster:
                     fits.append((sum(1 for q in self.pods if q.node == n.name), n.name))
             if fits:
                 p.node = min(fits)[1]
+                node = self.nodes[p.node]
+                for ref in p.images:
+                    if ref not in node.images:
+                        node.images.add(ref)
+                        self.pulls.append((node.name, ref))
         self.observe()
 
     def observe(self) -> None:
@@ -196,9 +218,10 @@ class Cluster:
     def pending(self) -> list[Pod]:
         return [p for p in self.pods if p.node is None]
 
-    def deploy(self, workloads: dict) -> None:
+    def deploy(self, workloads: dict, images: dict) -> None:
         for name, (model, pool, replicas, selector, limits, template, _, shape) in workloads.items():
-            self.pods += [Pod(name, model, pool, selector, limits, template, shape) for _ in range(replicas)]
+            self.pods += [Pod(name, model, pool, selector, limits, template, shape, images=images.get(name, ()))
+                          for _ in range(replicas)]
         self.schedule()
 
     # the Eviction API under the PDBs in force
@@ -249,7 +272,7 @@ class Cluster:
         pdbs = {name: w[6] for name, w in new.workloads.items() if w[6]}
         self.live_layouts = {**{n.layout: self.live_layouts[n.layout] for n in self.nodes.values()
                                 if n.layout in self.live_layouts}, **new.layouts}
-        self.tree = Tree(new.strategy, new.layouts, new.pools, old.workloads, new.dgds)
+        self.tree = Tree(new.strategy, new.layouts, new.pools, old.workloads, new.dgds, old.images)
         if new.strategy != old.strategy:  # the device plugin re-advertises the MIG nodes' devices
             self.refresh_labels()
             self.events += [("node-relayout", p, "strategy") for p, v in sorted(new.pools.items())
@@ -283,7 +306,7 @@ class Cluster:
             if prev is None or recreated:
                 if not recreated:
                     self.events.append(("new", w[1], name))
-                self.deploy({name: w})
+                self.deploy({name: w}, new.images)
                 continue
             if prev[5] != w[5]:
                 self.events.append(("workload-roll", w[1], name))
@@ -291,6 +314,6 @@ class Cluster:
                 self.events.append(("replicas", w[1], name))
             if prev[5] != w[5] or prev[2] != w[2]:
                 self.pods = [p for p in self.pods if p.workload != name]
-                self.deploy({name: w})
+                self.deploy({name: w}, new.images)
         self.tree = new
         self.schedule()

@@ -1,9 +1,10 @@
 """Rendering a spec's Kubernetes tree in tests, without building models or images.
 
 The k8s actions (and the LLM-API options they read) run for real; the one input that needs a
-GPU-scale build is each pool's pushed image, so `image/<pool>` is given as the image.json a push
-records, with a digest derived from that action's key: an image whose key does not change keeps
-its digest, as a real registry would (tests/test_k8s.py builds real images on the quickstart).
+GPU-scale build is each pool's pushed image and each model's weights image, so `image/<pool>` and
+`weights-image/<model>` are given as the JSON a push records, with a digest derived from that
+action's key: an image whose key does not change keeps its digest, as a real registry would
+(tests/test_image.py builds real images on the quickstart).
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from compiler.actions import REGISTRY
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import RunContext
 from compiler.graph.model import Graph
 from compiler.lower import lower
 from compiler.pipeline import validate_path, validate_text
+from compiler.targets import REGISTRY
 
 LOG = logging.getLogger("k8s-tree")
+PUSHED = {"image": "image.json", "weights-image": "weights-image.json"}  # kind -> what its push records
 
 
 def graph_of(spec: Path, work: Path, text: str | None = None) -> Graph:
@@ -45,13 +47,13 @@ def render(graph: Graph, work: Path) -> Path:
     dirs: dict[str, Path] = {}
     for aid in graph.order:
         action = graph.actions[aid]
-        if not (action.kind.startswith("k8s-") or action.kind in ("image", "llmapi-options")):
+        if not (action.kind.startswith("k8s-") or action.kind in ("image", "weights-image", "llmapi-options")):
             continue
         out = work / "parts" / aid.replace("/", "__")
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
-        if action.kind == "image":
-            (out / "image.json").write_text(json.dumps(image_json(graph, aid)), encoding="utf-8")
+        if action.kind in PUSHED:
+            (out / PUSHED[action.kind]).write_text(json.dumps(image_json(graph, aid)), encoding="utf-8")
         else:
             REGISTRY[action.kind].run(action.params, RunContext(out, {}, {d: dirs[d] for d in action.deps}, LOG))
         dirs[aid] = out

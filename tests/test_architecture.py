@@ -42,8 +42,8 @@ def test_layers() -> None:
     assert deps("boundedjson") == set()
     assert deps("catalog") <= {"compiler.resources"}  # packaged data files
     # the front end: nothing below the checks reaches lowering, actions, the CLI or gitops
-    late = {"compiler.actions", "compiler.build", "compiler.lower", "compiler.gitops", "compiler.cli",
-            "compiler.release", "compiler.pipeline"}
+    late = {"compiler.actions", "compiler.targets", "compiler.build", "compiler.lower", "compiler.gitops",
+            "compiler.cli", "compiler.release", "compiler.pipeline"}
     for package in ("spec", "diagnostics", "catalog", "capacity", "ir", "checks"):
         assert not deps(package) & late, (package, deps(package) & late)
     assert "compiler.checks" not in deps("ir") and "compiler.checks" not in deps("diagnostics")
@@ -58,3 +58,196 @@ def test_the_slow_files_the_scheduler_puts_first_exist() -> None:
 
     here = Path(__file__).resolve().parent
     assert [name for name in SLOW_FILES if not (here / name).is_file()] == []
+
+
+# --- the deploy targets (compiler/targets/) ------------------------------------------------------------
+TARGETS_DIR = ROOT / "compiler" / "targets"
+EXAMPLES = ROOT / "examples"
+# Every kind the build knows (the ones before the targets had a package of their own, and the
+# weights image since): a move must not lose or add a kind.
+KINDS_BEFORE_THE_MOVE = {"spec-snapshot", "llmapi-options", "calibration-set", "model-source", "quantize",
+                         "quality-gate", "engine", "host-plan", "host-script", "capacity-report", "tokenizer",
+                         "triton-repo", "image-context", "image", "k8s-node-layer", "k8s-deployment", "k8s-dgd",
+                         "k8s-release", "weights-image"}
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The compiler modules a file imports, relative imports resolved (as scripts/import_cycles.py does)."""
+    import ast
+
+    module = list(path.relative_to(ROOT).with_suffix("").parts)
+    base = module[:-1]  # a package's __init__ and a module both resolve `.` to their directory
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            target = ".".join(base[:len(base) - (node.level - 1)] + ([node.module] if node.module else [])) \
+                if node.level else node.module or ""
+            out |= {target} | {f"{target}.{a.name}" for a in node.names}
+    return {m for m in out if m.startswith("compiler.")}
+
+
+def test_the_checks_and_the_ir_import_no_target() -> None:
+    edges = _script().import_edges()
+    for package in ("spec", "diagnostics", "catalog", "capacity", "ir", "checks", "actions", "graph"):
+        assert "compiler.targets" not in edges.get(f"compiler.{package}", set()), package
+
+
+def test_a_target_never_imports_another_target() -> None:
+    packages = sorted(p.name for p in TARGETS_DIR.iterdir() if (p / "__init__.py").is_file())
+    assert packages == ["hosts", "kubernetes"]
+    for name in packages:
+        others = tuple(f"compiler.targets.{o}" for o in packages if o != name)
+        for path in sorted((TARGETS_DIR / name).rglob("*.py")):
+            bad = {m for m in _imported_modules(path) if m.startswith(others) or m == "compiler.targets"}
+            assert not bad, (path.relative_to(ROOT).as_posix(), bad)
+
+
+def test_the_import_walk_sees_relative_and_absolute_imports(tmp_path: Path) -> None:
+    modules = _imported_modules(TARGETS_DIR / "kubernetes" / "k8s_nodes.py")
+    assert {"compiler.targets.kubernetes.nodelayer", "compiler.actions.gpustate"} <= modules
+
+
+def _resolved(example: str):
+    from compiler.pipeline import validate_path
+
+    result = validate_path(EXAMPLES / example / "kiln.yaml")
+    assert result.ok and result.resolved is not None, [d.message for d in result.diagnostics]
+    return result
+
+
+def test_every_registered_target_implements_the_protocol() -> None:
+    from compiler.graph.kinds import ActionKind
+    from compiler.graph.inputs import DigestCache
+    from compiler.lower import lower
+    from compiler.targets import REGISTRY, TARGETS
+    from compiler.targets.base import DeployTarget, in_scope
+
+    assert [t.name for t in TARGETS] == ["hosts", "kubernetes"]
+    deployed: dict[str, set[str]] = {}
+    for example in ("b200-mig-three-models", "k8s-two-pools"):
+        result = _resolved(example)
+        ir = result.resolved
+        graph = lower(result, DigestCache(None))
+        for target in TARGETS:
+            assert isinstance(target, DeployTarget) and target.disruption_scope in ("gpu", "pool"), target.name
+            assert target.kinds and all(isinstance(k, ActionKind) and k.kind in REGISTRY for k in target.kinds)
+            where = target.applies(ir)
+            assert where == sorted(where) and set(where) <= set(ir.hosts)
+            placement = target.placement(ir)
+            assert list(placement) == where
+            assert all(p.model in ir.models for placed in placement.values() for p in placed)
+            deployed.setdefault(target.name, set()).update(where)
+            # its kinds lower exactly what it says it deploys
+            own = {k.kind for k in target.kinds}
+            lowered = [aid for aid in graph.order if graph.actions[aid].kind in own]
+            assert bool(lowered) == bool(where), (example, target.name)
+            if target.name == "hosts":  # one plan and one script per host
+                assert sorted(aid.split("/", 1)[1] for aid in lowered) == sorted(where * 2)
+            # what its kinds would disrupt deploying this spec from nothing is of the target's scope
+            for aid in graph.order:
+                action = graph.actions[aid]
+                if action.kind in own:
+                    found = REGISTRY[action.kind].disruptions(None, action.params)
+                    assert all(in_scope(target.disruption_scope, d) for d in found), (aid, found)
+        # every host is deployed by exactly one target
+        claims = sorted(h for t in TARGETS for h in t.applies(ir))
+        assert claims == sorted(ir.hosts), example
+    assert deployed["hosts"] and deployed["kubernetes"]  # both examples exercise a target each
+
+
+def test_the_registry_is_the_common_kinds_then_each_targets() -> None:
+    from compiler.actions import COMMON
+    from compiler.targets import REGISTRY, TARGETS
+
+    names = [k.kind for k in REGISTRY]
+    assert set(names) == KINDS_BEFORE_THE_MOVE and len(names) == len(KINDS_BEFORE_THE_MOVE)
+    assert names == [k.kind for k in COMMON] + [k.kind for t in TARGETS for k in t.kinds]
+    owners = [k.kind for t in TARGETS for k in t.kinds]
+    assert len(owners) == len(set(owners)) and not set(owners) & {k.kind for k in COMMON}
+
+
+def test_the_lowering_order_of_the_kinds_changes_no_graph() -> None:
+    """The registry's order is the lowering order; the graph orders actions by id and dependency, so
+    reversing it changes no action, key or order (the targets' kinds moved after the common ones)."""
+    from compiler.graph.inputs import DigestCache
+    from compiler.graph.kinds import KindRegistry
+    from compiler.lower import lower
+    from compiler.targets import REGISTRY
+
+    for example in ("b200-mig-three-models", "k8s-two-pools"):
+        graph = lower(_resolved(example), DigestCache(None))
+        backwards = lower(_resolved(example), DigestCache(None), KindRegistry(reversed(list(REGISTRY))))
+        assert len(graph.order) > 3
+        assert (graph.order, graph.keys) == (backwards.order, backwards.keys), example
+        assert {a: graph.actions[a].params_json for a in graph.order} == \
+            {a: backwards.actions[a].params_json for a in backwards.order}
+
+# --- serving runtimes: one module and one data file each, behind one protocol -------------------
+def test_no_module_outside_the_runtimes_package_tests_a_runtime_by_name() -> None:
+    """A runtime's name appears in comparisons only inside compiler/runtimes: everything else asks
+    the registry (what it serves, ignores, listens on), so a new runtime is one module and one file."""
+    import ast
+
+    from compiler.runtimes import NAMES
+
+    found = []
+    for path in sorted((ROOT / "compiler").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("compiler/runtimes/") or rel.startswith("compiler/templates/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare):
+                for c in [node.left, *node.comparators]:
+                    names = [c] if isinstance(c, ast.Constant) else list(getattr(c, "elts", []))
+                    if any(isinstance(n, ast.Constant) and n.value in NAMES for n in names):
+                        found.append(f"{rel}:{node.lineno}")
+    assert found == []
+
+
+def test_every_runtime_has_its_module_and_data_file_and_the_spec_offers_exactly_them() -> None:
+    import typing
+
+    from compiler.runtimes import REGISTRY, ServingRuntime
+    from compiler.spec.models import Serving
+
+    for name, rt in REGISTRY.items():
+        assert isinstance(rt, ServingRuntime) and rt.name == name
+        module = name.replace("-", "_")
+        assert (ROOT / "compiler" / "runtimes" / f"{module}.py").is_file(), name
+        assert rt.data_file == f"{module}.json" and (ROOT / "compiler/runtimes/data" / rt.data_file).is_file()
+        assert rt.data["name"] == name
+    assert typing.get_args(Serving.model_fields["runtime"].annotation) == tuple(REGISTRY)
+
+
+def test_every_runtime_command_fits_its_own_flag_table() -> None:
+    """For each target a runtime serves, one GPU and several (tp, pp > 1): every rank's command line
+    passes the shared checker; a refused target raises ServingCommandError with the refusal."""
+    import pytest
+
+    from compiler.runtimes import REGISTRY, ServingCommandError, Unit
+    from compiler.runtimes.base import check_argv
+
+    ports = {"http": 8000, "grpc": 8001, "metrics": 8002}
+    for rt in REGISTRY.values():
+        for target in ("llmapi", "engine"):
+            for tp, pp in ((1, 1), (2, 1), (2, 2)):
+                unit = Unit(model="m", target=target, ports=ports, tp=tp, pp=pp, gpus=tp * pp)
+                if target not in rt.targets:
+                    assert rt.refusal(target)
+                    with pytest.raises(ServingCommandError, match="target only"):
+                        rt.serve(unit)
+                    continue
+                serving = rt.serve(unit)
+                argvs = rt.rank_commands(serving.command)
+                assert len(argvs) == serving.ranks == rt.ranks(unit) >= 1
+                assert all(check_argv(rt.data, argv) == [] for argv in argvs)
+                assert serving.listens == [ports[k] for k in rt.ports] and serving.port == ports["http"]
+                assert serving.ready and serving.files and rt.live.startswith("/")
+                assert check_argv(rt.data, [*argvs[0], "--no-such-flag"]) == [f"--no-such-flag is not a "
+                                                                             f"{rt.data['program']} flag"]
+                assert rt.restarts(serving, serving) == []
+                moved = rt.serve(Unit(model="m", target=target, ports={**ports, "http": 9000}, tp=tp, pp=pp,
+                                      gpus=tp * pp))
+                assert "command" in rt.restarts(serving, moved)

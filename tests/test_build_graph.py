@@ -120,10 +120,10 @@ class Row:
     reasons: dict[str, str] = field(default_factory=dict)  # action -> text one of its reasons contains
 
 ROWS = [
-    Row("serving-queue-delay", MIG,
-        replace_once("kiln.yaml", "max_queue_delay_us: 50", "max_queue_delay_us: 75"),
+    Row("serving-queue-size", MIG,
+        replace_once("kiln.yaml", "max_queue_size: 256", "max_queue_size: 300"),
         frozenset({"triton-repo/b200-a", "image-context/b200-a", "image/b200-a", "spec-snapshot"}),
-        {"spec-snapshot": "models.intent.serving.max_queue_delay_us: 50 -> 75"}),
+        {"spec-snapshot": "models.intent.serving.max_queue_size: 256 -> 300"}),
     Row("host-clocks", MIG,
         replace_once("kiln.yaml", "graphics_mhz: 1965", "graphics_mhz: 1800"),
         frozenset({"host-plan/b200-a", "host-script/b200-a", "spec-snapshot"}),

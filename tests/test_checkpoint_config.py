@@ -204,8 +204,8 @@ def test_the_quantize_key_names_the_builder_toolchain_and_the_runtime_schema(tmp
 def test_a_runtime_pin_outside_the_table_is_refused_by_validate_and_by_the_actions(tmp_path: Path) -> None:
     """`kiln validate` refuses the pin (K808 at toolchain.tensorrt_llm) before a build would; the
     actions refuse it too, before any model loads, should a graph ever carry no plan."""
-    from compiler.actions import REGISTRY
     from compiler.pipeline import validate_path
+    from compiler.targets import REGISTRY
 
     spec = quickstart_copy(tmp_path / "spec", {'tensorrt_llm: "1.2.1"': 'tensorrt_llm: "1.3.0"',
                                                IMAGE_TAG: "26.09-trtllm-python-py3"})

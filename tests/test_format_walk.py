@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from compiler.actions import REGISTRY
 from compiler.graph.inputs import DigestCache
 from compiler.lower import lower
 from compiler.pipeline import validate_loaded, validate_text
 from compiler.spec.loader import LoadResult, load_text
 from compiler.spec.models import ActivationFormat, KvCacheFormat, WeightFormat
+from compiler.targets import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = ("nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3@sha256:"

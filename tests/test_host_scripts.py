@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,11 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from compiler.actions import REGISTRY, hostplan, hostscript, runtimes
+from compiler.actions import runtimes
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import Disruption, RunContext
 from compiler.lower import lower
 from compiler.pipeline import validate_path
+from compiler.targets import REGISTRY
+from compiler.targets.hosts import hostplan, hostscript
 from tests.fakes import fake_host
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -806,3 +809,50 @@ def test_read_only_calls_never_write_the_state(tmp_path: Path) -> None:
     listing = smi(state, "-i", "0", "-L").stdout.splitlines()
     assert listing[0].startswith("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-")
     assert listing[1].startswith("  MIG 1g.10gb     Device  0: (UUID: MIG-")
+
+
+# --- CPU pinning follows the GPUs' NUMA nodes (issue 22, item 7) --------------------------------
+def fake_sysfs(root: Path, gpu_nodes: dict[int, int], node_cpus: dict[int, str]) -> Path:
+    """/sys as Linux lays it out: each GPU's PCI device (bus ids as the stand-in nvidia-smi gives
+    them, 00000000:18:00.0 for GPU 0, in sysfs's 4-digit-domain form) with its numa_node, and each
+    node's cpulist."""
+    for gpu, node in gpu_nodes.items():
+        dev = root / "bus" / "pci" / "devices" / f"0000:{0x18 + 0x10 * gpu:02x}:00.0"
+        dev.mkdir(parents=True)
+        (dev / "numa_node").write_text(f"{node}\n")
+    for node, cpus in node_cpus.items():
+        where = root / "devices" / "system" / "node" / f"node{node}"
+        where.mkdir(parents=True)
+        (where / "cpulist").write_text(cpus + "\n")
+    return root
+
+
+def planned_cpusets(h: Host, script: Path, sysfs: Path) -> list[str]:
+    """The CPUs a dry run would start each serving container on, in unit order."""
+    docker = h.root / "fake-docker"  # answers `info` (reachable) and lists no containers
+    docker.write_text('#!/bin/sh\ncase "$1" in info|ps) exit 0 ;; *) exit 1 ;; esac\n')
+    docker.chmod(0o755)
+    proc = h.run(script, "--dry-run", "--image", "serving:1", env={"KILN_DOCKER": str(docker), "KILN_SYSFS": str(sysfs)})
+    assert proc.returncode == 0, output(proc)
+    return re.findall(r"^would: container \S+ \(missing\): start .*, CPUs (\S+)$", proc.stdout, re.M)
+
+
+def test_units_are_pinned_to_the_cpus_of_their_gpus_numa_node(tmp_path: Path) -> None:
+    """b200-a: three MIG units on GPU 0 (node 0), three on GPU 1 (node 1). Each unit's CPUs are
+    its GPU's node's, split evenly between the node's units; a host that does not say where its
+    GPUs sit (numa_node -1, or no sysfs) splits all its CPUs between all units, as before."""
+    plan, files = b200()
+    script = write_script(files, tmp_path / "script")
+    (tmp_path / "host").mkdir()
+    h = Host(tmp_path / "host", plan)
+    assert h.run(script).returncode == 0  # converged: the MIG devices exist
+    two_sockets = fake_sysfs(tmp_path / "sys2", {0: 0, 1: 1}, {0: "0-7,16-23", 1: "8-15,24-31"})
+    assert planned_cpusets(h, script, two_sockets) == ["0-4", "5-7,16-17", "18-22",
+                                                       "8-12", "13-15,24-25", "26-30"]
+    cpus = int(subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout)
+    per = cpus // 6
+    whole_host = [f"{k * per}-{k * per + per - 1}" if per > 1 else str(k * per) if per == 1 else str(k % cpus)
+                  for k in range(6)]
+    unknown = fake_sysfs(tmp_path / "sys1", {0: -1, 1: 0}, {0: "0-31"})
+    assert planned_cpusets(h, script, unknown) == whole_host
+    assert planned_cpusets(h, script, tmp_path / "no-sysfs") == whole_host

@@ -25,7 +25,7 @@ from ruamel.yaml import YAML
 
 from compiler.graph.plan import render_disruptions
 from compiler.gitops.semplan import host_disruptions
-from compiler.k8s import meta, nodelayer
+from compiler.targets.kubernetes import meta, nodelayer
 from tests.k8s_tree import graph_of, kustomize, render, tree_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,8 +154,16 @@ def test_tree_content(trees) -> None:
     assert big["replicas"] == 2 and big_c["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in big["template"]["spec"]["volumes"]
     artifacts = json.loads(deployments["big-b200-pool"]["metadata"]["annotations"][meta.ARTIFACTS_ANNOTATION])
-    assert list(artifacts) == ["image/b200-pool"] and \
+    assert list(artifacts) == ["image/b200-pool", "weights-image/big"] and \
         big["template"]["spec"]["containers"][0]["image"].endswith("@" + artifacts["image/b200-pool"])
+    # the weights are the model's own image, mounted read-only where the runtime reads them; the
+    # pool's serving image holds the runtime alone
+    weights = {"name": "weights", "image": {"reference": "registry.example.com/inference/fleet@"
+                                                         + artifacts["weights-image/big"], "pullPolicy": "IfNotPresent"}}
+    assert weights in big["template"]["spec"]["volumes"]
+    assert {"name": "weights", "mountPath": "/opt/kiln/models/big", "readOnly": True} in big_c["volumeMounts"]
+    chat_weights = next(v for v in pod["volumes"] if v["name"] == "weights")["image"]["reference"]
+    assert chat_weights != weights["image"]["reference"] and chat_weights != c["image"]
     pdbs = {o["metadata"]["name"]: o for o in _objects(root) if o["kind"] == "PodDisruptionBudget"}
     # one re-layout batch (1 node) holds 8 chat pods: the PDB lets them all be evicted
     assert set(pdbs) == set(deployments) and pdbs["chat-h100-pool"]["spec"]["maxUnavailable"] == 8
@@ -320,8 +328,13 @@ def test_dgd_has_the_v1beta1_shape(trees) -> None:
     assert main["resources"]["limits"]["nvidia.com/gpu"] == "8" and main["resources"]["requests"]["memory"]
     options = next(o for o in _objects(trees["k8s-two-pools-dynamo"])
                    if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("big-llm-api-options-"))
-    assert worker["podTemplate"]["spec"]["volumes"] == [{"name": "llm-api-options",
-                                                         "configMap": {"name": options["metadata"]["name"]}}]
+    artifacts = json.loads(big["metadata"]["annotations"][meta.ARTIFACTS_ANNOTATION])
+    assert worker["podTemplate"]["spec"]["volumes"] == [
+        {"name": "llm-api-options", "configMap": {"name": options["metadata"]["name"]}},
+        {"name": "weights", "image": {"reference": "registry.example.com/inference/fleet@" + artifacts["weights-image/big"],
+                                      "pullPolicy": "IfNotPresent"}}]
+    assert {"name": "weights", "mountPath": "/opt/kiln/models/big", "readOnly": True} in main["volumeMounts"]
+    assert main["args"][main["args"].index("--model-path") + 1] == "/opt/kiln/models/big"
     assert YAML_.load(options["data"]["llm-api-options.yaml"])["tensor_parallel_size"] == 8
     chat = next(d for d in dgds if d["metadata"]["name"] == "chat")
     chat_worker = next(c for c in chat["spec"]["components"] if c["type"] == "worker")
@@ -517,3 +530,20 @@ def test_plan_says_what_is_left_to_the_node_scripts(tmp_path: Path) -> None:
     base2 = graph_of(EXAMPLE, tmp_path / "c", EXAMPLE.read_text(encoding="utf-8").replace(bare, ""))
     items = [d for d in host_disruptions(base2, graph_of(EXAMPLE, tmp_path / "d", text.replace(bare, ""))) if d.pool]
     assert "not applied by the manifests" in items[0].detail and "node-tuning-h100-pool.sh" in items[0].detail
+
+
+# --- the weights image's layers ------------------------------------------------------------------
+def test_weights_image_layers() -> None:
+    """Files go into layers of at most the limit in path order; a larger file is a layer of its own;
+    the limit grows so that the layers never exceed the most an image may have."""
+    from compiler.actions.weights_image import layer_groups
+
+    files = [("config.json", 1), ("model-00001.safetensors", 6), ("model-00002.safetensors", 6),
+             ("model-00003.safetensors", 20), ("tokenizer.json", 2)]
+    assert layer_groups(files, limit=8, most=10) == [["config.json", "model-00001.safetensors"],
+                                                     ["model-00002.safetensors"], ["model-00003.safetensors"],
+                                                     ["tokenizer.json"]]
+    shards = [(f"model-{i:05d}.safetensors", 5) for i in range(100)]
+    groups = layer_groups(shards, limit=5, most=8)
+    assert len(groups) <= 8 and [f for g in groups for f in g] == [f for f, _ in shards]
+    assert layer_groups([("a", 1)], limit=8, most=1) == [["a"]]

@@ -1,5 +1,6 @@
 """The Kubernetes tree as an artifact, end to end with the real Docker Engine and registry: `kiln
-build` builds the pool's serving image and the tree that pins it by digest, the release manifest
+build` builds the pool's serving image (the runtime alone) and the model's weights image (the
+checkpoint alone) and the tree that pins both by digest, mounting the weights, the release manifest
 lists the tree, `kubectl kustomize` builds it from the store, `kiln publish` pushes it like every
 artifact, and reverting a change gives the earlier tree byte for byte without building anything.
 
@@ -22,7 +23,7 @@ from ruamel.yaml import YAML
 
 from compiler.actions import dockerbuild
 from compiler.build import build_spec, open_store
-from compiler.k8s import meta
+from compiler.targets.kubernetes import meta
 from tests.k8s_tree import kustomize, tree_files
 from tests.services import docker_reachable
 
@@ -82,6 +83,23 @@ def _write(spec_dir: Path, registry, base: str, profile: str) -> Path:
     return spec
 
 
+def _image_files(reference: str) -> set[str]:
+    """The files of an image's layers (what an image volume shows), read from `docker save`."""
+    import io
+    import tarfile
+
+    with contextlib.closing(dockerbuild.connect()) as client:
+        client.images.pull(reference)
+        data = b"".join(client.images.get(reference).save())
+    outer = tarfile.open(fileobj=io.BytesIO(data))
+    layers = json.loads(outer.extractfile("manifest.json").read())[0]["Layers"]
+    out = set()
+    for layer in layers:
+        with tarfile.open(fileobj=outer.extractfile(layer)) as tar:
+            out |= {m.name.removeprefix("./") for m in tar.getmembers() if m.isfile()}
+    return out
+
+
 def _tree(store, outcome, dest: Path) -> Path:
     tree = outcome.results["k8s-release"].tree
     store.materialize(tree, dest)
@@ -113,6 +131,28 @@ def test_build_publish_and_revert_the_tree(tmp_path: Path, registry, base_image:
     assert deployment["metadata"]["annotations"][meta.SPEC_DIGEST_ANNOTATION] == manifest["spec"]["digest"]
     for o in built:
         kubernetes_validate.validate(o, meta.KUBERNETES_VERSION, strict=True)
+    # the weights are an image of their own, mounted where the runtime reads them; the pool's
+    # serving image holds the runtime alone
+    weights = manifest["weights"]["tiny"]["reference"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert {"name": "weights", "image": {"reference": weights, "pullPolicy": "IfNotPresent"}} in pod["volumes"]
+    assert {"name": "weights", "mountPath": "/opt/kiln/models/tiny", "readOnly": True} in container["volumeMounts"]
+    checkpoint = tmp_path / "checkpoint"
+    store.materialize(first.results["model-source/tiny"].tree, checkpoint)
+    assert _image_files(weights) == {p.relative_to(checkpoint).as_posix() for p in checkpoint.rglob("*") if p.is_file()}
+    assert not any(f.startswith("opt/kiln/models/") for f in _image_files(container["image"]))
+    # the same checkpoint pushes the same weights image when built afresh (none cached on the daemon)
+    from compiler.actions import weights_image
+    from compiler.graph.kinds import RunContext
+
+    action = first.graph.actions["weights-image/tiny"]
+    with contextlib.closing(dockerbuild.connect()) as client:
+        for img in client.images.list(name="kiln-weights-tiny"):
+            client.images.remove(img.id, force=True)
+    again = tmp_path / "weights-again"
+    again.mkdir()
+    weights_image.KIND.run(action.params, RunContext(again, {}, {action.params.checkpoint: checkpoint}, LOG))
+    assert json.loads((again / weights_image.OUTPUT).read_text())["reference"] == weights
 
     # kiln publish pushes the tree like every other artifact
     from compiler.gitops.artifacts import ARTIFACTS_REPO, artifact_tag

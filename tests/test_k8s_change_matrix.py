@@ -52,6 +52,10 @@ TP4 = (("parallelism: {tp: 8}", "parallelism: {tp: 4}"),
        ("      - index: [0, 1, 2, 3, 4, 5, 6, 7]\n        serves: big\n",
         "      - index: [0, 1, 2, 3]\n        serves: big\n      - index: [4, 5, 6, 7]\n        serves: big\n"))
 IMAGE = ("1c9567411b9b6377df4939d3d8f77723f0dd06505688ba4881833a7661da11e0", "2" * 64)
+# chat re-quantized on half the calibration samples: new weights, the same runtime, tokenizer and options
+WEIGHTS = ("      calibration: {data: data/calib-chat.jsonl, samples: 512, max_seq_len: 1024}\n    limits: {max_batch_size: 32",
+           "      calibration: {data: data/calib-chat.jsonl, samples: 256, max_seq_len: 1024}\n    limits: {max_batch_size: 32")
+IN_IMAGE = ("gpu_product: NVIDIA-H100-80GB-HBM3}", "gpu_product: NVIDIA-H100-80GB-HBM3, weights: in-image}")
 
 
 def _text(edits, dynamo: bool = False) -> str:
@@ -80,6 +84,10 @@ MATRIX = {
     "tp-dynamo": ((), TP4, True),
     "replicas": ((), (("node_pool: {nodes: 4,", "node_pool: {nodes: 6,"),), False),
     "image-bump": ((), (IMAGE,), False),
+    "weights-only": ((), (WEIGHTS,), False),
+    "weights-only-dynamo": ((), (WEIGHTS,), True),
+    "weights-in-image": ((IN_IMAGE,), (IN_IMAGE, WEIGHTS), False),
+    "weights-out-of-the-image": ((IN_IMAGE,), (), False),
     "model-gains-a-shape-dynamo": ((), (SECOND_SHAPE,), True),
     "remove-a-pool-dynamo": ((NEW_POOL,), (), True),
     "replicas-dynamo": ((), (("node_pool: {nodes: 4,", "node_pool: {nodes: 6,"),), True),
@@ -151,3 +159,36 @@ def test_change_applies_through_the_controllers(edit: str, tmp_path: Path) -> No
         else:
             simulated.add(e)
     assert planned == simulated, (sorted(planned - simulated), sorted(simulated - planned))
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["deployment", "dynamo"])
+def test_weight_change_rolls_and_pulls_only_that_models_weights(dynamo: bool, tmp_path: Path) -> None:
+    """Issue 21 item 8: with the weights out of the pool image, new weights for chat roll chat's
+    workload alone, and its nodes pull chat's weights image alone: no serving image, no other
+    model's weights. With `weights: in-image` the same edit rebuilds the pool's image, which every
+    workload of the pool pulls and rolls on."""
+    base_g = graph_of(EXAMPLE, tmp_path / "a", _text((), dynamo))
+    head_g = graph_of(EXAMPLE, tmp_path / "b", _text((WEIGHTS,), dynamo))
+    before, after = read_tree(render(base_g, tmp_path / "a")), read_tree(render(head_g, tmp_path / "b"))
+    cluster = Cluster(before, PRODUCTS, GPUS)
+    cluster.pulls = []
+    cluster.sync(after)
+    chat = [w for w in after.workloads if w.startswith("chat")]
+    assert {e[2] for e in cluster.events} == set(chat) and {e[0] for e in cluster.events} == {"workload-roll"}
+    new_refs = {r for w in chat for r in after.images[w]} - {r for w in chat for r in before.images[w]}
+    assert len(new_refs) == 1  # chat's weights image; its serving image is the same
+    assert {ref for _, ref in cluster.pulls} == new_refs
+    assert {n for n, _ in cluster.pulls} == {p.node for p in cluster.pods if p.model == "chat"}
+    for w in set(after.workloads) - set(chat):  # no other workload's image or weights changed
+        assert after.images[w] == before.images[w], w
+
+    base_g = graph_of(EXAMPLE, tmp_path / "c", _text((IN_IMAGE,), dynamo))
+    head_g = graph_of(EXAMPLE, tmp_path / "d", _text((IN_IMAGE, WEIGHTS), dynamo))
+    before, after = read_tree(render(base_g, tmp_path / "c")), read_tree(render(head_g, tmp_path / "d"))
+    cluster = Cluster(before, PRODUCTS, GPUS)
+    cluster.pulls = []
+    cluster.sync(after)
+    h100 = {w for w, v in after.workloads.items() if v[1] == "h100-pool"}
+    assert {e[2] for e in cluster.events} == h100 and len(h100) == 3
+    assert all(len(after.images[w]) == 1 for w in h100)  # the serving image alone: no weights volume
+    assert len({ref for _, ref in cluster.pulls}) == 1  # the rebuilt h100-pool image, with every checkpoint

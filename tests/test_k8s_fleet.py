@@ -146,7 +146,7 @@ def test_power_limit_change_on_dynamo_is_the_nodes(tmp_path: Path) -> None:
 def test_a_dgd_carrying_the_power_annotation_is_recreated_to_change_it() -> None:
     """A DGD an earlier Kiln wrote with the annotation: changing or dropping it is refused by the
     webhook (from Dynamo 1.6, unconfirmed in 1.6.1), as is the GPU count of such a worker."""
-    from compiler.actions.k8s_dgd import DgdParams, Worker, forbidden_changes
+    from compiler.targets.kubernetes.k8s_dgd import DgdParams, Worker, forbidden_changes
 
     def params(power, count, version="1.6.1"):
         w = Worker(component="worker-b200-pool", pool="b200-pool", replicas=2, image_action="image/b200-pool",
@@ -180,7 +180,7 @@ def test_forbidden_updates_by_dynamo_version(version: str, expected: set) -> Non
 # --- the MIG re-layout: script, Job, RBAC, PDB --------------------------------------------------------
 import re  # noqa: E402
 
-from compiler.k8s import nodelayer  # noqa: E402
+from compiler.targets.kubernetes import nodelayer  # noqa: E402
 
 # What each kubectl call of label-nodes.sh asks the API server for (kubectl's own requests: `get -l`
 # lists, `get NAME` gets, cordon/uncordon/label GET then PATCH, `create --raw` POSTs the URL, apply
@@ -314,12 +314,12 @@ def test_gpu_operator_helm_values(tmp_path: Path) -> None:
 
 
 def test_checks_do_not_import_the_emitters() -> None:
-    """The naming and mig-parted rules the checks use live below compiler/k8s/ (compiler/ir/)."""
+    """The naming and mig-parted rules the checks use live below compiler/targets/kubernetes/ (compiler/ir/)."""
     import ast
 
     for path in sorted((ROOT / "compiler" / "checks").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module:
-                assert not node.module.startswith("compiler.k8s"), f"{path.name} imports {node.module}"
+                assert not node.module.startswith("compiler.targets.kubernetes"), f"{path.name} imports {node.module}"
             if isinstance(node, ast.Import):
-                assert not any(a.name.startswith("compiler.k8s") for a in node.names), path.name
+                assert not any(a.name.startswith("compiler.targets.kubernetes") for a in node.names), path.name

@@ -18,7 +18,7 @@ from compiler import resources
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "compiler"
-DATA_DIRS = ("templates", "catalog/data", "actions/data", "capacity/data")
+DATA_DIRS = ("templates", "catalog/data", "actions/data", "capacity/data", "runtimes/data")
 
 
 def _shipped(path: Path) -> bool:

@@ -51,7 +51,7 @@ def test_a_clock_change_is_listed_per_gpu_without_a_reslice(tmp_path: Path) -> N
 
 def test_a_change_that_no_host_reads_disrupts_nothing(tmp_path: Path, capsys) -> None:
     spec, store = _built(tmp_path)
-    _edit(spec, "max_queue_delay_us: 50", "max_queue_delay_us: 75")
+    _edit(spec, "max_queue_size: 256", "max_queue_size: 300")
     assert plan_spec(spec, store).disruptions == []
     assert main(["plan", str(spec), "--store", str(store.root)]) == 0
     assert "Disruption: no host or GPU changes" in capsys.readouterr().out

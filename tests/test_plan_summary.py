@@ -45,3 +45,23 @@ def test_reasons_from_a_ref_of_another_shape_do_not_crash_the_plan(tmp_path: Pat
     doc = json.loads(capsys.readouterr().out)
     reasons = {a["id"]: a["reasons"] for a in doc["actions"]["actions"]}
     assert "models.tiny.quantization.calibration.data: the file's content changed" in reasons["calibration-set/tiny"]
+
+
+def test_the_plan_shows_the_processes_of_a_multi_rank_unit(tmp_path: Path, capsys) -> None:
+    """An engine of tp * pp > 1 runs one tritonserver per rank under mpirun: the plan says how many
+    processes the unit starts (text and json); the llmapi target's single process is not listed."""
+    import shutil
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "h200-tp8-llama70b"
+    spec = tmp_path / "spec"
+    shutil.copytree(example, spec, ignore=shutil.ignore_patterns("store", ".kiln"))
+    assert main(["plan", str(spec / "kiln.yaml"), "--store", str(tmp_path / "store")]) == 0
+    assert "Processes per serving unit" not in capsys.readouterr().out  # llmapi: the LLM spawns its workers
+    text = (spec / "kiln.yaml").read_text(encoding="utf-8")
+    (spec / "kiln.yaml").write_text(text.replace("kiln: v1\n", "kiln: v1\ntarget: engine\n", 1), encoding="utf-8")
+    main(["plan", str(spec / "kiln.yaml"), "--store", str(tmp_path / "store")])
+    out = capsys.readouterr().out
+    assert re.search(r"h200-node/gpu0\+1\+2\+3\+4\+5\+6\+7 +h200-node +llama70b +triton +8 +8 x 1", out), out
+    main(["plan", str(spec / "kiln.yaml"), "--store", str(tmp_path / "store"), "--format", "json"])
+    rows = json.loads(capsys.readouterr().out)["processes"]
+    assert [(r["model"], r["ranks"], r["tp"], r["pp"]) for r in rows] == [("llama70b", 8, 8, 1)]

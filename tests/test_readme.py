@@ -15,11 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 # Flags of the other programs the README documents, each with the file that defines it.
 PROVISION = "compiler/templates/host/provision.sh.j2"
-RUNTIMES = "compiler/actions/data/serving_runtimes.json"
+RUNTIMES = "compiler/runtimes/base.py"
 OTHER_TOOLS = {"--dry-run": PROVISION, "--ready-timeout": PROVISION, "--boot": PROVISION, "--force": PROVISION,
                "--check": PROVISION, "--image": PROVISION, "--gpus": PROVISION, "--restart": PROVISION,
                # docker run options and the image entrypoint's, from the serving runtimes' data
-               "--shm-size": RUNTIMES, "--ulimit": RUNTIMES, "--probe": "compiler/actions/runtimes.py",
+               "--shm-size": RUNTIMES, "--ulimit": RUNTIMES, "--cpuset-cpus": PROVISION, "--probe": "compiler/runtimes/base.py",
                "--dev": "scripts/install.sh",
                "--no-quantize": "scripts/install.sh", "--update-expectations": "tests/conftest.py"}
 

@@ -15,7 +15,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from compiler.cli import main
-from compiler.k8s import meta
+from compiler.targets.kubernetes import meta
 from compiler.review import MARKER, NOT_DEPLOYABLE, PLACEHOLDER_REGISTRY
 from tests.k8s_tree import kustomize, tree_files
 from tests.test_k8s import (EXAMPLE, GOLDEN, VARIANTS, _objects, _patch_schema, _pod_template, _shape,
@@ -62,8 +62,8 @@ def test_the_render_is_the_built_tree_but_for_the_images(variant: str, rendered)
 
     def norm(text: str) -> str:
         text = re.sub(r"registry\.example\.com/inference/fleet@sha256:[0-9a-f]{64}", "IMAGE", text)
-        text = re.sub(rf"{re.escape(PLACEHOLDER_REGISTRY)}/image-[a-z0-9-]+:unbuilt", "IMAGE", text)
-        return re.sub(r'"(image/[a-z0-9-]+)":"[^"]+"', r'"\1":"DIGEST"', text)
+        text = re.sub(rf"{re.escape(PLACEHOLDER_REGISTRY)}/(weights-)?image-[a-z0-9-]+:unbuilt", "IMAGE", text)
+        return re.sub(r'"((weights-)?image/[a-z0-9-]+)":"[^"]+"', r'"\1":"DIGEST"', text)
 
     for rel, data in want.items():
         if not rel.endswith(".yaml"):  # the node scripts name no image: the same bytes
@@ -93,6 +93,10 @@ def test_every_object_validates_and_every_kiln_image_is_a_placeholder(variant: s
                 images += [x["image"] for x in c["podTemplate"]["spec"]["containers"] if c["type"] == "worker"]
         elif o["kind"] == "Deployment":
             images += [x["image"] for x in o["spec"]["template"]["spec"]["containers"]]
+        pods = [c["podTemplate"] for c in o["spec"]["components"]] if o["kind"] == "DynamoGraphDeployment" else \
+            [o["spec"]["template"]] if o["kind"] == "Deployment" else []
+        images += [v["image"]["reference"] for p in pods for v in p["spec"].get("volumes", []) if "image" in v]
+    assert any("/weights-image-" in i for i in images)  # the weights images are placeholders too
     assert images and all(i.startswith(PLACEHOLDER_REGISTRY + "/") and i.endswith(":unbuilt") for i in images), images
     patch = YAML_.load((rendered[variant] / "node-layer" / "clusterpolicy-patch.yaml").read_text())
     assert not list(jsonschema.Draft7Validator(_patch_schema()).iter_errors(patch))

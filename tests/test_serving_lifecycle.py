@@ -1,8 +1,8 @@
 """Serving on a host: what each unit runs (Triton or trtllm-serve), that provision.sh leaves every
 unit serving (readiness wait, bounded, with a clear failure) and that a reboot brings serving back.
 
-The commands are checked against the pinned runtimes' flag sets (compiler/actions/data/
-serving_runtimes.json, with their sources). The host tests run the generated provision.sh
+The commands are checked against the pinned runtimes' flag sets (compiler/runtimes/data/
+<runtime>.json, with their sources). The host tests run the generated provision.sh
 against the nvidia-smi stand-in (the one piece of hardware that cannot exist here) and the real
 Docker daemon; inside the containers, stand-ins for tritonserver and trtllm-serve refuse any flag
 outside the pinned flag set and then serve their runtime's readiness paths with busybox httpd, a
@@ -25,13 +25,14 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from compiler.actions import hostscript, image_context, llmapi, runtimes
+from compiler.actions import image_context, llmapi, runtimes
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import RunContext
 from compiler.lower import lower
 from compiler.pipeline import validate_path
 from compiler.serving import layout
 from compiler.serving import triton as repo
+from compiler.targets.hosts import hostscript
 from tests.fakes import fake_host
 from tests.test_host_scripts import Host, example_files, output, write_script
 
@@ -160,7 +161,7 @@ needs_docker = pytest.mark.skipif(not docker_reachable(), reason="no Docker daem
 
 STAND_IN = r"""#!/bin/sh
 # Stand-in for {program} in the test image: refuses a flag outside the pinned flag set
-# (/etc/kiln-test/{program}.flags, from serving_runtimes.json), then, after a load time, serves
+# (/etc/kiln-test/{program}.flags, from compiler/runtimes/data), then, after a load time, serves
 # the runtime's readiness paths over HTTP with busybox httpd (mode ready), serves nothing the
 # readiness check accepts (mode never), or exits (mode crash), or exits once and serves when Docker
 # restarts it (mode crash-once: an early CUDA failure while the fabric settles).

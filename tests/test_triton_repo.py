@@ -9,11 +9,12 @@ from __future__ import annotations
 import functools
 import logging
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from compiler.actions import REGISTRY, llmapi, triton_repo
+from compiler.actions import llmapi, triton_repo
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import RunContext
 from compiler.lower import lower
@@ -22,6 +23,8 @@ from compiler.serving import backend, rules
 from compiler.serving.layout import ENGINE_SUBDIR
 from compiler.serving import triton as tr
 from compiler.serving.pbtxt import ConfigProblem, parse, parse_repository
+from compiler.targets import REGISTRY
+from tests.quickstart import with_batcher_delay
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -30,16 +33,26 @@ EXAMPLE_NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "kiln.yaml").i
 QUICK_MODEL = EXAMPLES / "quickstart" / "model"
 
 
+_COPIES = tempfile.TemporaryDirectory(prefix="kiln-test-triton-repo-")  # removed when the run ends
+
+
 @functools.lru_cache(maxsize=None)
-def validated(example: str):
-    result = validate_path(EXAMPLES / example / "kiln.yaml")
+def validated(example: str, target: str = "llmapi"):
+    path = EXAMPLES / example / "kiln.yaml"
+    text = path.read_text(encoding="utf-8")
+    if target == "engine" and with_batcher_delay(text) != text:  # the quickstart as its engine tests have it
+        copy = Path(_COPIES.name) / example
+        shutil.copytree(path.parent, copy, ignore=shutil.ignore_patterns("*.safetensors"))
+        (copy / "kiln.yaml").write_text(with_batcher_delay(text), encoding="utf-8")
+        path = copy / "kiln.yaml"
+    result = validate_path(path)
     assert result.ok, [d.message for d in result.diagnostics if d.is_error]
     return result
 
 
 def rendered(example: str, host: str, target: str) -> tuple[dict, dict[str, bytes]]:
     """The repository's rendered files (no tokenizers) for the example, its target set to `target`."""
-    r = validated(example)
+    r = validated(example, target)
     params = tr.repository_params(r.resolved, host, target)
     options = {m: llmapi.options(rm) for m, rm in r.resolved.models.items()}
     return params, tr.render(params, options)
@@ -62,7 +75,7 @@ CASES = [(e, h, t) for e in EXAMPLE_NAMES for h in sorted(validated(e).resolved.
 def test_every_config_parses_strictly_and_passes_triton_rules(example: str, host: str, target: str) -> None:
     params, files = rendered(example, host, target)
     configs = parse_repository(files)
-    spec = validated(example).spec
+    spec = validated(example, target).spec
     per_model = 1 if target == "llmapi" else 5
     assert len(configs) == per_model * len(params.models)
     assert all(b"${" not in data for data in files.values())
@@ -70,7 +83,7 @@ def test_every_config_parses_strictly_and_passes_triton_rules(example: str, host
 
     mc = __import__("tritonclient.grpc.model_config_pb2", fromlist=["x"])
     by_name = {c.model_dir: c.config for c in configs}
-    units = [u for u in validated(example).resolved.units if u.host == host]
+    units = [u for u in validated(example, target).resolved.units if u.host == host]
     for m in params.models:
         model = spec.models[m.name]
         s = model.serving
@@ -252,7 +265,7 @@ BROKEN = [
                                               ENS, 'output_map { key: "output_ids" value: "_output_ids" }\n', ""),
      "tiny-tensorrt_llm/config.pbtxt: output 'output_ids' is missing; the tensorrtllm backend needs it"),
     ("oneof-broken", lambda f: edit(f, ENS, "ensemble_scheduling {", "dynamic_batching { }\nensemble_scheduling {"),
-     'tiny/config.pbtxt:104:1: not a valid Triton model configuration: Field "ensemble_scheduling" is specified '
+     'tiny/config.pbtxt:108:1: not a valid Triton model configuration: Field "ensemble_scheduling" is specified '
      'along with field "dynamic_batching", another member of oneof "scheduling_choice"'),
 ]
 
@@ -474,17 +487,19 @@ def test_a_multi_rank_engine_runs_one_tritonserver_per_rank_under_mpirun() -> No
     set, and the executor checks that world's size is tp * pp: one plain tritonserver would not
     load a tp=8 engine. Upstream's launch_triton_server.py starts one per rank under mpirun."""
     from compiler.actions import runtimes
+    from compiler.runtimes import Unit
 
     ports = {"http": 8000, "grpc": 8001, "metrics": 8002}
     single = runtimes.unit_serving("triton", "engine", "m", ports, tp=1)
     assert single.command[0] == "tritonserver" and single.ranks == 1
     serving = runtimes.unit_serving("triton", "engine", "m", ports, tp=4, pp=2, gpus=8)
     assert serving.ranks == 8 and serving.command[:2] == ["mpirun", "--allow-run-as-root"]
-    ranks = runtimes.rank_commands(serving.command)
+    triton = runtimes.get("triton")
+    ranks = triton.rank_commands(serving.command)
     assert len(ranks) == 8 and all(argv[0] == "tritonserver" for argv in ranks)
     assert all(runtimes.check_command("triton", argv) == [] for argv in ranks)
     assert [a for a in ranks[0] if a.startswith("--load-model=")] == [
-        f"--load-model={m}" for m in runtimes.triton_models("engine", "m")]
+        f"--load-model={m}" for m in triton.loaded_models(Unit(model="m", target="engine", ports=ports))]
     for rank, argv in enumerate(ranks):
         assert f"--backend-config=python,shm-region-prefix-name=prefix{rank}_" in argv
         if rank:
@@ -496,3 +511,47 @@ def test_a_multi_rank_engine_runs_one_tritonserver_per_rank_under_mpirun() -> No
     config = next(v.decode() for k, v in files.items() if k.endswith("-tensorrt_llm/config.pbtxt"))
     assert "places its ranks itself" not in config
     assert "starts 8 tritonserver ranks under mpirun" in config
+
+
+# --- the BLS's admission, on its own (the server test covers it under Triton) -------------------
+def bls_admission():
+    """The Admission class of the BLS model.py, without Triton's Python-backend module (it uses none)."""
+    import ast
+    import collections
+    import threading
+    import time
+
+    source = (tr.TEMPLATE_DIR / "engine" / "bls.py").read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    keep = [n for n in tree.body if (isinstance(n, ast.ClassDef) and n.name == "Admission")
+            or (isinstance(n, ast.Assign) and any(getattr(t, "id", "").startswith("QUEUE_") for t in n.targets))]
+    scope = {"collections": collections, "threading": threading, "time": time}
+    exec(compile(ast.Module(body=keep, type_ignores=[]), "bls.py", "exec"), scope)
+    return scope["Admission"]
+
+
+def test_bls_admission_passes_slots_in_order_and_bounds_the_queue() -> None:
+    import threading
+
+    started, rejected = [], []
+    admission = bls_admission()(2, 2, 0, start=started.append, reject=lambda r, why: rejected.append((r, why)))
+    for request in "abcde":
+        admission.submit(request)
+    assert started == ["a", "b"] and rejected == [("e", "Exceeds maximum queue size")]
+    admission.done()  # a slot frees: the first in line takes it, nothing waits while there is room
+    assert started == ["a", "b", "c"]
+    admission.done(), admission.done()  # the next slot goes to d; the one after is free
+    assert started == ["a", "b", "c", "d"] and admission.free == 1
+    admission.close("unloading")
+    admission.submit("f")
+    assert rejected[-1] == ("f", "unloading")
+
+    gone = threading.Event()
+    timed = bls_admission()(1, 0, 0.05, start=lambda r: None,
+                            reject=lambda r, why: (rejected.append((r, why)), gone.set()))
+    timed.submit("g")
+    timed.submit("h")  # waits for the one slot, then times out (no queue bound: max_queue 0)
+    assert gone.wait(30) and rejected[-1] == ("h", "Request timeout expired")
+    timed.done()
+    assert timed.free == 1
+    timed.close("unloading")

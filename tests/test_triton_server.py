@@ -166,9 +166,15 @@ def test_llmapi_model_fails_only_for_want_of_tensorrt_llm(llmapi) -> None:
 # and the backend's own request handling (inflight_batcher_llm/src/utils.cc, 1.2.x: the batch
 # split's shape rules, one executor request per prompt, batch > 1 only when decoupled, the input
 # names it reads), and in place of an engine echoes each prompt's ids, then the seed when one
-# arrives as `seed`, taking 10 ms per requested token. Everything else is as built.
+# arrives as `seed`, taking 10 ms per requested token. Decoupled, it takes every request at once (the
+# backend's enqueue() hands each to the executor, so Triton's queue never holds one) and generates
+# them side by side, answering one response per token when `streaming` is set and one holding every
+# token when not, as the backend does; it logs `kiln-engine-standin: generating` and `done` per request.
+# Everything else is as built.
 STANDIN = '''
 import json
+import sys
+import threading
 import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -211,6 +217,11 @@ class TritonPythonModel:
             prompts.append((out + ([seed] if seed is not None else []), one("request_output_len")))
         return prompts
 
+    def _streaming(self, r):
+        """`streaming` (default false): one response per token, else one holding them all."""
+        flag = _get(r, "streaming")
+        return flag is not None and bool(flag.reshape(-1)[0])
+
     def execute(self, requests):
         if not self.decoupled:
             out = []
@@ -224,23 +235,31 @@ class TritonPythonModel:
                 except ValueError as e:
                     out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))))
             return out
-        for r in requests:
-            sender = r.get_response_sender()
-            try:
-                prompts = self._prompts(r)
-            except ValueError as e:
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                continue
-            for index, (ids, n) in enumerate(prompts):
-                for token in ids:  # one response per token and prompt, as the streaming backend sends them
-                    tensors = [pb_utils.Tensor("output_ids", np.array([[[token]]], dtype=np.int32)),
-                               pb_utils.Tensor("sequence_length", np.array([[1]], dtype=np.int32))]
-                    if len(prompts) > 1:
-                        tensors.append(pb_utils.Tensor("batch_index", np.array([[index]], dtype=np.int32)))
-                    sender.send(pb_utils.InferenceResponse(tensors))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        for r in requests:  # as the backend's enqueue(): every request to the executor at once
+            threading.Thread(target=self._generate, args=(r,), daemon=True).start()
         return None
+
+    def _generate(self, r):
+        sender = r.get_response_sender()
+        try:
+            prompts = self._prompts(r)
+        except ValueError as e:
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
+        print(f"kiln-engine-standin: generating {len(prompts)}", file=sys.stderr, flush=True)
+        time.sleep(max(n for _, n in prompts) / 100)
+        streaming = self._streaming(r)
+        for index, (ids, n) in enumerate(prompts):
+            # streaming: one response per token and prompt, as the streaming backend sends them
+            for part in ([[t] for t in ids] if streaming else [ids]):
+                tensors = [pb_utils.Tensor("output_ids", np.array([[part]], dtype=np.int32)),
+                           pb_utils.Tensor("sequence_length", np.array([[len(part)]], dtype=np.int32))]
+                if len(prompts) > 1:
+                    tensors.append(pb_utils.Tensor("batch_index", np.array([[index]], dtype=np.int32)))
+                sender.send(pb_utils.InferenceResponse(tensors))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        print("kiln-engine-standin: done", file=sys.stderr, flush=True)
 '''
 
 
@@ -277,6 +296,10 @@ def test_triton_accepts_the_ensemble_and_answers_through_it(ensemble, tokenizer)
     status, body = ensemble.infer("tiny-bls", [strings("text_input", [PROMPT]), ints("max_tokens", [3])])
     assert status == 200, body
     assert outputs(body)["text_output"]["data"] == [tokenizer.decode(ids, skip_special_tokens=True)]
+    # the ensemble does not stream (it would decode each response alone): refused, naming the BLS
+    stream = {"name": "stream", "shape": [1, 1], "datatype": "BOOL", "data": [True]}
+    status, body = ensemble.infer("tiny", [strings("text_input", [PROMPT]), ints("max_tokens", [3]), stream])
+    assert status == 400 and "send streaming requests to model 'tiny-bls'" in body["error"], body
 
 
 def test_the_seed_reaches_the_engine_under_the_name_the_backend_reads(ensemble, tokenizer) -> None:
@@ -330,29 +353,42 @@ def test_triton_refuses_an_ensemble_that_kiln_refuses(tmp_path) -> None:
         server.stop()
 
 
-def test_triton_accepts_the_streaming_pipeline(tmp_path) -> None:
-    """serving.streaming: the engine model and the BLS are decoupled; Triton loads the ensemble
-    over the decoupled step (its validation includes the decoupled-origin rule)."""
-    spec = quickstart_copy(tmp_path, "engine", one_model=True)
+def streaming_repository(tmp: Path) -> Path:
+    """The quickstart's engine repository with serving.streaming, the stand-in as its engine."""
+    spec = quickstart_copy(tmp, "engine", one_model=True)
     text = spec.read_text(encoding="utf-8")
     spec.write_text(text.replace("queue_timeout_ms: 1000}", "queue_timeout_ms: 1000, streaming: true}", 1),
                     encoding="utf-8")
-    out = run_action(spec, "dev-h100", QUICK_MODEL, tmp_path)
+    out = run_action(spec, "dev-h100", QUICK_MODEL, tmp)
     assert "decoupled: true" in (out / "tiny-tensorrt_llm" / "config.pbtxt").read_text(encoding="utf-8")
     with_standin_engine(out)
-    server = TritonServer(out, tmp_path)
+    return out
+
+
+@pytest.fixture(scope="module")
+def streaming(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("triton-streaming")
+    server = TritonServer(streaming_repository(tmp), tmp)
     try:
         server.wait_live()
-        index = server.index()
-        assert all(m.get("state") == "READY" for m in index.values()), (index, server.log()[-4000:])
-        # an ensemble asks for a CUDA stream; on a machine without a GPU that is logged and ignored
-        assert foreign_errors(server.log(), ("CUDA driver version is insufficient",)) == []
-        # two prompts in one request reach the engine model split, one executor request each
-        # (the backend's batch split needs input_lengths as [batch]: reshape: { shape: [ ] })
-        got = two_prompts(server)
-        assert got == {0: [11, 12, 13], 1: [21, 22]}, got
-    finally:
+    except BaseException:
         server.stop()
+        raise
+    yield server
+    server.stop()
+
+
+def test_triton_accepts_the_streaming_pipeline(streaming) -> None:
+    """serving.streaming: the engine model and the BLS are decoupled; Triton loads the ensemble
+    over the decoupled step (its validation includes the decoupled-origin rule)."""
+    index = streaming.index()
+    assert all(m.get("state") == "READY" for m in index.values()), (index, streaming.log()[-4000:])
+    # an ensemble asks for a CUDA stream; on a machine without a GPU that is logged and ignored
+    assert foreign_errors(streaming.log(), ("CUDA driver version is insufficient",)) == []
+    # two prompts in one request reach the engine model split, one executor request each
+    # (the backend's batch split needs input_lengths as [batch]: reshape: { shape: [ ] })
+    got = two_prompts(streaming)
+    assert got == {0: [11, 12, 13], 1: [21, 22]}, got
 
 
 def two_prompts(server: TritonServer) -> dict:
@@ -413,7 +449,9 @@ def byte_fallback_tokenizer(dest: Path) -> None:
     PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>").save_pretrained(dest)
 
 
-def stream_text(server: TritonServer, model: str, prompt: str) -> list[str]:
+def stream_answers(server: TritonServer, model: str, prompt: str, stream: bool = True,
+                   max_tokens: int = 1) -> tuple[list[str], str | None]:
+    """Over a gRPC stream: the text of each response to one request, and the error if one came."""
     import queue
 
     import numpy as np
@@ -425,8 +463,8 @@ def stream_text(server: TritonServer, model: str, prompt: str) -> list[str]:
         return t
 
     inputs = [tensor("text_input", np.array([[prompt.encode()]], dtype=np.object_), "BYTES"),
-              tensor("max_tokens", np.array([[1]], dtype=np.int32), "INT32"),
-              tensor("stream", np.array([[True]]), "BOOL")]
+              tensor("max_tokens", np.array([[max_tokens]], dtype=np.int32), "INT32"),
+              tensor("stream", np.array([[stream]]), "BOOL")]
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc}")
     answers: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: answers.put((result, error)))
@@ -434,40 +472,86 @@ def stream_text(server: TritonServer, model: str, prompt: str) -> list[str]:
     pieces = []
     try:
         while True:
-            result, error = answers.get(timeout=30)
-            assert error is None, error
+            result, error = answers.get(timeout=60)
+            if error is not None:
+                return pieces, str(error)
+            text = result.as_numpy("text_output")  # the final response may carry text (the ensemble's)
+            if text is not None:
+                pieces.append(text.reshape(-1)[0].decode("utf-8"))
             if result.get_response().parameters["triton_final_response"].bool_param:
-                return pieces
-            pieces.append(result.as_numpy("text_output").reshape(-1)[0].decode("utf-8"))
+                return pieces, None
     finally:
         client.stop_stream()
         client.close()
 
 
-@pytest.mark.parametrize("tokenizer_kind", ["quickstart", "byte-fallback"])
-def test_streamed_text_joins_to_whole_characters(tmp_path, tokenizer_kind) -> None:
-    from transformers import AutoTokenizer
-
-    spec = quickstart_copy(tmp_path, "engine", one_model=True)
-    text = spec.read_text(encoding="utf-8")
-    spec.write_text(text.replace("queue_timeout_ms: 1000}", "queue_timeout_ms: 1000, streaming: true}", 1),
-                    encoding="utf-8")
-    out = run_action(spec, "dev-h100", QUICK_MODEL, tmp_path)
-    with_standin_engine(out)
-    if tokenizer_kind == "byte-fallback":
-        for model in ("tiny-preprocessing", "tiny-postprocessing"):
-            shutil.rmtree(out / model / "tokenizer")
-            byte_fallback_tokenizer(out / model / "tokenizer")
-    tok = AutoTokenizer.from_pretrained(out / "tiny-postprocessing" / "tokenizer")
+def check_streamed_text(server: TritonServer, tok) -> None:
     ids = tok(UNICODE).input_ids
     singly = "".join(tok.decode([i], skip_special_tokens=True) for i in ids)
     assert "\ufffd" in singly  # the test's text does split characters over tokens
+    pieces, error = stream_answers(server, "tiny-bls", UNICODE)
+    assert error is None, error
+    assert "".join(pieces) == tok.decode(ids, skip_special_tokens=True) == UNICODE, pieces
+    assert len(pieces) > 5 and not any("\ufffd" in p for p in pieces), pieces  # streamed, not one piece
+    # the ensemble would decode each streamed response alone: it refuses to stream, naming the BLS,
+    # and answers the whole text when not asked to stream
+    pieces, error = stream_answers(server, "tiny", UNICODE)
+    assert pieces == [] and error is not None and "model 'tiny-bls'" in error and "stream" in error, error
+    assert stream_answers(server, "tiny", UNICODE, stream=False) == ([UNICODE], None)
+
+
+def test_streamed_text_joins_to_whole_characters(streaming, tokenizer) -> None:
+    check_streamed_text(streaming, tokenizer)
+
+
+def test_streamed_byte_fallback_tokens_join_to_whole_characters(tmp_path) -> None:
+    from transformers import AutoTokenizer
+
+    out = streaming_repository(tmp_path)
+    for model in ("tiny-preprocessing", "tiny-postprocessing"):
+        shutil.rmtree(out / model / "tokenizer")
+        byte_fallback_tokenizer(out / model / "tokenizer")
     server = TritonServer(out, tmp_path)
     try:
         server.wait_live()
-        pieces = stream_text(server, "tiny-bls", UNICODE)
-        assert "".join(pieces) == tok.decode(ids, skip_special_tokens=True) == UNICODE, pieces
-        assert len(pieces) > 5 and not any("\ufffd" in p for p in pieces), pieces  # streamed, not one piece
-        # not decoupled: one response holding the whole text
+        check_streamed_text(server, AutoTokenizer.from_pretrained(out / "tiny-postprocessing" / "tokenizer"))
     finally:
         server.stop()
+
+
+# --- the BLS bounds waiting where the engine backend cannot (issue 22, item 5) ------------------
+def engine_started(server: TritonServer) -> int:
+    return server.log().count("kiln-engine-standin: generating")
+
+
+def test_bls_admission_rejects_only_beyond_capacity(streaming) -> None:
+    """The backend takes every request at once, so the engine model's queue timeout never fires;
+    the BLS passes limits.max_batch_size (8) requests on at once and the next waits at most
+    serving.queue_timeout_ms (1000 ms), then is rejected as Triton's queue would, while the others
+    run on."""
+    import threading
+
+    def job(box):
+        box["result"] = stream_answers(streaming, "tiny-bls", PROMPT, stream=False, max_tokens=600)
+
+    mark = engine_started(streaming)
+    jobs = []
+    for _ in range(8):
+        box: dict = {}
+        jobs.append((threading.Thread(target=job, args=(box,)), box))
+        jobs[-1][0].start()
+    deadline = time.monotonic() + 60
+    while engine_started(streaming) < mark + 8 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine_started(streaming) == mark + 8, streaming.log()[-3000:]
+    started = time.monotonic()
+    pieces, error = stream_answers(streaming, "tiny-bls", PROMPT, stream=False)
+    waited = time.monotonic() - started
+    assert pieces == [] and error is not None and "Request timeout expired" in error, error
+    assert 0.9 < waited < 3.5, waited
+    assert all(thread.is_alive() for thread, _ in jobs)  # rejected while they all still ran
+    assert engine_started(streaming) == mark + 8  # the rejected request never reached the engine
+    for thread, _ in jobs:
+        thread.join()
+    assert [box["result"][1] for _, box in jobs] == [None] * 8, [box["result"] for _, box in jobs]
+    assert engine_started(streaming) == mark + 8

@@ -260,8 +260,8 @@ def _k914(spec: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("edit, says", [
-    (("max_num_tokens: 2048}\n    serving: {max_queue_delay_us: 100",
-      "max_num_tokens: 2048}\n    runtime: {kv_cache_memory_fraction: 0.8}\n    serving: {max_queue_delay_us: 100"),
+    (("max_num_tokens: 2048}\n    serving: {max_queue_size: 16",
+      "max_num_tokens: 2048}\n    runtime: {kv_cache_memory_fraction: 0.8}\n    serving: {max_queue_size: 16"),
      "llmapi-options/tiny changed"),
     (("weights: fp8\n      calibration", "weights: int4_awq\n      calibration"), "quantize/tiny changed"),
     (("queue_timeout_ms: 1000}\n    workload", "queue_timeout_ms: 2000}\n    workload"), "triton-repo/dev-h100#tiny changed"),

@@ -75,6 +75,28 @@ def write_context_tar(root: Path, names: list[str], dest: IO[bytes]) -> str:
     return "sha256:" + hasher.hash.hexdigest()
 
 
+def write_entries_tar(entries: list[tuple[str, "Path | bytes | None"]], dest: IO[bytes]) -> str:
+    """Write (name, source) entries as a tar with the fixed metadata of write_context_tar: a Path is
+    a file read from there, bytes a file's content, None a directory; its sha256."""
+    hasher = _HashingWriter(dest)
+    with tarfile.open(fileobj=hasher, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for name, source in entries:
+            info = tarfile.TarInfo(name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = FIXED_MTIME, 0, 0, "", ""
+            if source is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            elif isinstance(source, bytes):
+                info.size, info.mode = len(source), 0o644
+                tar.addfile(info, io.BytesIO(source))
+            else:
+                info.size = source.stat().st_size
+                info.mode = 0o755 if source.stat().st_mode & 0o111 else 0o644
+                with source.open("rb") as f:
+                    tar.addfile(info, f)
+    return "sha256:" + hasher.hash.hexdigest()
+
+
 class _HashingWriter(io.RawIOBase):
     def __init__(self, dest: IO[bytes]) -> None:
         self.dest, self.hash = dest, hashlib.sha256()
@@ -167,14 +189,15 @@ def push(client, repository: str, tag: str, log) -> PushResult:
 FIXED_CREATED = "1970-01-01T00:00:00Z"  # the SOURCE_DATE_EPOCH=0 convention
 
 
-def normalize(client, image_id: str, base: str, tag: str, log) -> str:
+def normalize(client, image_id: str, base: str | None, tag: str, log) -> str:
     """Load a copy of the image whose config has fixed build times and no build-machine fields; its
     image ID (the sha256 of that config). The layers are already on the daemon, so the tar loaded
     holds only the config and a manifest naming the layers (the loader reads a layer file only for
-    a layer it lacks). Entries of the base's history keep their own times (to the second)."""
+    a layer it lacks). Entries of the base's history keep their own times (to the second); `base`
+    None: built FROM scratch, every entry is the build's."""
     attrs = client.api.inspect_image(image_id)
     history = list(reversed(client.api.history(image_id)))
-    n_base = len(_history(client, base))
+    n_base = len(_history(client, base)) if base is not None else 0
     diff_ids = attrs["RootFS"]["Layers"]
     entries = []
     for i, h in enumerate(history):

@@ -3,7 +3,8 @@ daemon, so it is produced on every builder; `image/<host>` builds and pushes it 
 
 Output (the context itself, usable with a plain `docker build` too):
   Dockerfile                        compiler/templates/image/Dockerfile.j2
-  layers/model-<m>/opt/kiln/models/<m>/...   the checkpoint of each model served on the host
+  layers/model-<m>/opt/kiln/models/<m>/...   the checkpoint of each model served on the host (not on
+                                             a node pool that mounts weights images: weights_image.py)
   layers/repository/opt/kiln/repository/...  the host's Triton model repository (triton-repo/<host>),
                                              when a model on the host is served by Triton
   layers/llmapi/opt/kiln/llmapi/<m>/llm-api-options.yaml  the LLM-API options (llmapi-options/<m>)
@@ -32,13 +33,14 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
 from compiler import resources
 from compiler.graph.model import Action
+from compiler.ir.pools import mounts_weights
 from compiler.serving import layout
 from compiler.store.canonical import canonical_json, pretty_json
 
 from . import llmapi, runtimes
 from .base import ActionKind, LowerContext, Params, RunContext, checkpoint_action_id
-from .hostscript import Shell, shell_quote, unit_serving, words
-from .runtimes import UnitServing
+from .runtimes import UnitServing, ir_unit_serving
+from .shell import Shell, shell_quote, words
 
 TEMPLATE_DIR = resources.template_dir("image")
 DOCKERFILE, ENTRYPOINT = "Dockerfile.j2", "serve.sh.j2"
@@ -200,15 +202,18 @@ class ImageContext(ActionKind[ImageContextParams]):
         out = []
         digests = template_digests()
         for host in sorted(ctx.ir.hosts):
-            units = [ImageUnit(id=u.id, model=u.model, ports=u.ports.as_dict(), serving=unit_serving(ctx.ir, u))
+            units = [ImageUnit(id=u.id, model=u.model, ports=u.ports.as_dict(), serving=ir_unit_serving(ctx.ir, u))
                      for u in ctx.ir.host_units(host)]
             models = sorted({u.model for u in units})
             if not models:
                 continue  # a host that serves nothing has no serving image
-            checkpoints = {m: checkpoint_action_id(ctx.ir, m) for m in models}
+            # a node pool that mounts each model's weights image (weights_image.py) gets none:
+            # its serving image is the runtime alone
+            checkpoints = {} if mounts_weights(ctx.ir, host) else {m: checkpoint_action_id(ctx.ir, m) for m in models}
             runtime = {u.model: u.serving.runtime for u in units}
-            options = {m: f"{llmapi.KIND.kind}/{m}" for m in models if runtime[m] == "trtllm-serve"}
-            triton = any(r == "triton" for r in runtime.values())
+            options = {m: f"{llmapi.KIND.kind}/{m}" for m in models
+                       if "options" in runtimes.serving_image_needs([runtime[m]])}
+            triton = "repository" in runtimes.serving_image_needs(runtime.values())
             params = ImageContextParams(host=host, spec_name=ctx.spec.name, base=base_image(ctx.spec), units=units,
                                         checkpoints=checkpoints, templates=digests, options=options,
                                         repository=triton)

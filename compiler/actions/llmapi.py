@@ -7,11 +7,12 @@ from typing import Any
 
 from compiler.graph.model import Action
 from compiler.ir import ResolvedModel
+from compiler.serving import layout
 from compiler.serving.yamlout import dump_yaml
 
 from .base import ActionKind, LowerContext, Params, RunContext
 
-OUTPUT = "llm-api-options.yaml"
+OUTPUT = layout.LLMAPI_OPTIONS
 
 
 def options(rm: ResolvedModel) -> dict:

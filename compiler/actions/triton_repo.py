@@ -17,6 +17,7 @@ and its dependencies: a serving-only change rebuilds this repository and never a
 from __future__ import annotations
 
 from compiler.graph.model import Action
+from compiler.runtimes import serving_image_needs
 from compiler.serving import rules
 from compiler.serving import triton as repo
 from compiler.serving.triton import RepositoryParams
@@ -32,9 +33,10 @@ class RepositoryError(Exception):
 
 def repository_params(ctx: LowerContext, host: str) -> RepositoryParams:
     params = repo.repository_params(ctx.ir, host)
-    # only the models Triton serves: a model served by trtllm-serve would sit in the repository
-    # without any server ever loading it
-    models = [m for m in params.models if ctx.ir.models[m.name].spec.serving.runtime == "triton"]
+    # only the models whose runtime reads the repository: another model would sit in it without
+    # any server ever loading it
+    models = [m for m in params.models
+              if "repository" in serving_image_needs([ctx.ir.models[m.name].spec.serving.runtime])]
     return params.model_copy(update={"models": models,
                                      "tokenizers": {m.name: f"{tokenizer.KIND.kind}/{m.name}" for m in models}})
 

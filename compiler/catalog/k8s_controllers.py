@@ -1,6 +1,6 @@
 """What the controllers a Kubernetes release meets do with its objects (catalog/data/k8s_controllers.json):
 GPU Feature Discovery's product label, the Dynamo webhook's forbidden updates, Argo CD's and the MIG
-manager's rules. Below both the emitters (compiler/k8s/) and the checks, so each reads one table."""
+manager's rules. Below both the emitters (compiler/targets/kubernetes/) and the checks, so each reads one table."""
 
 from __future__ import annotations
 
@@ -86,3 +86,25 @@ def dynamo_shm_default() -> str:
 
 def driver_root() -> str:
     return table()["gpu_operator"]["driver_root"]
+
+
+# --- Kubernetes image volumes (weights mounted from their own image) --------------------------------------
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = (int(x) for x in re.findall(r"\d+", version)[:2])
+    return major, minor
+
+
+def image_volume() -> dict:
+    return table()["kubernetes"]["image_volume"]
+
+
+def image_volume_support(version: str) -> str:
+    """What a cluster of Kubernetes `version` (MAJOR.MINOR) does with a pod's `volumes[].image`:
+    `default` (beta, on by default), `gate` (beta, only with the ImageVolume feature gate on the API
+    server and the kubelets) or `none` (absent, or alpha)."""
+    iv = image_volume()
+    if _minor(version) >= _minor(iv["on_by_default"]):
+        return "default"
+    if _minor(version) >= _minor(iv["beta_off_by_default"]):
+        return "gate"
+    return "none"

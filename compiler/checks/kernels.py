@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from compiler import runtimes as serving_runtimes
 from compiler.catalog.formats import load_format_table
 from compiler.diagnostics import Diagnostic, Severity
 
@@ -240,7 +241,8 @@ class MultipleInstances(Check):
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in ctx.spec.models.items():
             n = m.serving.instances
-            if n > 1 and m.serving.runtime == "triton":
+            # only where the runtime runs instances (elsewhere K812 refuses the setting)
+            if n > 1 and serving_runtimes.get(m.serving.runtime).honours("instances", ctx.spec.target):
                 yield ctx.diag(self, _mpath(name, "serving", "instances"),
                                f"model {name!r}: {n} Triton instances per serving unit would each load the weights "
                                f"and claim kv_cache_memory_fraction {m.runtime.kv_cache_memory_fraction} of the "
@@ -409,3 +411,31 @@ class MoeBackendUnsupported(Check):
                                f"{' (the default)' if not chosen else ''} does not run {recipe.label} for {what}"
                                f"{act} on {p.where}{runs}" + (f" ({v.note})" if v.note else ""),
                                help=help, notes=p.notes() + verdict_notes(table, v, "this MoE support fact"))
+
+
+class BatcherSettingOnLlmapi(Check):
+    """A serving setting the model's runtime honours on another target only (a warning).
+
+    `serving.max_queue_delay_us` is the delay of Triton's dynamic batcher, which the engine
+    target's models have. The llmapi target's Triton model has none: it is decoupled with
+    `max_batch_size: 0`, every request reaches it at once, and TensorRT-LLM's executor batches
+    requests in flight, so there is no batching delay to wait and the setting has no effect. (Its
+    queue settings, `max_queue_size` and `queue_timeout_ms`, do: the model applies them itself.)
+    Remove it, or build the engine target. What each runtime ignores on which target is in its
+    data file (compiler/runtimes/data, `ignores_on_target`, with the source).
+    """
+
+    code = "K613"
+    name = "setting-without-effect-on-target"
+    severity = Severity.WARNING
+    order = 80
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m in sorted(ctx.spec.models.items()):
+            rt = serving_runtimes.get(m.serving.runtime)
+            for ignored in rt.ignored_on_target(ctx.spec.target):
+                if ignored.setting in m.serving.model_fields_set:
+                    yield ctx.diag(self, ("models", name, "serving", ignored.setting),
+                                   f"serving.{ignored.setting} of model {name!r} has no effect with {rt.name} on "
+                                   f"the {ctx.spec.target} target: {ignored.why}", key=True,
+                                   help=f"remove `{ignored.setting}`")

@@ -258,7 +258,7 @@ class KubernetesNameInvalid(Check):
                     yield from check(w.name, "Deployment", ("hosts", pname))
                     yield from check(w.model, "Service", ("models", w.model))
                     continue
-                # the operator names a component's objects <dgd>-<component> (compiler/actions/k8s_dgd.py
+                # the operator names a component's objects <dgd>-<component> (compiler/targets/kubernetes/k8s_dgd.py
                 # names the components), and the options ConfigMap is <model>-llm-api-options-<8 hex>
                 component = dgd_component(w.model, w.name)
                 yield from check(f"{w.model}-{component}", "DynamoGraphDeployment component", ("hosts", pname))
@@ -388,3 +388,56 @@ class RelayoutTakesModelDown(Check):
                                            "until the first node is back",
                                    help="lower node_pool.max_unavailable, add a node, or serve the model from "
                                         "another pool")
+
+
+class ImageVolumesUnsupported(Check):
+    """A node pool mounts its models' weights as image volumes, which the cluster's Kubernetes
+    release does not take (or takes only behind a feature gate).
+
+    With `node_pool.weights: image-volume` (the default) each model's checkpoint is an image of its
+    own (`weights-image/<model>`), mounted read-only at the model's directory through a pod's
+    `volumes[].image`, so the pool's serving image holds the runtime alone and a weight change pulls
+    only the weights. Image volumes (KEP-4639) are alpha in Kubernetes 1.31-1.32, beta but off by
+    default in 1.33-1.34 (the `ImageVolume` feature gate must be on for the API server and every
+    kubelet of the pool), and on by default from 1.35; the container runtime must support them too
+    (containerd 2.1 or later). Sources and versions: catalog/data/k8s_controllers.json
+    `kubernetes.image_volume`. On an older release the API server drops the field and the pods are
+    refused. Error below 1.33; warning on 1.33-1.34, where it works once the gate is on. Fix: set
+    `kubernetes.version` to the cluster's release, enable the gate, or set `node_pool.weights:
+    in-image` to keep the checkpoints in the pool's serving image (every weight change then rebuilds
+    the pool image and rolls every workload of the pool).
+    """
+
+    code = "K857"
+    name = "image-volumes-unsupported"
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        from compiler.catalog import k8s_controllers
+        from compiler.ir.pools import kubernetes_version, mounts_weights
+
+        version = kubernetes_version(ctx.ir)
+        support = k8s_controllers.image_volume_support(version)
+        if support == "default":
+            return
+        iv = k8s_controllers.image_volume()
+        for pname, pool in sorted(ctx.ir.pools.items()):
+            if not pool.workloads or not mounts_weights(ctx.ir, pname):
+                continue
+            np = ctx.spec.hosts[pname].node_pool
+            path = ("hosts", pname, "node_pool", "weights") if np is not None and "weights" in np.model_fields_set \
+                else ("hosts", pname)
+            if support == "gate":
+                yield ctx.diag(self, path, key=True, severity=Severity.WARNING,
+                               message=f"node pool {pname!r} mounts its weights as image volumes, which Kubernetes "
+                                       f"{version} takes only with the {iv['feature_gate']} feature gate on (beta, off "
+                                       f"by default until {iv['on_by_default']})",
+                               help=f"enable {iv['feature_gate']}=true on the API server and the pool's kubelets, "
+                                    "or set `node_pool.weights: in-image`")
+            else:
+                yield ctx.diag(self, path, key=True,
+                               message=f"node pool {pname!r} mounts its weights as image volumes, which Kubernetes "
+                                       f"{version} does not take (beta from {iv['beta_off_by_default']}, on by default "
+                                       f"from {iv['on_by_default']})",
+                               help="set `node_pool.weights: in-image` to keep the checkpoints in the pool's serving "
+                                    f"image, or upgrade the cluster to {iv['on_by_default']}")

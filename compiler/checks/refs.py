@@ -149,13 +149,10 @@ class PortConflict(Check):
 
 
 def _listening_kinds(runtime: str) -> set[str]:
-    """The ports (http, grpc, metrics) a serving runtime listens on (serving_runtimes.json)."""
-    import json
+    """The ports (http, grpc, metrics) a serving runtime listens on (compiler/runtimes/data)."""
+    from compiler import runtimes
 
-    from compiler import resources
-
-    # the data file itself: the checks read facts, never the emitters that also read them
-    return set(json.loads(resources.read_data("actions", "data", "serving_runtimes.json"))[runtime]["ports"])
+    return set(runtimes.get(runtime).ports)
 
 
 def _choices(value: str, known: list[str]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from compiler import runtimes as serving_runtimes
 from compiler.catalog.images import load_image_table
 from compiler.catalog.types import WEAK_STATUSES
 from compiler.diagnostics import Diagnostic, Severity
@@ -375,14 +376,14 @@ class DriverTooOld(Check):
 
 
 class TrtllmServeNeedsLlmapi(Check):
-    """`serving.runtime: trtllm-serve` on the engine target.
+    """A serving runtime on a target it does not serve (`serving.runtime: trtllm-serve` on the engine target).
 
     trtllm-serve serves the LLM API: it loads a Hugging Face checkpoint with the options file that
     `llmapi-options/<model>` writes (the same file the Triton llmapi model reads). The engine
     target builds TensorRT engines for Triton's inflight_batcher_llm pipeline and writes no such
     options; serving an engine directory through trtllm-serve's TensorRT backend is the legacy
     path that TensorRT-LLM removes after 1.2/1.3, so Kiln does not offer it. Use the llmapi
-    target, or the Triton runtime.
+    target, or the Triton runtime. (Each runtime's targets are in compiler/runtimes/data.)
     """
 
     code = "K811"
@@ -390,35 +391,27 @@ class TrtllmServeNeedsLlmapi(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.target != "engine":
-            return
         for name, m in sorted(ctx.spec.models.items()):
-            if m.serving.runtime == "trtllm-serve":
+            rt = serving_runtimes.get(m.serving.runtime)
+            why = rt.refusal(ctx.spec.target)
+            if why is not None:
+                others = [r.name for r in serving_runtimes.REGISTRY.values() if r.refusal(ctx.spec.target) is None]
                 yield ctx.diag(self, ("models", name, "serving", "runtime"),
-                               f"model {name!r} is served by trtllm-serve, which serves the LLM API, but the spec's "
-                               "target is engine (TensorRT engines for Triton's inflight_batcher_llm pipeline)",
-                               help="use `target: llmapi`, or `runtime: triton`")
-
-
-#: Serving settings only Triton reads, with what trtllm-serve does instead.
-TRITON_ONLY: dict[str, str] = {
-    "max_queue_delay_us": "trtllm-serve has no batching delay: its scheduler admits requests every iteration",
-    "max_queue_size": "trtllm-serve has no bounded request queue (Triton's dynamic batcher has)",
-    "queue_timeout_ms": "trtllm-serve has no queue timeout (Triton's dynamic batcher has)",
-    "streaming": "with trtllm-serve each request asks for streaming (`\"stream\": true`)",
-    "instances": "trtllm-serve runs one LLM per serving unit",
-    "stream_text": "trtllm-serve streams as the OpenAI API does (each chunk holds what it adds)",
-}
+                               f"model {name!r} is served by {rt.name}, which cannot serve the spec's target "
+                               f"{ctx.spec.target}: {why}",
+                               help=f"use `target: {' or '.join(rt.targets)}`"
+                                    + "".join(f", or `runtime: {o}`" for o in others))
 
 
 class TritonSettingWithTrtllmServe(Check):
-    """A Triton-only serving setting on a model served by trtllm-serve.
+    """A serving setting the model's runtime does not act on (Triton's settings on a trtllm-serve model).
 
     `max_queue_delay_us`, `max_queue_size`, `queue_timeout_ms`, `streaming` and `instances` are
     Triton settings (dynamic batcher, queue policy, decoupled transaction policy, instance
     group), and `ports.grpc` / `ports.metrics` are Triton's ports: trtllm-serve has no such knob
     and listens on `ports.http` only. Kiln never writes a knob where it is ignored, so it refuses
-    them rather than drop them silently. Remove them, or serve the model with Triton.
+    them rather than drop them silently. Remove them, or serve the model with Triton. (What each
+    runtime ignores is in its data file, compiler/runtimes/data, with the source.)
     """
 
     code = "K812"
@@ -428,17 +421,16 @@ class TritonSettingWithTrtllmServe(Check):
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in sorted(ctx.spec.models.items()):
             s = m.serving
-            if s.runtime != "trtllm-serve":
-                continue
-            for key, why in TRITON_ONLY.items():
-                if key in s.model_fields_set:
-                    yield ctx.diag(self, ("models", name, "serving", key),
-                                   f"serving.{key} of model {name!r} is a Triton setting; {why}", key=True,
-                                   help="remove it, or use `runtime: triton`")
-            if "ports" in s.model_fields_set:
-                for key in ("grpc", "metrics"):
-                    if key in s.ports.model_fields_set:
-                        yield ctx.diag(self, ("models", name, "serving", "ports", key),
-                                       f"serving.ports.{key} of model {name!r} is a Triton port; trtllm-serve listens "
-                                       "on ports.http only (its /metrics is there too)", key=True,
-                                       help=f"remove `{key}`, or use `runtime: triton`")
+            rt = serving_runtimes.get(s.runtime)
+            for ignored in rt.ignored(ctx.spec.target):
+                key, _, port = ignored.setting.partition(".")
+                given = s.model_fields_set if not port else \
+                    (s.ports.model_fields_set if "ports" in s.model_fields_set else set())
+                if (port or key) not in given:
+                    continue
+                honour = [r.name for r in serving_runtimes.REGISTRY.values()
+                          if r.honours(ignored.setting, ctx.spec.target)]
+                yield ctx.diag(self, ("models", name, "serving", *ignored.setting.split(".")),
+                               f"serving.{ignored.setting} of model {name!r} has no effect with {rt.name}: "
+                               f"{ignored.why}", key=True,
+                               help=f"remove `{port or key}`" + "".join(f", or use `runtime: {o}`" for o in honour))

@@ -43,6 +43,7 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
     from compiler.capacity.render import render_capacity
     from compiler.graph.plan import render_disruptions, render_plan, summary_line
     from compiler.pipeline import Options
+    from compiler.runtimes.plan import process_rows, render_processes
 
     # planning reads the store, never creates it
     store = open_store(store_path(args.store, args.spec), create=False, missing_ok=True)
@@ -50,12 +51,13 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
     result = outcome.validation
     figures = result.resolved.capacity_rows() if result.resolved is not None else []
     placements = placement_rows(result.resolved.units) if result.resolved is not None else []
+    processes = process_rows(result.resolved) if result.resolved is not None else []
     summary = summary_line(outcome.plan, outcome.disruptions) if outcome.graph is not None else None
     if args.format == "json":
         emit(json.dumps({"summary": summary, "diagnostics": diagnostic_records([result]), "store": str(store.root),
                          "actions": json.loads(render_plan(outcome.plan, "json")) if outcome.graph else None,
                          "disruptions": json.loads(render_disruptions(outcome.disruptions, "json")),
-                         "placements": placements,
+                         "placements": placements, "processes": processes,
                          "capacity": json.loads(render_capacity(figures, "json"))}, indent=2, sort_keys=True), None)
     else:
         parts = [f"**{summary}**" if args.format == "markdown" else summary] if summary else []
@@ -69,6 +71,8 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
             parts.append(render_disruptions(outcome.disruptions, args.format))
         if placements:
             parts.append(render_placements(placements, args.format))
+        if processes:  # only units that start more than one process (engine tp * pp > 1 under mpirun)
+            parts.append(render_processes(processes, args.format))
         if figures:
             parts.append(render_capacity(figures, args.format))
         parts.append(footer_line([result]))

@@ -1,5 +1,5 @@
 """The names Kubernetes objects of a release get, and apimachinery's rules for them: below both the
-emitters (compiler/k8s/) and the checks (compiler/checks/kubernetes.py), which must agree on them.
+emitters (compiler/targets/kubernetes/) and the checks (compiler/checks/kubernetes.py), which must agree on them.
 
 Names are identities: a Deployment or a DynamoGraphDeployment component whose name changes is
 deleted and created anew (Argo CD prunes the old object), so every name here depends only on what

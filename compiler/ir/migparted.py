@@ -1,6 +1,6 @@
 """mig-parted's own parsing rules for a config (`mig-configs` document) and a MIG profile name, so
 that a layout it would refuse never reaches a node. Below both the node-layer emitter
-(compiler/k8s/nodelayer.py) and the checks (K252), which must agree on them."""
+(compiler/targets/kubernetes/nodelayer.py) and the checks (K252), which must agree on them."""
 
 from __future__ import annotations
 

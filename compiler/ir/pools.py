@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from compiler.spec.models import DEFAULT_KUBERNETES_VERSION
 from compiler.store.canonical import canonical_json
 
 from .types import Resolved, ServingUnit
@@ -186,3 +187,17 @@ def cluster_strategy(ir: Resolved) -> str:
     if k8s is not None and k8s.mig_strategy is not None:
         return k8s.mig_strategy
     return max((p.needs_strategy for p in ir.pools.values()), key=STRATEGIES.index, default="none")
+
+
+def mounts_weights(ir: Resolved, pool: str) -> bool:
+    """The pool's pods mount each model's weights image (`node_pool.weights: image-volume`, the
+    default) instead of finding the checkpoints in the pool's serving image."""
+    if pool not in ir.pools:
+        return False  # a host: its serving image carries the checkpoints
+    np = ir.hosts[pool].spec.node_pool
+    return np is None or np.weights == "image-volume"
+
+
+def kubernetes_version(ir: Resolved) -> str:
+    k8s = ir.spec.kubernetes
+    return k8s.version if k8s is not None else DEFAULT_KUBERNETES_VERSION

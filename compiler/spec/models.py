@@ -557,7 +557,8 @@ class Serving(SpecModel):
     settings below are Triton's and cannot be set with trtllm-serve (K812)."""
 
     max_queue_delay_us: Annotated[int, Field(ge=0, le=60_000_000)] = 0
-    """How long Triton's dynamic batcher may hold a request to form a batch (microseconds)."""
+    """How long Triton's dynamic batcher may hold a request to form a batch (microseconds). Engine
+    target only: the llmapi model has no dynamic batcher (K613)."""
 
     max_queue_size: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     """Admission control: requests beyond this many queued are rejected at once (default: unbounded)."""
@@ -765,6 +766,11 @@ LabelValue = formatted(f"({_LABEL_NAME})?", "a Kubernetes label value (at most 6
 DynamoVersion = formatted(r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})",
                           "a Dynamo release as MAJOR.MINOR.PATCH (quote it in YAML)", "1.6.1")
 RepoUrl = formatted(r"[^\s]+", "a repository URL without spaces", "https://git.example.com/inference/deploy.git")
+KubernetesVersion = formatted(r"1\.(0|[1-9][0-9]{0,2})", "a Kubernetes release as MAJOR.MINOR (quote it in YAML)",
+                              "1.35")
+#: The Kubernetes release the manifests are written for and validated against unless
+#: `kubernetes.version` names the cluster's (compiler/targets/kubernetes/meta.py).
+DEFAULT_KUBERNETES_VERSION = "1.35"
 
 
 class NodePool(SpecModel):
@@ -787,6 +793,14 @@ class NodePool(SpecModel):
     max_unavailable: Annotated[int, Field(ge=1, le=10000)] = 1
     """Nodes of the pool a MIG re-layout takes out of service at once (node-layer/relayout: cordon,
     evict, relabel, wait for the MIG manager, uncordon)."""
+
+    weights: Literal["image-volume", "in-image"] = "image-volume"
+    """Where the pool's pods find the checkpoints: `image-volume` (default) mounts each model's
+    weights image (`weights-image/<model>`, the checkpoint alone, pushed to `image.repository`) read
+    only at the model's directory, so the pool's serving image holds the runtime alone and a weight
+    change pulls only that model's weights and rolls only its workloads (Kubernetes image volumes:
+    on by default from 1.35, K857); `in-image` copies every checkpoint into the pool's serving
+    image, as a host's, for clusters or container runtimes without image volumes."""
 
 
 class PodResources(SpecModel):
@@ -855,6 +869,10 @@ class Kubernetes(SpecModel):
 
     pod_resources: dict[Name, PodResources] | None = None  # type: ignore[valid-type]
     """Per model, CPU and memory of its pods instead of Kiln's estimate."""
+
+    version: KubernetesVersion = DEFAULT_KUBERNETES_VERSION  # type: ignore[valid-type]
+    """Kubernetes release of the cluster (MAJOR.MINOR, e.g. "1.35"): what its API server and kubelets
+    accept, e.g. image volumes for `node_pool.weights: image-volume` (K857)."""
 
     relayout_image: PinnedImage | None = None
     """Image with `sh`, `kubectl` and `chroot` (pinned by digest) for the MIG re-layout Job Argo CD

@@ -223,7 +223,7 @@ in_scope() {
 # --- reading the live state ---------------------------------------------------------------------
 # Every per-GPU value the steps compare, for all GPUs, in one call; refreshed after changes.
 readonly QUERY_FIELDS=(index driver_version persistence_mode mig.mode.current mig.mode.pending power.limit
-  clocks.applications.memory clocks.applications.graphics)
+  clocks.applications.memory clocks.applications.graphics pci.bus_id)
 declare -A LIVE=()
 LIVE_DRIVER=""
 snapshot() {
@@ -699,17 +699,85 @@ step_clocks_power() {
   done
 }
 
-# The host's CPUs, split evenly between all serving units of the plan in unit order: unit k gets
-# CPUs [k*n, (k+1)*n - 1] with n = nproc / units; the remainder stays with the host. With more
-# units than CPUs each unit gets one CPU, round robin. Computed on the host because the spec
-# does not know its CPU count; it does not depend on --gpus, so filtering never moves a unit.
-# Not NUMA-aware: on a two-socket host a unit's CPUs may sit on the socket far from its GPU
-# (`nvidia-smi topo -m` shows each GPU's CPU affinity); a split by GPU affinity is left to do.
+# CPUs of the serving units (docker run --cpuset-cpus), NUMA-aware: each unit gets CPUs of the
+# NUMA node its (first) GPU is attached to, the node's CPUs split evenly between the units on it in
+# unit order (unit j of n on a node with c CPUs: its j-th block of c/n; with more units than CPUs,
+# one CPU each, round robin); the remainder stays with the host. The host says where a GPU sits:
+# nvidia-smi's pci.bus_id names its PCI device, whose sysfs numa_node is its node, whose cpulist
+# are the node's CPUs (Linux ABI: sysfs-bus-pci, sysfs-devices-node; what `nvidia-smi topo -m`
+# shows as CPU and NUMA affinity). Where the host does not say (a VM or a one-socket host reports
+# numa_node -1; no sysfs), every unit counts as on one node of CPUs 0..nproc-1, the even split of
+# the whole host. Computed on the host: the spec does not know its sockets. It does not depend on
+# --gpus, so filtering never moves a unit.
+SYSFS=${KILN_SYSFS:-/sys}
+declare -A UNIT_CPUS=()
+
+cpu_list() { # CPULIST ("0-3,8,10-11") -> one CPU per line
+  local part
+  local -a parts=()
+  IFS=, read -r -a parts <<<"$1"
+  for part in "${parts[@]}"; do
+    case "$part" in
+      *-*) seq "${part%-*}" "${part#*-}" ;;
+      ?*) printf '%s\n' "$part" ;;
+    esac
+  done
+}
+
+cpu_ranges() { # one CPU per line, ascending -> a cpulist ("0-3,8"), the form docker run shows too
+  awk 'NR == 1 { s = p = $1; next }
+       $1 == p + 1 { p = $1; next }
+       { o = o (s == p ? s : s "-" p) ","; s = p = $1 }
+       END { if (NR) printf "%s", o (s == p ? s : s "-" p) }'
+}
+
+gpu_numa_node() { # GPU -> its NUMA node, or -1 where the host does not say
+  local bus node
+  bus=$(gpu_field pci.bus_id "$1")
+  bus=${bus,,}
+  bus=${bus: -12}  # nvidia-smi writes an 8-digit PCI domain (00000000:18:00.0); sysfs 4 (0000:18:00.0)
+  node=$(cat "$SYSFS/bus/pci/devices/$bus/numa_node" 2>/dev/null) || node=-1
+  case "$node" in ''|*[!0-9]*) node=-1 ;; esac
+  if [ "$node" != -1 ] && [ ! -r "$SYSFS/devices/system/node/node$node/cpulist" ]; then node=-1; fi
+  printf '%s' "$node"
+}
+
+split_cpus() { # fills UNIT_CPUS (unit index -> cpuset) once; step_containers calls it first
+  [ ${#UNIT_CPUS[@]} -eq 0 ] || return 0
+  local k node i n c per known=1
+  local -a gl=() cpus=()
+  local -A on_node=()
+  for k in "${!UNIT_ID[@]}"; do
+    IFS=, read -r -a gl <<<"${UNIT_GPUS[$k]}"
+    node=$(gpu_numa_node "${gl[0]}")
+    [ "$node" != -1 ] || known=0
+    on_node[$node]+="$k "
+  done
+  if [ "$known" = 0 ]; then on_node=([host]="${!UNIT_ID[*]}"); fi
+  for node in "${!on_node[@]}"; do
+    if [ "$node" = host ]; then
+      mapfile -t cpus < <(seq 0 $(($(nproc) - 1)))
+    else
+      mapfile -t cpus < <(cpu_list "$(cat "$SYSFS/devices/system/node/node$node/cpulist")")
+    fi
+    local -a units=()
+    read -r -a units <<<"${on_node[$node]}"
+    n=${#units[@]}
+    c=${#cpus[@]}
+    per=$((c / n))
+    for i in "${!units[@]}"; do
+      if [ "$per" -ge 1 ]; then
+        UNIT_CPUS[${units[$i]}]=$(printf '%s\n' "${cpus[@]:$((i * per)):$per}" | cpu_ranges)
+      else
+        UNIT_CPUS[${units[$i]}]=${cpus[$((i % c))]}
+      fi
+    done
+  done
+}
+
 cpuset() { # UNIT-INDEX
-  local cpus units=${#UNIT_ID[@]} per
-  cpus=$(nproc)
-  per=$((cpus / units))
-  if [ "$per" -ge 1 ]; then echo "$(($1 * per))-$(($1 * per + per - 1))"; else echo "$(($1 % cpus))"; fi
+  split_cpus
+  printf '%s' "${UNIT_CPUS[$1]}"
 }
 
 # --- readiness -----------------------------------------------------------------------------------
@@ -821,6 +889,7 @@ step_containers() {
   local k g dev ok config name running state
   local -A wanted=()
   local -a serving=()
+  split_cpus
   for k in "${!UNIT_ID[@]}"; do
     name=${UNIT_NAME[$k]}
     ok=1
@@ -872,7 +941,7 @@ step_containers() {
     running="not running"
     [ -n "$state" ] || running="missing"
     [ "${state%% *}" != true ] || running="running with other settings"
-    if act "container $name ($running): start ${UNIT_MODEL[$k]} (${UNIT_RUNTIME[$k]}) on ${dev} ports ${UNIT_PORTS[$k]}"; then
+    if act "container $name ($running): start ${UNIT_MODEL[$k]} (${UNIT_RUNTIME[$k]}) on ${dev} ports ${UNIT_PORTS[$k]}, CPUs $(cpuset "$k")"; then
       if [ -n "$state" ]; then run "$DOCKER" rm -f "$name" >/dev/null || true; fi
       if run "$DOCKER" run "${args[@]}" --label "kiln.config=$config" "${cmd[@]}"; then
         serving+=("$k")

@@ -9,6 +9,13 @@ the request's response sender, so a request arriving while others generate is di
 (a blocking execute() held Triton's instance until its whole batch had finished). When the model
 is decoupled, `stream` asks for one response per step.
 
+Admission control is here, as in the llmapi model: the TensorRT-LLM backend hands every request
+to its executor at once, so the engine model's queue timeout never holds one back (Triton's queue
+policy covers only requests that wait for execute()). Up to `max_inflight_requests` requests are
+in the pipeline at once; the next wait, first come first served, at most `max_queue_size` of them
+and each at most `queue_timeout_ms` (0: unbounded), and are rejected as Triton's queue rejects
+(UNAVAILABLE, the same messages). Nothing waits while there is room.
+
 Text is detokenized incrementally (the technique of vLLM's and TGI's streaming detokenizers): a
 token is not always a whole character (byte-level BPE spreads "🙂" over several tokens, a
 byte-fallback token is one byte), so each step decodes a window of the request's tokens after a
@@ -17,7 +24,10 @@ held back until the tokens that complete it arrive. Streamed pieces concatenate 
 the whole sequence.
 """
 
+import collections
 import json
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -36,8 +46,78 @@ PRE_TO_ENGINE = {"input_ids": "input_ids", "input_lengths": "input_lengths",
                  "bad_words_list": "bad_words_list", "out_end_id": "end_id", "out_pad_id": "pad_id"}
 
 
+QUEUE_FULL_MESSAGE = "Exceeds maximum queue size"  # Triton's own words for its queue policy's rejections
+QUEUE_TIMEOUT_MESSAGE = "Request timeout expired"
+
+
 class StepFailed(Exception):
     pass
+
+
+class Admission:
+    """Slots for requests in the pipeline and a first-come queue for the rest. `start(request)`
+    runs a request that holds a slot (and calls done() when it leaves); `reject(request, why)`
+    answers one turned away. Both are called outside the lock."""
+
+    def __init__(self, slots: int, max_queue: int, timeout_s: float, start, reject):
+        self.free, self.max_queue, self.timeout_s = slots, max_queue, timeout_s
+        self.start, self.reject = start, reject
+        self.waiting: collections.deque = collections.deque()  # (deadline, request), deadlines ascending
+        self.cond = threading.Condition()
+        self.closed = ""  # once unloading: why nothing starts any more
+        if timeout_s:
+            threading.Thread(target=self._expire, name="kiln-bls-queue-timeout", daemon=True).start()
+
+    def submit(self, request) -> None:
+        with self.cond:
+            if self.closed:
+                why = self.closed
+            elif self.free > 0 and not self.waiting:
+                self.free -= 1
+                why = None
+            elif self.max_queue and len(self.waiting) >= self.max_queue:
+                why = QUEUE_FULL_MESSAGE
+            else:
+                self.waiting.append((time.monotonic() + self.timeout_s, request))
+                self.cond.notify()
+                return
+        if why:
+            self.reject(request, why)
+        else:
+            self.start(request)
+
+    def done(self) -> None:
+        """A request left the pipeline: its slot passes straight to the first in line."""
+        with self.cond:
+            if self.closed or not self.waiting:
+                self.free += 1
+                return
+            _, request = self.waiting.popleft()
+        self.start(request)
+
+    def _expire(self) -> None:
+        while True:
+            expired = []
+            with self.cond:
+                if self.closed:
+                    return
+                now = time.monotonic()
+                while self.waiting and self.waiting[0][0] <= now:
+                    expired.append(self.waiting.popleft()[1])
+                if not expired:
+                    self.cond.wait(self.waiting[0][0] - now if self.waiting else None)
+            for request in expired:
+                self.reject(request, QUEUE_TIMEOUT_MESSAGE)
+
+    def close(self, why: str) -> None:
+        """Unloading: nothing more starts; whoever still waits is answered."""
+        with self.cond:
+            self.closed = why
+            waiting = [request for _, request in self.waiting]
+            self.waiting.clear()
+            self.cond.notify_all()
+        for request in waiting:
+            self.reject(request, why)
 
 
 def _tensor(source, name: str, as_name: str):
@@ -90,7 +170,11 @@ class TritonPythonModel:
         p = {k: v["string_value"] for k, v in config["parameters"].items()}
         self.pre, self.engine, self.post = p["preprocessing_model"], p["tensorrt_llm_model"], p["postprocessing_model"]
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
-        self.pool = ThreadPoolExecutor(max_workers=max(int(p.get("max_concurrency") or 1), 1))
+        slots = max(int(p["max_inflight_requests"]), 1)
+        self.pool = ThreadPoolExecutor(max_workers=slots)
+        self.admission = Admission(slots, int(p["max_queue_size"]), int(p["queue_timeout_ms"]) / 1000,
+                                   start=lambda request: self.pool.submit(self._serve, request),
+                                   reject=self._reject)
 
     def _call(self, model: str, inputs: list, outputs: list):
         request = pb_utils.InferenceRequest(model_name=model, inputs=inputs, requested_output_names=outputs)
@@ -165,11 +249,23 @@ class TritonPythonModel:
             response = self._response(error=str(e))
         sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
+    def _serve(self, request):
+        try:
+            (self._decoupled if self.decoupled else self._single)(request)
+        finally:
+            self.admission.done()
+
+    @staticmethod
+    def _reject(request, why: str):
+        error = pb_utils.TritonError(why, pb_utils.TritonError.UNAVAILABLE)
+        request.get_response_sender().send(pb_utils.InferenceResponse(error=error),
+                                           flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
     def execute(self, requests):
-        serve = self._decoupled if self.decoupled else self._single
         for request in requests:
-            self.pool.submit(serve, request)
+            self.admission.submit(request)
         return None
 
     def finalize(self):
+        self.admission.close("the model is being unloaded")
         self.pool.shutdown(wait=True)

@@ -5,6 +5,13 @@ this model's directory by the build (parameter `tokenizer_dir`, relative to the 
 Written for kiln (not derived from tensorrtllm_backend). Tensor layouts are the backend's:
 token ids INT32 [batch, tokens]; word lists INT32 [batch, 2, n], row 0 the concatenated ids of
 every word, row 1 the end offset of each word, padded with 0 and -1 respectively.
+
+`stream` reaches this model only from the ensemble, which does not stream: each engine response
+would reach the postprocessing step alone (no request to key a detokenizer's state by, no end to
+flush it at), and a character split over two responses would come out as U+FFFD. A request asking
+for it is refused with the name of the BLS model (parameter `streaming_model`), which streams with
+an incremental detokenizer. Upstream's ensemble decodes each response alone and its maintainers
+answer the resulting mojibake with the BLS (tensorrtllm_backend#196, #606: `accumulate_tokens`).
 """
 
 import json
@@ -62,6 +69,7 @@ class TritonPythonModel:
         where = os.path.join(args["model_repository"], _param(config, "tokenizer_dir"))
         self.tokenizer = AutoTokenizer.from_pretrained(where)
         self.max_input_len = int(_param(config, "max_input_len"))
+        self.streaming_model = _param(config, "streaming_model")
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id
         self.end_id = -1 if eos is None else int(eos)
@@ -71,6 +79,10 @@ class TritonPythonModel:
         return [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
 
     def _one(self, request):
+        if bool(_scalar(request, "stream", False)):
+            raise RequestError(f"stream: this ensemble answers whole texts only (it would decode each streamed "
+                               f"response alone and split multi-byte characters); send streaming requests to "
+                               f"model '{self.streaming_model}', which takes the same inputs")
         texts = _strings(request, "text")
         if len(texts) != 1:
             raise RequestError("text: expected one prompt per request")

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 
 from compiler.ir.k8s_names import name_problem  # noqa: F401  (re-exported)
+from compiler.spec.models import DEFAULT_KUBERNETES_VERSION
 
 #: The Kubernetes version the manifests are written and validated for (tests/test_k8s.py checks
-#: every core object against its schemas with kubernetes-validate).
-KUBERNETES_VERSION = "1.34"
+#: every core object against its schemas with kubernetes-validate), the default of
+#: `kubernetes.version`: 1.35 is the first release whose API server and kubelets take image
+#: volumes (the pools' weights) without a feature gate (catalog/data/k8s_controllers.json).
+KUBERNETES_VERSION = DEFAULT_KUBERNETES_VERSION
 
 MANAGED_BY = "kiln"
 SPEC_ANNOTATION = "kiln.io/spec"

@@ -19,39 +19,23 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shlex
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
 from compiler import resources
+from compiler.actions import runtimes
+from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
+from compiler.actions.runtimes import UnitServing, ir_unit_serving
+from compiler.actions.shell import Shell, shell_quote, words
 from compiler.graph.model import Action
 from compiler.serving.yamlout import dump_yaml
-
-from . import runtimes
-from .base import ActionKind, Disruption, LowerContext, Params, RunContext
-from .runtimes import UnitServing
 
 TEMPLATE_DIR = resources.template_dir("host")
 SCRIPT_TEMPLATE, UNIT_TEMPLATE = "provision.sh.j2", "kiln-host.service.j2"
 TEMPLATES = (SCRIPT_TEMPLATE, UNIT_TEMPLATE)
 _DRIVER = re.compile(r"(>=|<=|==|>|<)?([0-9]+(?:\.[0-9]+)*)")
 _UNIT_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-class Shell(str):
-    """A string already quoted for the shell."""
-
-
-def shell_quote(value: object) -> Shell:
-    if value is None:
-        return Shell("''")
-    if isinstance(value, bool):
-        value = int(value)
-    text = shlex.quote(str(value))
-    if "," in text and not text.startswith("'"):
-        text = f"'{text}'"  # "1965,1965" is one word, but shellcheck (SC2054) reads a list typo
-    return Shell(text)
 
 
 def unit_word(value: object) -> Shell:
@@ -97,14 +81,6 @@ class HostUnit(Params):
     serving: UnitServing  # what the container runs, and how it is checked to serve
 
 
-def unit_serving(ir, unit) -> UnitServing:
-    """The serving of one IR unit: its model's runtime and parallelism on the spec's target."""
-    m = ir.models[unit.model].spec
-    par = m.parallelism
-    return runtimes.unit_serving(m.serving.runtime, ir.target, unit.model, unit.ports.as_dict(), tp=par.tp,
-                                 pp=par.pp, ep=par.ep, gpus=len(unit.gpu_indexes))
-
-
 class HostScriptParams(Params):
     host: str
     spec_name: str
@@ -124,7 +100,7 @@ class HostScript(ActionKind[HostScriptParams]):
                 continue  # a node pool: its host plan is the node layer (k8s-node-layer)
             units = [HostUnit(id=u.id, model=u.model, gpus=list(u.gpu_indexes),
                               mig_slot=u.mig.instance_index if u.mig else None, ports=u.ports.as_dict(),
-                              serving=unit_serving(ctx.ir, u))
+                              serving=ir_unit_serving(ctx.ir, u))
                      for u in ctx.ir.host_units(name)]
             params = HostScriptParams(host=name, spec_name=ctx.spec.name, templates=digests, units=units)
             out.append(self.action(f"{self.kind}/{name}", params, deps=(f"host-plan/{name}",)))
@@ -214,11 +190,6 @@ def boot_after(gpu: str) -> list[str]:
     GPU sits on an NVSwitch baseboard (data/host_boot.json, with its source)."""
     fm = boot_facts()["fabric_manager"]
     return [fm["unit"]] if gpu in fm["gpus"] else []
-
-
-def words(argv: list[str]) -> Shell:
-    """A list of words as bash array elements, each quoted."""
-    return Shell(" ".join(shell_quote(w) for w in argv))
 
 
 def render_script(context: dict, template_dir: Path = TEMPLATE_DIR) -> str:

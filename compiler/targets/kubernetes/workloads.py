@@ -2,7 +2,9 @@
 
 A workload is the replicas of one model on one device shape of one node pool (compiler/ir/pools.py).
 Each pod runs Kiln's serving image of the pool, pinned by digest, with the container its serving
-runtime defines (runtime.py), the MIG device or GPUs it requests, and /dev/shm as memory.
+runtime defines (runtime.py), the MIG device or GPUs it requests, /dev/shm as memory, and (unless
+the pool keeps weights in its image) its model's weights image mounted read-only at the model's
+directory (runtime.weights_volume).
 
 Rolling updates replace one pod at a time without a surge pod (maxSurge 0): a pool's devices are
 all assigned, so a surge pod could never be scheduled. The PodDisruptionBudget lets one pod of a
@@ -18,8 +20,10 @@ memory requests, a grace period with a preStop sleep, and the `restricted` secur
 from __future__ import annotations
 
 from . import meta
+from compiler.serving.layout import model_dir
+
 from .runtime import (GRACE_S, PROGRESS_DEADLINE_S, ServingContainer, container_security, lifecycle, probes,
-                      shm_gib)
+                      shm_gib, weights_mount, weights_volume)
 
 
 def _selector(workload: str) -> dict[str, str]:
@@ -44,8 +48,10 @@ def tolerations() -> list[dict]:
 
 def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: str, replicas: int,
                image: str, container: ServingContainer, resource: str, count: int, selector: dict[str, str],
-               gpu_product: str | None, artifacts: dict[str, str], pod_resources: dict) -> dict:
-    """`pod_resources`: CPU and memory requests and limits (runtime.pod_resources)."""
+               gpu_product: str | None, artifacts: dict[str, str], pod_resources: dict,
+               weights: str | None = None) -> dict:
+    """`pod_resources`: CPU and memory requests and limits (runtime.pod_resources). `weights`: the
+    model's weights image by digest, mounted at its model directory (None: in the serving image)."""
     pod_labels = meta.labels(spec_name, model=model, workload=name, pool=pool, shape=shape(resource, count))
     main = {
         "name": "server",
@@ -54,7 +60,8 @@ def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: s
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in container.ports],
         "resources": {"requests": {**pod_resources["requests"], resource: str(count)},
                       "limits": {**pod_resources["limits"], resource: str(count)}},
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]
+                        + ([weights_mount(model_dir(model))] if weights else []),
         "securityContext": container_security(),
         "lifecycle": lifecycle(),
         **probes(container),
@@ -78,7 +85,8 @@ def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: s
                     "terminationGracePeriodSeconds": GRACE_S,
                     "containers": [main],
                     "volumes": [{"name": "dshm",
-                                 "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(count)}Gi"}}],
+                                 "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(count)}Gi"}}]
+                               + ([weights_volume(weights)] if weights else []),
                 },
             },
         },

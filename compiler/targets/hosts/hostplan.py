@@ -9,91 +9,16 @@ builds' parameters says what applying the new state disrupts (`disruptions`)."""
 
 from __future__ import annotations
 
-from typing import Literal
-
-from compiler.capacity.placement import creation_commands
+from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
+from compiler.actions.gpustate import GpuState, HostState, MigInstanceState, desired_state
 from compiler.graph.model import Action
-from compiler.ir import ResolvedHost
 from compiler.store.canonical import pretty_json
-
-from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 
 OUTPUT = "host-plan.json"
 
 
-class LockedClocks(Params):
-    graphics_mhz: tuple[int, int]  # min, max (equal for a fixed lock)
-    memory_mhz: int | None
-
-
-class AppClocks(Params):
-    memory_mhz: int
-    graphics_mhz: int
-
-
-class MigInstanceState(Params):
-    profile: str
-    profile_id: int
-    start: int
-    serves: str
-    slot: int  # position in the spec's `mig` list
-
-
-class MigState(Params):
-    instances: list[MigInstanceState]
-    create: list[str]  # `<id>:<start>` in creation order
-
-
-class GpuState(Params):
-    index: int
-    locked_clocks: LockedClocks | None
-    application_clocks: AppClocks | None
-    power_limit_w: int | None
-    mig: MigState | None
-    serves: str | None
-    group: list[int] | None  # the tensor/pipeline-parallel group a whole GPU belongs to
-
-
-class HostState(Params):
-    kind: Literal["kiln.host-plan/v1"] = "kiln.host-plan/v1"
-    host: str
-    gpu: str
-    gpu_count: int
-    driver: str | None
-    persistence: bool
-    gpus: list[GpuState]
-
-
 class HostPlanParams(Params):
     state: HostState
-
-
-def desired_state(host: ResolvedHost) -> HostState:
-    """Pure: the host section of the IR (with its placements) -> the desired state."""
-    spec = host.spec
-    gpus = []
-    for a_idx, a in enumerate(spec.gpus):
-        clocks = a.clocks or spec.clocks
-        for index in a.indexes:
-            mig = None
-            if a.mig is not None:
-                result = host.gpu_placements[index]
-                mig = MigState(instances=[MigInstanceState(profile=p.profile.name, profile_id=p.profile.id,
-                                                           start=p.start, serves=a.mig[p.request_index].serves,
-                                                           slot=p.request_index) for p in result.placed],
-                               create=creation_commands(result))
-            g = clocks.graphics_mhz if clocks is not None else None
-            gpus.append(GpuState(
-                index=index,
-                locked_clocks=None if clocks is None else LockedClocks(
-                    graphics_mhz=(g[0], g[-1]) if isinstance(g, list) else (g, g), memory_mhz=clocks.memory_mhz),
-                application_clocks=None if spec.application_clocks is None or a.clocks is not None else AppClocks(
-                    memory_mhz=spec.application_clocks.memory_mhz, graphics_mhz=spec.application_clocks.graphics_mhz),
-                power_limit_w=a.power_limit_w or spec.power_limit_w,
-                mig=mig, serves=a.serves, group=list(a.indexes) if a.serves else None))
-    gpus.sort(key=lambda g: g.index)
-    return HostState(host=host.name, gpu=host.gpu.name, gpu_count=spec.count, driver=spec.driver,
-                     persistence=spec.persistence, gpus=gpus)
 
 
 class HostPlan(ActionKind[HostPlanParams]):

@@ -11,8 +11,11 @@ dgd/trtllm/agg.yaml in the ai-dynamo 1.6.1 wheel):
                           --extra-engine-args FILE`), each with a podTemplate whose container is
                           named `main` (the operator merges its defaults into that container)
 The worker runs Kiln's serving image of its pool (its base is Dynamo's tensorrtllm-runtime image,
-`image.base`, K853), with the checkpoint at /opt/kiln/models/<model> and the options file from the
-ConfigMap, whose name carries its content digest so that new options roll the workers.
+`image.base`, K853), with the checkpoint at /opt/kiln/models/<model> (the model's weights image
+mounted there as an image volume, or in the serving image with `node_pool.weights: in-image`) and
+the options file from the ConfigMap, whose name carries its content digest so that new options roll
+the workers. Dynamo's PVC model cache is not used: it is the DynamoGraphDeploymentRequest's, not a
+DGD field, and the DGD's podTemplate takes the same image volume as a Deployment's pods.
 `runtimeVersionOverride` names the Dynamo release: Kiln's image tags are content digests, not
 Dynamo versions, and admission needs a version it can parse.
 
@@ -31,7 +34,7 @@ from compiler.serving import layout
 from compiler.catalog import k8s_controllers
 
 from . import meta
-from .runtime import GRACE_S, container_security, shm_gib
+from .runtime import GRACE_S, container_security, shm_gib, weights_mount, weights_volume
 from .workloads import node_selector, pod_security, tolerations
 
 API_VERSION = "nvidia.com/v1beta1"
@@ -62,9 +65,10 @@ def frontend(*, image: str, version: str) -> dict:
 
 def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, image: str, version: str,
            resource: str, count: int, selector: dict[str, str], gpu_product: str | None, options_configmap_: str,
-           power_limit_w: int | None, pod_resources: dict) -> dict:
+           power_limit_w: int | None, pod_resources: dict, weights: str | None = None) -> dict:
     """Rolling updates one worker at a time without surge pods (a pool's devices are all
-    assigned), instead of the operator's 25%/25% (rolling_update_annotations)."""
+    assigned), instead of the operator's 25%/25% (rolling_update_annotations). `weights`: the
+    model's weights image by digest, mounted at `--model-path` (None: in the serving image)."""
     surge, unavailable = k8s_controllers.rolling_update_annotations()
     template: dict = {
         "metadata": {"labels": meta.labels(spec_name, model=model, pool=pool),
@@ -84,9 +88,11 @@ def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, i
                 "resources": {"requests": {**pod_resources["requests"], resource: str(count)},
                               "limits": {**pod_resources["limits"], resource: str(count)}},
                 "securityContext": container_security(),
-                "volumeMounts": [{"name": "llm-api-options", "mountPath": OPTIONS_DIR, "readOnly": True}],
+                "volumeMounts": [{"name": "llm-api-options", "mountPath": OPTIONS_DIR, "readOnly": True}]
+                                + ([weights_mount(layout.model_dir(model))] if weights else []),
             }],
-            "volumes": [{"name": "llm-api-options", "configMap": {"name": options_configmap_}}],
+            "volumes": [{"name": "llm-api-options", "configMap": {"name": options_configmap_}}]
+                       + ([weights_volume(weights)] if weights else []),
         },
     }
     if power_limit_w is not None:

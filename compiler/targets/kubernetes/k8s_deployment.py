@@ -1,8 +1,10 @@
 """`k8s-deployment/<workload>` (runtime `deployment`): the Deployment of one
 workload, i.e. the replicas of one model on one device shape of one node pool
-(compiler/k8s/workloads.py). It depends on the pool's serving image (`image/<pool>`), whose pushed
-digest it pins; everything else is in its parameters, so a change elsewhere in the spec leaves its
-key and its file alone.
+(compiler/targets/kubernetes/workloads.py). It depends on the pool's serving image (`image/<pool>`) and, where the
+pool mounts weights (node_pool.weights: image-volume), on its model's weights image
+(`weights-image/<model>`), whose pushed digests it pins; everything else is in its parameters, so a
+change elsewhere in the spec leaves its key and its file alone, and a weight change rolls only the
+model's workloads.
 
 Output: <workload>.yaml (the tree's workloads/ directory). Its PodDisruptionBudget is the release's
 (k8s-release): the budget follows the pool's re-layout batch, not the pods' template.
@@ -12,17 +14,18 @@ from __future__ import annotations
 
 import json
 
+from compiler.actions import image, runtimes, weights_image
+from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
-from compiler.ir.pools import cluster_strategy, resource_name
-from compiler.k8s import plan, tree, workloads
-from compiler.k8s import runtime as runtime_
-from compiler.k8s.runtime import ServingContainer
+from compiler.ir.pools import cluster_strategy, mounts_weights, resource_name
 
-from . import image, runtimes
-from .base import ActionKind, Disruption, LowerContext, Params, RunContext
+from . import plan, tree, workloads
+from . import runtime as runtime_
+from .runtime import ServingContainer
 
-ROLLS = ("image_action", "command", "ports", "liveness", "readiness", "resource", "count", "selector", "gpu_product",
+ROLLS = ("image_action", "weights_action", "command", "ports", "liveness", "readiness", "resource", "count",
+         "selector", "gpu_product",
          "pod_resources")
 
 
@@ -43,7 +46,9 @@ class DeploymentParams(Params):
     count: int
     selector: dict[str, str]
     gpu_product: str | None
-    pod_resources: dict  # CPU and memory requests and limits (compiler/k8s/runtime.pod_resources)
+    pod_resources: dict  # CPU and memory requests and limits (compiler/targets/kubernetes/runtime.pod_resources)
+    weights_action: str | None = None  # weights-image/<model>, mounted at the model's directory; None: the
+    # checkpoint is in the pool's serving image (node_pool.weights: in-image)
 
 
 def namespace_of(spec) -> str:
@@ -85,6 +90,15 @@ def max_unavailable(ir, pool: str) -> int:
     return min(np.max_unavailable, np.nodes) if np is not None else 1
 
 
+def weights_deps(weights_action: str | None) -> set[str]:
+    return {weights_action} if weights_action else set()
+
+
+def rebuilt(pool: str, model: str, weights_action: str | None) -> str:
+    """Why a workload whose parameters are unchanged rolls: an image it runs was pushed anew."""
+    return f"serving image of {pool}" + (f" or weights of {model}" if weights_action else "") + " rebuilt"
+
+
 def image_reference(tree_dir) -> tuple[str, str]:
     """(repository@digest, digest) of a built `image/<host>` artifact."""
     doc = json.loads((tree_dir / image.OUTPUT).read_text(encoding="utf-8"))
@@ -97,12 +111,12 @@ def serving_container(runtime: str, target: str, model: str, ports: dict[str, in
     runs), every port it listens on, and the runtime's probe paths."""
     serving = runtimes.unit_serving(runtime, target, model, ports, tp=par.tp, pp=par.pp, ep=par.ep, gpus=gpus)
     return ServingContainer(tuple(serving.command), named_ports(runtime, ports),
-                            liveness=runtimes.table()[runtime]["ready"]["live"], readiness=serving.ready[0])
+                            liveness=runtimes.get(runtime).live, readiness=serving.ready[0])
 
 
 def named_ports(runtime: str, ports: dict[str, int]) -> tuple[tuple[str, int], ...]:
     """(name, port) of each port the runtime listens on: Triton http, grpc, metrics; trtllm-serve http."""
-    return tuple((name, ports[name]) for name in runtimes.table()[runtime]["ports"])
+    return tuple((name, ports[name]) for name in runtimes.get(runtime).ports)
 
 
 def workload_params(ctx: LowerContext) -> list[DeploymentParams]:
@@ -123,11 +137,17 @@ def workload_params(ctx: LowerContext) -> list[DeploymentParams]:
                 replicas=w.replicas, image_action=f"{image.KIND.kind}/{pname}", runtime=runtime,
                 command=list(c.command), ports=list(c.ports), liveness=c.liveness, readiness=c.readiness,
                 resource=resource, count=w.gpus, selector=dict(pool.selector),
-                gpu_product=gfd_product(pool, strategy, w.mig_profile), pod_resources=pod_resources(ir, w)))
+                gpu_product=gfd_product(pool, strategy, w.mig_profile), pod_resources=pod_resources(ir, w),
+                weights_action=weights_image.action_id(w.model) if mounts_weights(ir, pname) else None))
     return out
 
 
-def render(params: DeploymentParams, image_ref: str, image_digest: str) -> bytes:
+def render(params: DeploymentParams, image_ref: str, image_digest: str,
+           weights: tuple[str, str] | None = None) -> bytes:
+    """`weights`: (reference, digest) of the model's weights image, with `params.weights_action`."""
+    artifacts = {params.image_action: image_digest}
+    if weights is not None:
+        artifacts[params.weights_action] = weights[1]
     container = ServingContainer(tuple(params.command), tuple(tuple(p) for p in params.ports), params.liveness,
                                  params.readiness)
     objects = [
@@ -135,7 +155,8 @@ def render(params: DeploymentParams, image_ref: str, image_digest: str) -> bytes
                              pool=params.pool, model=params.model, replicas=params.replicas, image=image_ref,
                              container=container, resource=params.resource, count=params.count,
                              selector=params.selector, gpu_product=params.gpu_product,
-                             artifacts={params.image_action: image_digest}, pod_resources=params.pod_resources),
+                             artifacts=artifacts, pod_resources=params.pod_resources,
+                             weights=weights[0] if weights is not None else None),
     ]
     return tree.documents(objects).encode()
 
@@ -147,17 +168,19 @@ class K8sDeployment(ActionKind[DeploymentParams]):
         k8s = ctx.spec.kubernetes
         if not ctx.ir.pools or (k8s is not None and k8s.runtime != "deployment"):
             return []
-        return [self.action(f"{self.kind}/{p.name}", p, deps=(p.image_action,)) for p in workload_params(ctx)]
+        return [self.action(f"{self.kind}/{p.name}", p, deps=sorted({p.image_action} | weights_deps(p.weights_action)))
+                for p in workload_params(ctx)]
 
     def run(self, params: DeploymentParams, ctx: RunContext) -> None:
         ref, digest = image_reference(ctx.deps[params.image_action])
-        (ctx.out / f"{params.name}.yaml").write_bytes(render(params, ref, digest))
+        weights = weights_image.reference(ctx.deps[params.weights_action]) if params.weights_action else None
+        (ctx.out / f"{params.name}.yaml").write_bytes(render(params, ref, digest, weights))
         ctx.log.info("%s: %d replica(s) of %d x %s, image %s", params.name, params.replicas, params.count,
                      params.resource, ref)
 
     def disruptions(self, old: DeploymentParams | None, new: DeploymentParams) -> list[Disruption]:
-        if old is not None and old.to_json() == new.to_json():  # only its input changed: the pushed image
-            return [plan.roll(new.pool, new.name, f"serving image of {new.pool} rebuilt")]
+        if old is not None and old.to_json() == new.to_json():  # only an input changed: a pushed image
+            return [plan.roll(new.pool, new.name, rebuilt(new.pool, new.model, new.weights_action))]
         return plan.workload_disruptions(new.pool, new.name, old.to_json() if old is not None else None,
                                          new.to_json(), ROLLS, device=f"{new.count} x {new.resource}")
 

@@ -82,3 +82,19 @@ def probes(container: ServingContainer) -> dict:
         "readinessProbe": {**get(container.readiness), "periodSeconds": PROBE_PERIOD_S, "timeoutSeconds": 5,
                            "failureThreshold": 3},
     }
+
+
+WEIGHTS_VOLUME = "weights"
+
+
+def weights_volume(reference: str) -> dict:
+    """The pod volume of a model's weights image (compiler/actions/weights_image.py), pinned by digest:
+    a Kubernetes image volume, which the kubelet pulls like a container image and caches per node,
+    mounted read-only (catalog/data/k8s_controllers.json image_volume). IfNotPresent: a digest never
+    names other content, so a node that has it pulls nothing."""
+    return {"name": WEIGHTS_VOLUME, "image": {"reference": reference, "pullPolicy": "IfNotPresent"}}
+
+
+def weights_mount(model_dir: str) -> dict:
+    """Where the runtime reads the checkpoint, as in a host's serving image (serving/layout.model_dir)."""
+    return {"name": WEIGHTS_VOLUME, "mountPath": model_dir, "readOnly": True}

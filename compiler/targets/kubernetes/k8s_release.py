@@ -1,5 +1,5 @@
 """`k8s-release`: the release's Kustomize tree, what Argo CD syncs and `kubectl kustomize` builds
-(compiler/k8s/tree.py). It assembles the node layer (`k8s-node-layer`) and every workload
+(compiler/targets/kubernetes/tree.py). It assembles the node layer (`k8s-node-layer`) and every workload
 (`k8s-deployment/*` or `k8s-dgd/*`) unchanged, and adds the namespace, one Service per model
 (runtime `deployment`), the release stamp and the Argo CD files:
 
@@ -21,14 +21,13 @@ from __future__ import annotations
 import json
 import shutil
 
+from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.graph.kinds import POOL
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy, resource_name
-from compiler.k8s import plan, tree, workloads
 from compiler.release import spec_digest
 
-from . import k8s_deployment, k8s_dgd, k8s_nodes
-from .base import ActionKind, Disruption, LowerContext, Params, RunContext
+from . import k8s_deployment, k8s_dgd, k8s_nodes, plan, tree, workloads
 
 NODE_LAYER_DIR, WORKLOADS_DIR, SERVICES_DIR, ARGOCD_DIR = "node-layer", "workloads", "services", "argocd"
 BUDGETS_DIR = "disruption-budgets"
@@ -48,7 +47,7 @@ class ArgoSpec(Params):
 
 
 class BudgetSpec(Params):
-    """A workload's PodDisruptionBudget (compiler/k8s/workloads.py disruption_budget)."""
+    """A workload's PodDisruptionBudget (compiler/targets/kubernetes/workloads.py disruption_budget)."""
     name: str
     pool: str
     model: str

@@ -1,5 +1,5 @@
 """`k8s-node-layer`: the GPU Operator node layer of the spec's Kubernetes node pools
-(compiler/k8s/nodelayer.py): the desired layouts ConfigMap with one named layout per distinct node
+(compiler/targets/kubernetes/nodelayer.py): the desired layouts ConfigMap with one named layout per distinct node
 layout, the ClusterPolicy merge patch, the re-layout script (and its Job and RBAC), and per pool
 with clocks or power a node-tuning script. Its parameters are the layouts, pools and tunings
 themselves, so its key changes exactly when one of them does; `disruptions` says which pools are
@@ -20,13 +20,13 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 
+from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
+from compiler.actions.gpustate import desired_state
 from compiler.graph.kinds import POOL
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy
-from compiler.k8s import nodelayer, tree
 
-from .base import ActionKind, Disruption, LowerContext, Params, RunContext
-from .hostplan import desired_state
+from . import nodelayer, tree
 from .k8s_deployment import max_unavailable, namespace_of
 
 TEMPLATES = (nodelayer.LABEL_TEMPLATE, nodelayer.TUNING_TEMPLATE)

@@ -1,7 +1,8 @@
 """`k8s-dgd/<model>` (runtime `dynamo`): the DynamoGraphDeployment of one model and the ConfigMap
-of its LLM-API options (compiler/k8s/dynamo.py): a frontend and one worker component per node pool
+of its LLM-API options (compiler/targets/kubernetes/dynamo.py): a frontend and one worker component per node pool
 and device shape that serves the model. It depends on the options file (`llmapi-options/<model>`,
-the file `--extra-engine-args` reads) and on the serving image of every pool its workers run on.
+the file `--extra-engine-args` reads), on the serving image of every pool its workers run on and,
+where a pool mounts weights, on the model's weights image (`weights-image/<model>`).
 
 Output: <model>.yaml (the tree's workloads/ directory).
 """
@@ -10,18 +11,19 @@ from __future__ import annotations
 
 import hashlib
 
+from compiler.actions import image, llmapi, weights_image
+from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.k8s_names import dgd_component
-from compiler.ir.pools import cluster_strategy, resource_name
-from compiler.k8s import dynamo, plan, tree
+from compiler.ir.pools import cluster_strategy, mounts_weights, resource_name
 from compiler.store.canonical import canonical_json
 
-from . import image, llmapi
-from .base import ActionKind, Disruption, LowerContext, Params, RunContext
+from . import dynamo, plan, tree
 from .k8s_deployment import gfd_product, image_reference, namespace_of, pod_resources
 
-WORKER_ROLLS = ("image_action", "resource", "count", "selector", "gpu_product", "power_limit_w", "pod_resources")
+WORKER_ROLLS = ("image_action", "weights_action", "resource", "count", "selector", "gpu_product", "power_limit_w",
+                "pod_resources")
 
 
 class Worker(Params):
@@ -35,7 +37,8 @@ class Worker(Params):
     gpu_product: str | None
     power_limit_w: int | None  # dynamo.POWER_ANNOTATION: None, power is the node tuning's (a DGD from an
     # earlier Kiln may carry it: forbidden_changes plans the recreate that removing it needs)
-    pod_resources: dict  # CPU and memory (compiler/k8s/runtime.pod_resources)
+    pod_resources: dict  # CPU and memory (compiler/targets/kubernetes/runtime.pod_resources)
+    weights_action: str | None = None  # weights-image/<model> mounted at --model-path; None: in the pool image
 
 
 class DgdParams(Params):
@@ -70,7 +73,9 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
             workers.append(Worker(component=component, pool=pool.name, replicas=w.replicas,
                                   image_action=f"{image.KIND.kind}/{pool.name}", resource=resource, count=w.gpus,
                                   selector=dict(pool.selector), gpu_product=gfd_product(pool, strategy, w.mig_profile),
-                                  power_limit_w=power, pod_resources=pod_resources(ir, w)))
+                                  power_limit_w=power, pod_resources=pod_resources(ir, w),
+                                  weights_action=(weights_image.action_id(model) if mounts_weights(ir, pool.name)
+                                                  else None)))
         out.append(DgdParams(model=model, spec_name=spec.name, namespace=namespace_of(spec),
                              version=spec.kubernetes.dynamo.version, frontend_image=spec.image.base,
                              options_action=f"{llmapi.KIND.kind}/{model}",
@@ -81,7 +86,7 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
 
 
 def render(params: DgdParams, options: bytes, images: dict[str, tuple[str, str]]) -> bytes:
-    """`images`: image action -> (reference, digest)."""
+    """`images`: image or weights-image action -> (reference, digest)."""
     cm_name = dynamo.options_configmap_name(params.model, options)
     components = [dynamo.frontend(image=params.frontend_image, version=params.version)]
     for w in params.workers:
@@ -89,7 +94,8 @@ def render(params: DgdParams, options: bytes, images: dict[str, tuple[str, str]]
             name=w.component, model=params.model, spec_name=params.spec_name, pool=w.pool, replicas=w.replicas,
             image=images[w.image_action][0], version=params.version, resource=w.resource, count=w.count,
             selector=w.selector, gpu_product=w.gpu_product, options_configmap_=cm_name, power_limit_w=w.power_limit_w,
-            pod_resources=w.pod_resources))
+            pod_resources=w.pod_resources,
+            weights=images[w.weights_action][0] if w.weights_action else None))
     artifacts = {a: d for a, (_, d) in images.items()}
     artifacts[params.options_action] = "sha256:" + hashlib.sha256(options).hexdigest()
     objects = [dynamo.options_configmap(model=params.model, spec_name=params.spec_name, namespace=params.namespace,
@@ -129,12 +135,15 @@ class K8sDgd(ActionKind[DgdParams]):
         if not ctx.ir.pools or k8s is None or k8s.runtime != "dynamo":
             return []
         return [self.action(f"{self.kind}/{p.model}", p,
-                            deps=sorted({p.options_action} | {w.image_action for w in p.workers}))
+                            deps=sorted({p.options_action} | {w.image_action for w in p.workers}
+                                        | {w.weights_action for w in p.workers if w.weights_action}))
                 for p in dgd_params(ctx)]
 
     def run(self, params: DgdParams, ctx: RunContext) -> None:
         options = (ctx.deps[params.options_action] / llmapi.OUTPUT).read_bytes()
         images = {w.image_action: image_reference(ctx.deps[w.image_action]) for w in params.workers}
+        images |= {w.weights_action: weights_image.reference(ctx.deps[w.weights_action])
+                   for w in params.workers if w.weights_action}
         (ctx.out / f"{params.model}.yaml").write_bytes(render(params, options, images))
         ctx.log.info("%s: frontend and %d worker component(s)", params.model, len(params.workers))
 
@@ -158,7 +167,8 @@ class K8sDgd(ActionKind[DgdParams]):
         if rolled:
             why = "Dynamo rolls every worker of the model together"
         elif old.to_json() == new.to_json():
-            why = "a serving image of its pools was rebuilt"  # same parameters: only an input changed
+            why = ("a serving image of its pools or its weights image was rebuilt"  # same parameters: an input changed
+                   if any(w.weights_action for w in new.workers) else "a serving image of its pools was rebuilt")
         else:
             return out
         for w in new.workers:  # the operator's worker hash covers all workers (rolling-update.md)
