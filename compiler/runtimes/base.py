@@ -42,6 +42,7 @@ class Unit:
     pp: int = 1
     ep: int = 1
     gpus: int = 1
+    role: str | None = None  # disaggregated serving: the unit's role (prefill or decode)
 
 
 class UnitServing(Params):

@@ -1,0 +1,40 @@
+"""The processes of disaggregated serving on the runtime protocol (compiler/runtimes): each role's
+trtllm-serve reads its own options file, and the router's command fits the flag table of
+`trtllm-serve disaggregated` with the readiness path its server has."""
+
+from __future__ import annotations
+
+from compiler.catalog import disaggregated as facts
+from compiler.runtimes import REGISTRY, ROUTER, Unit, check_argv, flag_value
+from compiler.runtimes.trtllm_disaggregated import config_path
+
+
+def test_the_router_command_fits_its_flag_table_and_waits_as_long_as_a_unit_loads() -> None:
+    serving = ROUTER.serve(Unit(model="chat", target="llmapi", ports={"http": 8000, "grpc": 8001, "metrics": 8002}))
+    assert check_argv(ROUTER.data, serving.command) == []
+    assert serving.command[:2] == ["trtllm-serve", "disaggregated"]
+    assert flag_value(serving.command, "--config_file") == config_path("chat")
+    assert int(flag_value(serving.command, "--server_start_timeout")) > facts.fact("router_cli")["defaults"][
+        "--server_start_timeout"]
+    assert serving.ready == facts.fact("router_cli")["ready"] and serving.listens == [8000]
+    assert serving.files == [config_path("chat")]
+    # the same facts in both files
+    cli = facts.fact("router_cli")
+    assert {f for f in ROUTER.data["flags"]} <= set(cli["flags"])
+
+
+def test_the_router_is_not_a_serving_runtime_choice() -> None:
+    assert ROUTER.name not in REGISTRY
+
+
+def test_each_role_server_reads_its_roles_options() -> None:
+    rt = REGISTRY["trtllm-serve"]
+    ports = {"http": 8003, "grpc": 8004, "metrics": 8005}
+    prefill = rt.serve(Unit(model="chat", target="llmapi", ports=ports, role="prefill"))
+    decode = rt.serve(Unit(model="chat", target="llmapi", ports=ports, tp=4, gpus=4, role="decode"))
+    assert check_argv(rt.data, prefill.command) == [] and check_argv(rt.data, decode.command) == []
+    assert flag_value(prefill.command, "--config").endswith("/chat/prefill/llm-api-options.yaml")
+    assert flag_value(decode.command, "--config").endswith("/chat/decode/llm-api-options.yaml")
+    assert flag_value(decode.command, "--tp_size") == "4"
+    plain = rt.serve(Unit(model="chat", target="llmapi", ports=ports))
+    assert flag_value(plain.command, "--config").endswith("/chat/llm-api-options.yaml")
