@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
+from compiler import runtimes as serving_runtimes
 from compiler.catalog import disaggregated as facts
 from compiler.diagnostics import Diagnostic, Rule, Severity
 from compiler.spec.models import Disaggregated, Model
@@ -124,11 +125,13 @@ class DisaggregatedRuntime(Check):
                 continue
             units = [u for u in ctx.ir.units if u.model == name]
             deploys = {ctx.spec.hosts[u.host].deploy for u in units if u.host in ctx.spec.hosts}
-            if "host" in deploys and m.serving.runtime != "trtllm-serve":
+            runtime = serving_runtimes.get(m.serving.runtime)
+            if "host" in deploys and not runtime.serves_roles:
+                able = [n for n, r in serving_runtimes.REGISTRY.items() if r.serves_roles]
                 yield ctx.diag(self, ("models", name, "serving", "runtime"),
-                               f"on hosts, disaggregated serving runs trtllm-serve servers, but model {name!r} "
-                               f"says runtime {m.serving.runtime}",
-                               help="set `serving.runtime: trtllm-serve`")
+                               f"on hosts, disaggregated serving runs {' or '.join(able)} servers, but model "
+                               f"{name!r} says runtime {m.serving.runtime}",
+                               help=f"set `serving.runtime: {able[0]}`")
             k8s = ctx.spec.kubernetes
             if "kubernetes" in deploys and (k8s is None or k8s.runtime != "dynamo"):
                 yield ctx.diag(self, _dpath(name), "on Kubernetes, disaggregated serving runs Dynamo prefill and "

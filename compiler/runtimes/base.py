@@ -90,6 +90,11 @@ class ServingRuntime(ABC):
         return self.data.get("refusals", {}).get(target, f"it serves the {' and '.join(self.targets)} target only")
 
     @property
+    def serves_roles(self) -> bool:
+        """Whether its servers can be the prefill and decode servers of disaggregated serving (K162)."""
+        return bool(self.data.get("roles"))
+
+    @property
     def artifacts(self) -> tuple[str, ...]:
         """What the serving image holds for it beside the checkpoints: repository (the host's
         Triton model repository), options (the model's LLM-API options file)."""
