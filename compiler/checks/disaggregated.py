@@ -557,5 +557,5 @@ def not_built(spec) -> list[tuple[str, str]]:
 
 
 #: the deploy targets whose disaggregated emitter does not exist yet
-UNBUILT_DEPLOYS = frozenset({"host", "kubernetes"})
+UNBUILT_DEPLOYS = frozenset({"host"})
 
