@@ -536,7 +536,8 @@ class DisaggregatedNotBuilt(Rule):
     """`kiln build` (and `kiln plan`) cannot emit this spec's disaggregated serving yet.
 
     Validation checks disaggregated models in full (the rules above), but the emitters that turn
-    them into artifacts come one target at a time: until a target's emitter exists, lowering
+    them into artifacts come one target at a time: Kubernetes (runtime dynamo) emits them; on
+    hosts, where provision.sh does not yet start the role servers and the router, lowering
     refuses the spec rather than build aggregated servers that ignore the roles.
     """
 
