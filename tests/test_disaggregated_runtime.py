@@ -38,3 +38,20 @@ def test_each_role_server_reads_its_roles_options() -> None:
     assert flag_value(decode.command, "--tp_size") == "4"
     plain = rt.serve(Unit(model="chat", target="llmapi", ports=ports))
     assert flag_value(plain.command, "--config").endswith("/chat/llm-api-options.yaml")
+
+
+def test_the_example_units_run_their_roles_server() -> None:
+    """Each serving unit of a disaggregated model runs trtllm-serve with its role's parallelism and
+    options file, on the port after the router's."""
+    from pathlib import Path
+
+    from compiler.actions.runtimes import ir_unit_serving
+    from compiler.pipeline import validate_path
+
+    ir = validate_path(Path(__file__).resolve().parents[1] / "examples" / "disaggregated" / "kiln.yaml").resolved
+    servings = {u.id: ir_unit_serving(ir, u) for u in ir.units}
+    prefill, decode = servings["h200/gpu0"], servings["h200/gpu4+5+6+7"]
+    assert flag_value(prefill.command, "--config").endswith("/chat/prefill/llm-api-options.yaml")
+    assert flag_value(decode.command, "--config").endswith("/chat/decode/llm-api-options.yaml")
+    assert (flag_value(prefill.command, "--tp_size"), flag_value(decode.command, "--tp_size")) == ("1", "4")
+    assert (prefill.port, servings["h200/gpu1"].port, decode.port) == (8003, 8006, 8009)

@@ -45,9 +45,10 @@ def check_command(runtime: str, argv: list[str]) -> list[str]:
 
 
 def unit_serving(runtime: str, target: str, model: str, ports: dict[str, int], tp: int = 1, pp: int = 1,
-                 ep: int = 1, gpus: int = 1) -> UnitServing:
+                 ep: int = 1, gpus: int = 1, role: str | None = None) -> UnitServing:
     """The serving of one unit (pure): its runtime's command, paths and container options."""
-    return get(runtime).serve(Unit(model=model, target=target, ports=dict(ports), tp=tp, pp=pp, ep=ep, gpus=gpus))
+    return get(runtime).serve(Unit(model=model, target=target, ports=dict(ports), tp=tp, pp=pp, ep=ep, gpus=gpus,
+                                   role=role))
 
 
 def serving_image_needs(runtime_names) -> set[str]:
