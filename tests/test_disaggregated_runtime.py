@@ -9,6 +9,11 @@ from compiler.runtimes import REGISTRY, ROUTER, Unit, check_argv, flag_value
 from compiler.runtimes.trtllm_disaggregated import config_path
 
 
+def _options(serving) -> str:
+    """The options file a trtllm-serve command reads (its data's options flag)."""
+    return flag_value(serving.command, REGISTRY["trtllm-serve"].data["options_flag"])
+
+
 def test_the_router_command_fits_its_flag_table_and_waits_as_long_as_a_unit_loads() -> None:
     serving = ROUTER.serve(Unit(model="chat", target="llmapi", ports={"http": 8000, "grpc": 8001, "metrics": 8002}))
     assert check_argv(ROUTER.data, serving.command) == []
@@ -33,11 +38,11 @@ def test_each_role_server_reads_its_roles_options() -> None:
     prefill = rt.serve(Unit(model="chat", target="llmapi", ports=ports, role="prefill"))
     decode = rt.serve(Unit(model="chat", target="llmapi", ports=ports, tp=4, gpus=4, role="decode"))
     assert check_argv(rt.data, prefill.command) == [] and check_argv(rt.data, decode.command) == []
-    assert flag_value(prefill.command, "--config").endswith("/chat/prefill/llm-api-options.yaml")
-    assert flag_value(decode.command, "--config").endswith("/chat/decode/llm-api-options.yaml")
+    assert _options(prefill).endswith("/chat/prefill/llm-api-options.yaml")
+    assert _options(decode).endswith("/chat/decode/llm-api-options.yaml")
     assert flag_value(decode.command, "--tp_size") == "4"
     plain = rt.serve(Unit(model="chat", target="llmapi", ports=ports))
-    assert flag_value(plain.command, "--config").endswith("/chat/llm-api-options.yaml")
+    assert _options(plain).endswith("/chat/llm-api-options.yaml")
 
 
 def test_the_example_units_run_their_roles_server() -> None:
@@ -51,7 +56,7 @@ def test_the_example_units_run_their_roles_server() -> None:
     ir = validate_path(Path(__file__).resolve().parents[1] / "examples" / "disaggregated" / "kiln.yaml").resolved
     servings = {u.id: ir_unit_serving(ir, u) for u in ir.units}
     prefill, decode = servings["h200/gpu0"], servings["h200/gpu4+5+6+7"]
-    assert flag_value(prefill.command, "--config").endswith("/chat/prefill/llm-api-options.yaml")
-    assert flag_value(decode.command, "--config").endswith("/chat/decode/llm-api-options.yaml")
+    assert _options(prefill).endswith("/chat/prefill/llm-api-options.yaml")
+    assert _options(decode).endswith("/chat/decode/llm-api-options.yaml")
     assert (flag_value(prefill.command, "--tp_size"), flag_value(decode.command, "--tp_size")) == ("1", "4")
     assert (prefill.port, servings["h200/gpu1"].port, decode.port) == (8003, 8006, 8009)

@@ -221,7 +221,7 @@ def test_trtllm_serve_pods_run_the_host_command(tmp_path: Path) -> None:
     assert [p["name"] for p in service["spec"]["ports"]] == ["http"]
     chat = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "chat-h100-pool")
     assert chat["spec"]["template"]["spec"]["containers"][0]["command"][0] == "tritonserver"  # the others stay
-    assert "llmapi-options/coder" in graph.actions["image-context/h100-pool"].deps  # the --config file
+    assert "llmapi-options/coder" in graph.actions["image-context/h100-pool"].deps  # the options file (--extra_llm_api_options)
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")

@@ -49,7 +49,7 @@ def _lowered(spec: Path):
 
 
 def test_trtllm_serve_command_fits_the_pinned_cli_and_agrees_with_the_options_file() -> None:
-    """`trtllm-serve <checkpoint> --config <options.yaml> --host --port --backend --tp_size --pp_size`,
+    """`trtllm-serve <checkpoint> --extra_llm_api_options <options.yaml> --host --port --backend --tp_size --pp_size`,
     each flag one that serve.py of the 1.2 line defines, each value the one the unit needs."""
     result, graph = _lowered(TRTLLM_SERVE)
     units = {u.model: u for u in graph.actions["host-script/h100"].params.units}
@@ -147,7 +147,7 @@ def test_one_options_file_two_runtimes(tmp_path: Path) -> None:
     dockerfile = (ctx_out / "Dockerfile").read_text()
     assert "COPY layers/llmapi/ /" in dockerfile and "COPY layers/repository/ /" in dockerfile
     serve = (ctx_out / "layers/entrypoint" / runtimes.ENTRYPOINT.lstrip("/")).read_text()
-    assert f"exec trtllm-serve {layout.model_dir('chat')} --config {runtimes.options_path('chat')}" in serve
+    assert f"exec trtllm-serve {layout.model_dir('chat')} --extra_llm_api_options {runtimes.options_path('chat')}" in serve
 
 
 # --- on a host, with real Docker ---------------------------------------------------------------

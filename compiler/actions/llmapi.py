@@ -1,4 +1,4 @@
-"""`llmapi-options`: the TensorRT-LLM LLM-API options file (`trtllm-serve --config`, Triton's
+"""`llmapi-options`: the TensorRT-LLM LLM-API options file (`trtllm-serve --extra_llm_api_options`, Triton's
 `model.yaml`) for a model on the llmapi target. Keys are LlmArgs field names."""
 
 from __future__ import annotations

@@ -244,7 +244,7 @@ class LlmapiOptionsUnverified(Check):
     """The LLM-API options are written for another TensorRT-LLM release line than the pinned one.
 
     On the llmapi target, Kiln writes each model's LLM-API options (read by the Triton llmapi model,
-    by `trtllm-serve --config` and by Dynamo's `--extra-engine-args`) with the field names of the
+    by `trtllm-serve --extra_llm_api_options` and by Dynamo's `--extra-engine-args`) with the field names of the
     release whose source it read (compiler/actions/data/trtllm_llmapi.json, TensorRT-LLM 1.2.x).
     TensorRT-LLM checks the options against a strict model whose fields change between releases and
     release candidates, so for a pin of another line Kiln cannot tell whether the runtime accepts

@@ -11,7 +11,7 @@ IMAGE_ROOT = "/opt/kiln"
 REPOSITORY_DIR = f"{IMAGE_ROOT}/repository"  # the Triton model repository of one host
 ENGINE_SUBDIR = "engine"  # inside an engine artifact: config.json and rank<N>.engine
 LLMAPI_OPTIONS = "llm-api-options.yaml"  # a model's LLM-API options file (llmapi-options/<model>)
-OPTIONS_DIR = f"{IMAGE_ROOT}/llmapi"  # <model>/llm-api-options.yaml in the image: trtllm-serve --config
+OPTIONS_DIR = f"{IMAGE_ROOT}/llmapi"  # <model>/llm-api-options.yaml in the image: trtllm-serve --extra_llm_api_options
 
 
 def model_dir(model: str) -> str:
