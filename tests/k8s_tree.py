@@ -47,7 +47,8 @@ def render(graph: Graph, work: Path) -> Path:
     dirs: dict[str, Path] = {}
     for aid in graph.order:
         action = graph.actions[aid]
-        if not (action.kind.startswith("k8s-") or action.kind in ("image", "weights-image", "llmapi-options")):
+        if not (action.kind.startswith("k8s-")
+                or action.kind in ("image", "weights-image", "llmapi-options", "disagg-options")):
             continue
         out = work / "parts" / aid.replace("/", "__")
         shutil.rmtree(out, ignore_errors=True)

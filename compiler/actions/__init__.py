@@ -7,11 +7,11 @@ first, is compiler.targets.REGISTRY.
 
 from __future__ import annotations
 
-from . import (calibration, capacity, engine, image, image_context, llmapi, model_source, quality_gate, quantize,
-               snapshot, tokenizer, triton_repo, weights_image)
+from . import (calibration, capacity, disaggregated, engine, image, image_context, llmapi, model_source,
+               quality_gate, quantize, snapshot, tokenizer, triton_repo, weights_image)
 
-COMMON = (snapshot.KIND, llmapi.KIND, calibration.KIND, model_source.KIND, quantize.KIND, quality_gate.KIND,
-          engine.KIND, capacity.KIND, tokenizer.KIND, triton_repo.KIND, image_context.KIND, image.KIND,
-          weights_image.KIND)
+COMMON = (snapshot.KIND, llmapi.KIND, disaggregated.KIND, calibration.KIND, model_source.KIND, quantize.KIND,
+          quality_gate.KIND, engine.KIND, capacity.KIND, tokenizer.KIND, triton_repo.KIND, image_context.KIND,
+          image.KIND, weights_image.KIND)
 
 __all__ = ["COMMON"]

@@ -213,7 +213,9 @@ class ImageContext(ActionKind[ImageContextParams]):
             runtime = {u.model: u.serving.runtime for u in units}
             options = {m: f"{llmapi.KIND.kind}/{m}" for m in models
                        if "options" in runtimes.serving_image_needs([runtime[m]])}
-            triton = "repository" in runtimes.serving_image_needs(runtime.values())
+            # a disaggregated model's role servers are never Triton models (triton-repo leaves them out)
+            triton = "repository" in runtimes.serving_image_needs(
+                {runtime[u.model] for u in ctx.ir.host_units(host) if u.role is None})
             params = ImageContextParams(host=host, spec_name=ctx.spec.name, base=base_image(ctx.spec), units=units,
                                         checkpoints=checkpoints, templates=digests, options=options,
                                         repository=triton)

@@ -26,6 +26,7 @@ def ir_unit_serving(ir, unit) -> UnitServing:
     """The serving of one IR unit: its model's runtime and parallelism on the spec's target (the
     host script and the image both place it)."""
     m = ir.models[unit.model].spec
-    par = m.parallelism
+    par = m.parallelism_of(unit.role)  # a disaggregated role's server: the role's, on its own options
+    role = unit.role if m.serving.disaggregated is not None else None
     return unit_serving(m.serving.runtime, ir.target, unit.model, unit.ports.as_dict(), tp=par.tp,
-                        pp=par.pp, ep=par.ep, gpus=len(unit.gpu_indexes))
+                        pp=par.pp, ep=par.ep, gpus=len(unit.gpu_indexes), role=role)

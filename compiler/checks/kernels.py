@@ -12,6 +12,8 @@ from compiler import runtimes as serving_runtimes
 from compiler.catalog.formats import load_format_table
 from compiler.diagnostics import Diagnostic, Severity
 
+from compiler.ir.disaggregated import served
+
 from .base import Check, CheckContext
 from .precision import expert_module_patterns_hit, sm_list, served_pairs, verdict_notes
 
@@ -100,23 +102,29 @@ class CudaGraphSizesInvalid(Check):
     order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
-            sizes = m.runtime.cuda_graph_batch_sizes
-            if sizes is None:
-                continue
-            path = _mpath(name, "runtime", "cuda_graph_batch_sizes")
-            if ctx.spec.target == "engine":
-                yield ctx.diag(self, path, f"model {name!r}: cuda_graph_batch_sizes is a PyTorch-backend option "
-                                           "(CudaGraphConfig) that the engine target cannot apply", key=True,
-                               help="remove it, or use `target: llmapi`")
-                continue
-            limit = m.limits.max_batch_size
-            for i, s in enumerate(sizes):
-                if s > limit:
-                    yield ctx.diag(self, path + (i,), f"model {name!r}: CUDA graph batch size {s} is above "
-                                                      f"limits.max_batch_size ({limit}); a batch that large is "
-                                                      "never scheduled, so the graph only costs memory",
-                                   help=f"drop sizes above {limit}, or raise limits.max_batch_size")
+        seen: set[tuple] = set()  # a value both roles of a disaggregated model share: once
+        for name, model in ctx.spec.models.items():
+            for v in served(name, model):
+                m = v.spec
+                sizes = m.runtime.cuda_graph_batch_sizes
+                if sizes is None:
+                    continue
+                path = v.where("runtime", "cuda_graph_batch_sizes")
+                if ctx.spec.target == "engine":
+                    if path not in seen:
+                        seen.add(path)
+                        yield ctx.diag(self, path, f"model {name!r}: cuda_graph_batch_sizes is a PyTorch-backend "
+                                                   "option (CudaGraphConfig) that the engine target cannot apply",
+                                       key=True, help="remove it, or use `target: llmapi`")
+                    continue
+                limit = m.limits.max_batch_size
+                for i, s in enumerate(sizes):
+                    if s > limit and path + (i,) not in seen:
+                        seen.add(path + (i,))
+                        yield ctx.diag(self, path + (i,), f"{v.label}: CUDA graph batch size {s} is above "
+                                                          f"limits.max_batch_size ({limit}); a batch that large is "
+                                                          "never scheduled, so the graph only costs memory",
+                                       help=f"drop sizes above {limit}, or raise limits.max_batch_size")
 
 
 class PytorchOnlyKernel(Check):
@@ -163,17 +171,25 @@ class PromptExceedsTokenBudget(Check):
     order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
-            lim = m.limits
-            if lim.max_num_tokens >= lim.max_input_len or m.runtime.chunked_prefill:
-                continue
-            field = "max_num_tokens" if "max_num_tokens" in lim.model_fields_set else "max_input_len"
-            default = "" if field == "max_num_tokens" else " (the default)"
-            yield ctx.diag(self, _mpath(name, "limits", field),
-                           f"model {name!r}: max_num_tokens {lim.max_num_tokens}{default} is below max_input_len "
-                           f"{lim.max_input_len} and chunked prefill is off, so a full-length prompt can never be "
-                           "scheduled",
-                           help=f"set max_num_tokens >= {lim.max_input_len}, or `runtime: {{chunked_prefill: true}}`")
+        seen: set[tuple] = set()
+        for name, model in ctx.spec.models.items():
+            for v in served(name, model):
+                m = v.spec
+                lim = m.limits
+                if lim.max_num_tokens >= lim.max_input_len or m.runtime.chunked_prefill:
+                    continue
+                field = "max_num_tokens" if "max_num_tokens" in lim.model_fields_set else "max_input_len"
+                default = "" if field == "max_num_tokens" else " (the default)"
+                path = v.where("limits", field)
+                if path in seen:
+                    continue
+                seen.add(path)
+                yield ctx.diag(self, path,
+                               f"{v.label}: max_num_tokens {lim.max_num_tokens}{default} is below max_input_len "
+                               f"{lim.max_input_len} and chunked prefill is off, so a full-length prompt can never "
+                               "be scheduled",
+                               help=f"set max_num_tokens >= {lim.max_input_len}, or `runtime: {{chunked_prefill: "
+                                    "true}`")
 
 
 class BatchExceedsTokenBudget(Check):
@@ -190,13 +206,17 @@ class BatchExceedsTokenBudget(Check):
     order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
-            lim = m.limits
-            if lim.max_batch_size > lim.max_num_tokens:
-                yield ctx.diag(self, _mpath(name, "limits", "max_batch_size"),
-                               f"model {name!r}: max_batch_size {lim.max_batch_size} is above max_num_tokens "
-                               f"{lim.max_num_tokens}; at most {lim.max_num_tokens} sequences fit in one forward pass",
-                               help=f"lower max_batch_size to {lim.max_num_tokens} or raise max_num_tokens")
+        seen: set[tuple] = set()
+        for name, model in ctx.spec.models.items():
+            for v in served(name, model):
+                lim = v.spec.limits
+                path = v.where("limits", "max_batch_size")
+                if lim.max_batch_size > lim.max_num_tokens and path not in seen:
+                    seen.add(path)
+                    yield ctx.diag(self, path,
+                                   f"{v.label}: max_batch_size {lim.max_batch_size} is above max_num_tokens "
+                                   f"{lim.max_num_tokens}; at most {lim.max_num_tokens} sequences fit in one forward "
+                                   "pass", help=f"lower max_batch_size to {lim.max_num_tokens} or raise max_num_tokens")
 
 
 class MultipleInstances(Check):

@@ -132,10 +132,13 @@ class ParallelGroupExceedsNode(Check):
                 m = ctx.spec.models.get(u.model)
                 if m is None or u.model in reported:
                     continue
-                group = m.parallelism.tp * m.parallelism.pp
+                par = m.parallelism_of(u.role)  # a disaggregated role's servers take the role's
+                group = par.tp * par.pp
                 if group > count:
                     reported.add(u.model)
-                    yield ctx.diag(self, ("models", u.model, "parallelism"),
+                    where = (("models", u.model, "serving", "disaggregated", u.role, "parallelism")
+                             if par is not m.parallelism else ("models", u.model, "parallelism"))
+                    yield ctx.diag(self, where,
                                    f"model {u.model!r} needs tp*pp = {group} GPUs per replica, more than the {count} "
                                    f"a node of pool {name!r} has: a pod's GPUs come from one node",
                                    help=f"serve it on nodes with {group} GPUs, or lower tp*pp to {count} or less")

@@ -26,6 +26,17 @@ def _arch_models(ctx: CheckContext):
             yield name, m, rm.arch
 
 
+def _tps(name: str, m) -> list[tuple[int, tuple]]:
+    """The tp of the model's servers and where the spec says it: the model's, and under
+    disaggregated serving each role's too."""
+    out = [(m.parallelism.tp, _ppath(name, "tp"))]
+    d = m.serving.disaggregated
+    if d is not None:
+        out += [(d.role(r).parallelism.tp, ("models", name, "serving", "disaggregated", r, "parallelism", "tp"))
+                for r in ("prefill", "decode")]
+    return out
+
+
 def _note(arch: ModelArch, fact: str) -> tuple[str, ...]:
     status = arch.status_of(fact)
     if status in WEAK_STATUSES:
@@ -60,7 +71,8 @@ class GpuCountMismatch(Check):
                 m = ctx.spec.models.get(a.serves) if a.serves is not None else None
                 if m is None:
                     continue
-                tp, pp = m.parallelism.tp, m.parallelism.pp
+                par = m.parallelism_of(a.role)
+                tp, pp = par.tp, par.pp
                 n = len(a.indexes)
                 if n != tp * pp:
                     yield ctx.diag(self, ("hosts", hname, "gpus", a_idx, "index"),
@@ -83,9 +95,10 @@ class HeadsNotDivisible(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m, arch in _arch_models(ctx):
-            tp = m.parallelism.tp
-            if arch.heads % tp:
-                yield ctx.diag(self, _ppath(name, "tp"),
+            for tp, path in _tps(name, m):
+                if not arch.heads % tp:
+                    continue
+                yield ctx.diag(self, path,
                                f"model {_label(name, arch)} has {arch.heads} attention heads, which tp={tp} "
                                "cannot split evenly",
                                help=f"use a tp that divides {arch.heads}: {_divisors(arch.heads)}",
@@ -170,7 +183,7 @@ class LayersNotDivisible(Check):
 
 
 class ParallelOnMig(Check):
-    """A model with tp * pp > 1 is served on a MIG instance.
+    """A model (or a disaggregated role of one) with tp * pp > 1 is served on a MIG instance.
 
     A MIG instance is one slice of one GPU, and MIG devices have no peer-to-peer access or NVLink
     (`nvidia-smi mig -lgip` shows P2P: No for every profile); a CUDA process also sees only one MIG
@@ -189,12 +202,18 @@ class ParallelOnMig(Check):
             if unit.mig is None or m is None or unit.path in seen:
                 continue
             seen.add(unit.path)
-            tp, pp = m.parallelism.tp, m.parallelism.pp
+            par = m.parallelism_of(unit.role)
+            tp, pp = par.tp, par.pp
             if tp * pp > 1:
+                # a disaggregated role's servers take the role's parallelism
+                where = (f"models.{unit.model}.serving.disaggregated.{unit.role}.parallelism"
+                         if par is not m.parallelism else f"models.{unit.model}.parallelism")
+                what = f"the {unit.role} role of model {unit.model!r}" if par is not m.parallelism \
+                    else f"model {unit.model!r}"
                 yield ctx.diag(self, unit.path + ("serves",),
-                               f"model {unit.model!r} needs tp*pp = {tp * pp} GPUs, but a MIG instance is one slice "
+                               f"{what} needs tp*pp = {tp * pp} GPUs, but a MIG instance is one slice "
                                "of one GPU, and MIG instances have no P2P or NVLink to split a model across",
-                               help=f"set models.{unit.model}.parallelism to tp: 1, pp: 1 and use a larger profile, "
+                               help=f"set {where} to tp: 1, pp: 1 and use a larger profile, "
                                     "or serve it on whole GPUs")
 
 

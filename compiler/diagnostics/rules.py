@@ -7,7 +7,9 @@ K5xx clocks and power, K6xx kernels and runtime, K7xx parallelism, K8xx toolchai
 Every first digit is taken, so the rules that exist only for the Kubernetes target (hosts with
 `deploy: kubernetes`) take the tens digit 5 of the family they belong to: Kx5x (K151 spec
 structure, K25x MIG, K75x parallelism, K85x toolchain, K95x names). No other rule uses a tens
-digit 5 (KUBERNETES_TENS); they live in compiler/checks/kubernetes.py.
+digit 5 (KUBERNETES_TENS); they live in compiler/checks/kubernetes.py. The rules of
+disaggregated prefill/decode serving take the tens digit 6 the same way (K16x, K46x, K66x, K86x;
+DISAGGREGATED_TENS, compiler/checks/disaggregated.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ FAMILIES: dict[str, str] = {
 }
 
 KUBERNETES_TENS = "5"  # Kx5x: the Kubernetes target's rules, in the family they belong to
+DISAGGREGATED_TENS = "6"  # Kx6x: disaggregated prefill/decode serving's rules
 
 _REGISTRY: dict[str, type["Rule"]] = {}
 
@@ -54,7 +57,9 @@ class Rule:
     @classmethod
     def family(cls) -> str:
         family = FAMILIES.get(cls.code[:2], "other")
-        return f"{family} (Kubernetes target)" if cls.code[2:3] == KUBERNETES_TENS else family
+        if cls.code[2:3] == KUBERNETES_TENS:
+            return f"{family} (Kubernetes target)"
+        return f"{family} (disaggregated serving)" if cls.code[2:3] == DISAGGREGATED_TENS else family
 
     @classmethod
     def doc(cls) -> str:

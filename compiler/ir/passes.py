@@ -98,7 +98,7 @@ def _host_units(host: ResolvedHost) -> list[ServingUnit]:
         if a.serves is not None:
             label = f"gpu{idx[0]}" if len(idx) == 1 else f"gpu{'+'.join(map(str, idx))}"
             out.append(ServingUnit(f"{host.name}/{label}", host.name, a.serves, idx, None,
-                                   ("hosts", host.name, "gpus", a_idx)))
+                                   ("hosts", host.name, "gpus", a_idx), role=a.role))
             continue
         slots = host.assignment_slots.get(a_idx, ())
         for gpu_index in idx:
@@ -106,7 +106,7 @@ def _host_units(host: ResolvedHost) -> list[ServingUnit]:
                 out.append(ServingUnit(f"{host.name}/gpu{gpu_index}/mig{slot.instance_index}", host.name,
                                        slot.instance.serves, (gpu_index,), slot,
                                        ("hosts", host.name, "gpus", a_idx, "mig", slot.instance_index),
-                                       instances_on_gpu=len(slots)))
+                                       instances_on_gpu=len(slots), role=slot.instance.role))
     return out
 
 
@@ -122,14 +122,19 @@ def _number_replicas(units: list[ServingUnit]) -> list[ServingUnit]:
 
 # --- ports -----------------------------------------------------------------------------------------
 def ports_pass(ir: Resolved) -> Resolved:
-    """Each unit's container ports: its model's `serving.ports` plus PORT_STRIDE per replica."""
+    """Each unit's container ports: its model's `serving.ports` plus PORT_STRIDE per replica. A
+    disaggregated model's servers on a host start one stride up: its base ports are the router's,
+    so clients keep the model's address (the router runs on one host; the slot stays free on all)."""
     units = []
     for u in ir.units:
         rm = ir.models.get(u.model)
         if rm is None:
             units.append(u)
             continue
-        p, off = rm.spec.serving.ports, PORT_STRIDE * u.replica
+        slot = u.replica
+        if rm.spec.serving.disaggregated is not None and ir.hosts[u.host].spec.deploy == "host":
+            slot += 1
+        p, off = rm.spec.serving.ports, PORT_STRIDE * slot
         units.append(dataclasses.replace(u, ports=Ports(p.http + off, p.grpc + off, p.metrics + off)))
     return dataclasses.replace(ir, units=tuple(units))
 
@@ -210,7 +215,8 @@ def unsizable_reason(ir: Resolved, unit: ServingUnit) -> str | None:
         return "its model or architecture is unknown"
     if host.gpu is None:
         return "its GPU is unknown"
-    group = rm.spec.parallelism.tp * rm.spec.parallelism.pp
+    par = rm.spec.parallelism_of(unit.role)
+    group = par.tp * par.pp
     if unit.mig is not None and unit.mig.profile is None:
         return "its MIG profile is unknown"
     if unit.mig is not None and group > 1:
@@ -220,8 +226,9 @@ def unsizable_reason(ir: Resolved, unit: ServingUnit) -> str | None:
     return None
 
 
-def sizing(rm: ResolvedModel) -> Sizing:
-    """What the capacity figures of a model's units depend on, from its effective formats and spec."""
+def sizing(rm: ResolvedModel, role: str | None = None) -> Sizing:
+    """What the capacity figures of a model's units depend on, from its effective formats and spec;
+    with a role of disaggregated serving, that role's parallelism, limits and runtime options."""
     f, m = rm.formats, rm.spec
     overrides = tuple((o.match, o.weights, o.block_size) if o.weights is not None or o.block_size is None
                       else (o.match, f.storage_weights, o.block_size) for o in f.overrides)
@@ -235,29 +242,39 @@ def sizing(rm: ResolvedModel) -> Sizing:
         def lengths(v):
             return v if isinstance(v, int) else tuple((b.tokens, b.share) for b in v)
         shape = traffic_shape(lengths(w.input_tokens), lengths(w.output_tokens))
+    par = m.parallelism_of(role)
+    d = m.serving.disaggregated
+    r = d.role(role) if d is not None and role in ("prefill", "decode") else None
+
+    def pick(role_value, model_value):
+        return model_value if role_value is None else role_value
+
     return Sizing(weights_fmt=weights_fmt, kv_fmt=f.storage_kv, exclude=f.exclude, overrides=overrides,
-                  block_size=f.block_size, tp=m.parallelism.tp, pp=m.parallelism.pp,
-                  attention_dp=m.parallelism.attention_dp, max_seq_len=m.limits.max_seq_len,
-                  max_batch_size=m.limits.max_batch_size, max_num_tokens=m.limits.max_num_tokens,
-                  kv_cache_memory_fraction=m.runtime.kv_cache_memory_fraction,
-                  tokens_per_block=m.runtime.tokens_per_block,
+                  block_size=f.block_size, tp=par.tp, pp=par.pp,
+                  attention_dp=par.attention_dp, max_seq_len=m.limits.max_seq_len,
+                  max_batch_size=pick(r and r.limits.max_batch_size, m.limits.max_batch_size),
+                  max_num_tokens=pick(r and r.limits.max_num_tokens, m.limits.max_num_tokens),
+                  kv_cache_memory_fraction=pick(r and r.runtime.kv_cache_memory_fraction,
+                                                m.runtime.kv_cache_memory_fraction),
+                  tokens_per_block=pick(r and r.runtime.tokens_per_block, m.runtime.tokens_per_block),
                   reserves_whole_request=m.runtime.scheduler == "guaranteed_no_evict", workload=shape)
 
 
 def capacity_pass(ir: Resolved) -> Resolved:
     """Per-unit capacity figures: memory breakdown, KV pool, sequences, decode bound, cost."""
     units = []
-    sizings: dict[str, Sizing] = {}
+    sizings: dict[tuple, Sizing] = {}
     for u in ir.units:
         why = unsizable_reason(ir, u)
         if why is not None:
             units.append(dataclasses.replace(u, unsized=why))
             continue
         rm, host = ir.models[u.model], ir.hosts[u.host]
-        if u.model not in sizings:
-            sizings[u.model] = sizing(rm)
-        fig = unit_figures(u, sizings[u.model], rm.arch, host.gpu, host.spec.price_per_gpu_hour)
-        fig = dataclasses.replace(fig, estimate=unit_estimate(ir, u, sizings[u.model], fig))
+        key = (u.model, u.role)
+        if key not in sizings:
+            sizings[key] = sizing(rm, u.role)
+        fig = unit_figures(u, sizings[key], rm.arch, host.gpu, host.spec.price_per_gpu_hour)
+        fig = dataclasses.replace(fig, estimate=unit_estimate(ir, u, sizings[key], fig))
         units.append(dataclasses.replace(u, figures=fig))
     return dataclasses.replace(ir, units=tuple(units))
 

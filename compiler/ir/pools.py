@@ -11,7 +11,7 @@ this pass derives what the Kubernetes target needs and the checks read:
   - the MIG strategy the node needs to have its devices advertised (GPU Operator / device plugin:
     `single` only when every GPU of the node is MIG-enabled with one profile, `mixed` otherwise);
   - the workloads: one per (model, device shape) of the pool, whose replicas are the node's units
-    of that shape times the node count. Names are stable identities (a rename is a delete and a
+    of that shape times the node count (one per role and shape for a disaggregated model). Names are stable identities (a rename is a delete and a
     create, i.e. an outage): the model's first-declared shape on the pool is `<model>-<pool>`
     whatever else the model gains or loses, further shapes are `<model>-<pool>-<shape>`.
 """
@@ -59,6 +59,7 @@ class PoolWorkload:
     replicas: int
     units: tuple[str, ...]  # the node's units this workload replicates
     path: tuple  # spec path of its first unit (diagnostics)
+    role: str | None = None  # disaggregated serving: the role of its units (prefill or decode)
 
 
 @dataclass(frozen=True)
@@ -141,22 +142,25 @@ def _gpu_layouts(ir: Resolved, host) -> tuple[GpuLayout, ...]:
 
 
 def _workloads(pool: str, nodes: int, units: list[ServingUnit], known_models) -> tuple[PoolWorkload, ...]:
-    groups: dict[tuple[str, str | None, int], list[ServingUnit]] = {}
+    # a disaggregated model's roles are workloads of their own: <model>-<pool>-<role>[-<shape>]
+    groups: dict[tuple[str, str, str | None, int], list[ServingUnit]] = {}
     for u in units:
         if u.model not in known_models:
             continue
         profile = u.mig.instance.profile if u.mig is not None else None
-        groups.setdefault((u.model, profile, 1 if profile else len(u.gpu_indexes)), []).append(u)
+        groups.setdefault((u.model, u.role or "", profile, 1 if profile else len(u.gpu_indexes)), []).append(u)
     order = {u.id: i for i, u in enumerate(units)}
-    primary: dict[str, tuple] = {}  # model -> its first-declared shape (spec order of its first unit)
+    primary: dict[tuple[str, str], tuple] = {}  # (model, role) -> its first-declared shape (spec order)
     for shape, members in sorted(groups.items(), key=lambda kv: order[kv[1][0].id]):
-        primary.setdefault(shape[0], shape)
+        primary.setdefault(shape[:2], shape)
     out = []
-    for (model, profile, gpus), members in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])):
-        first = primary[model] == (model, profile, gpus)
-        name = f"{model}-{pool}" if first else f"{model}-{pool}-{shape_slug(profile, gpus)}"
+    for (model, role, profile, gpus), members in sorted(groups.items(),
+                                                        key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or "", kv[0][3])):
+        first = primary[(model, role)] == (model, role, profile, gpus)
+        base = f"{model}-{pool}-{role}" if role else f"{model}-{pool}"
+        name = base if first else f"{base}-{shape_slug(profile, gpus)}"
         out.append(PoolWorkload(name, pool, model, profile, gpus, len(members), len(members) * nodes,
-                                tuple(u.id for u in members), members[0].path))
+                                tuple(u.id for u in members), members[0].path, role or None))
     return tuple(out)
 
 

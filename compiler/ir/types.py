@@ -133,6 +133,7 @@ class ServingUnit:
     mig_start: int | None = None  # placement pass: the instance's start slot (None: not MIG, or unplaceable)
     figures: UnitFigures | None = None  # capacity pass
     unsized: str | None = None  # capacity pass: why `figures` is None
+    role: str | None = None  # disaggregated serving: "prefill" or "decode" (the assignment's or instance's role)
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,20 @@ per runtime behind the ServingRuntime protocol (base.py).
                     the container's docker run options (data/container.json)
   triton.py         tritonserver on the host's model repository (data/triton.json)
   trtllm_serve.py   trtllm-serve on the model's checkpoint and options file (data/trtllm_serve.json)
+  trtllm_disaggregated.py  trtllm-serve disaggregated, the router of a disaggregated model
+                    (data/trtllm_disaggregated.json)
 
 REGISTRY is the only list of runtimes: the spec's `serving.runtime` choices are its names (a test
-holds them equal), and every caller asks a runtime object instead of comparing names.
+holds them equal), and every caller asks a runtime object instead of comparing names. ROUTER
+(trtllm_disaggregated.py) is the process in front of a disaggregated model's servers, not a
+`serving.runtime` choice.
 """
 
 from __future__ import annotations
 
 from .base import (ENTRYPOINT, Ignored, ServingCommandError, ServingRuntime, Unit, UnitServing, check_argv,
                    container_options, flag_value, health_command, ready_timeout_s)
+from .trtllm_disaggregated import ROUTER
 from .triton import RUNTIME as TRITON
 from .trtllm_serve import RUNTIME as TRTLLM_SERVE
 from .trtllm_serve import options_path
@@ -21,7 +26,7 @@ from .trtllm_serve import options_path
 REGISTRY: dict[str, ServingRuntime] = {r.name: r for r in (TRITON, TRTLLM_SERVE)}
 NAMES = tuple(REGISTRY)
 
-__all__ = ["ENTRYPOINT", "NAMES", "REGISTRY", "Ignored", "ServingCommandError", "ServingRuntime", "Unit",
+__all__ = ["ENTRYPOINT", "NAMES", "REGISTRY", "ROUTER", "Ignored", "ServingCommandError", "ServingRuntime", "Unit",
            "UnitServing", "check_argv", "check_command", "container_options", "flag_value", "get", "health_command",
            "options_path", "ready_timeout_s", "unit_serving"]
 
@@ -40,9 +45,10 @@ def check_command(runtime: str, argv: list[str]) -> list[str]:
 
 
 def unit_serving(runtime: str, target: str, model: str, ports: dict[str, int], tp: int = 1, pp: int = 1,
-                 ep: int = 1, gpus: int = 1) -> UnitServing:
+                 ep: int = 1, gpus: int = 1, role: str | None = None) -> UnitServing:
     """The serving of one unit (pure): its runtime's command, paths and container options."""
-    return get(runtime).serve(Unit(model=model, target=target, ports=dict(ports), tp=tp, pp=pp, ep=ep, gpus=gpus))
+    return get(runtime).serve(Unit(model=model, target=target, ports=dict(ports), tp=tp, pp=pp, ep=ep, gpus=gpus,
+                                   role=role))
 
 
 def serving_image_needs(runtime_names) -> set[str]:

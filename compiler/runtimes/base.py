@@ -42,6 +42,7 @@ class Unit:
     pp: int = 1
     ep: int = 1
     gpus: int = 1
+    role: str | None = None  # disaggregated serving: the unit's role (prefill or decode)
 
 
 class UnitServing(Params):
@@ -87,6 +88,11 @@ class ServingRuntime(ABC):
         if target in self.targets:
             return None
         return self.data.get("refusals", {}).get(target, f"it serves the {' and '.join(self.targets)} target only")
+
+    @property
+    def serves_roles(self) -> bool:
+        """Whether its servers can be the prefill and decode servers of disaggregated serving (K162)."""
+        return bool(self.data.get("roles"))
 
     @property
     def artifacts(self) -> tuple[str, ...]:

@@ -12,9 +12,11 @@ from compiler.serving import layout
 from .base import LISTEN, ServingRuntime, Unit
 
 
-def options_path(model: str) -> str:
-    """Where the model's LLM-API options file sits in the serving image (trtllm-serve's options_flag)."""
-    return f"{layout.OPTIONS_DIR}/{model}/{layout.LLMAPI_OPTIONS}"
+def options_path(model: str, role: str | None = None) -> str:
+    """Where the model's LLM-API options file sits in the serving image (trtllm-serve's options_flag);
+    under disaggregated serving each role has its own, in a directory of the role's name."""
+    where = f"{model}/{role}" if role is not None else model
+    return f"{layout.OPTIONS_DIR}/{where}/{layout.LLMAPI_OPTIONS}"
 
 
 class TrtllmServe(ServingRuntime):
@@ -22,7 +24,8 @@ class TrtllmServe(ServingRuntime):
     data_file = "trtllm_serve.json"
 
     def command(self, unit: Unit) -> list[str]:
-        command = [self.data["program"], layout.model_dir(unit.model), self.data["options_flag"], options_path(unit.model),
+        command = [self.data["program"], layout.model_dir(unit.model), self.data["options_flag"],
+                   options_path(unit.model, unit.role),
                    "--host", LISTEN, "--port", str(unit.ports["http"]), "--backend", "pytorch",
                    "--tp_size", str(unit.tp), "--pp_size", str(unit.pp)]
         if unit.ep > 1:
@@ -30,7 +33,7 @@ class TrtllmServe(ServingRuntime):
         return command
 
     def files(self, unit: Unit) -> list[str]:
-        return [f"{layout.model_dir(unit.model)}/config.json", options_path(unit.model)]
+        return [f"{layout.model_dir(unit.model)}/config.json", options_path(unit.model, unit.role)]
 
 
 RUNTIME = TrtllmServe()

@@ -112,7 +112,8 @@ def model_params(rm: ResolvedModel, devices: int) -> TritonModel:
 def repository_params(ir: Resolved, host: str, target: str | None = None) -> RepositoryParams:
     """The repository of `host` for the spec's target (or `target`)."""
     target = target or ir.target
-    served = sorted({u.model for u in ir.host_units(host)})
+    # a disaggregated model's servers are trtllm-serve role servers, never Triton models
+    served = sorted({u.model for u in ir.host_units(host) if u.role is None})
     return RepositoryParams(
         host=host, target=target,
         models=[model_params(ir.models[m], _devices_per_unit(ir, host, m)) for m in served],

@@ -37,6 +37,12 @@ KvCacheFormat = Literal["auto", "bf16", "fp16", "fp8", "int8", "nvfp4"]
 UNQUANTIZED: frozenset[str] = frozenset({"bf16", "fp16"})
 
 
+def _unset(value: object) -> bool:
+    """Fields added after a release leave the dump (and so spec_digest) of a spec that does not use
+    them as it was: a new feature must not change the digest every deployed object carries."""
+    return value is None
+
+
 class SpecModel(BaseModel):
     # strict: YAML already has types; "4" is not 4. forbid: no key is ever silently ignored.
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False,
@@ -277,6 +283,10 @@ class Workload(SpecModel):
                                   description="Generated tokens per request: an average, or a list of "
                                               "{tokens, share} that add up to 1.")
 
+    requests_per_second: Annotated[float, Field(gt=0, le=1_000_000)] | None = Field(default=None, exclude_if=_unset)
+    """Declared arrival rate of requests to the model, all replicas together; with an `sla`, the
+    capacity check of disaggregated serving sizes the prefill and decode roles for it (K462)."""
+
     @model_validator(mode="after")
     def _shares(self) -> "Workload":
         for key in ("input_tokens", "output_tokens"):
@@ -377,6 +387,165 @@ class Ports(SpecModel):
         return self
 
 
+# --- disaggregated serving -------------------------------------------------------------------
+
+Role = Literal["prefill", "decode"]
+#: The transports of KV-cache transfer, spelled as the pinned TensorRT-LLM spells them (checked by
+#: K861/K862 against catalog/data/disaggregated.json, since the spelling changed between releases).
+TransportName = formatted(r"[A-Za-z][A-Za-z0-9_]{0,31}", "a KV-transfer backend name as TensorRT-LLM spells it",
+                          "UCX")
+UcxTransport = formatted(r"\^?[a-z][a-z0-9_]{0,31}", "a UCX transport name (UCX_TLS entry)", "cuda_ipc")
+UcxDevice = formatted(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}", "a UCX network device (UCX_NET_DEVICES entry)",
+                      "mlx5_0:1")
+
+
+class RoleLimits(SpecModel):
+    """Limits of one role's servers that may differ from the model's (`limits`): a prefill server
+    schedules few long prompts, a decode server many sequences one token at a time."""
+
+    max_batch_size: Annotated[int, Field(ge=1, le=65536)] | None = None
+    """Largest number of sequences one server schedules together (default: the model's)."""
+
+    max_num_tokens: Annotated[int, Field(ge=1, le=4_194_304)] | None = None
+    """Most tokens in one forward pass of one server (default: the model's)."""
+
+
+class RoleRuntime(SpecModel):
+    """LLM-API runtime options of one role's servers that may differ from the model's `runtime`.
+    Unset fields take the model's value. `tokens_per_block` is the KV-cache page the transfer and
+    the router depend on: it must come out equal for both roles (K661); leave it to the model."""
+
+    kv_cache_memory_fraction: Annotated[float, Field(gt=0, le=1)] | None = None
+    """KvCacheConfig.free_gpu_memory_fraction of this role's servers."""
+
+    chunked_prefill: bool | None = None
+    """enable_chunked_prefill of this role's servers."""
+
+    block_reuse: bool | None = None
+    """KvCacheConfig.enable_block_reuse of this role's servers."""
+
+    tokens_per_block: Literal[8, 16, 32, 64, 128] | None = None
+    """KvCacheConfig.tokens_per_block; must equal the other role's (K661)."""
+
+    cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=65536)]] | None = None
+    """CudaGraphConfig.batch_sizes of this role's servers."""
+
+    overlap_scheduler: bool | None = None
+    """Run TensorRT-LLM's overlap scheduler (the inverse of disable_overlap_scheduler). Default: off
+    on prefill where the pinned TensorRT-LLM needs it off on context servers, on otherwise (K662)."""
+
+
+class DisaggRole(SpecModel):
+    """One role (prefill or decode) of a disaggregated model: how each of its servers is split over
+    GPUs and run. Where its servers run is said in `hosts`: every GPU assignment or MIG instance
+    that serves the model names its `role`; each is one server (instance), and a node pool of N
+    nodes runs N replicas of it."""
+
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    """Parallelism of one server of this role (tp * pp GPUs each)."""
+
+    limits: RoleLimits = Field(default_factory=RoleLimits)
+    """Batch and token limits of this role's servers."""
+
+    runtime: RoleRuntime = Field(default_factory=RoleRuntime)
+    """Runtime options of this role's servers."""
+
+    attention: Literal["trtllm", "vanilla", "flashinfer", "flashinfer_star_attention"] | None = None
+    """Attention backend of this role's servers (default: the model's `kernels.attention`)."""
+
+
+class UcxEnvironment(SpecModel):
+    """UCX settings of every server's KV transfer (the environment of both roles' containers)."""
+
+    tls: Annotated[list[UcxTransport], Field(min_length=1)] | None = None  # type: ignore[valid-type]
+    """UCX_TLS: the transports UCX may use. Must include a CUDA transport (cuda, cuda_copy or
+    cuda_ipc) so that GPU memory is moved as GPU memory (K664). Default: UCX's own choice."""
+
+    net_devices: Annotated[list[UcxDevice], Field(min_length=1)] | None = None  # type: ignore[valid-type]
+    """UCX_NET_DEVICES: the network devices for KV traffic, e.g. [mlx5_0:1]. Needed when the roles
+    run on different hosts (K664). Default: UCX's own choice."""
+
+
+class KvTransfer(SpecModel):
+    """How the KV cache moves from prefill to decode servers: one setting for both roles, written
+    into both roles' LLM-API `cache_transceiver_config`."""
+
+    backend: TransportName = "DEFAULT"  # type: ignore[valid-type]
+    """cache_transceiver_config.backend, spelled as the pinned TensorRT-LLM spells it (1.2: DEFAULT,
+    UCX, NIXL or MPI; K861/K862). DEFAULT is the release's default transport."""
+
+    max_tokens_in_buffer: Annotated[int, Field(ge=1, le=4_194_304)] | None = None
+    """cache_transceiver_config.max_tokens_in_buffer: tokens the transfer buffer holds; at least the
+    longest prompt (K461). Default: the model's limits.max_input_len."""
+
+    timeout_ms: Annotated[int, Field(ge=1, le=3_600_000)] | None = None
+    """cache_transceiver_config.kv_transfer_timeout_ms: a request whose KV cache is not sent or
+    received in this time is cancelled. Default: TensorRT-LLM's."""
+
+    ucx: UcxEnvironment | None = None
+    """UCX environment of the servers."""
+
+
+class DisaggRouter(SpecModel):
+    """The server that takes requests and sends each to a prefill and then a decode server: on hosts
+    `trtllm-serve disaggregated`, listening on the model's `serving.ports.http` (the servers take
+    the ports after it); on Kubernetes Dynamo's frontend. Its KV block size is always the
+    workers' tokens_per_block (never set here)."""
+
+    kv_aware: bool = True
+    """Route by KV-cache prefix overlap (trtllm-serve: router type kv_cache_aware; Dynamo:
+    --router-mode kv) instead of round robin."""
+
+    host: Name | None = None  # type: ignore[valid-type]
+    """The host (under `hosts`, `deploy: host`) the router runs on. Default: the first host, in
+    spec order, that runs a server of the model."""
+
+
+class DisaggPlanner(SpecModel):
+    """Dynamo's planner: a component of the model's DynamoGraphDeployment that scales the prefill
+    and decode workers against the model's `sla` (ttft_ms and tpot_ms, its itl). Kubernetes with
+    `runtime: dynamo` only (K162)."""
+
+    image: PinnedImage
+    """The planner's image, pinned by digest: Dynamo's `dynamo-planner:<version>` (from Dynamo 1.1
+    the backend runtime images no longer carry the planner's dependencies)."""
+
+    min_replicas: Annotated[int, Field(ge=1, le=10000)] = 1
+    """Fewest workers the planner keeps of each role (its min_endpoint)."""
+
+    max_gpus: Annotated[int, Field(ge=1, le=100000)] | None = None
+    """Most GPUs the planner may give both roles together (its max_gpu_budget). Default: no limit
+    but the node pools'."""
+
+    adjustment_interval_s: Annotated[int, Field(ge=1, le=86400)] | None = None
+    """Seconds between the planner's throughput-based scaling decisions
+    (throughput_adjustment_interval_seconds). Default: Dynamo's."""
+
+
+class Disaggregated(SpecModel):
+    """Disaggregated serving: prefill (context) servers compute the prompt's KV cache and send it to
+    decode (generation) servers, which generate the tokens; a router in front does both steps.
+    The model's quantization, KV-cache format and checkpoint are the same for both roles."""
+
+    prefill: DisaggRole = Field(default_factory=DisaggRole)
+    """The prefill (context) servers."""
+
+    decode: DisaggRole = Field(default_factory=DisaggRole)
+    """The decode (generation) servers."""
+
+    kv_transfer: KvTransfer = Field(default_factory=KvTransfer)
+    """KV-cache transfer between the roles."""
+
+    router: DisaggRouter = Field(default_factory=DisaggRouter)
+    """The router in front of both roles."""
+
+    planner: DisaggPlanner | None = None
+    """Dynamo's planner (Kubernetes with runtime dynamo only)."""
+
+    def role(self, name: str) -> DisaggRole:
+        return self.prefill if name == "prefill" else self.decode
+
+
 class Serving(SpecModel):
     """How the model is served: the runtime, its ports, and Triton's own queue (build-time limits
     live in `limits`)."""
@@ -411,6 +580,10 @@ class Serving(SpecModel):
 
     ports: Ports = Field(default_factory=Ports)
     """Ports of the serving container."""
+
+    disaggregated: Disaggregated | None = Field(default=None, exclude_if=_unset)
+    """Serve the model disaggregated: prefill and decode servers and a router (llmapi target,
+    runtime trtllm-serve on hosts or dynamo on Kubernetes). Its GPUs name their `role` in `hosts`."""
 
 
 _ARCH_DOC = ("Catalog architecture name (see `kiln catalog --models`) or {config: path/to/config.json}. "
@@ -453,6 +626,11 @@ class Model(SpecModel):
     sla: Sla | None = None
     """Latency targets (TTFT, TPOT) that `kiln tune` measures the batch limit against."""
 
+    def parallelism_of(self, role: str | None) -> Parallelism:
+        """The parallelism of one server: its role's under disaggregated serving, else the model's."""
+        d = self.serving.disaggregated
+        return d.role(role).parallelism if d is not None and role in ("prefill", "decode") else self.parallelism
+
 
 # --- hosts ------------------------------------------------------------------------------------
 
@@ -487,6 +665,9 @@ class MigInstance(SpecModel):
     placement: Annotated[int, Field(ge=0, le=7)] | None = None
     """Pin the start slot (`-cgi <id>:<start>`); by default Kiln finds a placement that fits."""
 
+    role: Role | None = Field(default=None, exclude_if=_unset)
+    """The role this instance serves for a model with `serving.disaggregated` (prefill or decode)."""
+
 
 class GpuAssignment(SpecModel):
     """What some GPUs of a host do: serve one model as a whole (a tensor-parallel group when several
@@ -500,6 +681,10 @@ class GpuAssignment(SpecModel):
     mig: Annotated[list[MigInstance], Field(min_length=1)] | None = None
     """MIG layout applied to each listed GPU."""
 
+    role: Role | None = Field(default=None, exclude_if=_unset)
+    """The role these GPUs serve for a model with `serving.disaggregated` (prefill or decode); each
+    entry is one server of that role."""
+
     clocks: Clocks | None = None
     """Per-GPU clock locks, overriding the host's."""
 
@@ -510,6 +695,8 @@ class GpuAssignment(SpecModel):
     def _one_role(self) -> "GpuAssignment":
         if (self.serves is None) == (self.mig is None):
             raise value_error("a `gpus` entry needs exactly one of `serves` (whole GPUs) or `mig` (a MIG layout)")
+        if self.role is not None and self.serves is None:
+            raise value_error("`role` of a MIG layout goes on its instances, next to their `serves`", key="role")
         return self
 
     @property

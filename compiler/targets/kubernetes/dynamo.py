@@ -27,7 +27,10 @@ applies and which Dynamo's webhook forbids changing on a live DGD (catalog/data/
 from __future__ import annotations
 
 import hashlib
+import json
 
+from compiler.actions.disaggregated import component_type
+from compiler.actions.disaggregated import worker_args as worker_role_args
 from compiler.ir.k8s_names import options_configmap_prefix
 from compiler.serving import layout
 
@@ -57,15 +60,26 @@ def options_configmap(*, model: str, spec_name: str, namespace: str, options: by
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": {OPTIONS_FILE: options.decode("utf-8")}}
 
 
-def frontend(*, image: str, version: str) -> dict:
+def frontend(*, image: str, version: str, args: list[str] = ()) -> dict:
+    """`args`: a disaggregated model's routing (--router-mode kv --kv-cache-block-size <workers'>)."""
     return {"name": "frontend", "type": "frontend", "replicas": 1, "runtimeVersionOverride": version,
             "podTemplate": {"spec": {"containers": [
-                {"name": "main", "image": image, "command": ["python3"], "args": ["-m", "dynamo.frontend"]}]}}}
+                {"name": "main", "image": image, "command": ["python3"], "args": ["-m", "dynamo.frontend", *args]}]}}}
+
+
+def planner(*, image: str, version: str, config: dict) -> dict:
+    """Dynamo's planner (type planner), scaling the prefill and decode components against the sla
+    (catalog/data/disaggregated.json, dynamo_planner)."""
+    return {"name": "planner", "type": "planner", "replicas": 1, "runtimeVersionOverride": version,
+            "podTemplate": {"spec": {"containers": [
+                {"name": "main", "image": image, "command": ["python3"],
+                 "args": ["-m", "dynamo.planner", "--config", json.dumps(config, sort_keys=True)]}]}}}
 
 
 def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, image: str, version: str,
            resource: str, count: int, selector: dict[str, str], gpu_product: str | None, options_configmap_: str,
-           power_limit_w: int | None, pod_resources: dict, weights: str | None = None) -> dict:
+           power_limit_w: int | None, pod_resources: dict, weights: str | None = None, role: str | None = None,
+           env: dict[str, str] | None = None) -> dict:
     """Rolling updates one worker at a time without surge pods (a pool's devices are all
     assigned), instead of the operator's 25%/25% (rolling_update_annotations). `weights`: the
     model's weights image by digest, mounted at `--model-path` (None: in the serving image)."""
@@ -84,7 +98,8 @@ def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, i
                 "image": image,
                 "command": ["python3", "-m", "dynamo.trtllm"],
                 "args": ["--model-path", layout.model_dir(model), "--served-model-name", model,
-                         "--extra-engine-args", f"{OPTIONS_DIR}/{OPTIONS_FILE}"],
+                         "--extra-engine-args", f"{OPTIONS_DIR}/{OPTIONS_FILE}",
+                         *(worker_role_args(role) if role is not None else [])],
                 "resources": {"requests": {**pod_resources["requests"], resource: str(count)},
                               "limits": {**pod_resources["limits"], resource: str(count)}},
                 "securityContext": container_security(),
@@ -97,7 +112,11 @@ def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, i
     }
     if power_limit_w is not None:
         template["metadata"]["annotations"][POWER_ANNOTATION] = str(power_limit_w)
-    return {"name": name, "type": "worker", "replicas": replicas, "runtimeVersionOverride": version,
+    if env:
+        template["spec"]["containers"][0]["env"] = [{"name": k, "value": v} for k, v in sorted(env.items())]
+    # a disaggregated role's component has the role's type (prefill, decode): what the planner scales
+    kind = component_type(role) if role is not None else "worker"
+    return {"name": name, "type": kind, "replicas": replicas, "runtimeVersionOverride": version,
             "sharedMemorySize": f"{shm_gib(count)}Gi", "podTemplate": template}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from compiler.actions import image, llmapi, weights_image
+from compiler.actions import disaggregated, image, llmapi, weights_image
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
@@ -39,6 +39,14 @@ class Worker(Params):
     # earlier Kiln may carry it: forbidden_changes plans the recreate that removing it needs)
     pod_resources: dict  # CPU and memory (compiler/targets/kubernetes/runtime.pod_resources)
     weights_action: str | None = None  # weights-image/<model> mounted at --model-path; None: in the pool image
+    role: str | None = None  # disaggregated serving: prefill or decode (the component's type)
+
+
+class Planner(Params):
+    """Dynamo's planner component of a disaggregated model (catalog/data/disaggregated.json)."""
+
+    image: str
+    config: dict  # its --config JSON
 
 
 class DgdParams(Params):
@@ -50,6 +58,10 @@ class DgdParams(Params):
     options_action: str
     options_digest: str  # of the options the file holds: new options roll every worker
     workers: list[Worker]
+    # disaggregated serving (options_action is then disagg-options/<model>, one options file per role)
+    frontend_args: list[str] = []
+    environment: dict[str, str] = {}  # the workers' UCX settings
+    planner: Planner | None = None
 
 
 def dgd_params(ctx: LowerContext) -> list[DgdParams]:
@@ -75,33 +87,54 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
                                   selector=dict(pool.selector), gpu_product=gfd_product(pool, strategy, w.mig_profile),
                                   power_limit_w=power, pod_resources=pod_resources(ir, w),
                                   weights_action=(weights_image.action_id(model) if mounts_weights(ir, pool.name)
-                                                  else None)))
+                                                  else None), role=w.role))
+        rm = ir.models[model]
+        if rm.spec.serving.disaggregated is None:
+            out.append(DgdParams(model=model, spec_name=spec.name, namespace=namespace_of(spec),
+                                 version=spec.kubernetes.dynamo.version, frontend_image=spec.image.base,
+                                 options_action=f"{llmapi.KIND.kind}/{model}",
+                                 options_digest="sha256:" + hashlib.sha256(
+                                     canonical_json(llmapi.options(rm))).hexdigest(),
+                                 workers=workers))
+            continue
+        version = spec.toolchain.tensorrt_llm
+        role_options = {r: disaggregated.role_options(rm, r, version) for r in disaggregated.ROLES}
+        d = rm.spec.serving.disaggregated
+        planner = None
+        if d.planner is not None:
+            planner = Planner(image=d.planner.image, config=disaggregated.planner_config(rm))
         out.append(DgdParams(model=model, spec_name=spec.name, namespace=namespace_of(spec),
                              version=spec.kubernetes.dynamo.version, frontend_image=spec.image.base,
-                             options_action=f"{llmapi.KIND.kind}/{model}",
-                             options_digest="sha256:" + hashlib.sha256(
-                                 canonical_json(llmapi.options(ir.models[model]))).hexdigest(),
-                             workers=workers))
+                             options_action=f"{disaggregated.KIND.kind}/{model}",
+                             options_digest="sha256:" + hashlib.sha256(canonical_json(role_options)).hexdigest(),
+                             workers=workers, frontend_args=disaggregated.frontend_args(rm),
+                             environment=disaggregated.ucx_environment(rm), planner=planner))
     return out
 
 
-def render(params: DgdParams, options: bytes, images: dict[str, tuple[str, str]]) -> bytes:
-    """`images`: image or weights-image action -> (reference, digest)."""
-    cm_name = dynamo.options_configmap_name(params.model, options)
-    components = [dynamo.frontend(image=params.frontend_image, version=params.version)]
+def render(params: DgdParams, options: bytes | dict[str, bytes], images: dict[str, tuple[str, str]]) -> bytes:
+    """`options`: the options file, or under disaggregated serving role -> its options file;
+    `images`: image or weights-image action -> (reference, digest)."""
+    by_role = options if isinstance(options, dict) else {None: options}
+    cm_names = {r: dynamo.options_configmap_name(params.model, data) for r, data in by_role.items()}
+    components = [dynamo.frontend(image=params.frontend_image, version=params.version, args=params.frontend_args)]
+    if params.planner is not None:
+        components.append(dynamo.planner(image=params.planner.image, version=params.version,
+                                         config=params.planner.config))
     for w in params.workers:
         components.append(dynamo.worker(
             name=w.component, model=params.model, spec_name=params.spec_name, pool=w.pool, replicas=w.replicas,
             image=images[w.image_action][0], version=params.version, resource=w.resource, count=w.count,
-            selector=w.selector, gpu_product=w.gpu_product, options_configmap_=cm_name, power_limit_w=w.power_limit_w,
-            pod_resources=w.pod_resources,
-            weights=images[w.weights_action][0] if w.weights_action else None))
+            selector=w.selector, gpu_product=w.gpu_product, options_configmap_=cm_names[w.role],
+            power_limit_w=w.power_limit_w, pod_resources=w.pod_resources,
+            weights=images[w.weights_action][0] if w.weights_action else None, role=w.role, env=params.environment))
     artifacts = {a: d for a, (_, d) in images.items()}
-    artifacts[params.options_action] = "sha256:" + hashlib.sha256(options).hexdigest()
+    artifacts[params.options_action] = "sha256:" + hashlib.sha256(b"".join(
+        by_role[r] for r in sorted(by_role, key=str))).hexdigest()
     objects = [dynamo.options_configmap(model=params.model, spec_name=params.spec_name, namespace=params.namespace,
-                                        options=options),
-               dynamo.graph_deployment(model=params.model, spec_name=params.spec_name, namespace=params.namespace,
-                                       components=components, artifacts=artifacts)]
+                                        options=by_role[r]) for r in sorted(by_role, key=str)]
+    objects.append(dynamo.graph_deployment(model=params.model, spec_name=params.spec_name, namespace=params.namespace,
+                                           components=components, artifacts=artifacts))
     return tree.documents(objects).encode()
 
 
@@ -140,7 +173,11 @@ class K8sDgd(ActionKind[DgdParams]):
                 for p in dgd_params(ctx)]
 
     def run(self, params: DgdParams, ctx: RunContext) -> None:
-        options = (ctx.deps[params.options_action] / llmapi.OUTPUT).read_bytes()
+        deps = ctx.deps[params.options_action]
+        if params.options_action.startswith(f"{disaggregated.KIND.kind}/"):
+            options = {r: (deps / r / llmapi.OUTPUT).read_bytes() for r in disaggregated.ROLES}
+        else:
+            options = (deps / llmapi.OUTPUT).read_bytes()
         images = {w.image_action: image_reference(ctx.deps[w.image_action]) for w in params.workers}
         images |= {w.weights_action: weights_image.reference(ctx.deps[w.weights_action])
                    for w in params.workers if w.weights_action}

@@ -1,0 +1,68 @@
+"""Disaggregated serving on Kubernetes (runtime dynamo): the DynamoGraphDeployment has the roles as
+components of type prefill and decode running `dynamo.trtllm --disaggregation-mode <role>` on their
+own options, the frontend routes by KV in the workers' block size, and the planner is a component
+of type planner when asked (as Dynamo's own v1beta1 disagg_planner.yaml lays it out)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ruamel.yaml import YAML
+
+from compiler.catalog import disaggregated as facts
+
+from .k8s_tree import graph_of, render
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "disaggregated" / "kiln.yaml"
+PLANNER_IMAGE = "nvcr.io/nvidia/ai-dynamo/dynamo-planner:1.3.1@sha256:" + "1" * 64
+RUNTIME_IMAGE = "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.3.1@sha256:" + "2" * 64
+
+
+def _spec() -> str:
+    text = EXAMPLE.read_text()
+    text = text.replace('tensorrt_llm: "1.2.1"', 'tensorrt_llm: "1.3.0rc19"')
+    text = text.replace("  h200:\n    gpu", "  h200:\n    deploy: kubernetes\n    node_pool: {nodes: 2}\n    gpu")
+    text = text.replace("      runtime: trtllm-serve\n", "")
+    text = text.replace("        router: {kv_aware: true}",
+                        f"        router: {{kv_aware: true}}\n        planner: {{image: {PLANNER_IMAGE}, max_gpus: 16}}")
+    text = text.replace("ucx: {tls: [cuda_copy, cuda_ipc, tcp]}", "ucx: {tls: [cuda_copy, cuda_ipc, rc], "
+                                                                   "net_devices: [mlx5_0:1]}")
+    return text + ("kubernetes:\n  runtime: dynamo\n  dynamo: {version: \"1.3.0\"}\n"
+                   f"image:\n  repository: registry.example.com/x/disagg\n  base: {RUNTIME_IMAGE}\n")
+
+
+def test_the_dgd_has_prefill_decode_and_planner_components(tmp_path: Path) -> None:
+    graph = graph_of(EXAMPLE, tmp_path / "work", _spec())
+    assert "disagg-options/chat" in graph.actions["k8s-dgd/chat"].deps
+    tree = render(graph, tmp_path / "work")
+    docs = list(YAML(typ="safe", pure=True).load_all((tree / "workloads" / "chat.yaml").read_text()))
+    [dgd] = [d for d in docs if d["kind"] == "DynamoGraphDeployment"]
+    configmaps = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
+    components = {c["name"]: c for c in dgd["spec"]["components"]}
+    types = sorted(c["type"] for c in components.values())
+    assert types == ["decode", "frontend", "planner", "prefill"]
+    assert set(types) <= set(facts.fact("dynamo")["component_types_v1beta1"])
+
+    frontend = components["frontend"]["podTemplate"]["spec"]["containers"][0]
+    assert frontend["args"] == ["-m", "dynamo.frontend", "--router-mode", "kv", "--kv-cache-block-size", "32"]
+
+    planner = components["planner"]["podTemplate"]["spec"]["containers"][0]
+    assert planner["image"] == PLANNER_IMAGE and planner["args"][:3] == ["-m", "dynamo.planner", "--config"]
+    config = json.loads(planner["args"][3])
+    assert set(config) <= set(facts.fact("dynamo_planner")["config_keys"]) and config["mode"] == "disagg"
+
+    options = {}
+    for c in components.values():
+        if c["type"] not in ("prefill", "decode"):
+            continue
+        main = c["podTemplate"]["spec"]["containers"][0]
+        assert main["args"][-2:] == ["--disaggregation-mode", c["type"]]
+        assert {e["name"]: e["value"] for e in main["env"]} == {"UCX_TLS": "cuda_copy,cuda_ipc,rc",
+                                                               "UCX_NET_DEVICES": "mlx5_0:1"}
+        cm = c["podTemplate"]["spec"]["volumes"][0]["configMap"]["name"]
+        options[c["type"]] = YAML(typ="safe", pure=True).load(configmaps[cm]["llm-api-options.yaml"])
+    # each role runs its own options: its parallelism, one transfer setting for both
+    assert (options["prefill"]["tensor_parallel_size"], options["decode"]["tensor_parallel_size"]) == (1, 4)
+    assert options["prefill"]["cache_transceiver_config"] == options["decode"]["cache_transceiver_config"]
+    assert components["worker-h200-prefill"]["replicas"] == 4 and components["worker-h200-decode"]["replicas"] == 2
