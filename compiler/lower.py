@@ -23,7 +23,6 @@ def lower(result: Validation, digests: DigestCache, kinds: KindRegistry = REGIST
     since validation) adds a K916 diagnostic to `result` and raises NotBuildable."""
     if not result.ok or result.resolved is None:
         raise NotBuildable(f"{result.file} has errors; run `kiln validate` for details")
-    _refuse_unbuilt(result)
     ctx = LowerContext(result.resolved, digests)
     try:
         return Graph.build([_with_input_paths(a, ctx) for kind in kinds for a in kind.lower(ctx)])
@@ -42,24 +41,6 @@ def lower_or_report(result: Validation, digests: DigestCache, kinds: KindRegistr
         return lower(result, digests, kinds)
     except NotBuildable:
         return None
-
-
-def _refuse_unbuilt(result: Validation) -> None:
-    """A spec whose disaggregated serving a target cannot emit yet is refused (K164), not built
-    as aggregated servers that would ignore the roles."""
-    from compiler.checks.disaggregated import DisaggregatedNotBuilt, not_built
-
-    refused = not_built(result.resolved.spec)
-    if not refused:
-        return
-    doc = result.resolved.document
-    for model, target in refused:
-        result.diagnostics.append(Diagnostic(
-            DisaggregatedNotBuilt.code, DisaggregatedNotBuilt.severity,
-            f"model {model!r}: disaggregated serving is checked but not yet built on {target}",
-            doc.file, doc.span_of(("models", model, "serving", "disaggregated"), key=True),
-            "validate with `kiln validate`; build the model without `serving.disaggregated` meanwhile"))
-    raise NotBuildable(f"{result.file}: disaggregated serving is not yet built")
 
 
 def _with_input_paths(action, ctx: LowerContext):

@@ -136,16 +136,19 @@ def test_buffer_tokens_default_is_the_longest_prompt_in_whole_blocks(given, bloc
     assert expected % block == 0 or given is not None
 
 
-def test_lowering_refuses_what_no_emitter_builds_yet() -> None:
-    """Until a target emits disaggregated serving, building refuses the spec (K164) instead of
-    starting aggregated servers that ignore the roles."""
+def test_the_hosts_example_builds_servers_and_router_and_k164_is_retired() -> None:
+    """K164 refused disaggregated serving on hosts until provision.sh started it: lowering now gives
+    the host script each role's servers and the router, and K164 is registered but raised by nothing."""
+    from compiler.checks import get_rule
     from compiler.graph.inputs import DigestCache
-    from compiler.lower import NotBuildable, lower
+    from compiler.lower import lower
 
     v = validate_path(EXAMPLE)
-    assert v.ok
-    with pytest.raises(NotBuildable):
-        lower(v, DigestCache(None))
-    [d] = [d for d in v.diagnostics if d.code == "K164"]
-    assert "not yet built on hosts" in d.message and d.span.line == v.document.span_of(
-        ("models", "chat", "serving", "disaggregated"), key=True).line
+    graph = lower(v, DigestCache(None))
+    assert not [d for d in v.diagnostics if d.code == "K164"]
+    params = graph.actions["host-script/h200"].params
+    assert [(u.id, u.role) for u in params.units] == [("h200/gpu0", "prefill"), ("h200/gpu1", "prefill"),
+                                                      ("h200/gpu4+5+6+7", "decode")]
+    assert [(r.id, r.port, r.serving.runtime) for r in params.routers] == [
+        ("h200/chat-router", 8000, "trtllm-serve-disaggregated")]
+    assert get_rule("K164").doc().startswith("Retired")

@@ -24,7 +24,7 @@ import json
 from compiler.graph.model import Action
 from compiler.store.canonical import pretty_json
 
-from . import dockerbuild, image_context
+from . import disagg_hosts, dockerbuild, image_context
 from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 
 OUTPUT = "image.json"
@@ -33,6 +33,7 @@ OUTPUT = "image.json"
 class UnitGpus(Params):
     id: str
     gpus: list[int]
+    inputs: str = ""  # a disaggregated server's (disagg_hosts.server_inputs): restarts only when it changes
 
 
 class ImageParams(Params):
@@ -97,20 +98,23 @@ class Image(ActionKind[ImageParams]):
     def lower(self, ctx: LowerContext) -> list[Action]:
         return [self.action(f"{self.kind}/{c.params.host}",
                             ImageParams(host=c.params.host, repository=ctx.spec.image.repository,
-                                        units=[UnitGpus(id=u.id, gpus=list(u.gpu_indexes))
-                                               for u in ctx.ir.host_units(c.params.host)]),
+                                        units=[_unit(ctx, u) for u in ctx.ir.host_units(c.params.host)]),
                             deps=(c.id,), needs=("docker",))
                 for c in image_context.KIND.lower(ctx)]
 
     def disruptions(self, old: ImageParams | None, new: ImageParams) -> list[Disruption]:
         """A rebuilt serving image restarts every container of the host (provision.sh replaces a
-        container whose image changed). Nothing restarts when no image was built before: the first
-        one starts the containers."""
+        container whose image changed), but a disaggregated server whose inputs are unchanged
+        (provision.sh keeps it). Nothing restarts when no image was built before: the first one
+        starts the containers. A router's restart is the host script's to say (its config)."""
         if old is None:
             return []
         out = []
         by_gpu: dict[int, list[str]] = {}
+        kept = {u.id for u in old.units if u.inputs}
         for u in new.units:
+            if u.inputs and u.id in kept and u in old.units:
+                continue
             for g in u.gpus:
                 by_gpu.setdefault(g, []).append(u.id.split("/", 1)[-1])
         for gpu, units in sorted(by_gpu.items()):
@@ -129,6 +133,12 @@ class Image(ActionKind[ImageParams]):
         doc = json.loads(data)
         return "images", params.host, {"reference": doc["reference"], "digest": doc["digest"],
                                        "content_digest": doc["content_digest"]}
+
+
+def _unit(ctx: LowerContext, u) -> UnitGpus:
+    inputs = disagg_hosts.server_inputs(ctx, u.model, u.role) \
+        if ctx.spec.hosts[u.host].deploy == "host" and disagg_hosts.is_disaggregated(ctx, u.model) else ""
+    return UnitGpus(id=u.id, gpus=list(u.gpu_indexes), inputs=inputs)
 
 
 KIND = Image()

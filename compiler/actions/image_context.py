@@ -10,6 +10,10 @@ Output (the context itself, usable with a plain `docker build` too):
   layers/llmapi/opt/kiln/llmapi/<m>/llm-api-options.yaml  the LLM-API options (llmapi-options/<m>)
                                              of each model served by trtllm-serve: the file the
                                              Triton llmapi model reads as model.yaml, unchanged
+  layers/llmapi/opt/kiln/llmapi/<m>/<role>/llm-api-options.yaml, .../<m>/disagg-config.yaml
+                                             a disaggregated model's files (disagg-options/<m>):
+                                             each role's options where its servers run here, the
+                                             router's config where its router runs here
   layers/entrypoint/opt/kiln/bin/serve       compiler/templates/image/serve.sh.j2
   image-context.json                what the image action reads: base, content digest, labels, layers
 
@@ -37,7 +41,7 @@ from compiler.ir.pools import mounts_weights
 from compiler.serving import layout
 from compiler.store.canonical import canonical_json, pretty_json
 
-from . import llmapi, runtimes
+from . import disagg_hosts, disaggregated, llmapi, runtimes
 from .base import ActionKind, LowerContext, Params, RunContext, checkpoint_action_id
 from .runtimes import UnitServing, ir_unit_serving
 from .shell import Shell, shell_quote, words
@@ -96,6 +100,8 @@ class ImageContextParams(Params):
     checkpoints: dict[str, str]  # model -> the action whose tree is its servable checkpoint
     templates: dict[str, str]
     options: dict[str, str] = {}  # model served by trtllm-serve -> its llmapi-options action
+    # disaggregated model -> its disagg-options action and the files of it the host's units read
+    disaggregated: dict[str, tuple[str, list[str]]] = {}
     repository: bool = True  # a model on the host is served by Triton: the image carries the repository
 
 
@@ -157,9 +163,15 @@ def run(params: ImageContextParams, ctx: RunContext) -> None:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ctx.deps[action_id] / llmapi.OUTPUT, dest)  # byte for byte: one artifact, two runtimes
         dest.chmod(0o644)
-    if params.options:
+    for model, (action_id, files) in sorted(params.disaggregated.items()):
+        for rel in files:  # <role>/llm-api-options.yaml, disagg-config.yaml
+            dest = ctx.out / options_rel / layout.OPTIONS_DIR.lstrip("/") / model / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ctx.deps[action_id] / rel, dest)
+            dest.chmod(0o644)
+    if params.options or params.disaggregated:
         layers.append({"dir": options_rel, "path": runtimes.OPTIONS_DIR,
-                       "from": sorted(params.options.values())})
+                       "from": sorted([*params.options.values(), *(a for a, _ in params.disaggregated.values())])})
     entry_rel = "layers/entrypoint"
     serve = ctx.out / entry_rel / ENTRYPOINT_PATH.lstrip("/")
     serve.parent.mkdir(parents=True)
@@ -183,7 +195,7 @@ def run(params: ImageContextParams, ctx: RunContext) -> None:
         model_layers=[{"dir": Label(layer["dir"])} for layer in layers
                       if layer["path"] not in (layout.REPOSITORY_DIR, runtimes.OPTIONS_DIR, ENTRYPOINT_PATH)],
         repository_layer=Label(repo_rel) if params.repository else None,
-        options_layer=Label(options_rel) if params.options else None,
+        options_layer=Label(options_rel) if params.options or params.disaggregated else None,
         entrypoint_layer=Label(entry_rel), entrypoint=ENTRYPOINT_PATH,
         labels={Label(k): v for k, v in labels.items()})
     (ctx.out / "Dockerfile").write_text(dockerfile, encoding="utf-8")
@@ -205,27 +217,44 @@ class ImageContext(ActionKind[ImageContextParams]):
             units = [ImageUnit(id=u.id, model=u.model, ports=u.ports.as_dict(), serving=ir_unit_serving(ctx.ir, u))
                      for u in ctx.ir.host_units(host)]
             models = sorted({u.model for u in units})
-            if not models:
+            on_hosts = ctx.ir.hosts[host].spec.deploy == "host"  # node pools: the DGD's ConfigMaps instead
+            routers = disagg_hosts.routers(ctx, host) if on_hosts else []
+            if not models and not routers:
                 continue  # a host that serves nothing has no serving image
             # a node pool that mounts each model's weights image (weights_image.py) gets none:
             # its serving image is the runtime alone
             checkpoints = {} if mounts_weights(ctx.ir, host) else {m: checkpoint_action_id(ctx.ir, m) for m in models}
             runtime = {u.model: u.serving.runtime for u in units}
             options = {m: f"{llmapi.KIND.kind}/{m}" for m in models
-                       if "options" in runtimes.serving_image_needs([runtime[m]])}
+                       if "options" in runtimes.serving_image_needs([runtime[m]])
+                       and not (on_hosts and disagg_hosts.is_disaggregated(ctx, m))}
+            disagg = _disaggregated_files(ctx, host, routers) if on_hosts else {}
             # a disaggregated model's role servers are never Triton models (triton-repo leaves them out)
             triton = "repository" in runtimes.serving_image_needs(
                 {runtime[u.model] for u in ctx.ir.host_units(host) if u.role is None})
+            units += [ImageUnit(id=r.id, model=r.model, ports={"http": r.port}, serving=r.serving) for r in routers]
             params = ImageContextParams(host=host, spec_name=ctx.spec.name, base=base_image(ctx.spec), units=units,
                                         checkpoints=checkpoints, templates=digests, options=options,
-                                        repository=triton)
-            deps = sorted(set(checkpoints.values()) | set(options.values())
+                                        repository=triton, disaggregated=disagg)
+            deps = sorted(set(checkpoints.values()) | set(options.values()) | {a for a, _ in disagg.values()}
                           | ({f"{REPO_ACTION}/{host}"} if triton else set()))
             out.append(self.action(f"{self.kind}/{host}", params, deps=deps))
         return out
 
     def run(self, params: ImageContextParams, ctx: RunContext) -> None:
         run(params, ctx)
+
+
+def _disaggregated_files(ctx: LowerContext, host: str, routers) -> dict[str, tuple[str, list[str]]]:
+    """Disaggregated model -> (its disagg-options action, the files of it this host's image holds):
+    each role's options where a server of the role runs here, the router's config where it does."""
+    files: dict[str, set[str]] = {}
+    for u in ctx.ir.host_units(host):
+        if disagg_hosts.is_disaggregated(ctx, u.model):
+            files.setdefault(u.model, set()).add(f"{u.role}/{llmapi.OUTPUT}")
+    for r in routers:
+        files.setdefault(r.model, set()).add(disaggregated.CONFIG)
+    return {m: (f"{disaggregated.KIND.kind}/{m}", sorted(f)) for m, f in sorted(files.items())}
 
 
 KIND = ImageContext()

@@ -533,30 +533,15 @@ class TransportMisspelled(Check):
 
 
 class DisaggregatedNotBuilt(Rule):
-    """`kiln build` (and `kiln plan`) cannot emit this spec's disaggregated serving yet.
+    """Retired: no target refuses disaggregated serving any more, and nothing raises this code.
 
-    Validation checks disaggregated models in full (the rules above), but the emitters that turn
-    them into artifacts come one target at a time: Kubernetes (runtime dynamo) emits them; on
-    hosts, where provision.sh does not yet start the role servers and the router, lowering
-    refuses the spec rather than build aggregated servers that ignore the roles.
+    Until both emitters existed, `kiln build` refused a disaggregated model on `deploy: host` hosts
+    with this code (provision.sh did not start the role servers and the router yet). Hosts now get
+    one container per prefill and decode server and the router's container (provision.sh), and
+    Kubernetes a DynamoGraphDeployment. The code stays registered so `kiln explain K164` still
+    answers for old outputs; it is never given to another rule.
     """
 
     code = "K164"
     name = "disaggregated-not-built"
-
-
-def not_built(spec) -> list[tuple[str, str]]:
-    """(model, target) of each disaggregated model a target cannot emit yet, in spec order."""
-    out = []
-    for name, m in spec.models.items():
-        if m.serving.disaggregated is None:
-            continue
-        deploys = sorted({h.deploy for h in spec.hosts.values()
-                          if any(a.serves == name or any(i.serves == name for i in a.mig or ()) for a in h.gpus)})
-        out += [(name, "hosts" if d == "host" else "Kubernetes") for d in deploys if d in UNBUILT_DEPLOYS]
-    return out
-
-
-#: the deploy targets whose disaggregated emitter does not exist yet
-UNBUILT_DEPLOYS = frozenset({"host"})
 

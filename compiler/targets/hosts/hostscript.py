@@ -7,7 +7,9 @@ Outputs:
   desired-state.json             a copy of host-plan.json, the state the script converges to
 
 The action reads the host plan (a dependency), the host's serving units with their ports and what
-each runs (compiler.actions.runtimes: the server's command, its readiness paths, its container
+each runs, the routers of the disaggregated models it is the router host of
+(compiler/actions/disagg_hosts.py: one container each, without a GPU, started once the servers
+on the host are ready) (compiler.actions.runtimes: the server's command, its readiness paths, its container
 options, all in the parameters, so a change of the runtime table rebuilds the script), and the
 templates, whose digests are in its parameters so a template change rebuilds it. Every value put
 into the shell script passes through the `q` filter (shlex.quote); an unquoted `{{ value }}` is a
@@ -24,8 +26,9 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 
 from compiler import resources
-from compiler.actions import runtimes
+from compiler.actions import disagg_hosts, runtimes
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
+from compiler.actions.disagg_hosts import HostRouter
 from compiler.actions.runtimes import UnitServing, ir_unit_serving
 from compiler.actions.shell import Shell, shell_quote, words
 from compiler.graph.model import Action
@@ -79,6 +82,9 @@ class HostUnit(Params):
     mig_slot: int | None  # position in the GPU's `mig` list
     ports: dict[str, int]  # http, grpc, metrics
     serving: UnitServing  # what the container runs, and how it is checked to serve
+    role: str | None = None  # disaggregated serving: the role the unit serves (prefill, decode)
+    environment: dict[str, str] = {}  # disaggregated serving: the UCX settings of its container
+    inputs: str = ""  # disaggregated serving: digest of what it reads from the image ("": the whole image)
 
 
 class HostScriptParams(Params):
@@ -86,11 +92,12 @@ class HostScriptParams(Params):
     spec_name: str
     templates: dict[str, str]  # template file -> digest
     units: list[HostUnit]
+    routers: list[HostRouter] = []  # the disaggregated models' routers this host runs
     ready_timeout_s: int = runtimes.ready_timeout_s()  # default bound on a unit's model load
 
 
 class HostScript(ActionKind[HostScriptParams]):
-    kind, version, Params = "host-script", 2, HostScriptParams
+    kind, version, Params = "host-script", 3, HostScriptParams
 
     def lower(self, ctx: LowerContext) -> list[Action]:
         out = []
@@ -98,17 +105,17 @@ class HostScript(ActionKind[HostScriptParams]):
         for name in sorted(ctx.ir.hosts):
             if ctx.ir.hosts[name].spec.deploy != "host":
                 continue  # a node pool: its host plan is the node layer (k8s-node-layer)
-            units = [HostUnit(id=u.id, model=u.model, gpus=list(u.gpu_indexes),
-                              mig_slot=u.mig.instance_index if u.mig else None, ports=u.ports.as_dict(),
-                              serving=ir_unit_serving(ctx.ir, u))
-                     for u in ctx.ir.host_units(name)]
-            params = HostScriptParams(host=name, spec_name=ctx.spec.name, templates=digests, units=units)
+            units = [_host_unit(ctx, u) for u in ctx.ir.host_units(name)]
+            params = HostScriptParams(host=name, spec_name=ctx.spec.name, templates=digests, units=units,
+                                      routers=disagg_hosts.routers(ctx, name))
             out.append(self.action(f"{self.kind}/{name}", params, deps=(f"host-plan/{name}",)))
         return out
 
     def disruptions(self, old: HostScriptParams | None, new: HostScriptParams) -> list[Disruption]:
         """provision.sh recreates a unit's container when what it runs with changes (its model,
-        ports, GPUs, MIG instance or server command); units that stay the same keep running."""
+        ports, GPUs, MIG instance, server command, environment, or what a disaggregated server
+        reads from the image); units that stay the same keep running. A router is recreated when
+        its command or config changes; that interrupts the requests of its model's GPUs here."""
         if old is None:
             return []
         before = {u.id: u for u in old.units}
@@ -119,10 +126,23 @@ class HostScript(ActionKind[HostScriptParams]):
                 continue
             # a port or model change also changes the server's argv: name the cause, not its echo
             what = [k for k in ("model", "ports", "gpus", "mig_slot") if getattr(prev, k) != getattr(u, k)]
+            if not what and prev.environment != u.environment:
+                what = ["environment"]
+            if not what and prev.inputs != u.inputs and prev.serving == u.serving:
+                what = [f"the {u.role} role's options" if u.role else "its image inputs"]
             what = what or ["server command"]
+            name = u.id.split('/', 1)[-1] + (f" ({u.role} server)" if u.role else "")
             for g in u.gpus:
+                out.append(Disruption(new.host, g, "container-restart", f"{name} is recreated ({', '.join(what)} changed)"))
+        routers = {r.id: r for r in old.routers}
+        for r in new.routers:
+            prev = routers.get(r.id)
+            if prev is None or (prev.serving, prev.inputs) == (r.serving, r.inputs):
+                continue
+            what = "config" if prev.serving == r.serving else "command"
+            for g in r.gpus:
                 out.append(Disruption(new.host, g, "container-restart",
-                                      f"{u.id.split('/', 1)[-1]} is recreated ({', '.join(what)} changed)"))
+                                      f"{r.id.split('/', 1)[-1]} (router of {r.model}) is recreated ({what} changed)"))
         return out
 
     def run(self, params: HostScriptParams, ctx: RunContext) -> None:
@@ -131,16 +151,36 @@ class HostScript(ActionKind[HostScriptParams]):
         plan_bytes = (ctx.deps[f"host-plan/{params.host}"] / "host-plan.json").read_bytes()
         plan = json.loads(plan_bytes)
         units = [u.to_json() for u in params.units]
-        for name, data in render(plan, units, params.spec_name, plan_bytes, ready_timeout_s=params.ready_timeout_s).items():
+        routers = [r.to_json() for r in params.routers]
+        for name, data in render(plan, units, params.spec_name, plan_bytes, ready_timeout_s=params.ready_timeout_s,
+                                 routers=routers).items():
             path = ctx.out / name
             path.write_bytes(data)
             if name == "provision.sh":
                 path.chmod(0o755)
-        ctx.log.info("%d GPUs, %d serving units", len(plan["gpus"]), len(params.units))
+        ctx.log.info("%d GPUs, %d serving units, %d routers", len(plan["gpus"]), len(params.units), len(params.routers))
 
 
-def script_context(plan: dict, units: list[dict], spec_name: str, ready_timeout_s: int | None = None) -> dict:
-    """The values the templates place, from the host plan and the units (pure)."""
+def _host_unit(ctx: LowerContext, u) -> HostUnit:
+    unit = HostUnit(id=u.id, model=u.model, gpus=list(u.gpu_indexes), mig_slot=u.mig.instance_index if u.mig else None,
+                    ports=u.ports.as_dict(), serving=ir_unit_serving(ctx.ir, u))
+    if not disagg_hosts.is_disaggregated(ctx, u.model):
+        return unit
+    return unit.model_copy(update={"role": u.role, "environment": disagg_hosts.environment(ctx, u.model),
+                                   "inputs": disagg_hosts.server_inputs(ctx, u.model, u.role)})
+
+
+def _unit_context(host: str, unit_id: str, model: str, gpus: str, mig_start: object, serving: UnitServing,
+                  env: list[str], inputs: str) -> dict:
+    return {"id": unit_id, "name": container_name(host, unit_id), "model": model, "gpus": gpus, "mig_start": mig_start,
+            "runtime": serving.runtime, "port": serving.port, "ports": "/".join(str(p) for p in serving.listens),
+            "ready": " ".join(serving.ready), "command": words(serving.command),
+            "options": words(serving.options + env), "ranks": serving.ranks, "inputs": inputs}
+
+
+def script_context(plan: dict, units: list[dict], spec_name: str, ready_timeout_s: int | None = None,
+                   routers: list[dict] | None = None) -> dict:
+    """The values the templates place, from the host plan, the units and the routers (pure)."""
     host = plan["host"]
     m = _DRIVER.fullmatch((plan.get("driver") or "").strip())
     gpus = []
@@ -165,14 +205,13 @@ def script_context(plan: dict, units: list[dict], spec_name: str, ready_timeout_
         if u["mig_slot"] is not None:
             gpu = by_index[u["gpus"][0]]
             start = next(i["start"] for i in gpu["mig"]["instances"] if i["slot"] == u["mig_slot"])
-        serving = UnitServing.model_validate(u["serving"])
-        rendered_units.append({"id": u["id"], "name": container_name(host, u["id"]), "model": u["model"],
-                               "gpus": ",".join(str(i) for i in u["gpus"]), "mig_start": start,
-                               "runtime": serving.runtime, "port": serving.port,
-                               "ports": "/".join(str(port) for port in serving.listens),
-                               "ready": " ".join(serving.ready),
-                               "command": words(serving.command), "options": words(serving.options),
-                               "ranks": serving.ranks})
+        env = [w for k, v in sorted((u.get("environment") or {}).items()) for w in ("--env", f"{k}={v}")]
+        rendered_units.append(_unit_context(host, u["id"], u["model"], ",".join(str(i) for i in u["gpus"]), start,
+                                            UnitServing.model_validate(u["serving"]), env, u.get("inputs") or ""))
+    # routers last: provision.sh starts them once the servers before them are ready
+    for r in routers or []:
+        rendered_units.append(_unit_context(host, r["id"], r["model"], "", "", UnitServing.model_validate(r["serving"]),
+                                            [], r["inputs"]))
     return {"host": host, "spec_name": spec_name, "gpu_model": plan["gpu"],
             "ready_timeout": runtimes.ready_timeout_s() if ready_timeout_s is None else ready_timeout_s,
             "driver_op": (m.group(1) or "==") if m else "", "driver_version": m.group(2) if m else "",
@@ -215,9 +254,10 @@ def mig_parted_config(plan: dict) -> dict:
 
 
 def render(plan: dict, units: list[dict], spec_name: str, plan_bytes: bytes,
-           template_dir: Path = TEMPLATE_DIR, ready_timeout_s: int | None = None) -> dict[str, bytes]:
+           template_dir: Path = TEMPLATE_DIR, ready_timeout_s: int | None = None,
+           routers: list[dict] | None = None) -> dict[str, bytes]:
     host = plan["host"]
-    context = script_context(plan, units, spec_name, ready_timeout_s)
+    context = script_context(plan, units, spec_name, ready_timeout_s, routers)
     env = environment(template_dir)
     header = (f"# mig-parted config for host {host}, generated by kiln. mig-parted has no placement field and\n"
               "# tries creation orders itself; provision.sh creates the same instances with explicit placements.\n"

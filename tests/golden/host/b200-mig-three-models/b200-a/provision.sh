@@ -6,7 +6,8 @@
 # Usage: provision.sh [--check | --dry-run | --boot] [--force] [--image REF] [--gpus LIST] [--ready-timeout S]
 #   (no mode)      converge: driver check, persistence mode, MIG mode, MIG instances, clocks,
 #                  power limit, then one serving container per unit, and wait until every unit
-#                  answers its readiness endpoint; "done" is said only then.
+#                  answers its readiness endpoint; then the routers of disaggregated models (no
+#                  GPU), once the servers are ready, and wait for them too; "done" is said only then.
 #   --check        compare the live host with the desired state (containers included: running
 #                  with the desired settings and answering their readiness endpoint); print the
 #                  differences; exit 1 on drift, 0 when converged. Changes nothing.
@@ -19,7 +20,8 @@
 #                  (the change then stays pending until the GPU is reset).
 #   --image REF    serving image. Without it, the image the last run started the containers
 #                  with ($KILN_STATE_DIR/image); without either, containers are skipped (said so).
-#   --gpus LIST    act only on these physical GPU indexes (comma-separated).
+#   --gpus LIST    act only on these physical GPU indexes (comma-separated); routers, which use
+#                  no GPU, are left alone.
 #   --reapply-clocks  lock clocks again even if this host's record says they are applied.
 #   --ready-timeout S  seconds every unit may take to answer its readiness endpoint after its
 #                  container starts (default 1800, or KILN_READY_TIMEOUT); past that the run fails.
@@ -32,7 +34,8 @@
 # Readiness: a unit serves when every HTTP path of its runtime answers 200 on 127.0.0.1 (host
 # network): Triton /v2/health/ready and /v2/models/<model>/ready for each model it loads (KServe
 # v2 health API); trtllm-serve /health and /v1/models (tensorrt_llm/serve/openai_server.py; the
-# server listens only once the model is loaded). Asked with bash's /dev/tcp, so the host needs no
+# server listens only once the model is loaded); trtllm-serve disaggregated /health
+# (tensorrt_llm/serve/openai_disagg_server.py). Asked with bash's /dev/tcp, so the host needs no
 # HTTP client; the container's own health check asks the same paths from inside.
 #
 # Formats read from nvidia-smi, with where they come from (layout verified on real output; see
@@ -89,6 +92,12 @@ declare -A WANT_PL=([0]=1000 [1]=1000)
 # their GPUs. Ports: the model's serving.ports plus 3 per earlier replica on this host (Triton
 # listens on http/grpc/metrics, trtllm-serve on http only). UNIT_READY: the HTTP paths that
 # answer 200 on UNIT_PORT once the unit serves.
+# Disaggregated serving: each prefill and decode server is a unit like the others (its role's
+# trtllm-serve, with the UCX environment in its options); the router of a model whose router host
+# this is comes after every server, with no GPUs (UNIT_GPUS empty) and no MIG instance. UNIT_INPUTS:
+# for these, the digest of what the container reads from the image (its role's options and the
+# model's checkpoint; the router's config): the container is recreated when that changes, not when
+# only other units' files change the image. Empty: any other image recreates it.
 readonly UNIT_ID=(b200-a/gpu0/mig0 b200-a/gpu0/mig1 b200-a/gpu0/mig2 b200-a/gpu1/mig0 b200-a/gpu1/mig1 b200-a/gpu1/mig2)
 readonly UNIT_NAME=(kiln-b200-a-gpu0-mig0 kiln-b200-a-gpu0-mig1 kiln-b200-a-gpu0-mig2 kiln-b200-a-gpu1-mig0 kiln-b200-a-gpu1-mig1 kiln-b200-a-gpu1-mig2)
 readonly UNIT_MODEL=(chat coder intent chat coder intent)
@@ -98,6 +107,7 @@ readonly UNIT_RUNTIME=(triton triton triton triton triton triton)
 readonly UNIT_PORTS=(8000/8001/8002 8100/8101/8102 8200/8201/8202 8003/8004/8005 8103/8104/8105 8203/8204/8205)
 readonly UNIT_PORT=(8000 8100 8200 8003 8103 8203)
 readonly UNIT_READY=('/v2/health/ready /v2/models/chat/ready' '/v2/health/ready /v2/models/coder/ready' '/v2/health/ready /v2/models/intent/ready' '/v2/health/ready /v2/models/chat/ready' '/v2/health/ready /v2/models/coder/ready' '/v2/health/ready /v2/models/intent/ready')
+readonly UNIT_INPUTS=('' '' '' '' '' '')
 
 # unit_command UNIT-INDEX: CMD = the unit's server command line inside its container
 # (compiler/actions/runtimes.py, every flag checked against the runtime's flag set).
@@ -748,12 +758,16 @@ split_cpus() { # fills UNIT_CPUS (unit index -> cpuset) once; step_containers ca
   local -a gl=() cpus=()
   local -A on_node=()
   for k in "${!UNIT_ID[@]}"; do
+    [ -n "${UNIT_GPUS[$k]}" ] || continue  # a router: no GPU, no CPUs of its own
     IFS=, read -r -a gl <<<"${UNIT_GPUS[$k]}"
     node=$(gpu_numa_node "${gl[0]}")
     [ "$node" != -1 ] || known=0
     on_node[$node]+="$k "
   done
-  if [ "$known" = 0 ]; then on_node=([host]="${!UNIT_ID[*]}"); fi
+  if [ "$known" = 0 ]; then
+    on_node=([host]="")
+    for k in "${!UNIT_ID[@]}"; do [ -z "${UNIT_GPUS[$k]}" ] || on_node[host]+="$k "; done
+  fi
   for node in "${!on_node[@]}"; do
     if [ "$node" = host ]; then
       mapfile -t cpus < <(seq 0 $(($(nproc) - 1)))
@@ -762,6 +776,7 @@ split_cpus() { # fills UNIT_CPUS (unit index -> cpuset) once; step_containers ca
     fi
     local -a units=()
     read -r -a units <<<"${on_node[$node]}"
+    [ ${#units[@]} -gt 0 ] || continue
     n=${#units[@]}
     c=${#cpus[@]}
     per=$((c / n))
@@ -878,6 +893,86 @@ record_image() {
 }
 
 # --- containers ----------------------------------------------------------------------------------
+# start_unit UNIT-INDEX: start (or keep) the unit's container; a unit that serves (or will) is
+# added to STARTED. WANTED collects the names of the plan's containers in scope.
+declare -A WANTED=()
+STARTED=()
+start_unit() {
+  local k=$1 g dev ok=1 config name running state where
+  local -a gl=()
+  name=${UNIT_NAME[$k]}
+  IFS=, read -r -a gl <<<"${UNIT_GPUS[$k]}"
+  for g in "${gl[@]}"; do in_scope "$g" || ok=0; done
+  if [ -z "${UNIT_GPUS[$k]}" ] && [ -n "$ONLY_GPUS" ]; then ok=0; fi  # a router is on no listed GPU
+  [ "$ok" = 1 ] || return 0
+  WANTED[$name]=1
+  for g in "${gl[@]}"; do
+    if [ -n "${BLOCKED[$g]+set}" ]; then ok=0; fi
+  done
+  if [ "$ok" = 0 ]; then
+    error "container $name: GPU ${UNIT_GPUS[$k]} is not in its desired state; not started"
+    return 0
+  fi
+  if [ -n "${UNIT_MIG_START[$k]}" ]; then
+    if ! dev=$(mig_uuid "${UNIT_GPUS[$k]}" "${UNIT_MIG_START[$k]}") || [ -z "$dev" ]; then
+      if [ "$MODE" = dry-run ]; then dev="<MIG device of GPU ${UNIT_GPUS[$k]} at slot ${UNIT_MIG_START[$k]}>"; else
+        error "container $name: no MIG device at placement ${UNIT_MIG_START[$k]} on GPU ${UNIT_GPUS[$k]}"
+        return 0
+      fi
+    fi
+  else
+    dev=${UNIT_GPUS[$k]}
+  fi
+  unit_command "$k"
+  unit_options "$k"
+  local -a args=(--detach --name "$name" --restart unless-stopped --network host)
+  if [ -n "$dev" ]; then args+=(--cpuset-cpus "$(cpuset "$k")"); fi
+  args+=("${OPTS[@]}"
+    --label "kiln.host=$HOST" --label "kiln.gpu=${UNIT_GPUS[$k]}" --label "kiln.unit=${UNIT_ID[$k]}"
+    --label "kiln.model=${UNIT_MODEL[$k]}" --label "kiln.runtime=${UNIT_RUNTIME[$k]}")
+  if [ -z "$dev" ]; then
+    # a router uses no GPU: no device request; where the default runtime is nvidia, `none` hides
+    # every device (the CUDA base images set NVIDIA_VISIBLE_DEVICES=all)
+    if [ "$GPU_ATTACH" = env ]; then args+=(--env "NVIDIA_VISIBLE_DEVICES=none"); fi
+    where="no GPU ports ${UNIT_PORTS[$k]}"
+  else
+    if [ "$GPU_ATTACH" = env ]; then
+      args+=(--env "NVIDIA_VISIBLE_DEVICES=$dev")
+    else
+      # a list needs the inner quotes: --gpus '"device=0,1"' (Docker run reference)
+      args+=(--gpus "\"device=$dev\"")
+    fi
+    where="$dev ports ${UNIT_PORTS[$k]}, CPUs $(cpuset "$k")"
+  fi
+  local -a cmd=("$IMAGE" "${CMD[@]}")
+  if [ -n "${UNIT_INPUTS[$k]}" ]; then
+    # what it reads from the image is named by its digest: another unit's change keeps it running
+    config=$(printf '%s\n' "${args[@]}" "${CMD[@]}" "${UNIT_INPUTS[$k]}" | sha256sum | cut -c1-16)
+  else
+    config=$(printf '%s\n' "${args[@]}" "${cmd[@]}" | sha256sum | cut -c1-16)
+  fi
+  state=$("$DOCKER" inspect --format '{{.State.Running}} {{index .Config.Labels "kiln.config"}}' "$name" 2>/dev/null || true)
+  if [ "$state" = "true $config" ]; then
+    if [ "$MODE" = check ] && ! unit_ready "$k"; then
+      DRIFT=$((DRIFT + 1))
+      printf 'drift: container %s: running but not ready: %s\n' "$name" "$PROBE"
+    fi
+    STARTED+=("$k")
+    return 0
+  fi
+  running="not running"
+  [ -n "$state" ] || running="missing"
+  [ "${state%% *}" != true ] || running="running with other settings"
+  if act "container $name ($running): start ${UNIT_MODEL[$k]} (${UNIT_RUNTIME[$k]}) on ${where}"; then
+    if [ -n "$state" ]; then run "$DOCKER" rm -f "$name" >/dev/null || true; fi
+    if run "$DOCKER" run "${args[@]}" --label "kiln.config=$config" "${cmd[@]}"; then
+      STARTED+=("$k")
+    else
+      error "container $name: docker run failed"
+    fi
+  fi
+}
+
 step_containers() {
   if [ ${#UNIT_ID[@]} -eq 0 ]; then say "containers: the plan has no serving units"; return 0; fi
   if [ -z "$IMAGE" ]; then
@@ -890,78 +985,28 @@ step_containers() {
     error "containers: docker is not reachable ($DOCKER info failed); cannot start the serving containers"
     return 0
   fi
-  local k g dev ok config name running state
-  local -A wanted=()
-  local -a serving=()
+  local k g ok name gpus
+  local -a routers=()
   split_cpus
   for k in "${!UNIT_ID[@]}"; do
-    name=${UNIT_NAME[$k]}
-    ok=1
-    local -a gl=()
-    IFS=, read -r -a gl <<<"${UNIT_GPUS[$k]}"
-    for g in "${gl[@]}"; do in_scope "$g" || ok=0; done
-    [ "$ok" = 1 ] || continue
-    wanted[$name]=1
-    for g in "${gl[@]}"; do
-      if [ -n "${BLOCKED[$g]+set}" ]; then ok=0; fi
-    done
-    if [ "$ok" = 0 ]; then
-      error "container $name: GPU ${UNIT_GPUS[$k]} is not in its desired state; not started"
-      continue
-    fi
-    if [ -n "${UNIT_MIG_START[$k]}" ]; then
-      if ! dev=$(mig_uuid "${UNIT_GPUS[$k]}" "${UNIT_MIG_START[$k]}") || [ -z "$dev" ]; then
-        if [ "$MODE" = dry-run ]; then dev="<MIG device of GPU ${UNIT_GPUS[$k]} at slot ${UNIT_MIG_START[$k]}>"; else
-          error "container $name: no MIG device at placement ${UNIT_MIG_START[$k]} on GPU ${UNIT_GPUS[$k]}"
-          continue
-        fi
-      fi
-    else
-      dev=${UNIT_GPUS[$k]}
-    fi
-    unit_command "$k"
-    unit_options "$k"
-    local -a args=(--detach --name "$name" --restart unless-stopped --network host
-      --cpuset-cpus "$(cpuset "$k")" "${OPTS[@]}"
-      --label "kiln.host=$HOST" --label "kiln.gpu=${UNIT_GPUS[$k]}" --label "kiln.unit=${UNIT_ID[$k]}"
-      --label "kiln.model=${UNIT_MODEL[$k]}" --label "kiln.runtime=${UNIT_RUNTIME[$k]}")
-    if [ "$GPU_ATTACH" = env ]; then
-      args+=(--env "NVIDIA_VISIBLE_DEVICES=$dev")
-    else
-      # a list needs the inner quotes: --gpus '"device=0,1"' (Docker run reference)
-      args+=(--gpus "\"device=$dev\"")
-    fi
-    local -a cmd=("$IMAGE" "${CMD[@]}")
-    config=$(printf '%s\n' "${args[@]}" "${cmd[@]}" | sha256sum | cut -c1-16)
-    state=$("$DOCKER" inspect --format '{{.State.Running}} {{index .Config.Labels "kiln.config"}}' "$name" 2>/dev/null || true)
-    if [ "$state" = "true $config" ]; then
-      if [ "$MODE" = check ] && ! unit_ready "$k"; then
-        DRIFT=$((DRIFT + 1))
-        printf 'drift: container %s: running but not ready: %s\n' "$name" "$PROBE"
-      fi
-      serving+=("$k")
-      continue
-    fi
-    running="not running"
-    [ -n "$state" ] || running="missing"
-    [ "${state%% *}" != true ] || running="running with other settings"
-    if act "container $name ($running): start ${UNIT_MODEL[$k]} (${UNIT_RUNTIME[$k]}) on ${dev} ports ${UNIT_PORTS[$k]}, CPUs $(cpuset "$k")"; then
-      if [ -n "$state" ]; then run "$DOCKER" rm -f "$name" >/dev/null || true; fi
-      if run "$DOCKER" run "${args[@]}" --label "kiln.config=$config" "${cmd[@]}"; then
-        serving+=("$k")
-      else
-        error "container $name: docker run failed"
-      fi
-    fi
+    if [ -z "${UNIT_GPUS[$k]}" ]; then routers+=("$k"); else start_unit "$k"; fi
   done
-  local gpus
+  if [ ${#routers[@]} -gt 0 ]; then
+    # a router sends each request to a context then a generation server: its servers on this host
+    # serve first (one on another host it waits for itself, up to its --server_start_timeout)
+    local -a servers=("${STARTED[@]}")
+    if [ "$MODE" = apply ] || [ "$MODE" = boot ]; then wait_ready "${servers[@]}"; fi
+    STARTED=()
+    for k in "${routers[@]}"; do start_unit "$k"; done
+  fi
   while read -r name gpus; do
     [ -n "$name" ] || continue
-    [ -z "${wanted[$name]+set}" ] || continue
+    [ -z "${WANTED[$name]+set}" ] || continue
     ok=1
     local -a gl=()
     IFS=, read -r -a gl <<<"$gpus"
     for g in "${gl[@]}"; do in_scope "$g" || ok=0; done
+    if [ -z "$gpus" ] && [ -n "$ONLY_GPUS" ]; then ok=0; fi
     [ "$ok" = 1 ] || continue
     if act "container $name: remove (no serving unit of the plan uses it)"; then
       run "$DOCKER" rm -f "$name" >/dev/null || error "could not remove container $name"
@@ -969,7 +1014,7 @@ step_containers() {
   done < <("$DOCKER" ps -a --filter "label=kiln.host=$HOST" --format '{{.Names}} {{.Label "kiln.gpu"}}')
   if [ "$MODE" = apply ] || [ "$MODE" = boot ]; then
     record_image
-    wait_ready "${serving[@]}"
+    wait_ready "${STARTED[@]}"
   fi
 }
 

@@ -1,0 +1,85 @@
+"""Disaggregated serving on `deploy: host` hosts, beside each server's own command (pure): the
+router each host runs (`trtllm-serve disaggregated`, compiler/runtimes/trtllm_disaggregated.py),
+the UCX environment of a server's container, and the digest of what a server or router reads
+from the host's serving image.
+
+That digest is how a plan understands roles. Every file of the host is in one image, so any
+change gives a new image; provision.sh recreates a server or router of a disaggregated model when
+its digest changes, not whenever the image does. A server's digest covers the model's spec
+without the other role, the router and the planner (its options file and checkpoint come from the
+rest), the measurement records its limits read, the toolchain, the base image and the image's
+entrypoint template; the router's covers its config file, the toolchain, the base image and the
+entrypoint template. A prefill-only edit then restarts the prefill servers alone, and the router
+restarts only when its config does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from compiler.ir.disaggregated import ROLES, router_host
+from compiler.runtimes import ROUTER, Unit
+from compiler.store.canonical import canonical_json
+
+from . import disaggregated
+from .base import LowerContext, Params
+from .runtimes import UnitServing
+
+
+class HostRouter(Params):
+    """The router of one disaggregated model on the host it runs on (no GPU)."""
+
+    id: str  # "<host>/<model>-router"
+    model: str
+    port: int  # the model's serving.ports.http
+    serving: UnitServing
+    inputs: str  # digest of its config, toolchain, base image and entrypoint (restart when it changes)
+    gpus: list[int]  # GPUs of this host serving the model: what a router restart interrupts
+
+
+def _digest(value: object) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def _image_facts(ctx: LowerContext) -> dict:
+    from .image_context import ENTRYPOINT, base_image, template_digests  # image_context imports this module
+
+    # without `image:` the operator's image is built elsewhere: its base is the toolchain's
+    base = base_image(ctx.spec) if ctx.spec.image is not None else None
+    return {"toolchain": ctx.spec.toolchain.model_dump(mode="json"), "base": base,
+            "entrypoint": template_digests()[ENTRYPOINT]}
+
+
+def is_disaggregated(ctx: LowerContext, model: str) -> bool:
+    return ctx.ir.target == "llmapi" and ctx.ir.models[model].spec.serving.disaggregated is not None
+
+
+def server_inputs(ctx: LowerContext, model: str, role: str) -> str:
+    """Digest of what one `role` server of `model` reads beside its command."""
+    spec = ctx.spec.models[model].model_dump(mode="json")
+    d = spec["serving"]["disaggregated"]
+    for other in ("router", "planner", *(r for r in ROLES if r != role)):
+        d.pop(other, None)
+    return _digest({"role": role, "model": spec, "measured": ctx.limit_inputs([model]), **_image_facts(ctx)})
+
+
+def environment(ctx: LowerContext, model: str) -> dict[str, str]:
+    """The UCX environment of every server of a disaggregated model (disagg-options' environment.json)."""
+    return disaggregated.ucx_environment(ctx.ir.models[model])
+
+
+def routers(ctx: LowerContext, host: str) -> list[HostRouter]:
+    """The routers `host` runs: one per disaggregated model whose router host it is, in model order."""
+    out = []
+    for model in sorted(ctx.ir.models):
+        if not is_disaggregated(ctx, model) or router_host(ctx.spec, model) != host:
+            continue
+        if not any(u.model == model and ctx.spec.hosts[u.host].deploy == "host" for u in ctx.ir.units):
+            continue  # no server on hosts: no config (disagg-options writes none)
+        port = ctx.ir.models[model].spec.serving.ports.http
+        serving = ROUTER.serve(Unit(model=model, target=ctx.ir.target, ports={"http": port}))
+        config = disaggregated.server_config(ctx.ir, model)
+        gpus = sorted({g for u in ctx.ir.host_units(host) if u.model == model for g in u.gpu_indexes})
+        out.append(HostRouter(id=f"{host}/{model}-router", model=model, port=port, serving=serving,
+                              inputs=_digest({"config": config, **_image_facts(ctx)}), gpus=gpus))
+    return out
