@@ -116,3 +116,59 @@ def test_a_reslice_is_not_also_listed_as_a_restart(tmp_path: Path) -> None:
     _edit(spec, "{profile: 1g.23gb, serves: intent}", "{profile: 1g.45gb, serves: intent}")
     found = {(d.gpu_index, d.kind) for d in host_disruptions(base, _graph(spec))}
     assert found == {(0, "mig-reslice"), (1, "mig-reslice")}
+
+
+# --- disaggregated serving: a role's change restarts that role's servers ------------------------
+DISAGG = Path(__file__).parents[1] / "examples" / "disaggregated"
+
+
+def _disagg(tmp_path: Path, image: bool) -> Path:
+    shutil.copytree(DISAGG, tmp_path / "spec")
+    spec = tmp_path / "spec" / "kiln.yaml"
+    if image:  # the serving image built by kiln: every role's files are in one image
+        spec.write_text(spec.read_text(encoding="utf-8") + "\nimage: {repository: registry.example.com/inference/disagg}\n",
+                        encoding="utf-8")
+    return spec
+
+
+def _restarts(base, head) -> dict[int, str]:
+    from compiler.gitops.semplan import host_disruptions
+
+    found = host_disruptions(base, head)
+    assert {d.kind for d in found} <= {"container-restart"} and {d.host for d in found} <= {"h200"}
+    return {d.gpu_index: d.detail for d in found}
+
+
+@pytest.mark.parametrize("image", [False, True], ids=["host-script", "with-image"])
+def test_a_prefill_only_change_restarts_the_prefill_servers_only(tmp_path: Path, image: bool) -> None:
+    spec = _disagg(tmp_path, image)
+    base = _graph(spec)
+    _edit(spec, "limits: {max_batch_size: 4}", "limits: {max_batch_size: 8}")
+    found = _restarts(base, _graph(spec))
+    assert set(found) == {0, 1}  # gpu0 and gpu1 serve prefill; the decode server (4-7) keeps running
+    assert all("prefill" in detail and "router" not in detail for detail in found.values())
+
+
+@pytest.mark.parametrize("image", [False, True], ids=["host-script", "with-image"])
+def test_a_decode_only_change_restarts_the_decode_server_only(tmp_path: Path, image: bool) -> None:
+    spec = _disagg(tmp_path, image)
+    base = _graph(spec)
+    _edit(spec, "runtime: {kv_cache_memory_fraction: 0.9}", "runtime: {kv_cache_memory_fraction: 0.85}")
+    found = _restarts(base, _graph(spec))
+    assert set(found) == {4, 5, 6, 7}
+    assert all("gpu4+5+6+7" in detail and "decode" in detail and "prefill" not in detail for detail in found.values())
+
+
+def test_a_router_change_restarts_the_router_alone(tmp_path: Path) -> None:
+    """round robin instead of KV-aware: the router's config changes, neither role's options do."""
+    spec = _disagg(tmp_path, True)
+    base = _graph(spec)
+    _edit(spec, "router: {kv_aware: true}", "router: {kv_aware: false}")
+    head = _graph(spec)
+    found = _restarts(base, head)
+    # the router serves the model's every GPU here: each names it, and no server
+    assert set(found) == {0, 1, 4, 5, 6, 7}
+    assert all(detail == "chat-router (router of chat) is recreated (config changed)" for detail in found.values())
+    old, new = (g.actions["host-script/h200"].params for g in (base, head))
+    assert [u.inputs for u in old.units] == [u.inputs for u in new.units]
+    assert old.routers[0].inputs != new.routers[0].inputs

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""A stand-in for the docker CLI, for provision.sh runs where no GPU exists (a real `docker run
+--gpus` cannot start a container here). It answers the calls provision.sh makes, keeps its
+containers in a JSON state file (KILN_FAKE_DOCKER_STATE), logs every call (KILN_FAKE_DOCKER_LOG,
+one JSON argv a line) and refuses what Docker refuses for them: a second container of a name, a
+`--gpus` value that is not `all`, a count or `"device=..."` (Docker's CSV parser splits an unquoted
+list at its commas: docker/cli opts/gpus.go), `--env` without NAME=VALUE.
+
+A started container is a small HTTP server answering 200 to every GET on the port its health
+check probes (`--health-cmd '... --probe PORT ...'`), the way a served model answers its
+readiness paths; `rm -f` stops it. Containers record the environment they were given (`--env`)
+and whether they got a GPU, which the tests read from the state file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+
+SERVER = ("import http.server, sys\n"
+          "class H(http.server.BaseHTTPRequestHandler):\n"
+          "    def do_GET(self):\n"
+          "        self.send_response(200); self.end_headers(); self.wfile.write(b'ok')\n"
+          "    def log_message(self, *a): pass\n"
+          "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
+
+VALUE_FLAGS = {"--name", "--restart", "--network", "--cpuset-cpus", "--shm-size", "--ulimit", "--health-cmd",
+               "--health-interval", "--health-timeout", "--health-retries", "--health-start-period", "--label",
+               "--env", "--gpus"}
+
+
+def load(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+def save(path: str, state: dict) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(state, f, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+
+
+def run(argv: list[str], state: dict) -> int:
+    opts: dict[str, list[str]] = {}
+    i = 0
+    while i < len(argv) and argv[i].startswith("--"):
+        if argv[i] in VALUE_FLAGS:
+            opts.setdefault(argv[i], []).append(argv[i + 1])
+            i += 2
+        else:
+            opts.setdefault(argv[i], []).append("")
+            i += 1
+    image, command = argv[i], argv[i + 1:]
+    name = opts["--name"][0]
+    if name in state:
+        print(f'docker: Error response from daemon: Conflict. The container name "/{name}" is already in use.',
+              file=sys.stderr)
+        return 125
+    for env in opts.get("--env", []):
+        if "=" not in env:
+            print(f"docker: invalid environment {env!r}", file=sys.stderr)
+            return 125
+    for gpus in opts.get("--gpus", []):
+        if not (gpus == "all" or gpus.isdigit() or (gpus.startswith('"device=') and gpus.endswith('"'))
+                or ("," not in gpus and gpus.startswith("device="))):
+            print(f"docker: invalid --gpus {gpus!r}: a device list needs quotes", file=sys.stderr)
+            return 125
+    health = shlex.split(opts["--health-cmd"][0])
+    port = int(health[health.index("--probe") + 1])
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(port)], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    labels = dict(label.split("=", 1) for label in opts.get("--label", []))
+    state[name] = {"image": image, "command": command, "labels": labels, "pid": proc.pid,
+                   "env": sorted(opts.get("--env", [])), "gpus": opts.get("--gpus", [])}
+    print("0" * 64)
+    return 0
+
+
+def inspect(argv: list[str], state: dict) -> int:
+    fmt, name = argv[1], argv[2]
+    c = state.get(name)
+    if c is None:
+        print(f"Error: No such object: {name}", file=sys.stderr)
+        return 1
+    if ".State.Running" in fmt:
+        print(f"true {c['labels'].get('kiln.config', '')}")
+    elif ".State.Status" in fmt:
+        print("running 0 0")
+    else:
+        print("0")  # RestartCount
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    state_file = os.environ["KILN_FAKE_DOCKER_STATE"]
+    with open(os.environ["KILN_FAKE_DOCKER_LOG"], "a", encoding="utf-8") as log:
+        log.write(json.dumps(argv) + "\n")
+    state = load(state_file)
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "info":
+        return 0
+    if cmd == "ps":  # ps -a --filter label=kiln.host=H --format '{{.Names}} {{.Label "kiln.gpu"}}'
+        host = rest[rest.index("--filter") + 1].split("=", 2)[2]
+        for name, c in sorted(state.items()):
+            if c["labels"].get("kiln.host") == host:
+                print(name, c["labels"].get("kiln.gpu", ""))
+        return 0
+    if cmd == "logs":
+        return 0
+    if cmd == "inspect":
+        return inspect(rest, state)
+    if cmd == "rm":
+        name = rest[-1]
+        c = state.pop(name, None)
+        if c is None:
+            return 1
+        try:
+            os.kill(c["pid"], signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        save(state_file, state)
+        return 0
+    if cmd == "run":
+        rc = run(rest, state)
+        save(state_file, state)
+        return rc
+    print(f"fake docker: {cmd} is not simulated", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,167 @@
+"""Disaggregated serving on a host: provision.sh starts each role's servers and, once they serve,
+the router without a GPU; a later run recreates only the containers whose inputs changed.
+
+nvidia-smi and Docker are stand-ins (tests/fakes: a GPU container cannot start here); each
+started container is a real HTTP server on its port, which provision.sh's readiness wait asks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.test_host_scripts import FAKES, Host, generate, output, write_script
+
+EXAMPLE = Path(__file__).parents[1] / "examples" / "disaggregated"
+ROUTER, SERVERS = "kiln-h200-chat-router", ("kiln-h200-gpu0", "kiln-h200-gpu1", "kiln-h200-gpu4_5_6_7")
+
+
+def _free_base(span: int = 12) -> int:
+    """A port with the `span` after it free on 127.0.0.1 (the model's http port; servers follow)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + span > 65535:
+            continue
+        try:
+            for p in range(base, base + span):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+    pytest.skip("no free range of ports on 127.0.0.1")
+
+
+class Site:
+    """The example on one fake host, its serving ports moved to a free range."""
+
+    def __init__(self, tmp: Path):
+        shutil.copytree(EXAMPLE, tmp / "spec")
+        self.spec = tmp / "spec" / "kiln.yaml"
+        self.base = _free_base()
+        self.edit("      runtime: trtllm-serve\n", f"      runtime: trtllm-serve\n      ports: {{http: {self.base}}}\n")
+        self.tmp = tmp
+        self.docker_state = tmp / "docker.json"
+        self.docker_log = tmp / "docker.jsonl"
+        self.generation = 0
+        self.script = self.generate()
+        (tmp / "host").mkdir()
+        self.host = Host(tmp / "host", self.plan)
+
+    def edit(self, old: str, new: str) -> None:
+        text = self.spec.read_text(encoding="utf-8")
+        assert old in text
+        self.spec.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+    def generate(self) -> Path:
+        self.generation += 1
+        files = generate(self.spec)["h200"]
+        self.plan = json.loads(files["desired-state.json"])
+        return write_script(files, self.tmp / f"script-{self.generation}")
+
+    def run(self, *args: str, attach: str = "gpus"):
+        return self.host.run(self.script, *args, env={
+            "KILN_DOCKER": str(FAKES / "fake_docker.py"), "KILN_FAKE_DOCKER_STATE": str(self.docker_state),
+            "KILN_FAKE_DOCKER_LOG": str(self.docker_log), "KILN_READY_POLL": "0.2", "KILN_READY_TIMEOUT": "60",
+            "KILN_GPU_ATTACH": attach})
+
+    def containers(self) -> dict:
+        return json.loads(self.docker_state.read_text(encoding="utf-8")) if self.docker_state.exists() else {}
+
+    def stop(self) -> None:
+        for c in self.containers().values():
+            try:
+                os.kill(c["pid"], signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def site(tmp_path: Path):
+    s = Site(tmp_path)
+    yield s
+    s.stop()
+
+
+def _changed(stdout: str) -> set[str]:
+    return {line.split("change: container ", 1)[1].split(" ", 1)[0] for line in stdout.splitlines()
+            if "change: container " in line}
+
+
+def test_servers_then_the_router_without_a_gpu_and_a_second_run_changes_nothing(site: Site) -> None:
+    first = site.run("--image", "serving:1")
+    assert first.returncode == 0, output(first)
+    assert _changed(first.stdout) == {*SERVERS, ROUTER}
+    lines = first.stdout.splitlines()
+    router_start = next(i for i, line in enumerate(lines) if f"change: container {ROUTER}" in line)
+    for name in SERVERS:  # the router starts once every server on the host answers its readiness paths
+        assert next(i for i, line in enumerate(lines) if f"container {name}: ready after" in line) < router_start
+    assert f"container {ROUTER}: ready after" in first.stdout
+    assert f"start chat (trtllm-serve-disaggregated) on no GPU ports {site.base}" in first.stdout
+
+    c = site.containers()
+    router = c[ROUTER]
+    assert router["gpus"] == [] and not any(e.startswith("NVIDIA_VISIBLE_DEVICES") for e in router["env"])
+    assert router["command"][:4] == ["trtllm-serve", "disaggregated", "--config_file",
+                                     "/opt/kiln/llmapi/chat/disagg-config.yaml"]
+    assert router["labels"]["kiln.gpu"] == "" and router["labels"]["kiln.runtime"] == "trtllm-serve-disaggregated"
+    for name, role, devices in zip(SERVERS, ("prefill", "prefill", "decode"), ('"device=0"', '"device=1"',
+                                                                              '"device=4,5,6,7"')):
+        assert c[name]["gpus"] == [devices]
+        assert c[name]["env"] == ["UCX_TLS=cuda_copy,cuda_ipc,tcp"]  # kv_transfer.ucx.tls, as the spec says
+        assert f"/opt/kiln/llmapi/chat/{role}/llm-api-options.yaml" in c[name]["command"]
+
+    second = site.run()  # the recorded image
+    assert second.returncode == 0, output(second)
+    assert "no changes: the host already matches its desired state" in second.stdout
+    check = site.run("--check")
+    assert check.returncode == 0 and "drift:" not in check.stdout, output(check)
+
+
+def test_a_prefill_only_change_recreates_the_prefill_servers_only(site: Site) -> None:
+    assert site.run("--image", "serving:1").returncode == 0
+    pids = {n: c["pid"] for n, c in site.containers().items()}
+    site.edit("limits: {max_batch_size: 4}", "limits: {max_batch_size: 8}")
+    site.script = site.generate()
+    # the new image holds the new prefill options; the decode server and the router read nothing new
+    again = site.run("--image", "serving:2")
+    assert again.returncode == 0, output(again)
+    assert _changed(again.stdout) == {"kiln-h200-gpu0", "kiln-h200-gpu1"}
+    after = site.containers()
+    assert {n: after[n]["pid"] for n in (SERVERS[2], ROUTER)} == {n: pids[n] for n in (SERVERS[2], ROUTER)}
+    assert after["kiln-h200-gpu0"]["image"] == "serving:2" and after[ROUTER]["image"] == "serving:1"
+    check = site.run("--check")
+    assert check.returncode == 0 and "drift:" not in check.stdout, output(check)
+
+
+def test_the_router_config_change_recreates_the_router_only(site: Site) -> None:
+    assert site.run("--image", "serving:1").returncode == 0
+    site.edit("router: {kv_aware: true}", "router: {kv_aware: false}")
+    site.script = site.generate()
+    again = site.run("--image", "serving:2")
+    assert again.returncode == 0, output(again)
+    assert _changed(again.stdout) == {ROUTER}
+
+
+def test_where_docker_attaches_gpus_by_environment_the_router_sees_none(site: Site) -> None:
+    proc = site.run("--image", "serving:1", attach="env")
+    assert proc.returncode == 0, output(proc)
+    c = site.containers()
+    assert c[ROUTER]["gpus"] == [] and "NVIDIA_VISIBLE_DEVICES=none" in c[ROUTER]["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=4,5,6,7" in c[SERVERS[2]]["env"]
+
+
+def test_a_gpu_filter_leaves_the_router_alone(site: Site) -> None:
+    proc = site.run("--image", "serving:1", "--gpus", "0")
+    assert proc.returncode == 0, output(proc)
+    assert _changed(proc.stdout) == {"kiln-h200-gpu0"}
+    dry = site.run("--dry-run")
+    assert f"would: container {ROUTER} (missing)" in dry.stdout and dry.returncode == 0, output(dry)
