@@ -165,3 +165,51 @@ def test_a_gpu_filter_leaves_the_router_alone(site: Site) -> None:
     assert _changed(proc.stdout) == {"kiln-h200-gpu0"}
     dry = site.run("--dry-run")
     assert f"would: container {ROUTER} (missing)" in dry.stdout and dry.returncode == 0, output(dry)
+
+
+def test_the_serving_image_carries_each_roles_options_and_the_routers_config(tmp_path: Path) -> None:
+    """image-context/h200 (with `image:`): the role files and the router's config of disagg-options,
+    byte for byte, at the paths the commands name; the entrypoint serves the router by its id; two
+    runs give the same bytes."""
+    import hashlib
+    import logging
+
+    from compiler.actions import image_context
+    from compiler.graph.inputs import DigestCache
+    from compiler.graph.kinds import RunContext
+    from compiler.lower import lower
+    from compiler.pipeline import validate_path
+    from compiler.targets import REGISTRY
+
+    shutil.copytree(EXAMPLE, tmp_path / "spec")
+    spec = tmp_path / "spec" / "kiln.yaml"
+    spec.write_text(spec.read_text(encoding="utf-8") + "\nimage: {repository: registry.example.com/inference/disagg}\n",
+                    encoding="utf-8")
+    v = validate_path(spec)
+    graph = lower(v, DigestCache(None))
+    log = logging.getLogger("test-disagg-image")
+    ctx_action = graph.actions["image-context/h200"]
+    assert "disagg-options/chat" in ctx_action.deps and "llmapi-options/chat" not in ctx_action.deps
+    options = tmp_path / "disagg-options"
+    options.mkdir()
+    REGISTRY["disagg-options"].run(graph.actions["disagg-options/chat"].params, RunContext(options, {}, {}, log))
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}\n")
+    deps = {"disagg-options/chat": options, "model-source/chat": checkpoint}
+
+    def run(out: Path) -> dict[str, str]:
+        out.mkdir()
+        image_context.KIND.run(ctx_action.params, RunContext(out, {}, deps, log))
+        return {p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(out.rglob("*")) if p.is_file()}
+
+    first, second = run(tmp_path / "a"), run(tmp_path / "b")
+    assert first == second
+    layer = tmp_path / "a" / "layers" / "llmapi" / "opt" / "kiln" / "llmapi" / "chat"
+    for rel in ("prefill/llm-api-options.yaml", "decode/llm-api-options.yaml", "disagg-config.yaml"):
+        assert (layer / rel).read_bytes() == (options / rel).read_bytes()
+    assert not (layer / "llm-api-options.yaml").exists()  # the aggregated options serve nothing here
+    serve = (tmp_path / "a" / "layers" / "entrypoint" / "opt" / "kiln" / "bin" / "serve").read_text()
+    assert "h200/chat-router) shift; need /opt/kiln/llmapi/chat/disagg-config.yaml; exec trtllm-serve disaggregated" \
+        in serve
