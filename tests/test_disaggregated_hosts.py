@@ -213,3 +213,35 @@ def test_the_serving_image_carries_each_roles_options_and_the_routers_config(tmp
     serve = (tmp_path / "a" / "layers" / "entrypoint" / "opt" / "kiln" / "bin" / "serve").read_text()
     assert "h200/chat-router) shift; need /opt/kiln/llmapi/chat/disagg-config.yaml; exec trtllm-serve disaggregated" \
         in serve
+
+
+def test_a_router_on_a_host_of_its_own_starts_alone_and_reaches_the_servers_by_host_name(tmp_path: Path) -> None:
+    s = Site.__new__(Site)  # the same spec, the router moved to a host without GPU assignments
+    shutil.copytree(EXAMPLE, tmp_path / "spec")
+    s.spec, s.tmp, s.generation = tmp_path / "spec" / "kiln.yaml", tmp_path, 0
+    s.base = _free_base()
+    s.edit("      runtime: trtllm-serve\n", f"      runtime: trtllm-serve\n      ports: {{http: {s.base}}}\n")
+    s.edit("router: {kv_aware: true}", "router: {kv_aware: true, host: edge}")
+    s.spec.write_text(s.spec.read_text(encoding="utf-8") + "  edge:\n    gpu: H200-SXM-141GB\n    count: 1\n    gpus: []\n",
+                      encoding="utf-8")
+    files = generate(s.spec)
+    assert b"chat-router" not in files["h200"]["provision.sh"]
+    from compiler.graph.inputs import DigestCache
+    from compiler.lower import lower
+    from compiler.pipeline import validate_path
+
+    config = lower(validate_path(s.spec), DigestCache(None)).actions["disagg-options/chat"].params.config
+    assert config["context_servers"]["urls"] == [f"h200:{s.base + 3}", f"h200:{s.base + 6}"]
+    assert config["generation_servers"]["urls"] == [f"h200:{s.base + 9}"]
+    s.plan = json.loads(files["edge"]["desired-state.json"])
+    s.script = write_script(files["edge"], tmp_path / "script-edge")
+    s.docker_state, s.docker_log = tmp_path / "docker.json", tmp_path / "docker.jsonl"
+    (tmp_path / "host").mkdir()
+    s.host = Host(tmp_path / "host", s.plan)
+    try:
+        proc = s.run("--image", "serving:1")
+        assert proc.returncode == 0, output(proc)
+        assert _changed(proc.stdout) == {"kiln-edge-chat-router"} and "kiln-edge-chat-router: ready after" in proc.stdout
+        assert s.containers()["kiln-edge-chat-router"]["gpus"] == []
+    finally:
+        s.stop()
