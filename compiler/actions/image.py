@@ -21,6 +21,8 @@ import contextlib
 import hashlib
 import json
 
+from pydantic import Field
+
 from compiler.graph.model import Action
 from compiler.store.canonical import pretty_json
 
@@ -33,7 +35,9 @@ OUTPUT = "image.json"
 class UnitGpus(Params):
     id: str
     gpus: list[int]
-    inputs: str = ""  # a disaggregated server's (disagg_hosts.server_inputs): restarts only when it changes
+    # a disaggregated server's (disagg_hosts.server_inputs): restarts only when it changes; left out
+    # of the parameters when empty, so an image that has none keeps its key
+    inputs: str = Field(default="", exclude_if=lambda v: not v)
 
 
 class ImageParams(Params):

@@ -34,6 +34,7 @@ import shutil
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
+from pydantic import Field
 
 from compiler import resources
 from compiler.graph.model import Action
@@ -101,7 +102,7 @@ class ImageContextParams(Params):
     templates: dict[str, str]
     options: dict[str, str] = {}  # model served by trtllm-serve -> its llmapi-options action
     # disaggregated model -> its disagg-options action and the files of it the host's units read
-    disaggregated: dict[str, tuple[str, list[str]]] = {}
+    disaggregated: dict[str, tuple[str, list[str]]] = Field(default={}, exclude_if=lambda v: not v)
     repository: bool = True  # a model on the host is served by Triton: the image carries the repository
 
 

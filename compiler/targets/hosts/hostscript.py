@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
+from pydantic import Field
 
 from compiler import resources
 from compiler.actions import disagg_hosts, runtimes
@@ -75,6 +76,10 @@ def container_name(host: str, unit_id: str) -> str:
     return f"kiln-{host}-{local.replace('/', '-').replace('+', '_')}"
 
 
+def _unset(value: object) -> bool:
+    return not value
+
+
 class HostUnit(Params):
     id: str
     model: str
@@ -82,9 +87,10 @@ class HostUnit(Params):
     mig_slot: int | None  # position in the GPU's `mig` list
     ports: dict[str, int]  # http, grpc, metrics
     serving: UnitServing  # what the container runs, and how it is checked to serve
-    role: str | None = None  # disaggregated serving: the role the unit serves (prefill, decode)
-    environment: dict[str, str] = {}  # disaggregated serving: the UCX settings of its container
-    inputs: str = ""  # disaggregated serving: digest of what it reads from the image ("": the whole image)
+    # disaggregated serving (left out of the parameters when unset: other units keep their keys):
+    role: str | None = Field(default=None, exclude_if=_unset)  # the role it serves (prefill, decode)
+    environment: dict[str, str] = Field(default={}, exclude_if=_unset)  # the UCX settings of its container
+    inputs: str = Field(default="", exclude_if=_unset)  # digest of what it reads from the image ("": all of it)
 
 
 class HostScriptParams(Params):
@@ -92,12 +98,12 @@ class HostScriptParams(Params):
     spec_name: str
     templates: dict[str, str]  # template file -> digest
     units: list[HostUnit]
-    routers: list[HostRouter] = []  # the disaggregated models' routers this host runs
+    routers: list[HostRouter] = Field(default=[], exclude_if=_unset)  # the disaggregated models' routers here
     ready_timeout_s: int = runtimes.ready_timeout_s()  # default bound on a unit's model load
 
 
 class HostScript(ActionKind[HostScriptParams]):
-    kind, version, Params = "host-script", 3, HostScriptParams
+    kind, version, Params = "host-script", 2, HostScriptParams
 
     def lower(self, ctx: LowerContext) -> list[Action]:
         out = []
