@@ -20,6 +20,8 @@
 #                  (the change then stays pending until the GPU is reset).
 #   --image REF    serving image. Without it, the image the last run started the containers
 #                  with ($KILN_STATE_DIR/image); without either, containers are skipped (said so).
+#                  A disaggregated model's servers and router move to a new image only when what
+#                  they read from it changes (UNIT_INPUTS); the other units with every new image.
 #   --gpus LIST    act only on these physical GPU indexes (comma-separated); routers, which use
 #                  no GPU, are left alone.
 #   --reapply-clocks  lock clocks again even if this host's record says they are applied.
