@@ -172,3 +172,15 @@ def test_a_router_change_restarts_the_router_alone(tmp_path: Path) -> None:
     old, new = (g.actions["host-script/h200"].params for g in (base, head))
     assert [u.inputs for u in old.units] == [u.inputs for u in new.units]
     assert old.routers[0].inputs != new.routers[0].inputs
+
+
+def test_a_router_on_another_host_names_the_servers_its_restart_interrupts(tmp_path: Path) -> None:
+    spec = _disagg(tmp_path, False)
+    _edit(spec, "router: {kv_aware: true}", "router: {kv_aware: true, host: edge}")
+    spec.write_text(spec.read_text(encoding="utf-8") + "  edge:\n    gpu: H200-SXM-141GB\n    count: 1\n    gpus: []\n",
+                    encoding="utf-8")
+    base = _graph(spec)
+    _edit(spec, "router: {kv_aware: true, host: edge}", "router: {kv_aware: false, host: edge}")
+    found = _restarts(base, _graph(spec))
+    assert set(found) == {0, 1, 4, 5, 6, 7}  # the servers on h200: the router on edge has no GPU to name
+    assert all("chat-router (router of chat)" in detail for detail in found.values())

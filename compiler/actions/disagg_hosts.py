@@ -34,7 +34,9 @@ class HostRouter(Params):
     port: int  # the model's serving.ports.http
     serving: UnitServing
     inputs: str  # digest of its config, toolchain, base image and entrypoint (restart when it changes)
-    gpus: list[int]  # GPUs of this host serving the model: what a router restart interrupts
+    # (host, GPU) of every server of the model: a router restart interrupts the model's requests
+    # on each, wherever the router runs
+    interrupts: list[tuple[str, int]]
 
 
 def _digest(value: object) -> str:
@@ -79,7 +81,9 @@ def routers(ctx: LowerContext, host: str) -> list[HostRouter]:
         port = ctx.ir.models[model].spec.serving.ports.http
         serving = ROUTER.serve(Unit(model=model, target=ctx.ir.target, ports={"http": port}))
         config = disaggregated.server_config(ctx.ir, model)
-        gpus = sorted({g for u in ctx.ir.host_units(host) if u.model == model for g in u.gpu_indexes})
+        servers = {(u.host, g) for u in ctx.ir.units if u.model == model and ctx.spec.hosts[u.host].deploy == "host"
+                   for g in u.gpu_indexes}
         out.append(HostRouter(id=f"{host}/{model}-router", model=model, port=port, serving=serving,
-                              inputs=_digest({"config": config, **_image_facts(ctx)}), gpus=gpus))
+                              inputs=_digest({"config": config, **_image_facts(ctx)}),
+                              interrupts=sorted(servers)))
     return out

@@ -121,7 +121,8 @@ class HostScript(ActionKind[HostScriptParams]):
         """provision.sh recreates a unit's container when what it runs with changes (its model,
         ports, GPUs, MIG instance, server command, environment, or what a disaggregated server
         reads from the image); units that stay the same keep running. A router is recreated when
-        its command or config changes; that interrupts the requests of its model's GPUs here."""
+        its command or config changes; that interrupts the requests of its model's every server,
+        on this host or another."""
         if old is None:
             return []
         before = {u.id: u for u in old.units}
@@ -146,8 +147,8 @@ class HostScript(ActionKind[HostScriptParams]):
             if prev is None or (prev.serving, prev.inputs) == (r.serving, r.inputs):
                 continue
             what = "config" if prev.serving == r.serving else "command"
-            for g in r.gpus:
-                out.append(Disruption(new.host, g, "container-restart",
+            for host, g in r.interrupts:
+                out.append(Disruption(host, g, "container-restart",
                                       f"{r.id.split('/', 1)[-1]} (router of {r.model}) is recreated ({what} changed)"))
         return out
 
