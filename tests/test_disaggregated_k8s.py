@@ -11,6 +11,7 @@ from pathlib import Path
 from ruamel.yaml import YAML
 
 from compiler.catalog import disaggregated as facts
+from compiler.catalog import k8s_controllers
 
 from .k8s_tree import graph_of, render
 
@@ -66,3 +67,52 @@ def test_the_dgd_has_prefill_decode_and_planner_components(tmp_path: Path) -> No
     assert (options["prefill"]["tensor_parallel_size"], options["decode"]["tensor_parallel_size"]) == (1, 4)
     assert options["prefill"]["cache_transceiver_config"] == options["decode"]["cache_transceiver_config"]
     assert components["worker-h200-prefill"]["replicas"] == 4 and components["worker-h200-decode"]["replicas"] == 2
+
+
+# --- the plan per role: what a change to one role, the router or both rolls on the DGD -------------
+def _plan(tmp_path: Path, old: str, new: str) -> dict[str, str]:
+    """component -> detail of what going from the spec to the spec with `old` replaced by `new` does."""
+    from compiler.gitops.semplan import host_disruptions
+
+    text = _spec()
+    assert old in text
+    base = graph_of(EXAMPLE, tmp_path / "work", text)
+    head = graph_of(EXAMPLE, tmp_path / "work", text.replace(old, new, 1))
+    found = host_disruptions(base, head)
+    assert {d.kind for d in found} <= {"workload-roll", "container-restart"} and {d.host for d in found} == {"h200"}
+    rolls = {d.detail.split(":", 1)[0]: d.detail for d in found if d.kind == "workload-roll"}
+    assert len(rolls) == len([d for d in found if d.kind == "workload-roll"])  # one pool: one line per component
+    return rolls
+
+
+def test_a_prefill_only_change_is_the_prefill_components_and_decode_rolls_by_the_worker_hash(tmp_path: Path) -> None:
+    rolls = _plan(tmp_path, "limits: {max_batch_size: 4}", "limits: {max_batch_size: 8}")
+    assert set(rolls) == {"chat/worker-h200-prefill", "chat/worker-h200-decode"}  # no frontend, no planner
+    assert "(options sha256:" in rolls["chat/worker-h200-prefill"]  # its own options ConfigMap changed
+    decode = rolls["chat/worker-h200-decode"]
+    assert "worker hash" in decode and "its own pod template unchanged" in decode and "options" not in decode
+    # one DGD cannot order the roles: the plan says so where prefill rolls
+    assert "no order" in rolls["chat/worker-h200-prefill"]
+    assert k8s_controllers.dynamo_rollout()["worker_hash_covers_all_workers"] is True
+
+
+def test_a_decode_only_change_is_the_decode_components(tmp_path: Path) -> None:
+    rolls = _plan(tmp_path, "runtime: {kv_cache_memory_fraction: 0.9}", "runtime: {kv_cache_memory_fraction: 0.85}")
+    assert "(options sha256:" in rolls["chat/worker-h200-decode"]
+    prefill = rolls["chat/worker-h200-prefill"]
+    assert "its own pod template unchanged" in prefill and "rolled with chat/worker-h200-decode" in prefill
+
+
+def test_a_router_change_replaces_the_frontend_alone(tmp_path: Path) -> None:
+    """round robin instead of KV-aware: the frontend's arguments change, neither role's pod template does."""
+    rolls = _plan(tmp_path, "router: {kv_aware: true}", "router: {kv_aware: false}")
+    assert set(rolls) == {"chat/frontend"}
+    assert rolls["chat/frontend"].startswith("chat/frontend: router/frontend replaced in place (router arguments")
+    assert "--router-mode kv" in rolls["chat/frontend"] and "workers keep running" in rolls["chat/frontend"]
+
+
+def test_a_transport_change_rolls_both_roles_and_says_they_are_unordered(tmp_path: Path) -> None:
+    rolls = _plan(tmp_path, "net_devices: [mlx5_0:1]", "net_devices: [mlx5_1:1]")
+    assert set(rolls) == {"chat/worker-h200-prefill", "chat/worker-h200-decode"}
+    assert all("environment" in detail for detail in rolls.values())
+    assert "no order" in rolls["chat/worker-h200-prefill"] and "no order" not in rolls["chat/worker-h200-decode"]

@@ -80,6 +80,12 @@ def rolling_update_annotations() -> tuple[str, str]:
     return ru["max_surge"], ru["max_unavailable"]
 
 
+def dynamo_rollout() -> dict:
+    """How Dynamo's operator rolls a DGD's components on a change (rolling_update: worker types, whether
+    the worker hash covers every worker, whether roles roll in an order, and the source)."""
+    return table()["dynamo_webhook"]["rolling_update"]
+
+
 def dynamo_shm_default() -> str:
     return table()["dynamo_webhook"]["shared_memory_default"]
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import hashlib
 
+from pydantic import Field
+
 from compiler.actions import disaggregated, image, llmapi, weights_image
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
+from compiler.graph.kinds import POOL
 from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.k8s_names import dgd_component
@@ -40,6 +43,9 @@ class Worker(Params):
     pod_resources: dict  # CPU and memory (compiler/targets/kubernetes/runtime.pod_resources)
     weights_action: str | None = None  # weights-image/<model> mounted at --model-path; None: in the pool image
     role: str | None = None  # disaggregated serving: prefill or decode (the component's type)
+    # disaggregated serving: the digest of its role's options (its own ConfigMap), so that a change to
+    # one role's options is that role's component's change (left out when unset: other DGDs keep their keys)
+    options: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class Planner(Params):
@@ -99,6 +105,8 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
             continue
         version = spec.toolchain.tensorrt_llm
         role_options = {r: disaggregated.role_options(rm, r, version) for r in disaggregated.ROLES}
+        workers = [w.model_copy(update={"options": "sha256:" + hashlib.sha256(
+            canonical_json(role_options[w.role])).hexdigest()}) if w.role else w for w in workers]
         d = rm.spec.serving.disaggregated
         planner = None
         if d.planner is not None:
@@ -194,15 +202,26 @@ class K8sDgd(ActionKind[DgdParams]):
             prev = before.get(w.component)
             old_json = prev.to_json() if prev is not None else None
             new_json = w.to_json()
-            if old_json is not None:  # the options ConfigMap's name changes with them: the workers roll
-                old_json["options"], new_json["options"] = old.options_digest[:19], new.options_digest[:19]
+            if old_json is not None:
+                if w.options is None:  # one options file, one ConfigMap for every worker: new options roll them all
+                    old_json["options"], new_json["options"] = old.options_digest, new.options_digest
+                old_json["options"], new_json["options"] = (str(old_json.get("options"))[:19],
+                                                            str(new_json["options"])[:19])
+                # the UCX settings are in every worker's pod template: the plan names the ones that changed
+                env = sorted(k for k in set(old.environment) | set(new.environment)
+                             if old.environment.get(k) != new.environment.get(k))
+                old_json["environment"], new_json["environment"] = (
+                    " ".join(f"{k}={p.environment.get(k, '(unset)')}" for k in env) for p in (old, new))
             out += plan.workload_disruptions(w.pool, f"{new.model}/{w.component}", old_json, new_json,
-                                             WORKER_ROLLS + ("options",), device=f"{w.count} x {w.resource}")
+                                             WORKER_ROLLS + ("options", "environment"),
+                                             device=f"{w.count} x {w.resource}")
         if old is None:
             return out
-        rolled = {d.detail.split(":", 1)[0] for d in out if d.kind == "workload-roll"}
+        out += _non_workers(old, new)
+        rolled = {d.detail.split(":", 1)[0] for d in out if d.kind == "workload-roll"
+                  and d.detail.split(":", 1)[0] in {f"{new.model}/{w.component}" for w in new.workers}}
         if rolled:
-            why = "Dynamo rolls every worker of the model together"
+            why = f"Dynamo's worker hash covers every worker: rolled with {', '.join(sorted(rolled))}"
         elif old.to_json() == new.to_json():
             why = ("a serving image of its pools or its weights image was rebuilt"  # same parameters: an input changed
                    if any(w.weights_action for w in new.workers) else "a serving image of its pools was rebuilt")
@@ -211,8 +230,44 @@ class K8sDgd(ActionKind[DgdParams]):
         for w in new.workers:  # the operator's worker hash covers all workers (rolling-update.md)
             name = f"{new.model}/{w.component}"
             if name not in rolled and w.component in before:
-                out.append(plan.roll(w.pool, name, why))
+                out.append(plan.roll(w.pool, name, why + (", its own pod template unchanged" if rolled else "")))
+        return _unordered_roles(new, out)
+
+
+def _non_workers(old: DgdParams, new: DgdParams) -> list[Disruption]:
+    """The frontend (the router of a disaggregated model) and the planner: not workers, so Dynamo
+    updates them in place, outside the worker hash (catalog k8s_controllers.json, rolling_update).
+    They take no GPU: each pool of the model's workers names them, as a host's router names the
+    GPUs it serves."""
+    pools = sorted({w.pool for w in new.workers})
+    changed = []
+    frontend = [(k, a, b) for k, a, b in (("router arguments", old.frontend_args, new.frontend_args),
+                                          ("image", old.frontend_image, new.frontend_image),
+                                          ("Dynamo", old.version, new.version)) if a != b]
+    if frontend:
+        def text(v) -> str:
+            return plan.short((" ".join(v) or "(none)") if isinstance(v, list) else v)
+
+        what = ", ".join(f"{k} {text(a)} -> {text(b)}" for k, a, b in frontend)
+        role = "router/frontend" if new.frontend_args or old.frontend_args else "frontend"
+        changed.append((f"{new.model}/frontend", f"{role} replaced in place ({what}); the workers keep running"))
+    if old.planner != new.planner:
+        changed.append((f"{new.model}/planner", "planner replaced in place (its image or config changed)"))
+    return [Disruption(p, POOL, "workload-roll", f"{name}: {text}") for name, text in changed for p in pools]
+
+
+def _unordered_roles(params: DgdParams, out: list[Disruption]) -> list[Disruption]:
+    """Where both roles of a disaggregated model roll, say that one DGD cannot order them: Dynamo rolls
+    prefill and decode independently (no decode-before-prefill order; catalog rolling_update)."""
+    roles = {f"{params.model}/{w.component}": w.role for w in params.workers if w.role}
+    rolling = {roles[d.detail.split(":", 1)[0]] for d in out
+               if d.kind == "workload-roll" and d.detail.split(":", 1)[0] in roles}
+    if len(rolling) < 2 or k8s_controllers.dynamo_rollout()["roles_ordered"]:
         return out
+    note = ("; Dynamo rolls prefill and decode independently, in no order: a new prefill worker may be ready "
+            "before any new decode worker (rolling-update.md, Future Work)")
+    return [Disruption(d.host, d.gpu_index, d.kind, d.detail + note)
+            if d.kind == "workload-roll" and roles.get(d.detail.split(":", 1)[0]) == "prefill" else d for d in out]
 
 
 KIND = K8sDgd()

@@ -29,7 +29,7 @@ def recreate(pools: list[str], model: str, reasons: list[str]) -> list[Disruptio
     return [Disruption(p, POOL, "recreate", text) for p in sorted(set(pools))]
 
 
-def _short(value) -> str:
+def short(value) -> str:
     text = str(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -44,7 +44,7 @@ def workload_disruptions(pool: str, name: str, old: Mapping | None, new: Mapping
     out = []
     changed = [k for k in rolls if old.get(k) != new.get(k)]
     if changed:
-        what = ", ".join(f"{k} {_short(old.get(k))} -> {_short(new.get(k))}" for k in changed)
+        what = ", ".join(f"{k} {short(old.get(k))} -> {short(new.get(k))}" for k in changed)
         out.append(Disruption(pool, POOL, "workload-roll", f"{name}: pods replaced one at a time ({what})"))
     b, a = old.get(replicas_key), new[replicas_key]
     if b != a:
