@@ -12,6 +12,9 @@ Kiln's code), for the change-matrix test (tests/test_k8s_change_matrix.py):
   Dynamo webhook       ai-dynamo/dynamo validateDynamoGraphDeploymentSpecUpdate: a changed set of
                        component names is refused; a changed gpu-power-limit annotation, or the GPU
                        count of a worker that carries it, is refused (main, 003d1ee5)
+  Dynamo operator      rolling-update.md (6659a0a2), managed rolling updates: one hash covers every
+                       worker component (types worker, prefill, decode); a change to any one's pod
+                       template rolls them all (new DCDs under the new hash); replicas are not in it
   Argo CD              prunes what leaves the tree (automated sync with prune); sync waves in order:
                        the re-layout Job (wave -1) runs before the workloads (wave 0), so the PDBs
                        in force during it are the earlier revision's
@@ -35,6 +38,7 @@ from pathlib import Path
 from ruamel.yaml import YAML
 
 YAML_ = YAML(typ="safe", pure=True)
+WORKER_TYPES = ("worker", "prefill", "decode")  # the components Dynamo's worker hash covers
 
 
 @dataclass
@@ -110,7 +114,7 @@ def read_tree(root: Path) -> Tree:
                 model = d["metadata"]["name"]
                 dgds[model] = {}
                 for c in d["spec"]["components"]:
-                    if c["type"] != "worker":
+                    if c["type"] not in WORKER_TYPES:
                         continue
                     t = c["podTemplate"]
                     limits = {k: int(v) for k, v in t["spec"]["containers"][0]["resources"]["limits"].items()
@@ -300,6 +304,9 @@ class Cluster:
                 if not any(e[0] == "recreate" and e[2] == w[0] for e in self.events):
                     self.events.append(("workload-delete", w[1], name))
                 self.pods = [p for p in self.pods if p.workload != name]
+        # Dynamo's worker hash: a changed pod template of one worker component rolls every worker of its DGD
+        hashed = {name.split("/", 1)[0] for name, w in new.workloads.items() if "/" in name
+                  and name in old.workloads and old.workloads[name][5] != w[5]}
         for name, w in new.workloads.items():
             prev = old.workloads.get(name)
             recreated = any(e[0] == "recreate" and e[2] == w[0] for e in self.events)
@@ -308,11 +315,12 @@ class Cluster:
                     self.events.append(("new", w[1], name))
                 self.deploy({name: w}, new.images)
                 continue
-            if prev[5] != w[5]:
+            rolls = prev[5] != w[5] or ("/" in name and name.split("/", 1)[0] in hashed)
+            if rolls:
                 self.events.append(("workload-roll", w[1], name))
             if prev[2] != w[2]:
                 self.events.append(("replicas", w[1], name))
-            if prev[5] != w[5] or prev[2] != w[2]:
+            if rolls or prev[2] != w[2]:
                 self.pods = [p for p in self.pods if p.workload != name]
                 self.deploy({name: w}, new.images)
         self.tree = new

@@ -192,3 +192,44 @@ def test_weight_change_rolls_and_pulls_only_that_models_weights(dynamo: bool, tm
     assert {e[2] for e in cluster.events} == h100 and len(h100) == 3
     assert all(len(after.images[w]) == 1 for w in h100)  # the serving image alone: no weights volume
     assert len({ref for _, ref in cluster.pulls}) == 1  # the rebuilt h100-pool image, with every checkpoint
+
+
+# --- disaggregated serving on a DGD: the roles' components through Dynamo's worker hash ------------
+# name -> (old, new) in tests/test_disaggregated_k8s.py's spec (the disaggregated example on a 2-node pool)
+DISAGG = {
+    "prefill-only": ("limits: {max_batch_size: 4}", "limits: {max_batch_size: 8}"),
+    "decode-only": ("runtime: {kv_cache_memory_fraction: 0.9}", "runtime: {kv_cache_memory_fraction: 0.85}"),
+    "both-roles": ("net_devices: [mlx5_0:1]", "net_devices: [mlx5_1:1]"),
+    "router": ("router: {kv_aware: true}", "router: {kv_aware: false}"),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(DISAGG))
+def test_a_disaggregated_change_applies_through_the_controllers(edit: str, tmp_path: Path) -> None:
+    """The simulator models the worker components (Dynamo's worker hash, the scheduler), not the
+    frontend or the planner, and has no time axis inside one rollout: it checks which components
+    roll and that every pod is placed; the order of the roles is the plan's text (Dynamo has none)."""
+    from tests.test_disaggregated_k8s import EXAMPLE as DISAGG_EXAMPLE, _spec
+
+    old, new = DISAGG[edit]
+    text = _spec()
+    assert text.count(old) == 1, old
+    base_g = graph_of(DISAGG_EXAMPLE, tmp_path / "a", text)
+    head_g = graph_of(DISAGG_EXAMPLE, tmp_path / "b", text.replace(old, new))
+    before, after = read_tree(render(base_g, tmp_path / "a")), read_tree(render(head_g, tmp_path / "b"))
+    cluster = Cluster(before, {}, {"h200": 8})
+    assert not cluster.pending()
+    cluster.sync(after)
+    assert not cluster.pending(), [(p.workload, p.limits) for p in cluster.pending()]
+
+    found = host_disruptions(base_g, head_g)
+    planned = _plan_events(found)
+    workers = {e for e in planned if not e[2].endswith(("/frontend", "/planner"))}
+    assert workers == set(cluster.events), (sorted(workers), sorted(cluster.events))
+    roles = {e[2].rsplit("-", 1)[1] for e in cluster.events if e[0] == "workload-roll"}
+    if edit == "router":
+        assert not cluster.events and {e[2] for e in planned} == {"chat/frontend"}
+    else:
+        assert roles == {"prefill", "decode"}  # the worker hash rolls both roles on any worker change
+        prefill = [d.detail for d in found if d.detail.startswith("chat/worker-h200-prefill:")]
+        assert prefill and all("in no order" in d for d in prefill)
