@@ -5,6 +5,10 @@ the file `--extra-engine-args` reads), on the serving image of every pool its wo
 where a pool mounts weights, on the model's weights image (`weights-image/<model>`).
 
 Output: <model>.yaml (the tree's workloads/ directory).
+
+Disruptions name the component a change is for; Dynamo's worker hash then rolls every other worker
+of the model too, and under disaggregated serving it rolls prefill and decode in no order
+(catalog/data/k8s_controllers.json, rolling_update).
 """
 
 from __future__ import annotations
@@ -203,7 +207,8 @@ class K8sDgd(ActionKind[DgdParams]):
             old_json = prev.to_json() if prev is not None else None
             new_json = w.to_json()
             if old_json is not None:
-                if w.options is None:  # one options file, one ConfigMap for every worker: new options roll them all
+                if w.options is None or prev.options is None:  # one options file (or a DGD from an earlier
+                    # Kiln, whose workers carry no digest of their own): compare the model's options
                     old_json["options"], new_json["options"] = old.options_digest, new.options_digest
                 old_json["options"], new_json["options"] = (str(old_json.get("options"))[:19],
                                                             str(new_json["options"])[:19])
