@@ -13,7 +13,8 @@ from ruamel.yaml import YAML
 from compiler.catalog import disaggregated as facts
 from compiler.catalog import k8s_controllers
 
-from .k8s_tree import graph_of, render
+from .k8s_tree import graph_of, kustomize, render
+from .test_k8s import needs_kubectl
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "disaggregated" / "kiln.yaml"
 PLANNER_IMAGE = "nvcr.io/nvidia/ai-dynamo/dynamo-planner:1.3.1@sha256:" + "1" * 64
@@ -130,3 +131,25 @@ def test_a_dgd_planned_by_an_earlier_kiln_is_not_a_change_of_options(tmp_path: P
     changed = new.model_copy(update={"options_digest": "sha256:" + "0" * 64})
     assert {d.detail.split(":", 1)[0] for d in KIND.disruptions(old, changed)} == {
         "chat/worker-h200-prefill", "chat/worker-h200-decode"}
+
+
+@needs_kubectl
+def test_the_disaggregated_tree_validates_and_builds(tmp_path: Path) -> None:
+    """The tree of a disaggregated model passes what every Kubernetes tree passes: the DGD has the
+    v1beta1 shape, every core object and component pod template validates against the Kubernetes
+    schemas, and `kubectl kustomize` builds it."""
+    from tests.test_k8s import _objects, _pod_template, _shape, _validate_core
+
+    tree = render(graph_of(EXAMPLE, tmp_path / "work", _spec()), tmp_path / "work")
+    objects = _objects(tree)
+    [dgd] = [o for o in objects if o["kind"] == "DynamoGraphDeployment"]
+    errors = [e.message for e in _shape().iter_errors(dgd)]
+    assert not errors, errors
+    for c in dgd["spec"]["components"]:
+        _validate_core(_pod_template(c["podTemplate"]))
+    core = [o for o in objects if o["apiVersion"] in ("v1", "apps/v1", "policy/v1", "batch/v1",
+                                                     "rbac.authorization.k8s.io/v1")]
+    assert any(o["kind"] == "ConfigMap" for o in core)
+    for o in core:
+        _validate_core(o)
+    assert [o["metadata"]["name"] for o in kustomize(tree) if o["kind"] == "DynamoGraphDeployment"] == ["chat"]
