@@ -102,6 +102,9 @@ class ActionKind(Generic[P]):
     # for kinds that run for minutes in native code or drive other programs, where a thread cannot
     # be stopped. Its class must be importable by module and name and construct without arguments.
     isolated: ClassVar[bool] = False
+    # Modules an isolated kind's run imports that are slow to import (torch): imported once per build
+    # by the process that forks each action's process (compiler/graph/zygote.py), not once per action.
+    preload: ClassVar[tuple[str, ...]] = ()
     # At most one action of this kind runs at a time in a build (one device's memory, one tool).
     exclusive: ClassVar[bool] = False
 
