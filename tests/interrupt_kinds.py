@@ -59,6 +59,13 @@ class ChildStep(ActionKind[ChildParams]):
         _run(params, ctx)
 
 
+class SlowImportStep(ChildStep):
+    """An isolated kind whose preloaded module takes as long to import as the test wants."""
+
+    kind = "slow-import-step"
+    preload = ("tests.slow_import",)
+
+
 class ThreadStep(ActionKind[ChildParams]):
     kind, version, Params = "thread-step", 1, ChildParams
 

@@ -24,7 +24,7 @@ from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
 from compiler.graph.progress import duration, estimate, expected_duration, phase_line, running_line
 from compiler.store.local import LocalStore
-from tests.interrupt_kinds import ChildParams, ChildStep, ThreadStep
+from tests.interrupt_kinds import ChildParams, ChildStep, SlowImportStep, ThreadStep
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD, THREAD = ChildStep(), ThreadStep()
@@ -167,6 +167,33 @@ def test_an_interrupt_kills_the_child_stores_nothing_of_it_and_starts_nothing_mo
     assert results["other/b"].status in ("built", "interrupted")
 
 
+def test_an_interrupt_while_the_zygote_imports_stops_the_action_at_once(tmp_path: Path, monkeypatch) -> None:
+    """Before its process exists, an isolated action waits for the zygote to import what its kind
+    needs (torch: seconds); an interrupt then kills the zygote rather than wait for the imports."""
+    monkeypatch.setenv("KILN_TEST_HOLD", str(tmp_path))  # tests/slow_import.py holds until `release`
+    slow = SlowImportStep()
+    g = Graph.build([slow.action("quantize/a", ChildParams(name="a"))])
+    interrupt = Interrupt()
+    results: dict = {}
+    t = threading.Thread(target=lambda: results.update(execute(g, LocalStore(tmp_path / "store"), "spec",
+                                                               KindRegistry([slow]), interrupt=interrupt)))
+    t.start()
+    try:
+        for _ in range(int(WAIT_S / 0.05)):
+            if (tmp_path / "importing").exists():
+                break
+            threading.Event().wait(0.05)
+        zygote = int((tmp_path / "importing").read_text())
+        assert interrupt.stop() == (["quantize/a"], [])
+        t.join(WAIT_S)  # the release below is never written while it runs: only the kill ends the import
+        assert not t.is_alive()
+    finally:
+        (tmp_path / "release").write_text("")
+        t.join(WAIT_S)
+    assert results["quantize/a"].status == "interrupted"
+    assert not wait_gone([zygote])
+
+
 # --- progress lines -------------------------------------------------------------------------------
 def test_progress_lines_name_the_phase_and_the_estimate_from_the_store() -> None:
     assert duration(4.4) == "4s" and duration(80) == "1m20s" and duration(3725) == "1h02m"
@@ -207,7 +234,7 @@ from compiler.graph.executor import Interrupt, execute
 from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
 from compiler.store.local import LocalStore
-from tests.interrupt_kinds import ChildParams, ChildStep, ThreadStep
+from tests.interrupt_kinds import ChildParams, ChildStep, SlowImportStep, ThreadStep
 
 tmp = Path(sys.argv[1])
 child, thread = ChildStep(), ThreadStep()

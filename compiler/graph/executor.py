@@ -29,7 +29,7 @@ from .builder import Builder, describe
 from .kinds import ActionKind, KindRegistry, RunContext
 from .model import Graph
 from .progress import estimate, phase_line, running_line
-from .zygote import Forked, ZygoteGone, zygote_for
+from .zygote import Forked, Zygote, ZygoteGone, zygote_for
 
 Progress = Callable[[str], None]
 TICK_S = 15.0  # how often a long action reports that it is still running
@@ -72,11 +72,14 @@ class Running:
     isolated: bool
     phase: str | None = None
     proc: Forked | None = None  # an isolated action's process, once started
+    zygote: Zygote | None = None  # what forks it (compiler/graph/zygote.py)
 
     def kill(self) -> None:
-        proc = self.proc
+        proc, zygote = self.proc, self.zygote
         if proc is not None:
             proc.kill()  # the whole process group: the tools the action started die with it
+        elif zygote is not None:  # still importing what the action needs: it has no process yet
+            zygote.kill()
 
 
 class Interrupt:
@@ -294,13 +297,17 @@ def _run_isolated(kind: ActionKind, params, ctx: RunContext, log_file: Path, sta
            "out": os.path.abspath(ctx.out), "files": {k: os.path.abspath(v) for k, v in ctx.files.items()},
            "deps": {k: os.path.abspath(v) for k, v in ctx.deps.items()}, "log": os.path.abspath(log_file),
            "logger": ctx.log.name}
-    zygote = zygote_for((type(kind).__module__, *kind.preload))
+    zygote = state.zygote = zygote_for((type(kind).__module__, *kind.preload))
     read_fd, write_fd = os.pipe()
     try:
+        if interrupt.is_set():  # stopped while the zygote was starting
+            raise Stopped()
         with open(log_file, "ab") as log:
             proc = zygote.fork(job, write_fd, log.fileno())
     except ZygoteGone as e:
         os.close(read_fd)
+        if interrupt.is_set():
+            raise Stopped() from None
         raise ChildFailed(f"the {kind.kind} process did not start: {e}") from None
     except BaseException:
         os.close(read_fd)

@@ -221,6 +221,14 @@ class Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def kill(self) -> None:
+        """SIGKILL, from an interrupt (a signal handler: no lock); the actions it forked die with it."""
+        if self.proc.returncode is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def fork(self, job: dict, status_fd: int, log_fd: int) -> Forked:
         """Start `job` (compiler/graph/child.py) in a new process with `status_fd` for its reports
         and `log_fd` as its stdout and stderr. Once per `zygote_for` that returned this zygote."""
