@@ -70,15 +70,19 @@ def serve(kiln_dir: str, control_fd: int, modules: list[str]) -> None:
         message, fds, _, _ = socket.recv_fds(control, MAX_REQUEST, 3)
         if not message:
             return  # the build is gone; the actions' processes die with this one
-        if len(fds) != 3:
+        try:
+            request = json.loads(message)
+        except ValueError:
+            request = None
+        if len(fds) != 3 or not isinstance(request, dict):
             for fd in fds:
-                os.close(fd)
+                os.close(fd)  # the build sees end of file where it waits for a process id
             continue
         reply_fd, status_fd, log_fd = fds
         zygote = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _action(kiln_dir, json.loads(message), status_fd, log_fd, zygote,
+            _action(kiln_dir, request, status_fd, log_fd, zygote,
                     [control.fileno(), wake_r, wake_w, reply_fd, *(s.fileno() for s in replies.values())])
         os.close(status_fd)
         os.close(log_fd)
