@@ -276,7 +276,11 @@ def zygote_for(modules: tuple[str, ...]) -> Zygote:
     """The zygote that has imported `modules` in this working directory and environment, started
     if there is none, reserved for one `fork`; an idle one for the same modules in another directory
     or environment ends."""
-    key = (modules, os.getcwd(), tuple(sorted((k, v) for k, v in os.environ.items() if k not in VOLATILE_ENV)))
+    try:
+        cwd = os.getcwd()
+    except OSError:  # removed: the actions use absolute paths; a zygote started here shares its fate
+        cwd = None
+    key = (modules, cwd, tuple(sorted((k, v) for k, v in os.environ.items() if k not in VOLATILE_ENV)))
     with _LOCK:
         found = _ZYGOTES.get(key)
         if found is not None and found.alive():
