@@ -167,6 +167,32 @@ def test_an_interrupt_kills_the_child_stores_nothing_of_it_and_starts_nothing_mo
     assert results["other/b"].status in ("built", "interrupted")
 
 
+def test_an_action_whose_zygote_dies_dies_with_it_and_fails_clearly(tmp_path: Path) -> None:
+    """The process that forks isolated actions dies (killed by hand, out of memory): the action's
+    process dies with it (PR_SET_PDEATHSIG), the action fails saying so, and the next build starts
+    another zygote."""
+    store = LocalStore(tmp_path / "store")
+    g = Graph.build([CHILD.action("iso/a", ChildParams(name="a", phases=["holding"], hold=True,
+                                                       release=str(tmp_path / "never"),
+                                                       record=str(tmp_path / "a.json")))])
+    started = threading.Event()
+    results: dict = {}
+    t = threading.Thread(target=lambda: results.update(execute(
+        g, store, "spec", KINDS, progress=lambda line: "iso/a: holding" in line and started.set())))
+    t.start()
+    assert started.wait(WAIT_S)
+    seen = json.loads((tmp_path / "a.json").read_text())
+    os.kill(seen["ppid"], signal.SIGKILL)  # the zygote
+    t.join(WAIT_S)
+    assert not t.is_alive()
+    assert not wait_gone([seen["pid"]])
+    r = results["iso/a"]
+    assert r.status == "failed" and "the child-step process's exit is unknown" in r.error, r.error
+    again = Graph.build([CHILD.action("iso/b", ChildParams(name="b", record=str(tmp_path / "b.json")))])
+    assert execute(again, store, "spec", KINDS)["iso/b"].status == "built"
+    assert json.loads((tmp_path / "b.json").read_text())["ppid"] != seen["ppid"]
+
+
 def test_an_interrupt_while_the_zygote_imports_stops_the_action_at_once(tmp_path: Path, monkeypatch) -> None:
     """Before its process exists, an isolated action waits for the zygote to import what its kind
     needs (torch: seconds); an interrupt then kills the zygote rather than wait for the imports."""
