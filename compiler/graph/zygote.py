@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # Changes from test to test in a pytest process and is read by no import: not a reason for a new zygote.
 VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})
@@ -163,7 +163,6 @@ class Forked:
     reply: socket.socket
     zygote: Zygote
     exitcode: int | None = None
-    _lines: list[str] = field(default_factory=list)
 
     def kill(self) -> None:
         """SIGKILL to its process group (the tools the action started die with it); to the process
