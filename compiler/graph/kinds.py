@@ -14,7 +14,8 @@ the registry returns for an action. A kind declares
     its key and tree (a quality gate's figures, an image's digest), as (section, name, value);
   - `disruptions(old, new)`: what replacing an artifact built with `old` params by one built with
     `new` does to serving GPUs (host plans); `old` is None when nothing was built before;
-  - `isolated`, `exclusive`: run each action in a child process an interrupt can kill; one at a time.
+  - `isolated`, `exclusive`: run each action in a child process an interrupt can kill; one at a time;
+    `preload`: what an isolated kind's actions import slowly, imported once per build.
 `run` may report its phase (`ctx.phase("calibrating")`): the build's progress lines show it.
 """
 
