@@ -1,5 +1,6 @@
 """Action kinds for the interrupt and progress tests (tests/test_interrupts.py): an isolated one,
 which the executor runs in a child process that imports this module, and one run in a thread.
+One told to `record` writes what its process sees (its ids, this module's state, the environment).
 
 Each writes its process id to `pid_file` and announces its phases; one told to `hold` waits until
 the file `release` exists (at most two minutes), so that a test can interrupt it while it runs
@@ -7,6 +8,7 @@ without relying on how long anything takes."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -23,9 +25,18 @@ class ChildParams(Params):
     hold: bool = False
     release: str | None = None
     fail: bool = False
+    record: str | None = None
+
+
+_RAN: list[str] = []  # the actions that ran in this process
 
 
 def _run(params: ChildParams, ctx: RunContext) -> None:
+    if params.record:
+        Path(params.record).write_text(json.dumps({
+            "pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "ran_before": list(_RAN),
+            "probe": os.environ.get("KILN_TEST_PROBE")}), encoding="utf-8")
+    _RAN.append(params.name)
     if params.pid_file:
         Path(params.pid_file).write_text(str(os.getpid()), encoding="utf-8")
     for phase in params.phases:
@@ -46,6 +57,13 @@ class ChildStep(ActionKind[ChildParams]):
 
     def run(self, params: ChildParams, ctx: RunContext) -> None:
         _run(params, ctx)
+
+
+class SlowImportStep(ChildStep):
+    """An isolated kind whose preloaded module takes as long to import as the test wants."""
+
+    kind = "slow-import-step"
+    preload = ("tests.slow_import",)
 
 
 class ThreadStep(ActionKind[ChildParams]):

@@ -7,6 +7,7 @@ to real processes; every wait is for a marker (a line of output, a file), never 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -23,7 +24,7 @@ from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
 from compiler.graph.progress import duration, estimate, expected_duration, phase_line, running_line
 from compiler.store.local import LocalStore
-from tests.interrupt_kinds import ChildParams, ChildStep, ThreadStep
+from tests.interrupt_kinds import ChildParams, ChildStep, SlowImportStep, ThreadStep
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD, THREAD = ChildStep(), ThreadStep()
@@ -58,6 +59,16 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`: its children, theirs, and so on."""
+    out, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
 def wait_gone(pids: list[int]) -> list[int]:
     """The pids still alive once the others are gone or WAIT_S has passed."""
     ev = threading.Event()
@@ -85,6 +96,28 @@ def test_an_isolated_action_runs_in_its_own_process_and_reports_its_phases(tmp_p
     assert re.search(r"phase: loading\nin loading\nphase: calibrating\nin calibrating\nphase: exporting", log), log
     assert [re.sub(r" \(\d+s in\)$", "", x.strip()) for x in lines if ": " in x and "[" not in x] == \
         ["quantize/a: loading", "quantize/a: calibrating", "quantize/a: exporting"]
+
+
+def test_each_isolated_action_is_a_fresh_process_with_the_builds_environment(tmp_path: Path, monkeypatch) -> None:
+    """Isolated actions are forked by one process that imported their kind's modules once
+    (compiler/graph/zygote.py): each is still a process of its own, leading its own session (what an
+    interrupt kills), that starts from the zygote's state, not from the last action's, and sees the
+    environment the build has when the action starts."""
+    store = LocalStore(tmp_path / "store")
+    monkeypatch.setenv("KILN_TEST_PROBE", "first")
+    first = Graph.build([CHILD.action("iso/a", ChildParams(name="a", record=str(tmp_path / "a.json")))])
+    assert execute(first, store, "spec", KINDS)["iso/a"].status == "built"
+    monkeypatch.setenv("KILN_TEST_PROBE", "second")
+    second = Graph.build([CHILD.action("iso/b", ChildParams(name="b", record=str(tmp_path / "b.json"))),
+                          CHILD.action("iso/c", ChildParams(name="c", record=str(tmp_path / "c.json")))])
+    results = execute(second, store, "spec", KINDS, jobs=1)
+    assert results["iso/b"].status == results["iso/c"].status == "built"
+    seen = {n: json.loads((tmp_path / f"{n}.json").read_text()) for n in "abc"}
+    assert len({s["pid"] for s in seen.values()} | {os.getpid()}) == 4
+    for s in seen.values():
+        assert s["sid"] == s["pid"] and s["ran_before"] == []
+    assert seen["b"]["ppid"] == seen["c"]["ppid"] != os.getpid()  # one zygote forked both
+    assert [seen[n]["probe"] for n in "abc"] == ["first", "second", "second"]
 
 
 def test_a_failure_in_the_child_process_fails_the_action_with_its_error(tmp_path: Path) -> None:
@@ -134,6 +167,59 @@ def test_an_interrupt_kills_the_child_stores_nothing_of_it_and_starts_nothing_mo
     assert results["other/b"].status in ("built", "interrupted")
 
 
+def test_an_action_whose_zygote_dies_dies_with_it_and_fails_clearly(tmp_path: Path) -> None:
+    """The process that forks isolated actions dies (killed by hand, out of memory): the action's
+    process dies with it (PR_SET_PDEATHSIG), the action fails saying so, and the next build starts
+    another zygote."""
+    store = LocalStore(tmp_path / "store")
+    g = Graph.build([CHILD.action("iso/a", ChildParams(name="a", phases=["holding"], hold=True,
+                                                       release=str(tmp_path / "never"),
+                                                       record=str(tmp_path / "a.json")))])
+    started = threading.Event()
+    results: dict = {}
+    t = threading.Thread(target=lambda: results.update(execute(
+        g, store, "spec", KINDS, progress=lambda line: "iso/a: holding" in line and started.set())))
+    t.start()
+    assert started.wait(WAIT_S)
+    seen = json.loads((tmp_path / "a.json").read_text())
+    os.kill(seen["ppid"], signal.SIGKILL)  # the zygote
+    t.join(WAIT_S)
+    assert not t.is_alive()
+    assert not wait_gone([seen["pid"]])
+    r = results["iso/a"]
+    assert r.status == "failed" and "the child-step process's exit is unknown" in r.error, r.error
+    again = Graph.build([CHILD.action("iso/b", ChildParams(name="b", record=str(tmp_path / "b.json")))])
+    assert execute(again, store, "spec", KINDS)["iso/b"].status == "built"
+    assert json.loads((tmp_path / "b.json").read_text())["ppid"] != seen["ppid"]
+
+
+def test_an_interrupt_while_the_zygote_imports_stops_the_action_at_once(tmp_path: Path, monkeypatch) -> None:
+    """Before its process exists, an isolated action waits for the zygote to import what its kind
+    needs (torch: seconds); an interrupt then kills the zygote rather than wait for the imports."""
+    monkeypatch.setenv("KILN_TEST_HOLD", str(tmp_path))  # tests/slow_import.py holds until `release`
+    slow = SlowImportStep()
+    g = Graph.build([slow.action("quantize/a", ChildParams(name="a"))])
+    interrupt = Interrupt()
+    results: dict = {}
+    t = threading.Thread(target=lambda: results.update(execute(g, LocalStore(tmp_path / "store"), "spec",
+                                                               KindRegistry([slow]), interrupt=interrupt)))
+    t.start()
+    try:
+        for _ in range(int(WAIT_S / 0.05)):
+            if (tmp_path / "importing").exists():
+                break
+            threading.Event().wait(0.05)
+        zygote = int((tmp_path / "importing").read_text())
+        assert interrupt.stop() == (["quantize/a"], [])
+        t.join(WAIT_S)  # the release below is never written while it runs: only the kill ends the import
+        assert not t.is_alive()
+    finally:
+        (tmp_path / "release").write_text("")
+        t.join(WAIT_S)
+    assert results["quantize/a"].status == "interrupted"
+    assert not wait_gone([zygote])
+
+
 # --- progress lines -------------------------------------------------------------------------------
 def test_progress_lines_name_the_phase_and_the_estimate_from_the_store() -> None:
     assert duration(4.4) == "4s" and duration(80) == "1m20s" and duration(3725) == "1h02m"
@@ -174,7 +260,7 @@ from compiler.graph.executor import Interrupt, execute
 from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
 from compiler.store.local import LocalStore
-from tests.interrupt_kinds import ChildParams, ChildStep, ThreadStep
+from tests.interrupt_kinds import ChildParams, ChildStep, SlowImportStep, ThreadStep
 
 tmp = Path(sys.argv[1])
 child, thread = ChildStep(), ThreadStep()
@@ -223,6 +309,13 @@ def test_a_second_signal_exits_130_at_once_while_a_thread_finishes_its_step(tmp_
     assert gc.returncode == 0 and not any((tmp_path / "store" / "tmp").iterdir()), gc.stdout + gc.stderr
 
 
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except ProcessLookupError:
+        return None
+
+
 def _quantize_spec(dest: Path) -> Path:
     from tests.quickstart import only_tiny
 
@@ -256,9 +349,10 @@ def test_ctrl_c_during_quantize_kills_it_and_leaves_the_store_consistent(tmp_pat
         for line in proc.stderr:
             seen.append(line)
             if "quantize/tiny: loading" in line:
-                kids = children(proc.pid)  # the quantize process (its session's leader)
+                # the quantize process (its session's leader), and the zygote that forked it
+                kids = descendants(proc.pid)
                 break
-        assert kids, seen
+        assert any(_session(k) == k for k in kids), seen
         proc.send_signal(signal.SIGINT)
         out, rest = proc.communicate(timeout=WAIT_S)
     finally:

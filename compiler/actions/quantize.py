@@ -637,6 +637,7 @@ class Quantize(ActionKind[QuantizeParams]):
     # Minutes in torch: a process of its own, which an interrupted build kills; one at a time (the
     # device's memory, and ModelOpt's process-wide settings when run in-process).
     isolated = exclusive = True
+    preload = ("torch", "transformers", "modelopt.torch.quantization", "modelopt.torch.export")  # 10 s of CPU
 
     def lower(self, ctx: LowerContext) -> list[Action]:
         if ctx.ir.target != "llmapi":

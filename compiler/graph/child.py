@@ -1,11 +1,11 @@
 """One action of an isolated kind (ActionKind.isolated), in a process of its own that an interrupted
-build can kill (compiler/graph/executor.py starts it in a new session and kills that process group).
+build can kill: compiler/graph/zygote.py forks it, in a new session, and the executor kills that
+process group.
 
-`main([KILN_DIR, FD])` (the executor's bootstrap line calls it): the job comes as one JSON object on
-stdin; phases and the outcome go back as JSON lines on file descriptor FD; stdout and stderr are the
-action's log, so whatever the kind or native code prints lands there. KILN_DIR is where the build's
-Kiln is imported from: the child refuses to run another one. Nothing here writes to the store: the parent stores the
-output directory after the child succeeded.
+`run(job, status_fd, kiln_dir)`: phases and the outcome go back as JSON lines on file descriptor
+`status_fd`; stdout and stderr are the action's log, so whatever the kind or native code prints lands
+there. `kiln_dir` is where the build's Kiln is imported from: the child refuses to run another one.
+Nothing here writes to the store: the parent stores the output directory after the child succeeded.
 """
 
 from __future__ import annotations
@@ -14,15 +14,14 @@ import importlib
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent: int) -> bool:
-    """Ask Linux to kill this process when the build that started it dies, however it dies (a
-    second Ctrl-C ends it with os._exit); False when the parent is already gone."""
+def die_with_parent(parent: int) -> bool:
+    """Ask Linux to kill this process when the process that forked it dies, however it dies (the
+    zygote dies with the build); False when the parent is already gone."""
     import signal
 
     try:
@@ -34,22 +33,19 @@ def _die_with_parent(parent: int) -> bool:
     return os.getppid() == parent
 
 
-def main(argv: list[str]) -> int:
+def run(job: dict, status_fd: int, kiln_dir: str) -> int:
     import compiler
     from compiler.graph.kinds import RunContext
 
-    status = os.fdopen(int(argv[1]), "w", buffering=1, encoding="utf-8")
+    status = os.fdopen(status_fd, "w", buffering=1, encoding="utf-8")
 
     def send(**message) -> None:
         status.write(json.dumps(message) + "\n")
         status.flush()
 
-    job = json.loads(sys.stdin.read())
-    if not _die_with_parent(job["parent"]):
-        return 1
     here = Path(compiler.__file__).resolve().parents[1]
-    if here != Path(argv[0]).resolve():
-        send(error=f"the action's process imports Kiln from {here}, not from {argv[0]} as the build does")
+    if here != Path(kiln_dir).resolve():
+        send(error=f"the action's process imports Kiln from {here}, not from {kiln_dir} as the build does")
         return 1
     log = logging.getLogger(job["logger"])
     log.propagate = False

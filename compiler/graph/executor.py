@@ -4,10 +4,11 @@ Only this module (and the actions it calls) touches the outside world. A failed 
 output in the store, its dependents are skipped, and its log stays in the store's logs/.
 
 Actions run in threads, except those of isolated kinds (ActionKind.isolated: quantization, engine
-builds), which run in a child process of their own (compiler/graph/child.py). An `Interrupt` stops a
-build: nothing starts after it, isolated actions' processes are killed at once, the others are left
-to finish their step (a thread cannot be stopped), and their results are recorded as usual, so the
-store stays consistent; what was stopped or never started is "interrupted".
+builds), which run in a child process of their own (compiler/graph/child.py, forked by
+compiler/graph/zygote.py). An `Interrupt` stops a build: nothing starts after it, isolated actions'
+processes are killed at once, the others are left to finish their step (a thread cannot be
+stopped), and their results are recorded as usual, so the store stays consistent; what was stopped
+or never started is "interrupted".
 """
 
 from __future__ import annotations
@@ -15,9 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -31,6 +29,7 @@ from .builder import Builder, describe
 from .kinds import ActionKind, KindRegistry, RunContext
 from .model import Graph
 from .progress import estimate, phase_line, running_line
+from .zygote import Forked, Zygote, ZygoteGone, zygote_for
 
 Progress = Callable[[str], None]
 TICK_S = 15.0  # how often a long action reports that it is still running
@@ -72,15 +71,15 @@ class Running:
     basis: str  # what expected_s comes from
     isolated: bool
     phase: str | None = None
-    proc: subprocess.Popen | None = None  # an isolated action's process, once started
+    proc: Forked | None = None  # an isolated action's process, once started
+    zygote: Zygote | None = None  # what forks it (compiler/graph/zygote.py)
 
     def kill(self) -> None:
-        proc = self.proc
-        if proc is not None and proc.returncode is None:
-            try:  # the whole process group: the tools the action started die with it
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        proc, zygote = self.proc, self.zygote
+        if proc is not None:
+            proc.kill()  # the whole process group: the tools the action started die with it
+        elif zygote is not None:  # still importing what the action needs: it has no process yet
+            zygote.kill()
 
 
 class Interrupt:
@@ -289,33 +288,27 @@ def _run_one(graph: Graph, kinds: KindRegistry, aid: str, store: LocalStore, spe
             logger.removeHandler(handler)
 
 
-# The child's first line: Kiln from the directory this one runs from, without putting the current
-# directory first on the path (-P: a `compiler` package there must not shadow Kiln) nor moving an
-# entry the path already has (site-packages stays behind the standard library).
-_BOOT = ("import sys; d = sys.argv[1]; d in sys.path or sys.path.insert(0, d); "
-         "from compiler.graph.child import main; sys.exit(main(sys.argv[1:]))")
-
-
-def _kiln_dir() -> str:
-    import compiler
-
-    return str(Path(compiler.__file__).resolve().parents[1])
-
-
 def _run_isolated(kind: ActionKind, params, ctx: RunContext, log_file: Path, state: Running,
                   interrupt: Interrupt, on_phase: Callable[[str], None]) -> None:
-    """Run `kind` in a child process (compiler/graph/child.py) in a session of its own: the
-    terminal's Ctrl-C reaches only the build, which decides what to stop."""
+    """Run `kind` in a process of its own (compiler/graph/child.py), forked by the zygote that has
+    imported what the kind needs (compiler/graph/zygote.py), in a session of its own: the terminal's
+    Ctrl-C reaches only the build, which decides what to stop."""
     job = {"module": type(kind).__module__, "class": type(kind).__qualname__, "params": params.to_json(),
            "out": os.path.abspath(ctx.out), "files": {k: os.path.abspath(v) for k, v in ctx.files.items()},
            "deps": {k: os.path.abspath(v) for k, v in ctx.deps.items()}, "log": os.path.abspath(log_file),
-           "logger": ctx.log.name, "parent": os.getpid()}
+           "logger": ctx.log.name}
+    zygote = state.zygote = zygote_for((type(kind).__module__, *kind.preload))
     read_fd, write_fd = os.pipe()
     try:
+        if interrupt.is_set():  # stopped while the zygote was starting
+            raise Stopped()
         with open(log_file, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-P", "-c", _BOOT, _kiln_dir(), str(write_fd)],
-                                    stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(write_fd,),
-                                    start_new_session=True, close_fds=True)
+            proc = zygote.fork(job, write_fd, log.fileno())
+    except ZygoteGone as e:
+        os.close(read_fd)
+        if interrupt.is_set():
+            raise Stopped() from None
+        raise ChildFailed(f"the {kind.kind} process did not start: {e}") from None
     except BaseException:
         os.close(read_fd)
         raise
@@ -326,11 +319,6 @@ def _run_isolated(kind: ActionKind, params, ctx: RunContext, log_file: Path, sta
         state.kill()
     outcome: dict = {}
     with os.fdopen(read_fd, encoding="utf-8", errors="replace") as status:
-        try:
-            proc.stdin.write(json.dumps(job).encode("utf-8"))
-            proc.stdin.close()
-        except OSError:  # it died before reading its job; its exit says why
-            pass
         for line in status:  # ends when the process exits
             try:
                 message = json.loads(line)
@@ -342,7 +330,12 @@ def _run_isolated(kind: ActionKind, params, ctx: RunContext, log_file: Path, sta
                 on_phase(message["phase"][:200])
             elif "error" in message or "ok" in message:
                 outcome = message
-    code = proc.wait()
+    try:
+        code = proc.wait()
+    except ZygoteGone as e:
+        if interrupt.is_set() and not outcome:
+            raise Stopped() from None
+        raise ChildFailed(f"the {kind.kind} process's exit is unknown: {e}") from None
     if interrupt.is_set() and code != 0 and not outcome:
         raise Stopped()
     if outcome.get("ok") is True and code == 0:

@@ -14,7 +14,8 @@ the registry returns for an action. A kind declares
     its key and tree (a quality gate's figures, an image's digest), as (section, name, value);
   - `disruptions(old, new)`: what replacing an artifact built with `old` params by one built with
     `new` does to serving GPUs (host plans); `old` is None when nothing was built before;
-  - `isolated`, `exclusive`: run each action in a child process an interrupt can kill; one at a time.
+  - `isolated`, `exclusive`: run each action in a child process an interrupt can kill; one at a time;
+    `preload`: what an isolated kind's actions import slowly, imported once per build.
 `run` may report its phase (`ctx.phase("calibrating")`): the build's progress lines show it.
 """
 
@@ -102,6 +103,9 @@ class ActionKind(Generic[P]):
     # for kinds that run for minutes in native code or drive other programs, where a thread cannot
     # be stopped. Its class must be importable by module and name and construct without arguments.
     isolated: ClassVar[bool] = False
+    # Modules an isolated kind's run imports that are slow to import (torch): imported once per build
+    # by the process that forks each action's process (compiler/graph/zygote.py), not once per action.
+    preload: ClassVar[tuple[str, ...]] = ()
     # At most one action of this kind runs at a time in a build (one device's memory, one tool).
     exclusive: ClassVar[bool] = False
 
