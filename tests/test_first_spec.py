@@ -75,7 +75,8 @@ def test_the_reference_documents_every_field_of_the_spec() -> None:
     missing = set()
     for path in _spec_paths(Spec):
         parent, _, leaf = path.rpartition(".")
-        if path in documented or any(parent == s for s in same_as):
+        # a section that has the same fields as another documents its nested sections there too
+        if path in documented or any(path.startswith(s + ".") for s in same_as):
             continue
         missing.add(path)
     assert not missing, sorted(missing)
