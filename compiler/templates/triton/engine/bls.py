@@ -11,10 +11,12 @@ is decoupled, `stream` asks for one response per step.
 
 Admission control is here, as in the llmapi model: the TensorRT-LLM backend hands every request
 to its executor at once, so the engine model's queue timeout never holds one back (Triton's queue
-policy covers only requests that wait for execute()). Up to `max_inflight_requests` requests are
-in the pipeline at once; the next wait, first come first served, at most `max_queue_size` of them
-and each at most `queue_timeout_ms` (0: unbounded), and are rejected as Triton's queue rejects
-(UNAVAILABLE, the same messages). Nothing waits while there is room.
+policy covers only requests that wait for execute()). Up to `max_inflight_requests` requests hold
+a slot in the engine; when the engine model is decoupled a few more (HEADROOM_DIVISOR) are sent on
+ahead, into the executor's own queue, and take the slots as they free, oldest first; the next wait
+here, first come first served, at most `max_queue_size` of them. A request that holds no slot
+within `queue_timeout_ms` (0: unbounded) is rejected as Triton's queue rejects (UNAVAILABLE, the
+same messages) and, if it was sent on, stopped in the engine. Nothing waits while there is room.
 
 Text is detokenized incrementally (the technique of vLLM's and TGI's streaming detokenizers): a
 token is not always a whole character (byte-level BPE spreads "🙂" over several tokens, a
