@@ -77,7 +77,7 @@ class Job:
 
     def __init__(self, request, deadline):
         self.request, self.deadline = request, deadline
-        self.sender = request.get_response_sender()
+        self.sender = None  # the request's response sender, taken at the first answer
         self.stage = "waiting"  # waiting, ahead (sent on, no slot), slot, expired, gone
         self.lock = threading.Lock()
         self.final = False
@@ -90,6 +90,8 @@ class Job:
             if self.final:
                 return
             self.final = final
+            if self.sender is None:
+                self.sender = self.request.get_response_sender()
             flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
             if response is None:
                 self.sender.send(flags=flags)
@@ -180,7 +182,7 @@ class Admission:
                     first = [q[0].deadline for q in (self.waiting, self.ahead) if q]
                     self.cond.wait(min(first) - now if first else None)
                     continue
-            for job in waited + sent:  # answered first: the engine's answer to a stop must not be the final one
+            for job in sent + waited:  # answered first: the engine's answer to a stop must not be the final one
                 self.reject(job, QUEUE_TIMEOUT_MESSAGE)
             for job in sent:
                 self.stop(job)
