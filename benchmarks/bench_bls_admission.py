@@ -35,7 +35,7 @@ def engine_concurrency(log: str) -> list[int]:
     for line in log.splitlines():
         if "kiln-engine-standin: generating" in line:
             now += 1
-        elif "kiln-engine-standin: done" in line:
+        elif "kiln-engine-standin: done" in line or "kiln-engine-standin: cancelled while generating" in line:
             now -= 1
         else:
             continue

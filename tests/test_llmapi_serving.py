@@ -30,6 +30,7 @@ STANDIN = ROOT / "tests" / "fakes" / "llmapi" / "tensorrt_llm"
 STEP_MS = 10  # one LLM iteration, as the stand-in paces it
 LONG = "A serving unit"  # a prompt the quickstart model continues greedily for 400 tokens without EOS
 CAPACITY = 8  # the quickstart's limits.max_batch_size: requests the LLM generates at once
+HEADROOM = 2  # admitted requests submitted ahead of a slot: ceil(CAPACITY / 4), the model's HEADROOM_DIVISOR
 
 
 def serve(tmp: Path, streaming: bool = False, stream_text: str | None = None) -> TritonServer:
@@ -205,21 +206,62 @@ def test_nothing_is_rejected_while_the_llm_has_room(server) -> None:
     assert max(box["done"] for _, box in jobs) - min(box["done"] for _, box in jobs) < 2.0  # together, not in turn
 
 
+def _counts(events: list[str], what: str) -> int:
+    return sum(what in e for e in events)
+
+
+def _queued(events: list[str]) -> list[int]:
+    """The LLM's own queue length after each submission or queued abort, in order."""
+    return [int(m.group(1)) for e in events for m in [re.search(r"; queued: (\d+)$", e)] if m]
+
+
 def test_admission_control_rejects_only_beyond_capacity(server) -> None:
-    """With the LLM generating CAPACITY requests, the next one waits, and serving.queue_timeout_ms
-    (1000 ms) rejects it as Triton's queue would, while the others run on."""
+    """With the LLM generating CAPACITY requests, HEADROOM more are submitted ahead of a slot (in the
+    LLM's own queue) and the next waits in the model's queue. None gets a slot within
+    serving.queue_timeout_ms (1000 ms): each is answered as Triton's queue answers, and the ones
+    submitted are aborted in the LLM, never generated, while the others run on."""
     mark = len(standin_events(server))
     jobs = [in_background(server.infer, "tiny", request(LONG, 150)) for _ in range(CAPACITY)]
-    wait_for(lambda: sum("admitted" in e for e in standin_events(server)[mark:]) == CAPACITY)
+    wait_for(lambda: _counts(standin_events(server)[mark:], "admitted") == CAPACITY)
+    generating = len(standin_events(server))
+    ahead = [in_background(server.infer, "tiny", request(LONG, 2)) for _ in range(HEADROOM)]
+    wait_for(lambda: _counts(standin_events(server)[mark:], "submitted") == CAPACITY + HEADROOM)
     started = time.monotonic()
-    status, body = server.infer("tiny", request(LONG, 2))
+    status, body = server.infer("tiny", request(LONG, 2))  # beyond the headroom: waits in the model
     waited = time.monotonic() - started
     assert status == 503 and "timeout" in body["error"].lower(), body
     assert 0.9 < waited < 2.5, waited
     assert all(thread.is_alive() for thread, _ in jobs)  # rejected while they all still ran
+    for thread, box in ahead:
+        thread.join()
+        status, body = box["result"]
+        assert status == 503 and body["error"] == "Request timeout expired", body
     for thread, _ in jobs:
         thread.join()
     assert [box["result"][0] for _, box in jobs] == [200] * CAPACITY
+    events = wait_for(lambda: (lambda e: e if _counts(e, "finished") == _counts(e, "submitted") else None)(
+        standin_events(server)[mark:]))
+    submitted, aborted = _counts(events, "submitted"), _counts(events, "aborted while queued")
+    # the headroom filled; the waiting one took a place ahead only when an expired one left it
+    assert HEADROOM <= submitted - CAPACITY <= HEADROOM + 1, events
+    assert aborted == submitted - CAPACITY, events  # every one ahead was aborted, none generated
+    assert _counts(events, "admitted") == CAPACITY, events
+    assert max(_queued(standin_events(server)[generating:])) == HEADROOM, events  # never more ahead
+
+
+def test_requests_ahead_take_the_freed_slots(server, greedy) -> None:
+    """CAPACITY + HEADROOM short requests at once: the HEADROOM ones are submitted ahead, take the
+    slots the first ones free, and are answered like the others."""
+    mark = len(standin_events(server))
+    jobs = [in_background(server.infer, "tiny", request(LONG, 5)) for _ in range(CAPACITY + HEADROOM)]
+    for thread, _ in jobs:
+        thread.join()
+    results = [box["result"] for _, box in jobs]
+    assert [status for status, _ in results] == [200] * (CAPACITY + HEADROOM), [b.get("error") for _, b in results]
+    assert {outputs(body)["text_output"]["data"][0] for _, body in results} == {LONG + greedy(LONG, 5)}
+    events = wait_for(lambda: (lambda e: e if _counts(e, "finished") == CAPACITY + HEADROOM else None)(
+        standin_events(server)[mark:]))
+    assert _counts(events, "admitted") == CAPACITY + HEADROOM and _counts(events, "aborted") == 0, events
 
 
 # --- cancellation -------------------------------------------------------------------------------

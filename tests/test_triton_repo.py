@@ -518,40 +518,58 @@ def bls_admission():
     """The Admission class of the BLS model.py, without Triton's Python-backend module (it uses none)."""
     import ast
     import collections
+    import itertools
     import threading
     import time
 
     source = (tr.TEMPLATE_DIR / "engine" / "bls.py").read_text(encoding="utf-8")
     tree = ast.parse(source)
-    keep = [n for n in tree.body if (isinstance(n, ast.ClassDef) and n.name == "Admission")
+    keep = [n for n in tree.body if (isinstance(n, ast.ClassDef) and n.name in ("Admission", "Job"))
             or (isinstance(n, ast.Assign) and any(getattr(t, "id", "").startswith("QUEUE_") for t in n.targets))]
-    scope = {"collections": collections, "threading": threading, "time": time}
+    scope = {"collections": collections, "itertools": itertools, "threading": threading, "time": time}
     exec(compile(ast.Module(body=keep, type_ignores=[]), "bls.py", "exec"), scope)
     return scope["Admission"]
 
 
 def test_bls_admission_passes_slots_in_order_and_bounds_the_queue() -> None:
+    """Slots (2), requests sent on ahead of a slot (headroom 1), a bounded queue (2): slots go to the
+    oldest request sent on, places ahead to the oldest waiting one; one that gets no slot within the
+    timeout is rejected and, if it was sent on, stopped in the engine."""
     import threading
 
-    started, rejected = [], []
-    admission = bls_admission()(2, 2, 0, start=started.append, reject=lambda r, why: rejected.append((r, why)))
-    for request in "abcde":
+    started, rejected, stopped = [], [], []
+    Admission = bls_admission()
+    admission = Admission(2, 1, 2, 0, start=started.append, stop=stopped.append,
+                          reject=lambda job, why: rejected.append((job.request, why)))
+    for request in "abcdef":
         admission.submit(request)
-    assert started == ["a", "b"] and rejected == [("e", "Exceeds maximum queue size")]
-    admission.done()  # a slot frees: the first in line takes it, nothing waits while there is room
-    assert started == ["a", "b", "c"]
-    admission.done(), admission.done()  # the next slot goes to d; the one after is free
-    assert started == ["a", "b", "c", "d"] and admission.free == 1
-    admission.close("unloading")
-    admission.submit("f")
-    assert rejected[-1] == ("f", "unloading")
 
-    gone = threading.Event()
-    timed = bls_admission()(1, 0, 0.05, start=lambda r: None,
-                            reject=lambda r, why: (rejected.append((r, why)), gone.set()))
-    timed.submit("g")
-    timed.submit("h")  # waits for the one slot, then times out (no queue bound: max_queue 0)
-    assert gone.wait(30) and rejected[-1] == ("h", "Request timeout expired")
-    timed.done()
-    assert timed.free == 1
+    def names():
+        return [job.request for job in started]
+    assert names() == ["a", "b", "c"] and rejected == [("f", "Exceeds maximum queue size")]
+    assert [job.stage for job in started] == ["slot", "slot", "ahead"]
+    admission.done(started[0])  # a slot frees: c (sent on) takes it, d is sent on in its place
+    assert names() == ["a", "b", "c", "d"] and [started[2].stage, started[3].stage] == ["slot", "ahead"]
+    admission.done(started[3])  # one ahead ends without a slot: the next waiting one is sent on
+    assert names() == ["a", "b", "c", "d", "e"] and started[4].stage == "ahead"
+    admission.done(started[1]), admission.done(started[2])  # e takes a slot; the other is free
+    assert admission.holding == 1 and not admission.ahead and not admission.waiting
+    admission.close("unloading")
+    admission.submit("g")
+    assert rejected[-1] == ("g", "unloading") and stopped == []
+
+    seen = threading.Semaphore(0)
+    out = []
+    timed = Admission(1, 1, 0, 0.05, start=out.append, stop=lambda job: (stopped.append(job), seen.release()),
+                      reject=lambda job, why: rejected.append((job.request, why)))
+    timed.submit("h")  # holds the slot
+    timed.submit("i")  # sent on ahead of it (no queue bound: max_queue 0)
+    assert seen.acquire(timeout=30)  # no slot in time: rejected (answered first), then stopped
+    assert rejected[-1] == ("i", "Request timeout expired") and [job.request for job in stopped] == ["i"]
+    timed.submit("j")  # the place ahead is free again: sent on at once, and stopped in its turn
+    assert [job.request for job in out] == ["h", "i", "j"]
+    assert seen.acquire(timeout=30)
+    assert rejected[-1] == ("j", "Request timeout expired") and [job.request for job in stopped] == ["i", "j"]
+    timed.done(out[0])
+    assert timed.holding == 0 and out[0].stage == "gone"
     timed.close("unloading")

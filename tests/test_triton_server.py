@@ -167,9 +167,13 @@ def test_llmapi_model_fails_only_for_want_of_tensorrt_llm(llmapi) -> None:
 # split's shape rules, one executor request per prompt, batch > 1 only when decoupled, the input
 # names it reads), and in place of an engine echoes each prompt's ids, then the seed when one
 # arrives as `seed`, taking 10 ms per requested token. Decoupled, it takes every request at once (the
-# backend's enqueue() hands each to the executor, so Triton's queue never holds one) and generates
-# them side by side, answering one response per token when `streaming` is set and one holding every
-# token when not, as the backend does; it logs `kiln-engine-standin: generating` and `done` per request.
+# backend's enqueue() hands each to the executor, so Triton's queue never holds one) into an executor
+# queue, generates up to the model's max_batch_size of them side by side (one Triton request is one
+# executor request here), answering one response per token when `streaming` is set and one holding
+# every token when not, as the backend does; a request with `stop` true ends the request with its id
+# (taken out of the queue at once, or ended at its next step, as the executor's cancelRequest) and is
+# answered with an empty final response. It logs `kiln-engine-standin: queued`, `generating`, `done`,
+# `cancelled while queued` and `cancelled while generating`.
 # Everything else is as built.
 STANDIN = '''
 import json
@@ -185,9 +189,27 @@ def _get(r, name):
     return None if t is None else t.as_numpy()
 
 
+def _log(message):
+    print(f"kiln-engine-standin: {message}", file=sys.stderr, flush=True)
+
+
+class Job:
+    def __init__(self, r, prompts):
+        self.rid, self.request, self.prompts = r.request_id(), r, prompts
+        self.sender = r.get_response_sender()
+        self.steps = max(max(n for _, n in prompts), 1)  # 10 ms per requested token
+        self.stopped = False
+
+
 class TritonPythonModel:
     def initialize(self, args):
-        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
+        config = json.loads(args["model_config"])
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self.limit = max(int(config.get("max_batch_size") or 1), 1)
+        self.queued, self.active = [], []
+        self.cond = threading.Condition()
+        if self.decoupled:
+            threading.Thread(target=self._schedule, daemon=True).start()
 
     def _prompts(self, r):
         """splitBatchInputsTensors and createRequestsFromInputTensors, as the backend does them."""
@@ -236,19 +258,61 @@ class TritonPythonModel:
                     out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))))
             return out
         for r in requests:  # as the backend's enqueue(): every request to the executor at once
-            threading.Thread(target=self._generate, args=(r,), daemon=True).start()
+            stop = _get(r, "stop")
+            if stop is not None and bool(stop.reshape(-1)[0]):
+                self._stop(r)
+                continue
+            try:
+                job = Job(r, self._prompts(r))
+            except ValueError as e:
+                r.get_response_sender().send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))),
+                                             flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                continue
+            with self.cond:
+                self.queued.append(job)
+                _log(f"queued {len(self.queued)}")
+                self.cond.notify()
         return None
 
-    def _generate(self, r):
-        sender = r.get_response_sender()
-        try:
-            prompts = self._prompts(r)
-        except ValueError as e:
-            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))),
-                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            return
-        print(f"kiln-engine-standin: generating {len(prompts)}", file=sys.stderr, flush=True)
-        time.sleep(max(n for _, n in prompts) / 100)
+    def _stop(self, r):
+        with self.cond:
+            job = next((j for j in self.queued if j.rid == r.request_id()), None)
+            if job is not None:
+                self.queued.remove(job)
+                _log(f"cancelled while queued; queued {len(self.queued)}")
+            for j in self.active:
+                if j.rid == r.request_id():
+                    j.stopped = True
+        if job is not None:
+            job.sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        r.get_response_sender().send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def _schedule(self):
+        """The executor's loop: admit queued requests up to the limit, one 10 ms step for all."""
+        while True:
+            with self.cond:
+                while len(self.active) < self.limit and self.queued:
+                    job = self.queued.pop(0)
+                    self.active.append(job)
+                    _log(f"generating {len(job.prompts)}")
+                if not self.active:
+                    self.cond.wait(0.05)
+                    continue
+            time.sleep(0.01)
+            with self.cond:
+                for job in self.active:
+                    job.steps -= 1
+                ended = [job for job in self.active if job.steps <= 0 or job.stopped]
+                for job in ended:
+                    self.active.remove(job)
+            for job in ended:
+                if job.stopped:
+                    _log("cancelled while generating")
+                    job.sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                else:
+                    self._answer(job.request, job.sender, job.prompts)
+
+    def _answer(self, r, sender, prompts):
         streaming = self._streaming(r)
         for index, (ids, n) in enumerate(prompts):
             # streaming: one response per token and prompt, as the streaming backend sends them
@@ -524,33 +588,54 @@ def engine_started(server: TritonServer) -> int:
     return server.log().count("kiln-engine-standin: generating")
 
 
+def engine_events(server: TritonServer, what: str) -> int:
+    return server.log().count(f"kiln-engine-standin: {what}")
+
+
 def test_bls_admission_rejects_only_beyond_capacity(streaming) -> None:
     """The backend takes every request at once, so the engine model's queue timeout never fires;
-    the BLS passes limits.max_batch_size (8) requests on at once and the next waits at most
-    serving.queue_timeout_ms (1000 ms), then is rejected as Triton's queue would, while the others
-    run on."""
+    the BLS passes limits.max_batch_size (8) requests on, and 2 more (ceil(8 / 4)) ahead of a slot
+    into the executor's queue; the next waits in the BLS. None gets a slot within
+    serving.queue_timeout_ms (1000 ms): each is rejected as Triton's queue would, the ones sent on
+    are stopped in the engine (never generated), while the others run on."""
     import threading
 
-    def job(box):
-        box["result"] = stream_answers(streaming, "tiny-bls", PROMPT, stream=False, max_tokens=600)
+    def job(box, tokens):
+        box["result"] = stream_answers(streaming, "tiny-bls", PROMPT, stream=False, max_tokens=tokens)
 
-    mark = engine_started(streaming)
-    jobs = []
-    for _ in range(8):
-        box: dict = {}
-        jobs.append((threading.Thread(target=job, args=(box,)), box))
-        jobs[-1][0].start()
-    deadline = time.monotonic() + 60
-    while engine_started(streaming) < mark + 8 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert engine_started(streaming) == mark + 8, streaming.log()[-3000:]
+    def start(n, tokens):
+        out = []
+        for _ in range(n):
+            box: dict = {}
+            out.append((threading.Thread(target=job, args=(box, tokens)), box))
+            out[-1][0].start()
+        return out
+
+    def wait_until(what, n):
+        deadline = time.monotonic() + 60
+        while engine_events(streaming, what) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engine_events(streaming, what) == n, streaming.log()[-3000:]
+
+    mark, queued, stopped = (engine_started(streaming), engine_events(streaming, "queued"),
+                             engine_events(streaming, "cancelled while queued"))
+    jobs = start(8, 600)
+    wait_until("generating", mark + 8)
+    ahead = start(2, 1)
+    wait_until("queued", queued + 8 + 2)
     started = time.monotonic()
     pieces, error = stream_answers(streaming, "tiny-bls", PROMPT, stream=False)
     waited = time.monotonic() - started
     assert pieces == [] and error is not None and "Request timeout expired" in error, error
     assert 0.9 < waited < 3.5, waited
     assert all(thread.is_alive() for thread, _ in jobs)  # rejected while they all still ran
-    assert engine_started(streaming) == mark + 8  # the rejected request never reached the engine
+    for thread, box in ahead:
+        thread.join()
+        assert box["result"][0] == [] and "Request timeout expired" in (box["result"][1] or ""), box["result"]
+    sent_on = engine_events(streaming, "queued") - queued - 8
+    assert 2 <= sent_on <= 3, sent_on  # the headroom; the last one took a place an expired one left
+    wait_until("cancelled while queued", stopped + sent_on)  # each one sent on was stopped in the engine
+    assert engine_started(streaming) == mark + 8  # and none was generated
     for thread, _ in jobs:
         thread.join()
     assert [box["result"][1] for _, box in jobs] == [None] * 8, [box["result"] for _, box in jobs]

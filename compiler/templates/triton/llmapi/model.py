@@ -11,10 +11,13 @@ instance is bound to its devices (parameter `gpu_device_ids`: one comma-separate
 Serving: execute() hands each request to an asyncio event loop and returns at once; every answer
 goes through the request's response sender (decoupled or not), so the LLM batches requests in
 flight and a new request joins the running batch. Admission control is here, not in Triton's
-dynamic batcher (this model has none, as TensorRT-LLM's own): up to `max_inflight_requests` are
-generated at once; the next wait, first come first served, at most `max_queue_size` of them and
-each at most `queue_timeout_ms` (0: unbounded), and are rejected as Triton's queue rejects
-(UNAVAILABLE, the same messages). Nothing waits while there is room. A request is cancelled when
+dynamic batcher (this model has none, as TensorRT-LLM's own): up to `max_inflight_requests` hold a
+slot and are generated at once; a few more (HEADROOM_DIVISOR) are submitted ahead, in the LLM's own
+queue, and take the slots as they free, oldest first, so the LLM's scheduler fills a freed slot at
+once; the next wait here, first come first served, at most `max_queue_size` of them. A request
+that holds no slot within `queue_timeout_ms` (0: unbounded) is aborted in the LLM if it was
+submitted and rejected as Triton's queue rejects (UNAVAILABLE, the same messages). Nothing waits
+while there is room. A request is cancelled when
 its client cancels it (gRPC; checked every `cancellation_check_period_ms`) or when a request with
 the same id carries `stop: true`: its generation is aborted, it is answered with a CANCELLED error.
 As upstream's model, responses are sent and cancellations polled on threads of their own (each
@@ -123,39 +126,86 @@ def _error(message: str, code=None):
     return pb_utils.InferenceResponse(error=error)
 
 
-class Admission:
-    """Slots for requests in generation and a first-come queue for the rest. Used on the event
-    loop's thread only, so it needs no lock."""
+# Admitted requests beyond max_batch_size that are already submitted to the LLM (tokenized, in its
+# executor's queue), so that its scheduler fills a freed slot in the same iteration instead of
+# after a Python round trip and tokenization (issue 22, item 5; docs/serving-admission.md). A
+# quarter of the batch, at least one: enough to cover the slots freed between two looks of this
+# model's loop, small enough that few requests wait outside Kiln's own queue; each of them is still
+# bounded by queue_timeout_ms (aborted in the LLM if no slot passes to it in time).
+HEADROOM_DIVISOR = 4
 
-    def __init__(self, slots: int, max_queue: int, timeout_s: float):
-        self.free, self.max_queue, self.timeout_s = slots, max_queue, timeout_s
+
+def headroom(slots: int) -> int:
+    return -(-slots // HEADROOM_DIVISOR)
+
+
+class Admission:
+    """Slots for requests in generation (`holding`), a few admitted requests submitted ahead of a
+    slot (`ahead`, in submission order: the LLM's own queue order), and a first-come queue for the
+    rest (`waiting`, not submitted). A request must hold a slot within `timeout_s` of its arrival,
+    or it is answered with Triton's timeout (and aborted in the LLM if it was submitted). Used on
+    the event loop's thread only, so it needs no lock."""
+
+    def __init__(self, slots: int, max_queue: int, timeout_s: float, loop):
+        self.slots, self.headroom, self.max_queue, self.timeout_s, self.loop = \
+            slots, headroom(slots), max_queue, timeout_s, loop
+        self.holding = 0
+        self.ahead: collections.deque = collections.deque()
         self.waiting: collections.deque = collections.deque()
 
-    async def enter(self, ticket) -> None:
-        """Take a slot, waiting for one if need be; Rejected when the queue is full or the wait too long."""
-        if self.free > 0 and not self.waiting:
-            self.free -= 1
-            return
+    async def enter(self, entry) -> None:
+        """Return once `entry` may be submitted to the LLM (it holds a slot or is ahead of one);
+        Rejected when the queue is full. A deadline that passes answers it (entry.expire())."""
         if self.max_queue and len(self.waiting) >= self.max_queue:
             raise Rejected(QUEUE_FULL_MESSAGE)
-        self.waiting.append(ticket)
-        await asyncio.wait({ticket}, timeout=self.timeout_s or None)
-        if ticket.done():  # a slot was handed over (possibly just as the wait ran out)
-            return
-        self.waiting.remove(ticket)
-        raise Rejected(QUEUE_TIMEOUT_MESSAGE)
+        entry.stage = "waiting"
+        self.waiting.append(entry)
+        if self.timeout_s:
+            entry.deadline = self.loop.call_later(self.timeout_s, self._expire, entry)
+        self._fill()
+        await entry.ticket
 
-    def leave(self, ticket, held: bool) -> None:
-        if not held:  # gave up waiting (cancelled): only its place in the queue goes
-            if ticket in self.waiting:
-                self.waiting.remove(ticket)
-            return
-        while self.waiting:
-            nxt = self.waiting.popleft()
-            if not nxt.done():
-                nxt.set_result(True)  # the slot passes straight to the first in line
+    def _fill(self) -> None:
+        """Slots go to the oldest submitted requests; free places ahead go to the oldest waiting
+        one (nothing waits while there is room: a request passes through both at once)."""
+        while True:
+            if self.holding < self.slots and self.ahead:
+                entry = self.ahead.popleft()
+                entry.stage = "slot"
+                self.holding += 1
+                self._disarm(entry)
+            elif self.waiting and (self.holding < self.slots or len(self.ahead) < self.headroom):
+                entry = self.waiting.popleft()
+                entry.stage = "ahead"
+                self.ahead.append(entry)
+                if not entry.ticket.done():
+                    entry.ticket.set_result(True)
+            else:
                 return
-        self.free += 1
+
+    @staticmethod
+    def _disarm(entry) -> None:
+        if entry.deadline is not None:
+            entry.deadline.cancel()
+            entry.deadline = None
+
+    def _expire(self, entry) -> None:
+        entry.deadline = None
+        if entry.stage in ("waiting", "ahead"):
+            entry.expire()  # answers it; its leave() gives its place up
+
+    def leave(self, entry) -> None:
+        stage, entry.stage = entry.stage, "gone"
+        self._disarm(entry)
+        if stage == "waiting":
+            self.waiting.remove(entry)
+        elif stage == "ahead":
+            self.ahead.remove(entry)
+        elif stage == "slot":
+            self.holding -= 1
+        else:
+            return
+        self._fill()
 
 
 class Outbox:
@@ -195,8 +245,9 @@ class Inflight:
         self.request, self.admission, self.outbox = request, admission, outbox
         self.sender = request.get_response_sender()
         self.id = request.request_id() or ""
-        self.ticket = loop.create_future()
-        self.admitted = False  # holds a slot
+        self.ticket = loop.create_future()  # done once it may be submitted
+        self.stage = "new"  # in admission: waiting, ahead (submitted, no slot), slot, gone
+        self.deadline = None  # the timer of its queue timeout, until it holds a slot
         self.left = False
         self.result = None
         self.task = None  # the coroutine serving it
@@ -206,7 +257,7 @@ class Inflight:
     def leave(self) -> None:
         if not self.left:
             self.left = True
-            self.admission.leave(self.ticket, held=self.admitted or self.ticket.done())
+            self.admission.leave(self)
 
     def send(self, response=None, final: bool = False) -> None:
         if self.finished:
@@ -219,12 +270,20 @@ class Inflight:
 
     def cancel(self) -> None:
         """Abort the generation and answer at once; the serving coroutine stops waiting."""
+        self._end(_error(CANCELLED_MESSAGE, pb_utils.TritonError.CANCELLED))
+
+    def expire(self) -> None:
+        """No slot within the queue timeout: answered as Triton's queue answers, and aborted in the
+        LLM if it was submitted ahead of a slot."""
+        self._end(_error(QUEUE_TIMEOUT_MESSAGE, pb_utils.TritonError.UNAVAILABLE))
+
+    def _end(self, answer) -> None:
         if self.cancelled or self.finished:
             return
         self.cancelled = True
         if self.result is not None:
             self.result.abort()
-        self.send(_error(CANCELLED_MESSAGE, pb_utils.TritonError.CANCELLED), final=True)
+        self.send(answer, final=True)
         if self.task is not None and self.task is not asyncio.current_task():
             self.task.cancel()
 
@@ -245,14 +304,14 @@ class TritonPythonModel:
         options["tokenizer"] = os.path.join(args["model_repository"], params["tokenizer_dir"])
         self.SamplingParams = SamplingParams
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self.loop = asyncio.new_event_loop()
         self.admission = Admission(int(params["max_inflight_requests"]), int(params["max_queue_size"]),
-                                   int(params["queue_timeout_ms"]) / 1000)
+                                   int(params["queue_timeout_ms"]) / 1000, self.loop)
         self.check_period = int(params["cancellation_check_period_ms"]) / 1000
         self.deltas = params.get("stream_text", "cumulative") == "delta"
         self.inflight = {}  # id(entry) -> Inflight; changed on the event loop's thread only
         self.llm = LLM(**options)
         self.outbox = Outbox()
-        self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="kiln-llmapi", daemon=True)
         self.thread.start()
         self.stopping = threading.Event()
@@ -337,8 +396,7 @@ class TritonPythonModel:
         self.inflight[key] = entry
         try:
             prompt, params, streaming, wanted = self._parse(request)
-            await self.admission.enter(entry.ticket)
-            entry.admitted = True
+            await self.admission.enter(entry)
             if request.is_cancelled():
                 raise Cancelled()
             entry.result = self.llm.generate_async(prompt, sampling_params=params, streaming=streaming)

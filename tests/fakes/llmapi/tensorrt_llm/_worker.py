@@ -4,10 +4,12 @@ commands on stdin ({"op": "submit", "rid", "ids", "params"} / {"op": "abort", "r
 line on stdout ({"rid", "text", "token_ids", "finish_reason", "stop_reason", "logprob", "metrics",
 "done"}); events go to stderr, i.e. the server log, as `kiln-standin: ...`.
 
-Scheduling is in-flight batching: each iteration admits waiting requests up to max_batch_size and
-advances every active request by one token with the real torch model (KV cache per request), so a
+Scheduling is in-flight batching: each iteration admits queued requests, first come first served,
+up to max_batch_size and advances every active request by one token with the real torch model (KV cache per request), so a
 request joins a running batch at the next iteration. An iteration lasts at least `step_ms` (a GPU
-step's length; the tiny model alone is faster).
+step's length; the tiny model alone is faster). An aborted request that is still queued leaves the
+queue at once and gets its final (cancelled) update, as the executor's cancelRequest does; an active
+one is ended at its next step.
 
 Outputs as the real executor's (tensorrt_llm/executor/result.py, llmapi/tokenizer.py, 1.2.x): with
 `exclude_input_from_output` false the prompt's tokens lead the output's, so its text starts with
@@ -17,10 +19,10 @@ until the tokens that complete it (TransformersTokenizer.decode_incrementally).
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
-import queue
 import sys
 import threading
 import time
@@ -54,7 +56,8 @@ class Executor:
         self.tokenizer = AutoTokenizer.from_pretrained(config["tokenizer"])
         self.max_batch_size, self.max_seq_len = config["max_batch_size"], config["max_seq_len"]
         self.tokens_per_block, self.step_s = config["tokens_per_block"], config["step_ms"] / 1000
-        self.waiting: "queue.Queue[Sequence]" = queue.Queue()
+        self.waiting: collections.deque = collections.deque()  # submitted, not yet scheduled
+        self.arrived = threading.Condition()
         self.active: list[Sequence] = []
         self.aborted: set[int] = set()
         self.lock = threading.Lock()
@@ -69,8 +72,18 @@ class Executor:
         for line in sys.stdin:
             cmd = json.loads(line)
             if cmd["op"] == "submit":
-                self.waiting.put(Sequence(cmd["rid"], cmd["ids"], cmd["params"], self.torch))
+                with self.arrived:
+                    self.waiting.append(Sequence(cmd["rid"], cmd["ids"], cmd["params"], self.torch))
+                    log(f"request {cmd['rid']} submitted; queued: {len(self.waiting)}")
+                    self.arrived.notify()
             elif cmd["op"] == "abort":
+                with self.arrived:
+                    queued = next((seq for seq in self.waiting if seq.rid == cmd["rid"]), None)
+                    if queued is not None:
+                        self.waiting.remove(queued)
+                        log(f"request {queued.rid} aborted while queued; queued: {len(self.waiting)}")
+                        self.finish(queued, "cancelled", None)
+                        continue
                 with self.lock:
                     self.aborted.add(cmd["rid"])
         os._exit(0)  # stdin closed: the LLM shut down
@@ -81,10 +94,12 @@ class Executor:
         while True:
             started = time.monotonic()
             while len(self.active) < self.max_batch_size:
-                try:
-                    seq = self.waiting.get(timeout=0 if self.active else 0.05)
-                except queue.Empty:
-                    break
+                with self.arrived:
+                    if not self.waiting and not self.active:
+                        self.arrived.wait(0.05)
+                    if not self.waiting:
+                        break
+                    seq = self.waiting.popleft()
                 seq.first_scheduled = time.monotonic()
                 self.active.append(seq)
                 log(f"request {seq.rid} admitted; in flight: {len(self.active)}")
@@ -161,7 +176,8 @@ class Executor:
         return self.tokenizer.decode(ids, skip_special_tokens=p["skip_special_tokens"])
 
     def finish(self, seq: Sequence, reason: str, stop_reason, text: Optional[str] = None) -> None:
-        self.active.remove(seq)
+        if seq in self.active:
+            self.active.remove(seq)
         if text is None:
             text = self.text(seq.generated, seq.params)
         metrics = None
@@ -170,7 +186,7 @@ class Executor:
             metrics = {
                 "kv_cache_metrics": {"num_total_allocated_blocks": blocks, "num_new_allocated_blocks": blocks,
                                      "num_reused_blocks": 0, "num_missed_blocks": blocks, "kv_cache_hit_rate": 0.0},
-                "timing_metrics": {"arrival_time": seq.arrival, "first_scheduled_time": seq.first_scheduled,
+                "timing_metrics": {"arrival_time": seq.arrival, "first_scheduled_time": seq.first_scheduled or seq.arrival,
                                    "first_token_time": seq.first_token or time.monotonic(),
                                    "last_token_time": time.monotonic()},
                 "speculative_decoding": {"acceptance_rate": 0.0, "total_accepted_draft_tokens": 0,
