@@ -1,0 +1,111 @@
+"""The "Disaggregated roles" section of `kiln plan`: per disaggregated model its router and, per
+role, the servers placed, their parallelism, what one server does under the sla, the servers the
+declared arrival rate needs and the prefill:decode ratio they make (compiler/capacity/roles.py,
+the figures K462 warns from)."""
+
+from __future__ import annotations
+
+import json
+
+from compiler.ir.disaggregated import router_host
+
+from .roles import role_capacity
+
+_COLS = ["Model", "Role", "Servers", "Parallelism", "Units", "Per server (under the sla)", "Needed"]
+
+
+def roles_rows(spec, ir) -> list[dict]:
+    """One row (JSON data) per disaggregated model, in spec order ([] when there is none)."""
+    out = []
+    for name, m in spec.models.items():
+        sized = role_capacity(spec, ir, name)
+        if sized is None:
+            continue
+        out.append({"model": name, "requests_per_second": sized.rate, "router": _router(spec, name, m),
+                    "roles": [_role_row(r) for r in sized.roles], "short": sized.short,
+                    "recommended": None if sized.ratio is None else
+                    {"prefill": sized.ratio[0], "decode": sized.ratio[1]}})
+    return out
+
+
+def _router(spec, name: str, m) -> dict:
+    d = m.serving.disaggregated
+    host = router_host(spec, name)
+    if host is None:  # every server on node pools: Dynamo's frontend routes
+        return {"host": None, "port": None, "kv_aware": d.router.kv_aware, "runs": "dynamo-frontend"}
+    return {"host": host, "port": m.serving.ports.http, "kv_aware": d.router.kv_aware,
+            "runs": "trtllm-serve disaggregated"}
+
+
+def _role_row(r) -> dict:
+    def rnd(v: float | None, n: int = 3):
+        return None if v is None else round(v, n)
+
+    per_server = None
+    if r.prompt_ms is not None:
+        per_server = {"prompt_ms": rnd(r.prompt_ms), "busy_max": rnd(r.busy_max, 4),
+                      "prompts_per_s": rnd(r.busy_max / (r.prompt_ms / 1e3)) if r.busy_max else None}
+    elif r.batch is not None:
+        per_server = {"batch": r.batch, "step_ms": rnd(r.step_ms),
+                      "tokens_per_s": rnd(r.batch / (r.step_ms / 1e3)), "running": rnd(r.running)}
+    return {"role": r.role, "servers": r.placed, "parallelism": r.parallelism, "units": list(r.units),
+            "needed": r.need, "per_server": per_server, "basis": r.note}
+
+
+def _per_server(r: dict) -> str:
+    p = r["per_server"]
+    if p is None:
+        return "-"
+    if "prompt_ms" in p:
+        return (f"{p['prompt_ms']:,.0f} ms per prompt, busy <= {p['busy_max']:.0%}: "
+                f"{p['prompts_per_s']:,.2f} prompts/s")
+    return f"batch {p['batch']} at {p['step_ms']:,.1f} ms/token: {p['tokens_per_s']:,.0f} tok/s"
+
+
+def _needed(r: dict) -> str:
+    n = r["needed"]
+    return "-" if n is None else "sla unreachable" if n < 0 else f"{n}"
+
+
+def _router_text(row: dict) -> str:
+    rt = row["router"]
+    kv = "KV-aware" if rt["kv_aware"] else "round robin"
+    if rt["host"] is None:
+        return f"router: Dynamo frontend on the node pools ({kv})"
+    return f"router: {rt['runs']} on {rt['host']}:{rt['port']} ({kv})"
+
+
+def _summary(row: dict) -> str:
+    rate = row["requests_per_second"]
+    if row["recommended"] is None:
+        why = "" if rate is not None else " (no workload.requests_per_second and sla to size them against)"
+        return f"recommended ratio: -{why}"
+    rec = row["recommended"]
+    placed = {r["role"]: r["servers"] for r in row["roles"]}
+    text = (f"at {rate:g} requests/s: recommended {rec['prefill']} prefill : {rec['decode']} decode "
+            f"(placed {placed['prefill']} : {placed['decode']})")
+    return text + (f"; short of {' and '.join(row['short'])} servers" if row["short"] else "")
+
+
+def render_roles(rows: list[dict], fmt: str = "text") -> str:
+    """`rows` from roles_rows; "" when there is none."""
+    if fmt == "json":
+        return json.dumps(rows, indent=2, sort_keys=True)
+    if not rows:
+        return ""
+    cells = [[row["model"], r["role"], f"{r['servers']}", r["parallelism"], ", ".join(r["units"]) or "-",
+              _per_server(r), _needed(r)] for row in rows for r in row["roles"]]
+    notes = [f"{row['model']}: {text}" for row in rows for text in
+             [_router_text(row), _summary(row)] + [r["basis"] for r in row["roles"] if r["basis"]]]
+    foot = ("The per-server figures are modelled (compiler/capacity/estimate.py) with no tail: with a p99 sla "
+            "the servers needed are a lower bound.")
+    if fmt == "markdown":
+        out = ["### Disaggregated roles", "", "| " + " | ".join(_COLS) + " |", "|" + "---|" * len(_COLS)]
+        out += ["| " + " | ".join(c) + " |" for c in cells]
+        return "\n".join(out + [""] + [f"- {n}" for n in notes] + ["", foot])
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(_COLS)]
+    line = "  ".join("{:<%d}" % w for w in widths)
+    out = ["Disaggregated roles", line.format(*_COLS).rstrip(), "  ".join("-" * w for w in widths)]
+    out += [line.format(*c).rstrip() for c in cells]
+    return "\n".join(out + [""] + [f"  {n}" for n in notes] + ["", foot])
+
