@@ -1,55 +1,13 @@
 """The "Disaggregated roles" section of `kiln plan`: per disaggregated model its router and, per
 role, the servers placed, their parallelism, what one server does under the sla, the servers the
-declared arrival rate needs and the prefill:decode ratio they make (compiler/capacity/roles.py,
-the figures K462 warns from)."""
+declared arrival rate needs and the prefill:decode ratio they make, from the rows of
+compiler/ir/role_capacity.py (the figures K462 warns from)."""
 
 from __future__ import annotations
 
 import json
 
-from compiler.ir.disaggregated import router_host
-
-from .roles import role_capacity
-
 _COLS = ["Model", "Role", "Servers", "Parallelism", "Units", "Per server (under the sla)", "Needed"]
-
-
-def roles_rows(spec, ir) -> list[dict]:
-    """One row (JSON data) per disaggregated model, in spec order ([] when there is none)."""
-    out = []
-    for name, m in spec.models.items():
-        sized = role_capacity(spec, ir, name)
-        if sized is None:
-            continue
-        out.append({"model": name, "requests_per_second": sized.rate, "router": _router(spec, name, m),
-                    "roles": [_role_row(r) for r in sized.roles], "short": sized.short,
-                    "recommended": None if sized.ratio is None else
-                    {"prefill": sized.ratio[0], "decode": sized.ratio[1]}})
-    return out
-
-
-def _router(spec, name: str, m) -> dict:
-    d = m.serving.disaggregated
-    host = router_host(spec, name)
-    if host is None:  # every server on node pools: Dynamo's frontend routes
-        return {"host": None, "port": None, "kv_aware": d.router.kv_aware, "runs": "dynamo-frontend"}
-    return {"host": host, "port": m.serving.ports.http, "kv_aware": d.router.kv_aware,
-            "runs": "trtllm-serve disaggregated"}
-
-
-def _role_row(r) -> dict:
-    def rnd(v: float | None, n: int = 3):
-        return None if v is None else round(v, n)
-
-    per_server = None
-    if r.prompt_ms is not None:
-        per_server = {"prompt_ms": rnd(r.prompt_ms), "busy_max": rnd(r.busy_max, 4),
-                      "prompts_per_s": rnd(r.busy_max / (r.prompt_ms / 1e3)) if r.busy_max else None}
-    elif r.batch is not None:
-        per_server = {"batch": r.batch, "step_ms": rnd(r.step_ms),
-                      "tokens_per_s": rnd(r.batch / (r.step_ms / 1e3)), "running": rnd(r.running)}
-    return {"role": r.role, "servers": r.placed, "parallelism": r.parallelism, "units": list(r.units),
-            "needed": r.need, "per_server": per_server, "basis": r.note}
 
 
 def _per_server(r: dict) -> str:

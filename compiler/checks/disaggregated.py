@@ -40,7 +40,7 @@ def _role_units(ctx: CheckContext, model: str, role: str) -> list:
 
 def _replicas(ctx: CheckContext, unit) -> int:
     """Servers one unit stands for: one on a host, one per node of a Kubernetes node pool."""
-    from compiler.capacity.roles import replicas
+    from compiler.ir.role_capacity import replicas
 
     return replicas(ctx.spec, unit)
 
@@ -262,7 +262,7 @@ class RoleCapacity(Check):
     order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        from compiler.capacity.roles import role_capacity
+        from compiler.ir.role_capacity import role_capacity
 
         for name, _m, _d in _disaggregated(ctx):
             sized = role_capacity(ctx.spec, ctx.ir, name)

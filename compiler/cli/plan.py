@@ -41,7 +41,8 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
     from compiler.build import open_store, plan_spec
     from compiler.capacity.mig_layout import placement_rows, render_placements
     from compiler.capacity.render import render_capacity
-    from compiler.capacity.roles_render import render_roles, roles_rows
+    from compiler.capacity.roles_render import render_roles
+    from compiler.ir.role_capacity import roles_rows
     from compiler.graph.plan import render_disruptions, render_plan, summary_line
     from compiler.pipeline import Options
     from compiler.runtimes.plan import process_rows, render_processes

@@ -1,7 +1,7 @@
 """The capacity of each role of a disaggregated model (pure): the servers placed, and, with
 `workload.requests_per_second` and an `sla`, the servers each role needs and the prefill:decode
 ratio they make. K462 (compiler/checks/disaggregated.py) warns from these figures and `kiln plan`
-shows them (compiler/capacity/roles_render.py), so the two always agree.
+shows them (`roles_rows`, rendered by compiler/capacity/roles_render.py), so the two always agree.
 
 prefill: one prompt's prefill time T (alone on the server: prefill servers run no decode); a
 server busy a fraction r of the time makes a prompt wait r*T / (2*(1 - r)) on average (M/D/1),
@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from compiler.ir.disaggregated import ROLES, role_spec
+from .disaggregated import ROLES, role_spec, router_host
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def role_capacity(spec, ir, name: str) -> ModelRoles | None:
     """The roles of disaggregated model `name` (None when it is not disaggregated)."""
     from compiler.capacity.estimate import cohort_work, prefill_work
     from compiler.capacity.estimate_unit import coefficients_for, unit_case
-    from compiler.ir.passes import sizing
+    from .passes import sizing
 
     m = spec.models.get(name)
     if m is None or m.serving.disaggregated is None:
@@ -150,3 +150,44 @@ def role_capacity(spec, ir, name: str) -> ModelRoles | None:
                                    note=f"decode: {running:,.1f} sequences running at once, {best} per server "
                                         f"within tpot_ms {sla.tpot_ms:g}: {need} server(s)"))
     return ModelRoles(name, rate, tuple(out))
+
+
+# --- as rows for `kiln plan` (JSON data; compiler/capacity/roles_render.py renders them) ------------
+
+
+def roles_rows(spec, ir) -> list[dict]:
+    """One row (JSON data) per disaggregated model, in spec order ([] when there is none)."""
+    out = []
+    for name, m in spec.models.items():
+        sized = role_capacity(spec, ir, name)
+        if sized is None:
+            continue
+        out.append({"model": name, "requests_per_second": sized.rate, "router": _router(spec, name, m),
+                    "roles": [_role_row(r) for r in sized.roles], "short": sized.short,
+                    "recommended": None if sized.ratio is None else
+                    {"prefill": sized.ratio[0], "decode": sized.ratio[1]}})
+    return out
+
+
+def _router(spec, name: str, m) -> dict:
+    d = m.serving.disaggregated
+    host = router_host(spec, name)
+    if host is None:  # every server on node pools: Dynamo's frontend routes
+        return {"host": None, "port": None, "kv_aware": d.router.kv_aware, "runs": "dynamo-frontend"}
+    return {"host": host, "port": m.serving.ports.http, "kv_aware": d.router.kv_aware,
+            "runs": "trtllm-serve disaggregated"}
+
+
+def _role_row(r) -> dict:
+    def rnd(v: float | None, n: int = 3):
+        return None if v is None else round(v, n)
+
+    per_server = None
+    if r.prompt_ms is not None:
+        per_server = {"prompt_ms": rnd(r.prompt_ms), "busy_max": rnd(r.busy_max, 4),
+                      "prompts_per_s": rnd(r.busy_max / (r.prompt_ms / 1e3)) if r.busy_max else None}
+    elif r.batch is not None:
+        per_server = {"batch": r.batch, "step_ms": rnd(r.step_ms),
+                      "tokens_per_s": rnd(r.batch / (r.step_ms / 1e3)), "running": rnd(r.running)}
+    return {"role": r.role, "servers": r.placed, "parallelism": r.parallelism, "units": list(r.units),
+            "needed": r.need, "per_server": per_server, "basis": r.note}
