@@ -121,6 +121,12 @@ def test_kubernetes_roles_with_dynamo_and_a_planner_raise_no_disaggregated_rule(
     # each role is a workload of its own on the pool, replicated on every node
     workloads = {w.name: (w.role, w.gpus, w.replicas) for w in v.resolved.pools["h200"].workloads}
     assert workloads == {"chat-h200-prefill": ("prefill", 1, 4), "chat-h200-decode": ("decode", 4, 2)}
+    # the plan counts a node pool's servers per node, and Dynamo's frontend routes
+    from compiler.ir.role_capacity import roles_rows
+
+    [row] = roles_rows(v.resolved.spec, v.resolved)
+    assert {r["role"]: r["servers"] for r in row["roles"]} == {"prefill": 4, "decode": 2}
+    assert row["router"]["runs"] == "dynamo-frontend" and row["router"]["host"] is None
 
 
 @pytest.mark.parametrize("given, block, expected", [(None, 32, 4000), (None, 64, 4032), (None, 128, 4096),
