@@ -4,6 +4,7 @@ and the checks on specs that the case files (tests/cases/disaggregated/) do not 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,12 @@ def test_kubernetes_roles_with_dynamo_and_a_planner_raise_no_disaggregated_rule(
     # each role is a workload of its own on the pool, replicated on every node
     workloads = {w.name: (w.role, w.gpus, w.replicas) for w in v.resolved.pools["h200"].workloads}
     assert workloads == {"chat-h200-prefill": ("prefill", 1, 4), "chat-h200-decode": ("decode", 4, 2)}
+    # the plan counts a node pool's servers per node, and Dynamo's frontend routes
+    from compiler.ir.role_capacity import roles_rows
+
+    [row] = roles_rows(v.resolved.spec, v.resolved)
+    assert {r["role"]: r["servers"] for r in row["roles"]} == {"prefill": 4, "decode": 2}
+    assert row["router"]["runs"] == "dynamo-frontend" and row["router"]["host"] is None
 
 
 @pytest.mark.parametrize("given, block, expected", [(None, 32, 4000), (None, 64, 4032), (None, 128, 4096),
@@ -152,3 +159,92 @@ def test_the_hosts_example_builds_servers_and_router_and_k164_is_retired() -> No
     assert [(r.id, r.port, r.serving.runtime) for r in params.routers] == [
         ("h200/chat-router", 8000, "trtllm-serve-disaggregated")]
     assert get_rule("K164").doc().startswith("Retired")
+
+
+# --- `kiln plan`: the roles, the router and each role's capacity ------------------------------------------
+
+
+def _plan(spec: Path, store: Path, capsys, fmt: str = "text") -> str:
+    from compiler.cli import main
+
+    main(["plan", str(spec), "--store", str(store), "--format", fmt])
+    return capsys.readouterr().out
+
+
+def test_the_plan_labels_each_unit_with_its_role_and_lists_the_router(tmp_path: Path, capsys) -> None:
+    text = _plan(EXAMPLE, tmp_path / "store", capsys)
+    # the host disruptions, the capacity and the estimate tables say which role a unit serves
+    assert "h200 GPU 0: serving-change: nothing -> chat (prefill)" in text
+    assert "h200 GPU 4: serving-change: nothing -> chat (decode) (GPUs 4,5,6,7)" in text
+    assert re.search(r"^h200/gpu0 \(prefill\) +chat +1 GPU ", text, re.M), text
+    assert re.search(r"^h200/gpu4\+5\+6\+7 \(decode\) +chat +tp4 x pp1 \(4 GPUs\)", text, re.M), text
+    assert re.search(r"^h200/gpu0 \(prefill\) \(\+1 alike\) +chat ", text, re.M), text
+    section = text.split("\nDisaggregated roles\n", 1)[1]
+    assert re.search(r"^chat +prefill +2 +tp1 x pp1 +h200/gpu0, h200/gpu1 +\d+ ms per prompt", section, re.M), section
+    assert re.search(r"^chat +decode +1 +tp4 x pp1 +h200/gpu4\+5\+6\+7 +batch \d+ at ", section, re.M), section
+    assert "chat: router: trtllm-serve disaggregated on h200:8000 (KV-aware)" in section
+    assert "chat: at 4 requests/s: recommended 1 prefill : 1 decode (placed 2 : 1)" in section
+    md = _plan(EXAMPLE, tmp_path / "store", capsys, "markdown")
+    assert "### Disaggregated roles" in md and "| chat | prefill | 2 | tp1 x pp1 |" in md
+    assert "| h200 | 0 | serving-change | nothing -> chat (prefill) |" in md
+
+
+def _recommended(message: str) -> tuple[int, int]:
+    m = re.search(r"recommended: (\d+) prefill to (\d+) decode", message)
+    assert m, message
+    return int(m.group(1)), int(m.group(2))
+
+
+def test_the_plan_recommends_what_k462_says(tmp_path: Path, capsys) -> None:
+    """At ten times the example's rate K462 warns; the plan's section gives the same counts, the
+    same short roles and the same ratio, in text and json (both come from one sizing)."""
+    spec = tmp_path / "kiln.yaml"
+    spec.write_text(_example(**{"requests_per_second: 4": "requests_per_second: 40"}))
+    busy = validate_text(spec.read_text(), EXAMPLE.parent)
+    [d] = [d for d in busy.diagnostics if d.code == "K462"]
+    prefill, decode = _recommended(d.message)
+    doc = json.loads(_plan(spec, tmp_path / "store", capsys, "json"))
+    [row] = doc["disaggregated"]
+    assert row["recommended"] == {"prefill": prefill, "decode": decode}
+    assert row["short"] == ["prefill", "decode"] and "prefill and decode" in d.message
+    assert {r["role"]: r["needed"] for r in row["roles"]} == {"prefill": prefill, "decode": decode}
+    assert [r["basis"] for r in row["roles"]] == list(d.notes)
+    assert row["router"] == {"host": "h200", "port": 8000, "kv_aware": True, "runs": "trtllm-serve disaggregated"}
+    text = _plan(spec, tmp_path / "store", capsys)
+    assert f"recommended {prefill} prefill : {decode} decode (placed 2 : 1); short of prefill and decode servers" in text
+    # at the example's rate the plan still recommends a ratio, with nothing short (and no K462)
+    doc = json.loads(_plan(EXAMPLE, tmp_path / "store", capsys, "json"))
+    assert doc["disaggregated"][0]["short"] == [] and doc["disaggregated"][0]["recommended"] is not None
+
+
+def test_without_a_rate_the_plan_shows_the_roles_but_no_ratio(tmp_path: Path, capsys) -> None:
+    spec = tmp_path / "kiln.yaml"
+    spec.write_text(_example(**{", requests_per_second: 4": ""}))
+    text = _plan(spec, tmp_path / "store", capsys)
+    section = text.split("\nDisaggregated roles\n", 1)[1]
+    assert "chat: recommended ratio: - (no workload.requests_per_second and sla to size them against)" in section
+    assert re.search(r"^chat +decode +1 +tp4 x pp1 +h200/gpu4\+5\+6\+7 +- +-$", section, re.M), section
+
+
+def test_a_plan_without_disaggregated_serving_has_no_roles(tmp_path: Path, capsys) -> None:
+    quickstart = ROOT / "examples" / "quickstart" / "kiln.yaml"
+    text = _plan(quickstart, tmp_path / "store", capsys)
+    assert "Disaggregated roles" not in text and "(prefill)" not in text and "(decode)" not in text
+    doc = json.loads(_plan(quickstart, tmp_path / "store", capsys, "json"))
+    assert "disaggregated" not in doc and all("role" not in r for r in doc["capacity"]["units"])
+
+
+def test_a_role_change_is_a_serving_change_of_its_gpus() -> None:
+    """A GPU that moves from prefill to decode gets another server: the host plan says so."""
+    from compiler.actions.gpustate import desired_state
+    from compiler.targets.hosts.hostplan import disruptions
+
+    v = validate_path(EXAMPLE)
+    before = desired_state(v.resolved.hosts["h200"])
+    assert [(g.index, g.role) for g in before.gpus] == [(0, "prefill"), (1, "prefill"), (4, "decode"),
+                                                          (5, "decode"), (6, "decode"), (7, "decode")]
+    after = before.model_copy(update={"gpus": [g.model_copy(update={"role": "decode"}) if g.index == 1 else g
+                                               for g in before.gpus]})
+    [d] = disruptions(before, after)
+    assert (d.gpu_index, d.kind, d.detail) == (1, "serving-change", "chat (prefill) -> chat (decode)")
+    assert disruptions(before, before) == []

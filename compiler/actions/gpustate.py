@@ -7,10 +7,17 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from compiler.capacity.placement import creation_commands
 from compiler.ir import ResolvedHost
 
 from .base import Params
+
+
+def _absent(value: object) -> bool:
+    """A role is written only under disaggregated serving, so other hosts' states stay as they were."""
+    return value is None
 
 
 class LockedClocks(Params):
@@ -29,6 +36,7 @@ class MigInstanceState(Params):
     start: int
     serves: str
     slot: int  # position in the spec's `mig` list
+    role: str | None = Field(default=None, exclude_if=_absent)  # disaggregated serving: prefill or decode
 
 
 class MigState(Params):
@@ -44,6 +52,7 @@ class GpuState(Params):
     mig: MigState | None
     serves: str | None
     group: list[int] | None  # the tensor/pipeline-parallel group a whole GPU belongs to
+    role: str | None = Field(default=None, exclude_if=_absent)  # disaggregated serving: prefill or decode
 
 
 class HostState(Params):
@@ -69,7 +78,7 @@ def desired_state(host: ResolvedHost) -> HostState:
                 result = host.gpu_placements[index]
                 mig = MigState(instances=[MigInstanceState(profile=p.profile.name, profile_id=p.profile.id,
                                                            start=p.start, serves=a.mig[p.request_index].serves,
-                                                           slot=p.request_index) for p in result.placed],
+                                                           slot=p.request_index, role=a.mig[p.request_index].role) for p in result.placed],
                                create=creation_commands(result))
             g = clocks.graphics_mhz if clocks is not None else None
             gpus.append(GpuState(
@@ -79,7 +88,8 @@ def desired_state(host: ResolvedHost) -> HostState:
                 application_clocks=None if spec.application_clocks is None or a.clocks is not None else AppClocks(
                     memory_mhz=spec.application_clocks.memory_mhz, graphics_mhz=spec.application_clocks.graphics_mhz),
                 power_limit_w=a.power_limit_w or spec.power_limit_w,
-                mig=mig, serves=a.serves, group=list(a.indexes) if a.serves else None))
+                mig=mig, serves=a.serves, group=list(a.indexes) if a.serves else None,
+                role=a.role if a.serves else None))
     gpus.sort(key=lambda g: g.index)
     return HostState(host=host.name, gpu=host.gpu.name, gpu_count=spec.count, driver=spec.driver,
                      persistence=spec.persistence, gpus=gpus)

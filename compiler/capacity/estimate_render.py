@@ -9,6 +9,11 @@ _COLS = ["Unit", "Model", "Est. tok/s (low-high)", "Ceiling tok/s", "Concurrency
          "$/Mtok (low-high)", "SLA conc.", "Basis"]
 
 
+def unit_label(r: dict) -> str:
+    """A row's unit as the tables name it: with its role under disaggregated serving."""
+    return r["unit"] + (f" ({r['role']})" if r.get("role") else "")
+
+
 def _range(f: dict | None, fmt: str = "{:,.0f}") -> str:
     if not f:
         return "-"
@@ -37,8 +42,8 @@ def _grouped(rows: list[dict]) -> list[tuple[list[str], dict]]:
     for r in rows:
         if not r.get("estimate"):
             continue
-        key = repr((r["model"], r["slice"], r["estimate"]))
-        out.setdefault(key, ([], r))[0].append(r["unit"])
+        key = repr((r["model"], r["slice"], r.get("role"), r["estimate"]))
+        out.setdefault(key, ([], r))[0].append(unit_label(r))
     return list(out.values())
 
 

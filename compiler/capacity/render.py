@@ -9,18 +9,20 @@ from __future__ import annotations
 import json
 import math
 
-from .estimate_render import render_estimates
+from .estimate_render import render_estimates, unit_label
 from .report import UnitFigures, gib
 
 _COLS = ["Unit", "Model", "Slice", "Memory", "Weights", "Reserve", "KV pool", "Headroom", "Max seqs",
          "Ceiling tok/s (b=1 / b=N)", "$/Mtok"]
 
 
-def unit_row(f: UnitFigures, max_batch: int, start: int | None = None, measured: dict | None = None) -> dict:
+def unit_row(f: UnitFigures, max_batch: int, start: int | None = None, measured: dict | None = None,
+             role: str | None = None) -> dict:
     """One unit's figures as JSON data (bytes rounded to integers). `max_batch` is the model's
     max_batch_size; under attention DP it applies per rank, and the row gives the unit's total.
     `start`: a MIG instance's placement (its first memory slot). `measured`: the model's measured
-    limit ({"record", "unit", "concurrency", "limit", "derivation"}), set beside the modelled bound."""
+    limit ({"record", "unit", "concurrency", "limit", "derivation"}), set beside the modelled bound.
+    `role`: the role the unit serves under disaggregated serving (a key only then)."""
     c = f.capacity
     max_batch *= c.ranks
     d = {
@@ -36,6 +38,8 @@ def unit_row(f: UnitFigures, max_batch: int, start: int | None = None, measured:
         "decode": None, "cost_per_million_tokens": None,
         "concurrency_bound": f.concurrency_bound, "measured": None, "estimate": f.estimate,
     }
+    if role is not None:
+        d["role"] = role
     if measured is not None:
         bound = f.concurrency_bound
         d["measured"] = {**measured, "bound": bound,
@@ -57,7 +61,7 @@ def _cells(r: dict) -> list[str]:
     cost = f"{r['cost_per_million_tokens']:,.2f}" if r["cost_per_million_tokens"] is not None else "-"
     seqs = f"{r['max_sequences']}" + ("" if r["batch_reachable"] else f" (< {r['max_batch_size']})")
     where = r["slice"] if r.get("placement") is None else f"{r['slice']}@{r['placement']}"
-    return [r["unit"], r["model"], where, gib(r["memory_bytes"]), gib(r["weight_bytes"]), gib(r["reserve_bytes"]),
+    return [unit_label(r), r["model"], where, gib(r["memory_bytes"]), gib(r["weight_bytes"]), gib(r["reserve_bytes"]),
             gib(r["kv_pool_bytes"]), gib(r["headroom_bytes"]), seqs if r["fits"] else "does not fit", decode, cost]
 
 
@@ -70,7 +74,7 @@ def _measured_cells(r: dict) -> list[str]:
     record = m["record"] + ("" if m["unit"] == r["unit"] else f" (measured on {m['unit']})")
     pct = None if m["ratio"] is None else m["ratio"] * 100
     ratio = "-" if pct is None else f"{pct:.0f}%" if pct >= 10 else f"{pct:.2g}%"
-    return [r["unit"], r["model"], f"{m['bound']:,}", f"{m['concurrency']:,}", f"{m['limit']:,}", ratio, record]
+    return [unit_label(r), r["model"], f"{m['bound']:,}", f"{m['concurrency']:,}", f"{m['limit']:,}", ratio, record]
 
 
 def _table(cols: list[str], cells: list[list[str]], fmt: str) -> list[str]:
@@ -135,7 +139,7 @@ def _assumptions(rows: list[dict]) -> list[tuple[str, str]]:
     by_text: dict[str, list[str]] = {}
     for r in rows:
         for a in r.get("assumptions", ()):
-            by_text.setdefault(a, []).append(r["unit"])
+            by_text.setdefault(a, []).append(unit_label(r))
     out = []
     for text, units in by_text.items():
         shown = "all units" if len(units) == len(rows) and len(rows) > 1 else ", ".join(units)

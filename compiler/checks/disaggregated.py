@@ -10,7 +10,6 @@ compiler/catalog/data/disaggregated.json.
 
 from __future__ import annotations
 
-import math
 from typing import Iterable
 
 from compiler import runtimes as serving_runtimes
@@ -41,10 +40,9 @@ def _role_units(ctx: CheckContext, model: str, role: str) -> list:
 
 def _replicas(ctx: CheckContext, unit) -> int:
     """Servers one unit stands for: one on a host, one per node of a Kubernetes node pool."""
-    host = ctx.spec.hosts.get(unit.host)
-    if host is not None and host.deploy == "kubernetes":
-        return host.node_pool.nodes if host.node_pool is not None else 1
-    return 1
+    from compiler.ir.role_capacity import replicas
+
+    return replicas(ctx.spec, unit)
 
 
 def _attention(m: Model, d: Disaggregated, role: str) -> str:
@@ -264,77 +262,20 @@ class RoleCapacity(Check):
     order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        from compiler.capacity.estimate import cohort_work, prefill_work
-        from compiler.capacity.estimate_unit import coefficients_for, unit_case
-        from compiler.ir.passes import sizing
+        from compiler.ir.role_capacity import role_capacity
 
-        for name, m, d in _disaggregated(ctx):
-            w, sla = m.workload, m.sla
-            if w is None or w.requests_per_second is None or sla is None:
-                continue
-            rm = ctx.ir.models.get(name)
-            if rm is None or rm.arch is None or rm.formats is None:
-                continue
-            rate = w.requests_per_second
-            need: dict[str, int] = {}
-            have: dict[str, int] = {}
-            lines: list[str] = []
-            for role in ROLES:
-                units = [u for u in _role_units(ctx, name, role) if u.figures is not None]
-                if not units:
-                    break
-                u = units[0]
-                host = ctx.ir.hosts[u.host]
-                s = sizing(rm, role)
-                case = unit_case(u, s, rm.arch, host.gpu, u.figures)
-                if case is None:
-                    break
-                coef = coefficients_for(host.gpu.arch, s.weights_fmt, ctx.spec.toolchain.tensorrt_llm).coefficients
-                have[role] = sum(_replicas(ctx, x) for x in _role_units(ctx, name, role))
-                if role == "prefill":
-                    if sla.ttft_ms is None:
-                        continue
-                    t = prefill_work(case.shape, case.traffic.mean_input, 0, 0.0).time(coef)
-                    k = sla.ttft_ms / 1e3 / t
-                    if k <= 1:
-                        lines.append(f"prefill: one prompt takes {t * 1e3:,.0f} ms alone, over ttft_ms "
-                                     f"{sla.ttft_ms:g} at any server count")
-                        need[role] = -1
-                        continue
-                    r_max = 2 * (k - 1) / (1 + 2 * (k - 1))
-                    need[role] = max(1, math.ceil(rate * t / r_max))
-                    lines.append(f"prefill: {t * 1e3:,.0f} ms per prompt, busy at most {r_max:.0%} for ttft_ms "
-                                 f"{sla.ttft_ms:g}: {need[role]} server(s)")
-                else:
-                    if sla.tpot_ms is None:
-                        continue
-                    limit = min(s.max_batch_size if isinstance(s.max_batch_size, int) else case.batch, case.batch)
-                    best = 0
-                    b = 1
-                    while b <= limit:
-                        work = cohort_work(case.shape, b, 0.0, case.traffic.mean_output, case.traffic.decode_context)
-                        if work.time(coef) / work.steps * 1e3 > sla.tpot_ms:
-                            break
-                        best = b
-                        b = b * 2 if b * 2 <= limit or b == limit else limit
-                    if best == 0:
-                        lines.append(f"decode: one sequence alone steps slower than tpot_ms {sla.tpot_ms:g}")
-                        need[role] = -1
-                        continue
-                    running = rate * case.traffic.mean_output * sla.tpot_ms / 1e3
-                    need[role] = max(1, math.ceil(running / best))
-                    lines.append(f"decode: {running:,.1f} sequences running at once, {best} per server within "
-                                 f"tpot_ms {sla.tpot_ms:g}: {need[role]} server(s)")
-            short = [r for r in need if need[r] < 0 or need[r] > have.get(r, 0)]
+        for name, _m, _d in _disaggregated(ctx):
+            sized = role_capacity(ctx.spec, ctx.ir, name)
+            short = sized.short
             if not short:
                 continue
-            ratio = (f"; recommended: {need['prefill']} prefill to {need['decode']} decode"
-                     if need.get("prefill", 0) > 0 and need.get("decode", 0) > 0 else "")
-            placed = ", ".join(f"{have.get(r, 0)} {r}" for r in ROLES)
-            yield ctx.diag(self, _dpath(name), f"at {rate:g} requests/s, model {name!r} needs more "
+            ratio = (f"; recommended: {sized.ratio[0]} prefill to {sized.ratio[1]} decode"
+                     if sized.ratio is not None else "")
+            placed = ", ".join(f"{r.placed if r.sized else 0} {r.role}" for r in sized.roles)
+            yield ctx.diag(self, _dpath(name), f"at {sized.rate:g} requests/s, model {name!r} needs more "
                            f"{' and '.join(short)} servers than placed ({placed}){ratio}", key=True,
                            help="place more servers of the short role, or lower the rate the spec declares",
-                           notes=tuple(lines))
+                           notes=tuple(r.note for r in sized.roles if r.note is not None))
 
 
 class TokensPerBlockDiffer(Check):

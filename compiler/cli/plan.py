@@ -41,6 +41,8 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
     from compiler.build import open_store, plan_spec
     from compiler.capacity.mig_layout import placement_rows, render_placements
     from compiler.capacity.render import render_capacity
+    from compiler.capacity.roles_render import render_roles
+    from compiler.ir.role_capacity import roles_rows
     from compiler.graph.plan import render_disruptions, render_plan, summary_line
     from compiler.pipeline import Options
     from compiler.runtimes.plan import process_rows, render_processes
@@ -52,12 +54,14 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
     figures = result.resolved.capacity_rows() if result.resolved is not None else []
     placements = placement_rows(result.resolved.units) if result.resolved is not None else []
     processes = process_rows(result.resolved) if result.resolved is not None else []
+    roles = roles_rows(result.resolved.spec, result.resolved) if result.resolved is not None else []
     summary = summary_line(outcome.plan, outcome.disruptions) if outcome.graph is not None else None
     if args.format == "json":
         emit(json.dumps({"summary": summary, "diagnostics": diagnostic_records([result]), "store": str(store.root),
                          "actions": json.loads(render_plan(outcome.plan, "json")) if outcome.graph else None,
                          "disruptions": json.loads(render_disruptions(outcome.disruptions, "json")),
                          "placements": placements, "processes": processes,
+                         **({"disaggregated": roles} if roles else {}),
                          "capacity": json.loads(render_capacity(figures, "json"))}, indent=2, sort_keys=True), None)
     else:
         parts = [f"**{summary}**" if args.format == "markdown" else summary] if summary else []
@@ -75,6 +79,8 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
             parts.append(render_processes(processes, args.format))
         if figures:
             parts.append(render_capacity(figures, args.format))
+        if roles:
+            parts.append(render_roles(roles, args.format))
         parts.append(footer_line([result]))
         emit("\n\n".join(parts), None)
     return ExitCode.OK if result.ok else ExitCode.ERRORS

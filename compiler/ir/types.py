@@ -202,7 +202,7 @@ class Resolved:
         from compiler.capacity.render import unit_row
 
         return [unit_row(u.figures, self.models[u.model].spec.limits.max_batch_size, u.mig_start,
-                         self.measured_row(u.model))
+                         self.measured_row(u.model), u.role)
                 for u in self.sized_units() if host is None or u.host == host]
 
     def measured_row(self, model: str) -> dict | None:

@@ -81,14 +81,19 @@ def _clock_text(gpu: GpuState | None) -> str:
 
 
 def _serving(gpu: GpuState | None) -> dict:
-    """What the GPU serves: {placement start: model} for MIG, {"gpu": (model, group)} otherwise."""
+    """What the GPU serves: {placement start: model} for MIG, {"gpu": (model, group)} otherwise;
+    a model is "model (role)" under disaggregated serving (a role change replaces the server)."""
     if gpu is None:
         return {}
     if gpu.mig is not None:
-        return {i.start: i.serves for i in gpu.mig.instances}
+        return {i.start: _with_role(i.serves, i.role) for i in gpu.mig.instances}
     if gpu.serves:
-        return {"gpu": (gpu.serves, tuple(gpu.group or [gpu.index]))}
+        return {"gpu": (_with_role(gpu.serves, gpu.role), tuple(gpu.group or [gpu.index]))}
     return {}
+
+
+def _with_role(model: str, role: str | None) -> str:
+    return model if role is None else f"{model} ({role})"
 
 
 def _serving_text(serving: dict) -> str:
