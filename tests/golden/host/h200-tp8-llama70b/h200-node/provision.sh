@@ -643,7 +643,9 @@ lock_clock() { # GPU KEY(lgc|lmc) WANT
     [ -z "$rec" ] || why="recorded lock $rec"
     [ "$REAPPLY_CLOCKS" = 0 ] || why="--reapply-clocks"
     if act "GPU $i: lock $what at $value ($why)"; then
-      if run "$SMI" -i "$i" "$flag" "$value" && printf '%s' "$LAST_OUTPUT" | grep -qF "$confirm"; then
+      # a pattern match, not `printf | grep -q`: under pipefail grep's early exit can fail printf
+      # with SIGPIPE, and a confirmed lock would read as refused
+      if run "$SMI" -i "$i" "$flag" "$value" && [[ $LAST_OUTPUT == *"$confirm"* ]]; then
         write_clock_record "$i" "$key" "$value"
       else
         error "GPU $i: nvidia-smi $flag $value did not confirm the lock (is $value within the GPU's supported clocks?)"
