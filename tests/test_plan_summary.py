@@ -65,3 +65,19 @@ def test_the_plan_shows_the_processes_of_a_multi_rank_unit(tmp_path: Path, capsy
     main(["plan", str(spec / "kiln.yaml"), "--store", str(tmp_path / "store"), "--format", "json"])
     rows = json.loads(capsys.readouterr().out)["processes"]
     assert [(r["model"], r["ranks"], r["tp"], r["pp"]) for r in rows] == [("llama70b", 8, 8, 1)]
+
+
+def test_a_unit_of_an_unknown_model_is_a_diagnostic_in_the_plan_not_a_crash(tmp_path: Path, capsys) -> None:
+    """Found by the pools fuzzer: a host that serves a model the spec does not define reached the
+    processes table, which looked the model up. The plan reports the spec's error and exits 1."""
+    import shutil
+
+    spec = tmp_path / "spec"
+    shutil.copytree(QUICKSTART.parent, spec, ignore=shutil.ignore_patterns("store", ".kiln"))
+    text = (spec / "kiln.yaml").read_text(encoding="utf-8")
+    assert text.count("serves: tiny-awq") == 1
+    (spec / "kiln.yaml").write_text(text.replace("serves: tiny-awq", "serves: gone"), encoding="utf-8")
+    for fmt in ("text", "json"):
+        assert main(["plan", str(spec / "kiln.yaml"), "--store", str(tmp_path / "store"), "--format", fmt]) == 1
+        out = capsys.readouterr().out
+        assert "gone" in out and "Traceback" not in out

@@ -12,6 +12,8 @@ def process_rows(resolved) -> list[dict]:
     """One row per serving unit whose runtime starts more than one process, in spec order."""
     rows = []
     for u in resolved.units:
+        if u.model not in resolved.models:  # a unit serving an unknown model: the spec's error says so
+            continue
         m = resolved.models[u.model].spec
         par = m.parallelism
         rt = get(m.serving.runtime)
