@@ -171,6 +171,7 @@ class Harness:
         if case.password is not None:
             registry = Registry(registry.host, registry.namespace, registry.scheme, ("kiln", case.password))
         client = Client(registry, timeout=5)
+        client.retry_pace = 0.0  # failed requests are still retried, without the waits between
         client.deadline = time.monotonic() + 20  # no input may take longer (nothing here drips)
         message = ""
         try:

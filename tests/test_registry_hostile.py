@@ -33,6 +33,17 @@ DIGEST = "sha256:" + "a" * 64
 JSON_ERR = [("Content-Type", "application/json")]
 
 
+@pytest.fixture(autouse=True)
+def _quick_retries(monkeypatch) -> None:
+    """The client's waits before retrying a failed request, cut to milliseconds: the servers here
+    fail on purpose, and the count of retries, not their pace, is what is checked."""
+    import compiler.gitops.oci as oci
+
+    monkeypatch.setattr(oci, "BLOB_UNKNOWN_RETRY_S", (0.01, 0.02, 0.04, 0.08))
+    monkeypatch.setattr(oci, "SERVER_ERROR_RETRY_S", (0.01, 0.02, 0.04))
+    monkeypatch.setattr(oci, "BLOB_FAILED_LOOK_S", (0.0, 0.01))
+
+
 def _client(server: Server, credentials: tuple[str, str] | None = None, timeout: float = 10) -> Client:
     registry = Registry.parse(server.host)
     if credentials is not None:
@@ -288,7 +299,7 @@ def test_two_concurrent_publishes_of_one_commit_one_wins_and_the_other_says_so(t
         order = list(relay.forwarded_order)
     codes = [p.returncode for p in procs]
     assert sorted(codes) == [0, 1], outs
-    assert len(order) == 2  # both writes reached the registry: the check alone let both through
+    assert len(order) == 2, outs  # both writes reached the registry: the check alone let both through
     winner_digest = "sha256:" + hashlib.sha256(order[-1]).hexdigest()  # the later write is what the tag names
     tagged = Client(Registry.parse(registry.host)).manifest_digest("race/quickstart", commit)
     assert tagged == winner_digest
@@ -296,6 +307,82 @@ def test_two_concurrent_publishes_of_one_commit_one_wins_and_the_other_says_so(t
     assert f"@{tagged}" in won[0]
     assert "another publish wrote this tag at the same time" in lost[1] and f"the tag names {tagged}" in lost[1], lost
     assert "Traceback" not in lost[1]
+
+
+BLOB_UNKNOWN = (b'{"errors":[{"code":"MANIFEST_BLOB_UNKNOWN","message":"blob unknown to registry",'
+                b'"detail":"sha256:' + b"b" * 64 + b'"}]}')
+
+
+@pytest.mark.parametrize("refusals", [2, 99], ids=["transient", "for-good"])
+def test_a_manifest_refused_for_an_unknown_blob_is_retried_a_bounded_number_of_times(refusals: int) -> None:
+    """Distribution answers MANIFEST_BLOB_UNKNOWN for a moment while another push links the same blob
+    (the concurrent-publish test met it 2 times in 20): the write is retried a few times, then fails
+    naming the blob."""
+    puts: list[Request] = []
+
+    def answer(r: Request) -> Answer:
+        puts.append(r)
+        if len(puts) <= refusals:
+            return Answer(400, JSON_ERR + [("Content-Length", str(len(BLOB_UNKNOWN)))], BLOB_UNKNOWN)
+        return Answer(201, [("Content-Length", "0")])
+
+    with Server(answer) as s:
+        client = _client(s)
+        if refusals == 2:
+            assert client.put_manifest("team/app", "v1", b"{}") == "sha256:" + hashlib.sha256(b"{}").hexdigest()
+            assert len(puts) == 3
+        else:
+            e = _raises(lambda: client.put_manifest("team/app", "v1", b"{}"))
+            assert len(puts) == 5 and "MANIFEST_BLOB_UNKNOWN" in str(e) and "after 4 retries" in str(e), e
+    assert all(r.method == "PUT" and r.body == b"{}" for r in puts)
+
+
+@pytest.mark.parametrize("there_after", [True, False], ids=["another-push-won", "really-failed"])
+def test_an_upload_the_registry_fails_is_done_when_the_blob_is_there_after_all(there_after: bool) -> None:
+    """Distribution fails the later of two simultaneous uploads of one blob with HTTP 500 (two
+    concurrent publishes met it once in 24): the blob is there, so the push is done; a 500 with
+    no blob behind it is still the registry's error."""
+    seen: list[str] = []
+
+    def answer(r: Request) -> Answer:
+        seen.append(r.method)
+        if r.method == "HEAD":
+            found = there_after and "PUT" in seen
+            return Answer(200 if found else 404, [("Content-Length", "2" if found else "0")])
+        if r.method == "POST":
+            return Answer(202, [("Location", "/v2/team/app/blobs/uploads/u1"), ("Content-Length", "0")])
+        return Answer(500, JSON_ERR + [("Content-Length", "2")], b"{}")
+
+    with Server(answer) as s:
+        client = _client(s)
+        if there_after:
+            assert client.push_blob("team/app", DIGEST, 2, b"{}") is False
+            assert seen == ["HEAD", "POST", "PUT", "HEAD"]
+        else:
+            e = _raises(lambda: client.push_blob("team/app", DIGEST, 2, b"{}"))
+            assert "PUT" in str(e) and "HTTP 500" in str(e) and seen == ["HEAD", "POST", "PUT", "HEAD", "HEAD"], e
+
+
+@pytest.mark.parametrize("failures", [2, 99], ids=["transient", "for-good"])
+def test_a_read_the_registry_fails_is_retried_a_bounded_number_of_times(failures: int) -> None:
+    """A HEAD of a blob that another push is linking gets HTTP 500 from Distribution for a moment
+    (met once in 60 concurrent publishes): reads are retried (3 times), writes of an upload are not."""
+    heads: list[Request] = []
+
+    def answer(r: Request) -> Answer:
+        heads.append(r)
+        if len(heads) <= failures:
+            return Answer(500, [("Content-Length", "0")])
+        return Answer(200, [("Content-Length", "2")])
+
+    with Server(answer) as s:
+        client = _client(s)
+        if failures == 2:
+            assert client.has_blob("team/app", DIGEST) and len(heads) == 3
+        else:
+            e = _raises(lambda: client.has_blob("team/app", DIGEST))
+            assert "HTTP 500" in str(e) and len(heads) == 4, e
+    assert {r.method for r in heads} == {"HEAD"}
 
 
 # --- 4. credentials -------------------------------------------------------------------------------

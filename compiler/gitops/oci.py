@@ -23,6 +23,7 @@ import base64
 import hashlib
 import os
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -41,13 +42,28 @@ MAX_JSON = 1 << 20  # a token answer (a JWT of a few KB)
 MAX_ERROR_BODY = 8 << 10  # an error body: only its message is shown
 CHUNK = 1 << 16
 TIMEOUT_S = 60  # per socket operation: a blob upload of a checkpoint must not be cut short
+# Waits before each retry of a manifest write refused as MANIFEST_BLOB_UNKNOWN for a blob this
+# client has just uploaded. Seen with Distribution 2.8 (filesystem storage) when two publishes push
+# the same blob at once: for a moment the repository's link to the blob reads as absent, and a
+# manifest checked then is refused although the blob is there a moment later (2 of 20 concurrent
+# publishes here). A blob that is really missing still fails, after these few seconds.
+BLOB_UNKNOWN_RETRY_S = (0.25, 0.5, 1.0, 2.0)
+# Waits before each retry of a request the registry failed (5xx) that is safe to repeat: a read
+# (GET, HEAD) or a manifest write (PUT of the same bytes to the same reference). The same race in
+# Distribution 2.8 answers a HEAD or GET of that blob with HTTP 500 for a moment.
+SERVER_ERROR_RETRY_S = (0.25, 0.5, 1.0)
+# Waits before each look for a blob whose upload the registry failed (5xx): Distribution 2.8 fails
+# the later of two simultaneous uploads of one blob with HTTP 500 (seen here with the empty config
+# blob of two concurrent publishes); the blob is then there, which is all the upload was for. An
+# upload itself is not repeated: its session is spent.
+BLOB_FAILED_LOOK_S = (0.0, 0.25, 0.5, 1.0)
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _REPO_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
 _HOST_RE = re.compile(r"[A-Za-z0-9.-]+(?::\d{1,5})?|\[[0-9A-Fa-f:.]+\](?::\d{1,5})?")
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _TOKEN_RE = re.compile(r"[\x21-\x7e]{1,65536}")  # what an Authorization header can carry
 __all__ = ["Client", "Registry", "RegistryError", "RegistryUnreachable", "RegistryDeadline", "RegistryConflict",
-           "json_object", "printable", "redact", "OCI_MANIFEST", "MAX_MANIFEST", "MAX_JSON"]
+           "RegistryBlobUnknown", "RegistryServerError", "json_object", "printable", "redact", "OCI_MANIFEST", "MAX_MANIFEST", "MAX_JSON"]
 
 
 class RegistryError(Exception):
@@ -69,6 +85,15 @@ class RegistryDeadline(RegistryUnreachable):
 
 class RegistryConflict(RegistryError):
     """A conditional write was refused (HTTP 412): the tag changed since it was read."""
+
+
+class RegistryServerError(RegistryError):
+    """The registry answered 5xx: it failed, the request may not have been wrong."""
+
+
+class RegistryBlobUnknown(RegistryError):
+    """A manifest write was refused because the registry does not (yet) see a blob it names
+    (HTTP 400 MANIFEST_BLOB_UNKNOWN)."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +161,7 @@ class Client:
         self.registry = registry
         self.timeout = operation_timeout() if timeout is None else timeout
         self.deadline: float | None = None
+        self.retry_pace = 1.0  # scales the waits before retries (a fuzzer sets 0: counts, not pace)
         self._tokens: dict[str, str] = {}  # repository -> Authorization header value
         self._origin = origin(f"{registry.scheme}://{registry.host}/")
         if registry.credentials:
@@ -173,6 +199,27 @@ class Client:
 
     def _open(self, method: str, url: str, repo: str, body=None, headers: dict | None = None,
               ok: tuple[int, ...] = (200,), missing: bool = False) -> Response | None:
+        """The response for a request; a read the registry failed (5xx) is tried again after each
+        of SERVER_ERROR_RETRY_S, within the deadline."""
+        waits = SERVER_ERROR_RETRY_S if method in ("GET", "HEAD") else ()
+        for wait in (*waits, None):
+            try:
+                return self._open_once(method, url, repo, body, headers, ok, missing)
+            except RegistryServerError:
+                if wait is None:
+                    raise
+                self._pause(wait)
+        raise AssertionError("not reached: the last try returns or raises")
+
+    def _pause(self, wait: float) -> None:
+        """Sleep `wait` seconds before a retry, unless that would pass the deadline."""
+        wait *= self.retry_pace
+        if self.deadline is not None and time.monotonic() + wait >= self.deadline:
+            raise self._late()
+        time.sleep(wait)
+
+    def _open_once(self, method: str, url: str, repo: str, body=None, headers: dict | None = None,
+                   ok: tuple[int, ...] = (200,), missing: bool = False) -> Response | None:
         """The response for a request (retried once with credentials after a 401). `missing`: a 404
         means the object is absent (None); otherwise it is an error naming the repository."""
         what = f"{method} {url}"
@@ -211,12 +258,16 @@ class Client:
                     return None
                 if code == 412:
                     raise RegistryConflict(f"{what}: HTTP 412 {_error_text(detail)}") from None
+                if code == 400 and method == "PUT" and b"MANIFEST_BLOB_UNKNOWN" in detail:
+                    raise RegistryBlobUnknown(f"{what}: HTTP 400 {_error_text(detail)}") from None
                 hint = ""
                 if 300 <= code < 400:
                     location = e.headers.get("Location", "") if e.headers else ""
                     raise RegistryError(f"{what}: HTTP {code} redirect to {printable(location, 200)!r} not followed "
                                         f"(only GET and HEAD follow redirects, to http(s) URLs, at most "
                                         f"{MAX_REDIRECTS})") from None
+                if code >= 500:
+                    raise RegistryServerError(f"{what}: HTTP {code} {_error_text(detail)}") from None
                 if code == 404 and b"NAME_UNKNOWN" in detail:
                     hint = (f" (the repository {repo} does not exist; some registries, ECR among them, need it "
                             "created before the first push)")
@@ -320,9 +371,34 @@ class Client:
         return True
 
     def push_blob(self, repo: str, digest: str, size: int, source: bytes | Path) -> bool:
-        """Upload a blob unless the repository has it; True when it was uploaded."""
+        """Upload a blob unless the repository has it; True when it was uploaded (False also when
+        the registry failed this upload but has the blob: another push of it came first)."""
         if self.has_blob(repo, digest):
             return False
+        try:
+            self._upload_blob(repo, digest, size, source)
+        except RegistryServerError as failed:
+            if self._appears(repo, digest):
+                return False
+            raise failed from None
+        return True
+
+    def _appears(self, repo: str, digest: str) -> bool:
+        """Whether the blob is in the repository within BLOB_FAILED_LOOK_S (a look that fails is
+        a no: the upload's own error is the one to report)."""
+        for wait in BLOB_FAILED_LOOK_S:
+            try:
+                self._pause(wait)
+                resp = self._open_once("HEAD", self._url(repo, f"blobs/{digest}"), repo, missing=True)
+                if resp is not None:
+                    resp.close()
+                    return True
+            except RegistryError:
+                return False
+        return False
+
+    def _upload_blob(self, repo: str, digest: str, size: int, source: bytes | Path) -> None:
+        """A monolithic upload: POST for a session, PUT of the whole blob with its digest."""
         start = self._url(repo, "blobs/uploads/")
         resp = self._open("POST", start, repo, body=b"", ok=(202,))
         location = resp.headers.get("Location")
@@ -340,7 +416,6 @@ class Client:
                 self._open("PUT", url, repo, body=f, headers=headers, ok=(201,)).close()
         else:
             self._open("PUT", url, repo, body=source, headers=headers, ok=(201,)).close()
-        return True
 
     def fetch_blob(self, repo: str, digest: str, dest: BinaryIO, size: int) -> None:
         """Stream a blob of `size` bytes (its descriptor's) into `dest`, verifying its digest; a
@@ -382,8 +457,22 @@ class Client:
         headers = {"Content-Type": media_type}
         if create_only:
             headers["If-None-Match"] = "*"
-        resp = self._open("PUT", self._url(repo, f"manifests/{ref}"), repo, body=body, headers=headers,
-                          ok=(200, 201))
+        unknown, failed = iter(BLOB_UNKNOWN_RETRY_S), iter(SERVER_ERROR_RETRY_S)
+        while True:
+            try:
+                resp = self._open("PUT", self._url(repo, f"manifests/{ref}"), repo, body=body, headers=headers,
+                                  ok=(200, 201))
+                break
+            except RegistryBlobUnknown as e:
+                wait = next(unknown, None)
+                if wait is None:
+                    raise RegistryBlobUnknown(f"{e} (still refused after {len(BLOB_UNKNOWN_RETRY_S)} retries "
+                                              f"over {sum(BLOB_UNKNOWN_RETRY_S):g}s)") from None
+            except RegistryServerError:
+                wait = next(failed, None)
+                if wait is None:
+                    raise
+            self._pause(wait)
         resp.close()
         return "sha256:" + hashlib.sha256(body).hexdigest()
 
