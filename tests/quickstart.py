@@ -54,6 +54,13 @@ QUANTIZED_EDITS = {
     "samples: 12}"}
 
 
+def one_batch(text: str) -> str:
+    """Every model of the quickstart calibrated in one batch of its 16 texts (as QUANTIZED_EDITS do):
+    for tests that quantize for real but compare nothing with a batch-by-batch calibration."""
+    assert CALIBRATION in text, text
+    return text.replace(CALIBRATION, ONE_BATCH)
+
+
 def edited(text: str, edits: dict[str, str]) -> str:
     for old, new in edits.items():
         assert text.count(old) == 1, old

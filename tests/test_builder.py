@@ -47,10 +47,10 @@ def test_gpu_formats_wait_for_a_gpu_builder(tmp_path: Path) -> None:
 def test_partial_build_then_a_capable_builder_completes_it(tmp_path: Path) -> None:
     """The quickstart's model comes from a local directory; here only `quantize` needs torch. One
     model (FP8): an INT4 AWQ run would only make the test slower (tests/test_quantize.py has it)."""
-    from tests.quickstart import only_tiny
+    from tests.quickstart import one_batch, only_tiny
 
     spec = copy_example("quickstart", tmp_path / "spec")
-    spec.write_text(only_tiny(spec.read_text(encoding="utf-8")), encoding="utf-8")
+    spec.write_text(one_batch(only_tiny(spec.read_text(encoding="utf-8"))), encoding="utf-8")
     store = LocalStore(tmp_path / "store")
     first = build_spec(spec, store, builder=BARE)
     assert not first.failed

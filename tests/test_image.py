@@ -51,12 +51,13 @@ exit 0
 
 # --- the context, without a daemon --------------------------------------------------------------
 def _spec_copy(tmp: Path, image_yaml: str) -> Path:
-    """The quickstart with `image_yaml` appended, and one model (`tiny`): one unit, one layer of weights."""
-    from tests.quickstart import only_tiny
+    """The quickstart with `image_yaml` appended, and one model (`tiny`, calibrated in one batch): one
+    unit, one layer of weights."""
+    from tests.quickstart import one_batch, only_tiny
 
     spec_dir = tmp / "quickstart"
     shutil.copytree(QUICKSTART, spec_dir)
-    text = only_tiny((spec_dir / "kiln.yaml").read_text(encoding="utf-8"))
+    text = one_batch(only_tiny((spec_dir / "kiln.yaml").read_text(encoding="utf-8")))
     (spec_dir / "kiln.yaml").write_text(text + image_yaml, encoding="utf-8")
     return spec_dir / "kiln.yaml"
 
