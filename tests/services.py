@@ -14,6 +14,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -27,6 +28,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_ports(offsets: Iterable[int]) -> int | None:
+    """A port P on 127.0.0.1 with P + each offset free (None after 50 tries): for a set of servers
+    whose ports a spec derives from one base."""
+    offsets = tuple(offsets)
+    for _ in range(50):
+        base = free_port()
+        if base + max(offsets) > 65535:
+            continue
+        try:
+            for off in offsets:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", base + off))
+            return base
+        except OSError:
+            continue
+    return None
 
 
 class Registry:

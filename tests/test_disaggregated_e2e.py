@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from compiler.actions.base import LowerContext
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import RunContext
 from compiler.pipeline import validate_text
+from tests.services import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "disaggregated" / "kiln.yaml"
@@ -33,20 +33,10 @@ READY_S = 600  # three processes loading on a busy machine
 
 def _free_base() -> int:
     """A port P with P, P+3 and P+6 free (the router and the first server of each role)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + 6 > 65535:
-            continue
-        try:
-            for p in (base, base + 3, base + 6):
-                with socket.socket() as t:
-                    t.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-    pytest.fail("no free ports")
+    base = free_ports((0, 3, 6))
+    if base is None:
+        pytest.fail("no free ports")
+    return base
 
 
 def _spec(base: int) -> str:

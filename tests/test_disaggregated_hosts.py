@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.services import free_ports
 from tests.test_host_scripts import FAKES, Host, generate, output, write_script
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "disaggregated"
@@ -24,20 +24,10 @@ ROUTER, SERVERS = "kiln-h200-chat-router", ("kiln-h200-gpu0", "kiln-h200-gpu1", 
 
 def _free_base(span: int = 12) -> int:
     """A port with the `span` after it free on 127.0.0.1 (the model's http port; servers follow)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + span > 65535:
-            continue
-        try:
-            for p in range(base, base + span):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-    pytest.skip("no free range of ports on 127.0.0.1")
+    base = free_ports(range(span))
+    if base is None:
+        pytest.skip("no free range of ports on 127.0.0.1")
+    return base
 
 
 class Site:
