@@ -52,6 +52,7 @@ def aiperf_executable() -> str:
     with open(venv.parent / f".aiperf-{VERSION}.lock", "w") as lock:  # one installer at a time
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (venv / ".complete").is_file() and exe.is_file():
+            venvs.keep_bytecode(venv)  # a venv cached before it was made so
             return str(exe)
         shutil.rmtree(venv, ignore_errors=True)  # a half-made venv from an interrupted run
         # made in place: a venv's scripts name their interpreter by absolute path, so it cannot move

@@ -11,8 +11,24 @@ import sys
 from pathlib import Path
 
 
+# A .pth line runs when the venv's Python starts (site): it undoes PYTHONDONTWRITEBYTECODE, which
+# some CI images set, for these venvs only. They are caches of the tests', and without it every
+# process (AIPerf starts several a probe) compiles what it imports from source again: seconds each.
+KEEP_BYTECODE = ("kiln-tests-keep-bytecode.pth", "import sys; sys.dont_write_bytecode = False\n")
+
+
 def make(path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, capture_output=True, timeout=300)
+    keep_bytecode(path)
+
+
+def keep_bytecode(venv: Path) -> None:
+    """The venv's Python keeps the bytecode it compiles (KEEP_BYTECODE); idempotent."""
+    name, line = KEEP_BYTECODE
+    v = sys.version_info
+    site = venv / "lib" / f"python{v.major}.{v.minor}" / "site-packages"
+    if site.is_dir() and not (site / name).is_file():
+        (site / name).write_text(line, encoding="utf-8")
 
 
 def install(venv: Path, *requirements: str, timeout: float, pip_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
