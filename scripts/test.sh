@@ -34,5 +34,6 @@ export KILN_HYPOTHESIS_PROFILE=${KILN_HYPOTHESIS_PROFILE:-ci}
 PYTHON="$py" bash scripts/wheel_smoke.sh
 # Two workers, each taking whole test files (module fixtures stay in one process): the suite
 # waits on real servers, Docker and subprocesses as much as it computes. KILN_TEST_WORKERS=0 runs
-# it in one process.
-"$py" -m pytest -q -n "${KILN_TEST_WORKERS:-2}" --dist loadfile "$@"
+# it in one process. --no-loadscope-reorder: files go out in collection order, the slowest first
+# (tests/conftest.py: SLOW_FILES), not xdist's default of the files with the most tests first.
+"$py" -m pytest -q -n "${KILN_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"

@@ -28,6 +28,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))  # stable: file order kept
 
 
+# Files that go to one worker together: each imports ModelOpt (with torch and transformers, about
+# 10 CPU-seconds) in the test process or quantizes through a build's zygote (compiler/graph/zygote.py,
+# the same imports again). On one worker that is paid once, not once per worker.
+SAME_WORKER = {name: "quantizing" for name in (
+    "test_quantize.py", "test_image.py", "test_builder.py", "test_format_walk.py", "test_format_table.py",
+    "test_checkpoint_config.py")}
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook; without xdist it is never called
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileGroupScheduling(LoadFileScheduling):
+        """--dist loadfile, but the files of a SAME_WORKER group are one unit of work."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return SAME_WORKER.get(scope.rpartition("/")[2], scope)
+
+    return FileGroupScheduling(config, log)
+
+
 @pytest.fixture
 def update_expectations(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-expectations"))
