@@ -109,3 +109,21 @@ def quickstart_build(tmp_path_factory):
     assert not outcome.failed and not outcome.deferred, [(r.id, r.status, r.error) for r in outcome.results.values()
                                                          if r.status not in ("built", "cached")]
     return spec, root / "store", outcome
+
+
+# --- the runtime's transformers ------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def runtime_transformers():
+    """transformers of the examples' TensorRT-LLM pin (tests/runtime_transformers.py), in a venv of
+    its own, cached across sessions: it reads checkpoints as the runtime does, and it is the execution
+    environment of the Triton models that tokenize, as the runtime's container is."""
+    from compiler.catalog.checkpoint_config import load_checkpoint_config
+    from tests.runtime_transformers import RUNTIME, PypiUnreachable, RuntimeTransformers
+
+    version = load_checkpoint_config().runtime(RUNTIME).transformers
+    try:
+        reader = RuntimeTransformers(version).ensure()
+    except PypiUnreachable as e:
+        pytest.skip(str(e))
+    assert reader.installed_version() == version
+    return reader

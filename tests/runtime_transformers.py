@@ -3,8 +3,9 @@
 TensorRT-LLM's PyTorch backend builds a checkpoint's model config with transformers'
 AutoConfig, which needs no torch: a venv with only `transformers==<pinned>` (and what it pulls in)
 reads a config.json exactly as the runtime's transformers does. The venv is created once per
-version and Python under the system's temporary directory and reused by later sessions; it is
-built in a scratch directory and renamed into place, so a half-built one is never used.
+version and Python under the system's temporary directory and reused by later sessions; one
+process at a time builds it (a lock file beside it), in place, and marks it complete last, so a
+half-built one is never used.
 
 Without PyPI the venv cannot be made: the caller skips, naming that reason. Any other pip failure
 is an error.
@@ -12,6 +13,7 @@ is an error.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -21,6 +23,8 @@ import tempfile
 from pathlib import Path
 
 from tests import venvs
+
+RUNTIME = "1.2.1"  # the examples' toolchain.tensorrt_llm, whose transformers pin the venv holds
 
 # pip's own words when the index cannot be reached (no network, DNS, proxy, TLS interception)
 _OFFLINE = ("NewConnectionError", "Failed to establish a new connection", "Temporary failure in name resolution",
@@ -53,19 +57,33 @@ class RuntimeTransformers:
 
     def __init__(self, version: str, root: Path | None = None) -> None:
         self.version = version
-        tag = f"transformers-{version}-py{sys.version_info.major}{sys.version_info.minor}"
+        tag = f"transformers-{version}-numpy1-py{sys.version_info.major}{sys.version_info.minor}"
         self.dir = (root or Path(tempfile.gettempdir()) / "kiln-test-venvs") / tag
         self.python = self.dir / "bin" / "python"
 
     def ensure(self) -> "RuntimeTransformers":
         if (self.dir / ".complete").is_file():
+            venvs.keep_bytecode(self.dir)  # a venv cached before it was made so
             return self
         self.dir.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=self.dir.name + ".", dir=self.dir.parent))
+        # one installer at a time: the test workers that need it start at about the same time
+        with open(self.dir.parent / f".{self.dir.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (self.dir / ".complete").is_file():
+                self._make()
+        return self
+
+    def _make(self) -> None:
+        # Made in place, under the lock: a venv's scripts name its absolute path (bin/activate, which
+        # Triton's Python backend sources for an execution environment), so it cannot be moved.
+        shutil.rmtree(self.dir, ignore_errors=True)  # a half-made venv of an interrupted run
         try:
-            venvs.make(scratch)
+            venvs.make(self.dir)
             # --no-cache-dir: the shared pip cache may belong to another user; the venv is cached instead
-            done = venvs.install(scratch, f"transformers=={self.version}", timeout=900, pip_args=("--no-cache-dir",))
+            # numpy below 2: the Python backend stub of the tests' Triton (nvidia-pytriton) exchanges
+            # tensors with numpy 1 (pyproject.toml's test extra), and tokenizing models run here
+            done = venvs.install(self.dir, f"transformers=={self.version}", "numpy<2", timeout=900,
+                                 pip_args=("--no-cache-dir",))
             if done.returncode != 0:
                 text = done.stdout + done.stderr
                 if any(s in text for s in _OFFLINE):
@@ -73,18 +91,10 @@ class RuntimeTransformers:
                     raise PypiUnreachable(f"PyPI is unreachable: cannot install transformers=={self.version} into "
                                           f"the test's venv ({line[:200]})")
                 raise RuntimeError(f"pip install transformers=={self.version} failed:\n{text[-4000:]}")
-            (scratch / ".complete").write_text(self.version + "\n")
-            # venvs hold their own path in scripts; bin/python is a symlink and `-m` works from anywhere,
-            # so the rename is safe for how the venv is used here (python -c / a script)
-            try:
-                os.rename(scratch, self.dir)
-            except OSError:  # another session finished first: use its venv
-                if not (self.dir / ".complete").is_file():
-                    raise
-        finally:
-            if scratch.exists():
-                shutil.rmtree(scratch, ignore_errors=True)
-        return self
+            (self.dir / ".complete").write_text(self.version + "\n")
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
 
     def installed_version(self) -> str:
         return subprocess.run([str(self.python), "-c", "import transformers; print(transformers.__version__)"],

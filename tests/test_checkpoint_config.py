@@ -28,10 +28,10 @@ from compiler.catalog.checkpoint_config import load_checkpoint_config, parse_tab
 from compiler.catalog.images import load_image_table
 from compiler.resources import read_data
 from compiler.store.local import LocalStore
+from tests.runtime_transformers import RUNTIME
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "examples" / "quickstart"
-RUNTIME = "1.2.1"  # the examples' toolchain.tensorrt_llm
 
 LLAMA31 = {  # Llama-3.1's RoPE and context, at a size that quantizes on a CPU in seconds
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
@@ -262,20 +262,6 @@ def test_the_quantize_action_refuses_a_builder_with_other_versions(tmp_path: Pat
 
 
 # --- acceptance: the runtime's own transformers reads what Kiln ships -----------------------------------
-@pytest.fixture(scope="session")
-def runtime_transformers():
-    """transformers of the examples' TensorRT-LLM pin, in a venv of its own (cached across sessions)."""
-    from tests.runtime_transformers import PypiUnreachable, RuntimeTransformers
-
-    version = load_checkpoint_config().runtime(RUNTIME).transformers
-    try:
-        reader = RuntimeTransformers(version).ensure()
-    except PypiUnreachable as e:
-        pytest.skip(str(e))
-    assert reader.installed_version() == version
-    return reader
-
-
 def make_model(dest: Path, config: dict, *, seed: int, saved_by_transformers5: bool = False) -> Path:
     """A tiny random model with `config`: weights saved by the installed transformers; config.json
     as given (the hub's 4.x-era files) or as transformers 5 saves it."""

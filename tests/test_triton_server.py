@@ -7,10 +7,15 @@ with the model's own tokenizer, the BLS model loads and reaches the engine model
 machine, and the ensemble fails only because that model did.
 llmapi target: the config is accepted and the model fails only because `tensorrt_llm` cannot be
 imported here (no GPU build of TensorRT-LLM).
+
+The engine target's Python models run with the runtime's transformers (the `runtime_transformers`
+fixture), the version the runtime's container tokenizes with; the test compares their answers
+with the test venv's tokenizer.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -27,10 +32,10 @@ CONFIG_ERRORS = ("Error parsing text-format", "failed to read text proto", "unex
                  "is not mapped", "inconsistent", "must be", "should be")
 
 
-def serve(target: str, tmp: Path):
+def serve(target: str, tmp: Path, python_env: Path | None = None):
     try:
         out = run_action(quickstart_copy(tmp, target), "dev-h100", QUICK_MODEL, tmp)  # the quickstart's repository
-        server = TritonServer(out, tmp)
+        server = TritonServer(out, tmp, python_env=python_env)
     except TritonUnavailable as e:
         pytest.fail(f"{e}: the test extra installs it")
     try:
@@ -42,8 +47,8 @@ def serve(target: str, tmp: Path):
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
-    server = serve("engine", tmp_path_factory.mktemp("triton-engine"))
+def engine(tmp_path_factory, runtime_transformers):
+    server = serve("engine", tmp_path_factory.mktemp("triton-engine"), runtime_transformers.dir)
     yield server
     server.stop()
 
@@ -336,11 +341,11 @@ def with_standin_engine(repo: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def ensemble(tmp_path_factory):
+def ensemble(tmp_path_factory, runtime_transformers):
     tmp = tmp_path_factory.mktemp("triton-ensemble")
     out = run_action(quickstart_copy(tmp, "engine", one_model=True), "dev-h100", QUICK_MODEL, tmp)
     with_standin_engine(out)
-    server = TritonServer(out, tmp)
+    server = TritonServer(out, tmp, python_env=runtime_transformers.dir)
     try:
         server.wait_live()
     except BaseException:
@@ -394,7 +399,7 @@ def test_queue_timeout_rejects_instead_of_waiting(ensemble) -> None:
     assert 0.9 < waited < 2.5, waited  # rejected after about the timeout, long before the busy request ends
 
 
-def test_triton_refuses_an_ensemble_that_kiln_refuses(tmp_path) -> None:
+def test_triton_refuses_an_ensemble_that_kiln_refuses(tmp_path, runtime_transformers) -> None:
     """The same broken wiring, judged by kiln's rules and by the real server."""
     from compiler.serving import rules
 
@@ -407,7 +412,7 @@ def test_triton_refuses_an_ensemble_that_kiln_refuses(tmp_path) -> None:
     files = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert any("input 'max_tokens' is TYPE_INT32 but ensemble input 'max_tokens'" in p
                for p in rules.check_repository(files))
-    server = TritonServer(out, tmp_path)
+    server = TritonServer(out, tmp_path, python_env=runtime_transformers.dir)
     try:
         server.wait_live()
         assert server.index()["tiny"].get("state") != "READY"
@@ -430,9 +435,9 @@ def streaming_repository(tmp: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def streaming(tmp_path_factory):
+def streaming(tmp_path_factory, runtime_transformers):
     tmp = tmp_path_factory.mktemp("triton-streaming")
-    server = TritonServer(streaming_repository(tmp), tmp)
+    server = TritonServer(streaming_repository(tmp), tmp, python_env=runtime_transformers.dir)
     try:
         server.wait_live()
     except BaseException:
@@ -511,6 +516,11 @@ def byte_fallback_tokenizer(dest: Path) -> None:
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
     core.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
     PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>").save_pretrained(dest)
+    # the class name a hub checkpoint carries: transformers 5 saves "TokenizersBackend", which the
+    # runtime's transformers 4 (the served models' environment) does not know
+    config = dest / "tokenizer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text(encoding="utf-8")),
+                                  "tokenizer_class": "PreTrainedTokenizerFast"}), encoding="utf-8")
 
 
 def stream_answers(server: TritonServer, model: str, prompt: str, stream: bool = True,
@@ -568,14 +578,14 @@ def test_streamed_text_joins_to_whole_characters(streaming, tokenizer) -> None:
     check_streamed_text(streaming, tokenizer)
 
 
-def test_streamed_byte_fallback_tokens_join_to_whole_characters(tmp_path) -> None:
+def test_streamed_byte_fallback_tokens_join_to_whole_characters(tmp_path, runtime_transformers) -> None:
     from transformers import AutoTokenizer
 
     out = streaming_repository(tmp_path)
     for model in ("tiny-preprocessing", "tiny-postprocessing"):
         shutil.rmtree(out / model / "tokenizer")
         byte_fallback_tokenizer(out / model / "tokenizer")
-    server = TritonServer(out, tmp_path)
+    server = TritonServer(out, tmp_path, python_env=runtime_transformers.dir)
     try:
         server.wait_live()
         check_streamed_text(server, AutoTokenizer.from_pretrained(out / "tiny-postprocessing" / "tokenizer"))

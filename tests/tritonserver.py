@@ -13,7 +13,10 @@ environment is a directory with `bin/activate`). The backend sources that script
 the stub, so the stub's embedded interpreter finds the environment's `python3` first on PATH and
 takes the environment's site-packages. Without it the stub runs the base interpreter (a pyenv
 build, Debian's python3) with whatever happens to be installed there, and an environment
-variable such as PYTHONPATH does not reach the embedded interpreter.
+variable such as PYTHONPATH does not reach the embedded interpreter. A repository whose Python
+models only tokenize can run in another environment: the runtime's transformers without torch
+(tests/runtime_transformers.py), as in the runtime's container, where each model's process
+starts in a third of the time the test venv's transformers, which imports torch, takes.
 
 The server listens on 127.0.0.1 only, on ports chosen free, and is stopped (by its own pid) when
 the test ends.
@@ -106,14 +109,16 @@ def _free_port() -> int:
 
 
 class TritonServer:
-    def __init__(self, repository: Path, workdir: Path, env: dict[str, str] | None = None):
-        """`env`: variables for the server and its Python models (PYTHONPATH entries are prepended)."""
+    def __init__(self, repository: Path, workdir: Path, env: dict[str, str] | None = None,
+                 python_env: Path | None = None):
+        """`env`: variables for the server and its Python models (PYTHONPATH entries are prepended).
+        `python_env`: the Python models' execution environment, this interpreter's venv by default."""
         extra = dict(env or {})
         root = _pytriton_root()
         binary = root / "tritonserver" / "bin" / "tritonserver"
         backends = backend_directory(workdir / "backends")
         self.repository = with_execution_environment(repository, workdir / "served-repository",
-                                                     execution_environment())
+                                                     python_env or execution_environment())
         libs = [sysconfig.get_config_var("LIBDIR") or "", str(root.parent / "nvidia_pytriton.libs")]
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = ":".join([p for p in libs if p] + [env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
