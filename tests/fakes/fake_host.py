@@ -11,12 +11,13 @@ This module uses only the standard library: the stand-in imports it too.
 
 from __future__ import annotations
 
-import json
+import _json
 import os
 from collections.abc import Iterable
 
-# Only cheap imports at module level (json pulls in re and collections anyway): the stand-in
-# imports this module on every call.
+# Only cheap imports at module level: the stand-in imports this module on every call, dozens of
+# times a script run. The json module is not one of them (its import pulls in re: about 9 ms, a
+# third of a call), so state and call log go through json's C codec (_json) directly, below.
 CATALOG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                        "compiler", "catalog", "data", "gpus.json")
 
@@ -25,6 +26,35 @@ CATALOG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 # internal/captures/*h200-mig__580.173.02.txt, *h100-mig__590.48.01.txt). Others are labelled
 # from the catalog name; no script parses them.
 PRODUCT_NAMES = {"H200-SXM-141GB": "NVIDIA H200", "H100-SXM5-80GB": "NVIDIA H100 80GB HBM3"}
+
+
+class _Decoding:
+    """The settings _json's scanner reads of a json.JSONDecoder: json.loads' defaults."""
+
+    strict = True
+    object_hook = object_pairs_hook = parse_constant = None
+    parse_float, parse_int = float, int
+
+
+_scan = _json.make_scanner(_Decoding())
+# json.dumps(value, sort_keys=True)'s settings (compact separators: the C encoder has no indent)
+_encode = _json.make_encoder(None, None, _json.encode_basestring_ascii, None, ":", ",", True, False, True)
+
+
+def loads(text: str):
+    """json.loads for what dumps writes: one value, then only whitespace."""
+    try:
+        value, end = _scan(text, len(text) - len(text.lstrip()))
+    except StopIteration as e:  # the scanner's way of saying no value starts there
+        raise ValueError(f"no JSON value at character {e.value}") from None
+    if text[end:].strip():
+        raise ValueError(f"extra data after the JSON value at character {end}")
+    return value
+
+
+def dumps(value) -> str:
+    """json.dumps(value, sort_keys=True, separators=(",", ":"))."""
+    return "".join(_encode(value, 0))
 
 
 def _uuid(seed: str, prefix: str) -> str:
@@ -36,7 +66,7 @@ def _uuid(seed: str, prefix: str) -> str:
 
 def catalog_gpu(model: str) -> dict:
     with open(CATALOG, encoding="utf-8") as f:
-        data = json.load(f)
+        data = loads(f.read())
     model = data.get("aliases", {}).get(model, model)
     if model not in data["gpus"]:
         raise KeyError(f"{model!r} is not in the GPU catalog")
@@ -97,13 +127,13 @@ def make_host(state_path: str | os.PathLike, gpu_model: str, count: int, driver:
 
 def load(state_path: str | os.PathLike) -> dict:
     with open(state_path, encoding="utf-8") as f:
-        return json.load(f)
+        return loads(f.read())
 
 
 def save(state_path: str | os.PathLike, state: dict) -> None:
     tmp = os.fspath(state_path) + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(state, indent=1, sort_keys=True) + "\n")
+        f.write(dumps(state) + "\n")
     os.replace(tmp, state_path)
 
 
@@ -134,5 +164,5 @@ def mutating_calls(log_path: str | os.PathLike) -> list[dict]:
     if not os.path.exists(log_path):
         return []
     with open(log_path, encoding="utf-8") as f:
-        calls = [json.loads(line) for line in f.read().splitlines() if line.strip()]
+        calls = [loads(line) for line in f.read().splitlines() if line.strip()]
     return [c for c in calls if c["mutating"]]

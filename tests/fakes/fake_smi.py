@@ -40,7 +40,6 @@ Test hooks (the stand-in's business, not the script's):
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -574,7 +573,7 @@ def main(argv: list[str]) -> int:
     mutating = is_mutating(argv)
     entry: dict = {"argv": argv, "mutating": mutating}
     state = fake_host.load(state_path)
-    before = json.dumps(state, sort_keys=True)
+    before = fake_host.dumps(state)
     rc, out, err = 0, "", False
     fail_at = os.environ.get("KILN_FAKE_SMI_FAIL_AT")
     if mutating and fail_at and log_path:
@@ -588,7 +587,7 @@ def main(argv: list[str]) -> int:
         out = run(argv, state)
     except Exit as e:
         rc, out, err = e.rc, e.text, e.err
-    if mutating and json.dumps(state, sort_keys=True) != before:
+    if mutating and fake_host.dumps(state) != before:
         fake_host.save(state_path, state)  # read-only calls never touch the file
     entry["rc"] = rc
     if log_path:
@@ -600,4 +599,4 @@ def main(argv: list[str]) -> int:
 
 def _log(path: str, entry: dict) -> None:
     with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry) + "\n")
+        f.write(fake_host.dumps(entry) + "\n")
