@@ -13,6 +13,7 @@ or never started is "interrupted".
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -67,12 +68,20 @@ class Running:
 
     aid: str
     start: float
-    expected_s: float | None  # from the store's last build of the slot (progress.estimate)
-    basis: str  # what expected_s comes from
+    estimate: Callable[[], tuple[float | None, str]]  # progress.estimate for this action
     isolated: bool
     phase: str | None = None
     proc: Forked | None = None  # an isolated action's process, once started
     zygote: Zygote | None = None  # what forks it (compiler/graph/zygote.py)
+    _expected: tuple[float | None, str] | None = None
+
+    def expected(self) -> tuple[float | None, str]:
+        """(seconds, what they come from), looked up when a progress line first needs them: most
+        actions end before their first one, and for an action new to the store the lookup reads
+        the records of every action of its kind (a fleet's first build did that for each action)."""
+        if self._expected is None:
+            self._expected = self.estimate()
+        return self._expected
 
     def kill(self) -> None:
         proc, zygote = self.proc, self.zygote
@@ -171,7 +180,8 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry
                         continue
                     if kind.exclusive:
                         busy.add(kind.kind)
-                    state = Running(aid, time.monotonic(), *estimate(store, spec_name, graph, aid), kind.isolated)
+                    state = Running(aid, time.monotonic(), functools.partial(estimate, store, spec_name, graph, aid),
+                                    kind.isolated)
                     running[pool.submit(_run_one, graph, kinds, aid, store, spec_name, results, stop, progress,
                                         digest_of, state, interrupt)] = aid
                 if not running:
@@ -350,5 +360,5 @@ def _tick(state: Running, done: threading.Event, stop: threading.Event, progress
     while not done.wait(TICK_S):
         if stop.is_set():
             return
-        progress(INDENT + running_line(state.aid, time.monotonic() - state.start, state.phase, state.expected_s,
-                                       state.basis))
+        expected_s, basis = state.expected()
+        progress(INDENT + running_line(state.aid, time.monotonic() - state.start, state.phase, expected_s, basis))
