@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.actions import dockerbuild, image, image_context
+from compiler.actions import dockerbuild, image, image_context, weights_image
 from compiler.serving import layout
 from compiler.graph.kinds import RunContext
 from compiler.build import build_spec, open_store, plan_spec
@@ -118,6 +118,13 @@ def _serving_on(unit: dict, target: str) -> dict:
 def _tree_bytes(root: Path) -> dict[str, tuple[bytes, int]]:
     return {p.relative_to(root).as_posix(): (p.read_bytes(), p.stat().st_mode & 0o777)
             for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_the_weights_image_sets_every_label_in_one_instruction() -> None:
+    text = weights_image.dockerfile("tiny", "quick", ["weights-00", "weights-01"], {"b": "2", "a": 'x "y"'})
+    instructions = [line for line in text.replace("\\\n", "").splitlines() if line and not line.startswith("#")]
+    assert instructions == ["FROM scratch", "COPY weights-00/ /", "COPY weights-01/ /",
+                            'LABEL "a"="x \\"y\\""       "b"="2"']
 
 
 def test_context_is_deterministic_and_layered(tmp_path: Path) -> None:

@@ -251,6 +251,53 @@ def test_the_estimate_is_the_slots_last_build_in_the_store(tmp_path: Path) -> No
     assert expected_duration(store, "spec", "quantize/a") == built.duration_s
 
 
+def test_no_action_looks_up_its_estimate_before_a_progress_line_needs_it(tmp_path: Path, monkeypatch) -> None:
+    """The lookup reads the store (for an action new to it, the records of every action of its
+    kind): a build whose actions end before their first progress line makes none."""
+    import compiler.graph.executor as executor
+
+    looked_up: list[str] = []
+    monkeypatch.setattr(executor, "estimate", lambda store, spec, graph, aid: looked_up.append(aid) or (None, ""))
+    monkeypatch.setattr(executor, "TICK_S", 3600.0)  # no action runs long enough for a line
+    g = Graph.build([THREAD.action(f"quantize/{n}", ChildParams(name=n)) for n in "abcd"])
+    results = execute(g, LocalStore(tmp_path / "store"), "spec", KINDS)
+    assert {r.status for r in results.values()} == {"built"}
+    assert looked_up == []
+
+
+def test_a_long_action_reports_the_stores_estimate_looked_up_once(tmp_path: Path, monkeypatch) -> None:
+    import compiler.graph.executor as executor
+
+    store = LocalStore(tmp_path / "store")
+    assert execute(Graph.build([THREAD.action("quantize/a", ChildParams(name="a"))]), store, "spec",
+                   KINDS)["quantize/a"].status == "built"
+    looked_up: list[str] = []
+
+    def counting(store, spec, graph, aid):
+        looked_up.append(aid)
+        return estimate(store, spec, graph, aid)
+
+    monkeypatch.setattr(executor, "estimate", counting)
+    monkeypatch.setattr(executor, "TICK_S", 0.01)
+    release = tmp_path / "release"
+    g = Graph.build([THREAD.action("quantize/a", ChildParams(name="a2", hold=True, release=str(release)))])
+    lines: list[str] = []
+    results: dict = {}
+    t = threading.Thread(target=lambda: results.update(execute(g, store, "spec", KINDS, progress=lines.append)))
+    t.start()
+    ev = threading.Event()
+    for _ in range(int(WAIT_S / 0.05)):  # three progress lines, however long they take to come
+        if sum("still running quantize/a" in x for x in list(lines)) >= 3:
+            break
+        ev.wait(0.05)
+    release.write_text("")
+    t.join(WAIT_S)
+    assert results["quantize/a"].status == "built"
+    running = [x for x in lines if "still running quantize/a" in x]
+    assert len(running) >= 3 and all("its last build here" in x for x in running), running
+    assert looked_up == ["quantize/a"]  # once, however many lines
+
+
 # --- real signals to a real process ---------------------------------------------------------------
 HOLDER = """
 import sys

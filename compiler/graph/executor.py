@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -73,7 +73,7 @@ class Running:
     phase: str | None = None
     proc: Forked | None = None  # an isolated action's process, once started
     zygote: Zygote | None = None  # what forks it (compiler/graph/zygote.py)
-    _expected: tuple[float | None, str] | None = None
+    _expected: tuple[float | None, str] | None = field(default=None, init=False, repr=False)
 
     def expected(self) -> tuple[float | None, str]:
         """(seconds, what they come from), looked up when a progress line first needs them: most
