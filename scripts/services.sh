@@ -2,8 +2,9 @@
 # Start the real services the tests use, reusing what already runs. Prints the PIDs it started
 # (for scripts/test.sh to stop); never stops something it did not start.
 #   docker-registry: installed here; tests start their own on a free port (tests/services.py).
-#   docker: a Docker Engine already installed (Docker's docker-ce, moby, any docker or dockerd on
-#           PATH) is reused; only where there is none, Debian's docker.io is installed. dockerd is
+#   docker: a Docker Engine already here (a daemon that answers, Docker's docker-ce, moby, a
+#           dockerd on PATH) is reused; only where there is none, Debian's docker.io is installed
+#           (beside a docker client that is not a package: a static CLI is not an engine). dockerd is
 #           started, when no daemon answers, with vfs storage and no iptables/bridge (containers
 #           use --network host), so it runs inside a container or CI sandbox.
 # Sourcing it defines the functions without running anything (tests/test_services_script.py).
@@ -28,10 +29,14 @@ installed() {
 }
 
 # The package that gives this machine a Docker Engine: docker.io, or nothing when one is here.
+# An engine is here when a daemon answers (local or DOCKER_HOST), a dockerd is on PATH, or an
+# engine package is installed. A client alone is not one: some CI images carry a static docker CLI
+# (outside dpkg) and no daemon; docker.io installs beside it, and that client talks to its daemon.
 # docker.io conflicts with Docker's own packages (docker-ce, docker-ce-cli: both ship
-# /usr/bin/docker), so apt would remove a developer's engine to install it.
+# /usr/bin/docker), so where one of those is installed apt would remove it: nothing is added, and
+# start_docker says what is missing.
 docker_packages() {
-  if command -v docker >/dev/null 2>&1 || command -v dockerd >/dev/null 2>&1; then
+  if docker info >/dev/null 2>&1 || command -v dockerd >/dev/null 2>&1; then
     return 0
   fi
   local pkg

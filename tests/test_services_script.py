@@ -1,5 +1,6 @@
-"""scripts/services.sh installs Debian's docker.io only where no Docker Engine is installed: docker.io
-conflicts with Docker's docker-ce (both ship /usr/bin/docker), so a developer's engine is reused.
+"""scripts/services.sh installs Debian's docker.io only where no Docker Engine is here: docker.io
+conflicts with Docker's docker-ce (both ship /usr/bin/docker), so a developer's engine is reused; a
+docker client alone (a static CLI outside dpkg, as some CI images carry) is not an engine.
 
 The decision runs in the real script (sourced, which runs nothing) under a PATH of stand-ins for
 what a machine may have: dpkg-query's answers, a docker or dockerd binary. Nothing is installed.
@@ -33,7 +34,9 @@ def _machine(tmp_path: Path, binaries: tuple[str, ...] = ()) -> Path:
     bin_dir.mkdir()
     (bin_dir / "dpkg-query").write_text(DPKG_QUERY.format(bash=BASH), encoding="utf-8")
     for name in binaries:  # a docker CLI or daemon from anywhere: docker-ce, a static binary, moby
-        (bin_dir / name).write_text(f"#!{BASH}\nexit 0\n", encoding="utf-8")
+        name, _, state = name.partition(":")
+        # "docker:no-daemon": a client whose `docker info` finds no daemon
+        (bin_dir / name).write_text(f"#!{BASH}\nexit {1 if state == 'no-daemon' else 0}\n", encoding="utf-8")
     for p in bin_dir.iterdir():
         p.chmod(0o755)
     return bin_dir
@@ -48,10 +51,12 @@ def _run(bin_dir: Path, script: str, installed: str = "", removed: str = "") -> 
 @pytest.mark.parametrize("binaries, installed, removed, want", [
     ((), "", "", "docker.io"),  # a fresh machine
     ((), "", "docker-ce docker.io", "docker.io"),  # removed packages left config files only
-    (("docker",), "", "", ""),  # any docker CLI
-    (("dockerd",), "", "", ""),  # any daemon binary
+    (("docker",), "", "", ""),  # a client whose daemon answers (local, or DOCKER_HOST)
+    (("docker:no-daemon",), "", "", "docker.io"),  # a static client and no engine: added beside it
+    (("docker:no-daemon", "dockerd"), "", "", ""),  # any daemon binary
+    (("dockerd",), "", "", ""),
     ((), "docker-ce", "", ""),  # Docker's own packages, whatever PATH says
-    ((), "docker-ce-cli", "", ""),
+    (("docker:no-daemon",), "docker-ce-cli", "", ""),  # apt would remove it: start_docker says so
     ((), "moby-engine", "", ""),
     ((), "docker.io", "", ""),  # already there: nothing to add
 ])
@@ -74,8 +79,7 @@ def test_main_asks_apt_for_docker_io_only_when_needed(tmp_path: Path, installed:
 
 
 def test_a_client_without_a_daemon_is_a_clear_error(tmp_path: Path) -> None:
-    bin_dir = _machine(tmp_path, ("docker",))
-    (bin_dir / "docker").write_text(f"#!{BASH}\nexit 1\n", encoding="utf-8")  # `docker info`: no daemon
+    bin_dir = _machine(tmp_path, ("docker:no-daemon",))
     proc = _run(bin_dir, "start_docker")
     assert proc.returncode == 1 and "no dockerd here to start" in proc.stderr
 
