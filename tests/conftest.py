@@ -5,6 +5,12 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+# Before anything imports torch: OpenMP's threads wait passively in this process and in every
+# server and build it starts (they inherit it). Spinning at barriers, the default, takes the
+# other xdist worker's core from the thread being waited for: twice the CPU for the same tests,
+# the quantize steps several times slower (compiler/graph/zygote.py does the same for builds).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-expectations", action="store_true", default=False,

@@ -1,7 +1,8 @@
 """A module whose import holds until the test that imports it allows it to end (tests/test_interrupts.py:
 an interrupt while the zygote imports what an isolated kind needs). $KILN_TEST_HOLD names a directory:
-the import writes `importing` there (with its process id) and waits for `release` (at most five minutes,
-longer than the test waits for anything)."""
+the import writes `importing` there (with its process id) and `omp-wait-policy` (OpenMP's wait policy
+as the zygote's imports see it), and waits for `release` (at most five minutes, longer than the test
+waits for anything)."""
 
 import os
 import time
@@ -9,6 +10,7 @@ from pathlib import Path
 
 _hold = os.environ.get("KILN_TEST_HOLD")
 if _hold:
+    (Path(_hold) / "omp-wait-policy").write_text(os.environ.get("OMP_WAIT_POLICY", "(unset)"), encoding="utf-8")
     (Path(_hold) / "importing").write_text(str(os.getpid()), encoding="utf-8")
     _deadline = time.monotonic() + 300
     while not (Path(_hold) / "release").exists() and time.monotonic() < _deadline:

@@ -221,6 +221,24 @@ def test_an_interrupt_while_the_zygote_imports_stops_the_action_at_once(tmp_path
 
 
 # --- progress lines -------------------------------------------------------------------------------
+@pytest.mark.parametrize("builders, imports_see", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_the_zygote_imports_torch_with_openmp_waiting_passively_unless_the_builder_says(
+        tmp_path: Path, monkeypatch, builders: str | None, imports_see: str) -> None:
+    """OpenMP reads its wait policy when torch loads, in the zygote: spinning threads take a shared
+    builder's cores from the threads they wait for (compiler/graph/zygote.py)."""
+    if builders is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", builders)
+    monkeypatch.setenv("KILN_TEST_HOLD", str(tmp_path))
+    (tmp_path / "release").write_text("")  # tests/slow_import.py: no holding
+    slow = SlowImportStep()
+    g = Graph.build([slow.action("quantize/a", ChildParams(name="a"))])
+    results = execute(g, LocalStore(tmp_path / "store"), "spec", KindRegistry([slow]))
+    assert results["quantize/a"].status == "built", results["quantize/a"].error
+    assert (tmp_path / "omp-wait-policy").read_text(encoding="utf-8") == imports_see
+
+
 def test_progress_lines_name_the_phase_and_the_estimate_from_the_store() -> None:
     assert duration(4.4) == "4s" and duration(80) == "1m20s" and duration(3725) == "1h02m"
     assert running_line("quantize/tiny", 40, "calibrating", 80) == \

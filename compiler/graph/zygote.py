@@ -41,6 +41,12 @@ def serve(kiln_dir: str, control_fd: int, modules: list[str]) -> None:
     import importlib
     import select
 
+    # OpenMP (torch's CPU kernels) reads this once, when torch loads here. By default its threads
+    # spin at every barrier: on a builder whose cores are shared (a CI runner, a test suite), the
+    # spinning thread takes the core from the one it waits for. The quickstart's quantization took
+    # 222 s instead of 41 s beside one busy core (and 24 s instead of 27 s on an idle machine).
+    # The builder's own setting wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     for name in modules:
         try:
             importlib.import_module(name)
