@@ -8,8 +8,10 @@ cd "$(dirname "$0")/.."
 # network, so they run side by side; services.sh prints the PIDs it started, for cleanup to stop.
 services_out=$(mktemp)
 services_job=''
+warm_job=''
 cleanup() {
   if [ -n "$services_job" ]; then wait "$services_job" 2>/dev/null || true; fi
+  if [ -n "$warm_job" ]; then wait "$warm_job" 2>/dev/null || true; fi
   while read -r pid; do kill "$pid" 2>/dev/null || true; done <"$services_out"
   rm -f "$services_out"
 }
@@ -30,6 +32,11 @@ export KILN_HYPOTHESIS_PROFILE=${KILN_HYPOTHESIS_PROFILE:-ci}
 # Not the data trees: templates, golden files and cases are files the tests compare, not modules.
 "$py" -m compileall -q -j 0 -x '/(templates|golden|cases|data)/' compiler tests >/dev/null
 "$py" -m compiler schema --check
+# The wheel smoke test keeps one core busy; on the other, what the tests would make in their first
+# minutes (pytest's rewritten modules, the tests' own venvs: tests/warm_caches.py). It may go on into
+# the run: a test that needs a venv waits for it under the same lock, or makes it itself.
+"$py" -m tests.warm_caches &
+warm_job=$!
 # The wheel, installed in a fresh venv, runs the quickstart from its packaged templates and data.
 PYTHON="$py" bash scripts/wheel_smoke.sh
 # Two workers, each taking whole test files (module fixtures stay in one process): the suite
