@@ -28,6 +28,7 @@ Dockerfile and image-context.json, so it names exactly what the layers hold.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -69,6 +70,7 @@ def _finalize(value: object) -> object:
     raise TemplateError(f"unquoted value {value!r} in an image template: pipe it through |q or |label")
 
 
+@functools.lru_cache(maxsize=16)  # compiled templates are kept: an action per host or model
 def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
     env = Environment(loader=FileSystemLoader(str(template_dir)), undefined=StrictUndefined,
                       keep_trailing_newline=True, autoescape=False, finalize=_finalize,

@@ -7,6 +7,7 @@ they land inside YAML and shell, and nothing there may need quoting.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -28,6 +29,7 @@ class InitConflict(Exception):
     """A value kiln cannot put in a workflow, or a workflow file that differs (without --force)."""
 
 
+@functools.lru_cache(maxsize=16)  # compiled templates are kept: an action per host or model
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                               variable_start_string="[[", variable_end_string="]]",

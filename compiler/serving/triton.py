@@ -20,6 +20,7 @@ Triton instance (`gpu_device_ids`, ';' between instances).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -146,6 +147,7 @@ def _pbstr(value: object) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+@functools.lru_cache(maxsize=16)  # compiled templates are kept: an action per host or model
 def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
     env = Environment(loader=FileSystemLoader(str(template_dir)), undefined=StrictUndefined,
                       keep_trailing_newline=True, autoescape=False, finalize=_finalize,

@@ -18,6 +18,7 @@ template error, so a name can never become shell syntax.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -57,6 +58,7 @@ def _finalize(value: object) -> object:
     raise TemplateError(f"unquoted value {value!r} in a host template: pipe it through |q")
 
 
+@functools.lru_cache(maxsize=16)  # compiled templates are kept: an action per host or model
 def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
     env = Environment(loader=FileSystemLoader(str(template_dir)), undefined=StrictUndefined,
                       keep_trailing_newline=True, autoescape=False, finalize=_finalize,

@@ -23,6 +23,7 @@ refuse never reaches a node.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import shlex
 from pathlib import Path
@@ -233,6 +234,7 @@ def shell_quote(value: object) -> Shell:
     return Shell(shlex.quote(str(value)))
 
 
+@functools.lru_cache(maxsize=16)  # compiled templates are kept: an action per host or model
 def _environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
     def finalize(value: object) -> object:  # every value passes |q: a name never becomes shell syntax
         if isinstance(value, Shell):
