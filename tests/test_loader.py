@@ -486,6 +486,23 @@ def test_block_nesting_too_deep() -> None:
 def test_flow_nesting_far_too_deep_is_not_a_crash() -> None:
     result = load_text("a: " + "[" * 5000 + "]" * 5000 + "\n", "k")
     assert result.document is None and codes(result) == ["K011"]
+    # stopped by the scanner at twice the limit, not by Python's recursion limit thousands of levels
+    # on (seconds, and no position); it names the bracket that opened level MAX_DEPTH + 1, as
+    # _Builder does when the nesting stops just past the limit
+    span = result.diagnostics[0].span
+    assert (span.line, span.column) == (1, len("a: ") + loader.MAX_DEPTH + 1)
+    just_past = load_text("a: " + "[" * (loader.MAX_DEPTH + 1) + "]" * (loader.MAX_DEPTH + 1) + "\n", "k")
+    assert codes(just_past) == ["K011"] and just_past.diagnostics[0].span.column == span.column
+
+
+def test_flow_nesting_far_too_deep_after_a_yaml_directive_is_not_a_hang() -> None:
+    """The %YAML check scans the text before it is composed: with the same bound (unbounded, its
+    scan took seconds at 4,000 brackets and grew with their square, hours within MAX_BYTES)."""
+    depth = 100_000
+    result = load_text("%YAML 1.2\n---\na: " + "[" * depth + "]" * depth + "\n", "k")
+    assert codes(result) == ["K011"]
+    span = result.diagnostics[0].span
+    assert (span.line, span.column) == (3, len("a: ") + loader.MAX_DEPTH + 1)
 
 
 def test_nesting_at_the_limit_is_accepted() -> None:

@@ -17,6 +17,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
+from ruamel.yaml.scanner import Scanner
 
 from compiler.diagnostics import Diagnostic, Severity, Span
 
@@ -26,7 +27,33 @@ MAX_BYTES = 1 << 20  # a spec is hand-written; anything larger is a mistake or a
 MAX_NODES = 100_000  # values after alias expansion: stops "billion laughs"
 MAX_DEPTH = 64
 
-Path_ = tuple[Any, ...]  # a location in the data: keys and list indexes
+
+class _FlowTooDeep(Exception):
+    def __init__(self, mark) -> None:
+        self.mark = mark
+
+
+class _DepthBoundedScanner(Scanner):
+    """ruamel's scanner, stopped once flow collections alone nest twice MAX_DEPTH deep. Unstopped, it
+    revisits every open flow level at each token, and thousands of nested brackets took seconds
+    (quadratic) before the parser hit Python's recursion limit, whose K011 had no position. Up to the
+    cut, _Builder finds the first node past MAX_DEPTH itself (block levels counted); past it, the
+    position is the bracket that opened flow level MAX_DEPTH + 1 on the way there."""
+
+    _past_limit = None
+
+    def fetch_flow_collection_start(self, TokenClass, to_push) -> None:
+        if self.flow_level == MAX_DEPTH:
+            self._past_limit = self.reader.get_mark()
+        elif self.flow_level >= 2 * MAX_DEPTH:
+            raise _FlowTooDeep(self._past_limit)
+        super().fetch_flow_collection_start(TokenClass, to_push)
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="safe", pure=True)
+    yaml.Scanner = _DepthBoundedScanner
+    return yaml
 
 
 @dataclass
@@ -126,7 +153,7 @@ def load_text(text: str, file: str) -> LoadResult:
     version = _yaml_version_diag(text, file)
     if version is not None:
         return LoadResult(None, [version])
-    yaml = YAML(typ="safe", pure=True)
+    yaml = _yaml()
     # ruamel reports a reused anchor as a Python warning on stderr; _Builder reports it as K015
     # with its position instead, so ruamel's own report is switched off (its documented switch,
     # not a warnings filter: any other warning still shows).
@@ -135,6 +162,9 @@ def load_text(text: str, file: str) -> LoadResult:
         nodes = list(yaml.compose_all(text))
     except MarkedYAMLError as e:
         return LoadResult(None, [_syntax_diag(e, file)])
+    except _FlowTooDeep as e:
+        return LoadResult(None, [_diag(R.TooDeep, file, Span(e.mark.line + 1, e.mark.column + 1),
+                                       f"YAML nesting is deeper than {MAX_DEPTH} levels")])
     except ReaderError as e:
         char = e.character if isinstance(e.character, str) else chr(e.character)
         return LoadResult(None, [_diag(R.YamlSyntax, file, _offset_span(text, e.position),
@@ -173,15 +203,15 @@ def _yaml_version_diag(text: str, file: str) -> Diagnostic | None:
     from ruamel.yaml.tokens import DirectiveToken
 
     try:  # every document's directives: a later document's would still reach the parser
-        for token in YAML(typ="safe", pure=True).scan(text):
+        for token in _yaml().scan(text):
             if isinstance(token, DirectiveToken) and token.name == "YAML" and tuple(token.value) != (1, 2):
                 major, minor = token.value
                 return _diag(R.UnsupportedYamlVersion, file, Span(token.start_mark.line + 1,
                                                                   token.start_mark.column + 1),
                              f"%YAML {major}.{minor}: Kiln reads YAML 1.2 only",
                              help="remove the directive (or write %YAML 1.2)")
-    except YAMLError:
-        return None  # a syntax error: composing reports it, with its position
+    except (YAMLError, _FlowTooDeep):
+        return None  # a syntax error or too deep: composing reports it, with its position
     return None
 
 
