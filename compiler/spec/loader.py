@@ -56,6 +56,9 @@ def _yaml() -> YAML:
     return yaml
 
 
+Path_ = tuple[Any, ...]  # a location in the data: keys and list indexes
+
+
 @dataclass
 class Document:
     """A loaded spec: plain data plus where every value and key came from."""
