@@ -123,10 +123,9 @@ def runtime_transformers():
     """transformers of the examples' TensorRT-LLM pin (tests/runtime_transformers.py), in a venv of
     its own, cached across sessions: it reads checkpoints as the runtime does, and it is the execution
     environment of the Triton models that tokenize, as the runtime's container is."""
-    from compiler.catalog.checkpoint_config import load_checkpoint_config
-    from tests.runtime_transformers import RUNTIME, PypiUnreachable, RuntimeTransformers
+    from tests.runtime_transformers import PypiUnreachable, RuntimeTransformers, runtime_version
 
-    version = load_checkpoint_config().runtime(RUNTIME).transformers
+    version = runtime_version()
     try:
         reader = RuntimeTransformers(version).ensure()
     except PypiUnreachable as e:

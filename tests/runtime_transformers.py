@@ -26,6 +26,13 @@ from tests import venvs
 
 RUNTIME = "1.2.1"  # the examples' toolchain.tensorrt_llm, whose transformers pin the venv holds
 
+
+def runtime_version() -> str:
+    """The transformers version that RUNTIME reads checkpoints with (compiler/catalog/data/checkpoint_config.json)."""
+    from compiler.catalog.checkpoint_config import load_checkpoint_config
+
+    return load_checkpoint_config().runtime(RUNTIME).transformers
+
 # pip's own words when the index cannot be reached (no network, DNS, proxy, TLS interception)
 _OFFLINE = ("NewConnectionError", "Failed to establish a new connection", "Temporary failure in name resolution",
             "Network is unreachable", "ConnectionError", "ProxyError", "ConnectTimeoutError", "ReadTimeoutError",

@@ -3,6 +3,7 @@ the test run (with the variable still set) reads them instead of rewriting its f
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,19 +12,14 @@ from tests.warm_caches import rewritten_modules
 
 
 def _collect(root: Path) -> str:
-    """pytest's own trace of a collection (PYTEST_DEBUG): which modules it rewrote, which it read."""
+    """pytest's own trace of a collection (PYTEST_DEBUG): which modules it rewrote, which it read,
+    with PYTHONDONTWRITEBYTECODE set as on CI images that set it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KILN_"))}
     run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
                          cwd=root, capture_output=True, text=True, timeout=300,
-                         env={**_env(), "PYTEST_DEBUG": "1"})
+                         env=env | {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DEBUG": "1"})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     return run.stdout + run.stderr
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KILN_"))} | \
-        {"PYTHONDONTWRITEBYTECODE": "1"}  # as on CI images that set it
 
 
 def test_the_run_reads_the_rewritten_modules_written_beforehand(tmp_path: Path, monkeypatch) -> None:

@@ -39,10 +39,9 @@ def aiperf_venv() -> str:
 
 
 def runtime_transformers_venv() -> str:
-    from compiler.catalog.checkpoint_config import load_checkpoint_config
-    from tests.runtime_transformers import RUNTIME, RuntimeTransformers
+    from tests.runtime_transformers import RuntimeTransformers, runtime_version
 
-    version = load_checkpoint_config().runtime(RUNTIME).transformers
+    version = runtime_version()
     return f"transformers {version}: {RuntimeTransformers(version).ensure().dir}"
 
 
