@@ -267,6 +267,7 @@ def gc(store: LocalStore, keep: int) -> GcStats:
         problems: list[str] = []
         if _check_folders(store, False, problems):
             raise StoreError(f"{problems[0]}; nothing was removed: run `kiln store verify --repair`, then gc again")
+        _refuse_unreadable_histories(store)
         live_keys: set[str] = set()
         live_objects: set[str] = set()
         histories: dict[str, list[str]] = {}
@@ -321,6 +322,17 @@ def gc(store: LocalStore, keep: int) -> GcStats:
             removed_tmp += 1
         return GcStats(sum(len(h) for h in histories.values()), removed_actions, removed_objects, removed_tmp,
                        problems)
+
+
+def _refuse_unreadable_histories(store: LocalStore) -> None:
+    """A history that is not a regular file (a link, FIFO, folder) cannot be read, so what its
+    releases need is unknown: removing anything could delete a release that still has users."""
+    for name, mode in safeio.listdir(store.root, "releases"):
+        if name.endswith(".jsonl") and not stat.S_ISREG(mode):
+            raise StoreError(f"the release history {store.root / 'releases' / name} is {safeio.kind_of(mode)}, not a "
+                             "file Kiln wrote, so the releases of that spec are unknown; nothing was removed: put "
+                             "the history file itself in its place (or run `kiln store verify --repair` to drop it), "
+                             "then gc again")
 
 
 def _remove_log(store: LocalStore, key: str, problems: list[str]) -> None:
