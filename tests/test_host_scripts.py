@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -69,12 +70,49 @@ def generate(spec: Path) -> dict[str, dict[str, bytes]]:
     return out
 
 
+def engine_target(doc) -> None:
+    """The legacy engine target: one TensorRT engine, served by Triton's tensorrtllm backend."""
+    doc.insert(list(doc).index("name") + 1, "target", "engine")
+    for model in doc["models"].values():
+        model.get("runtime", {}).pop("cuda_graph_batch_sizes", None)  # a PyTorch-backend option (K603)
+
+
+def engine_tp4_pp2(doc) -> None:
+    engine_target(doc)
+    doc["models"]["llama70b"]["parallelism"] = {"tp": 4, "pp": 2}
+
+
+# Specs the examples do not cover, each derived from an example by an edit of its YAML. An engine
+# spec at tp × pp > 1 validated and then failed to build (its rank count reached the script
+# unquoted): every file-level test below runs on these as on the examples.
+VARIANTS = {
+    "h200-tp8-llama70b+engine": ("h200-tp8-llama70b", engine_target),
+    "h200-tp8-llama70b+engine-tp4-pp2": ("h200-tp8-llama70b", engine_tp4_pp2),
+}
+
+
+def variant_spec(name: str, dest: Path) -> Path:
+    from ruamel.yaml import YAML
+
+    example, edit = VARIANTS[name]
+    shutil.copytree(EXAMPLES / example, dest)
+    yaml = YAML()
+    doc = yaml.load((dest / "kiln.yaml").read_text())
+    edit(doc)
+    with (dest / "kiln.yaml").open("w") as f:
+        yaml.dump(doc, f)
+    return dest / "kiln.yaml"
+
+
 @functools.lru_cache(maxsize=None)
 def example_files(example: str) -> dict[str, dict[str, bytes]]:
+    if example in VARIANTS:
+        with tempfile.TemporaryDirectory() as tmp:
+            return generate(variant_spec(example, Path(tmp, example)))
     return generate(EXAMPLES / example / "kiln.yaml")
 
 
-EXAMPLE_HOSTS = [(e, h) for e in EXAMPLE_NAMES for h in sorted(example_files(e))]
+EXAMPLE_HOSTS = [(e, h) for e in [*EXAMPLE_NAMES, *VARIANTS] for h in sorted(example_files(e))]
 
 
 def write_script(files: dict[str, bytes], dest: Path) -> Path:
@@ -200,6 +238,25 @@ def test_every_example_host_gets_the_four_files() -> None:
     for example, host in EXAMPLE_HOSTS:
         assert sorted(example_files(example)[host]) == sorted(
             ["provision.sh", f"kiln-host-{host}.service", "mig-parted.yaml", "desired-state.json"])
+
+
+@pytest.mark.parametrize("variant,ranks", [("h200-tp8-llama70b+engine", 8), ("h200-tp8-llama70b+engine-tp4-pp2", 8)])
+def test_a_multi_rank_engine_unit_starts_one_tritonserver_per_rank(variant: str, ranks: int) -> None:
+    """The engine's world is tp × pp ranks: mpirun starts that many tritonservers (upstream's
+    launch_triton_server.py: rank 0 loads the whole ensemble, the others the engine model only,
+    each with its own shared-memory prefix), on the unit's eight GPUs."""
+    script = example_files(variant)["h200-node"]["provision.sh"].decode()
+    line = next(x for x in script.splitlines() if x.strip().startswith("0) CMD=("))
+    argv = shlex.split(line.split("CMD=(", 1)[1].rsplit(") ;;", 1)[0])
+    assert argv[:2] == ["mpirun", "--allow-run-as-root"]
+    per_rank = " ".join(argv[2:]).split(" : ")
+    assert len(per_rank) == ranks
+    assert all(r.startswith("-n 1 tritonserver ") for r in per_rank)
+    assert [f"shm-region-prefix-name=prefix{i}_" in r for i, r in enumerate(per_rank)] == [True] * ranks
+    assert "--load-model=llama70b-preprocessing" in per_rank[0]
+    assert not any("preprocessing" in r for r in per_rank[1:])
+    assert f"# {ranks} ranks: one tritonserver per rank under mpirun" in line
+    assert "UNIT_GPUS=('0,1,2,3,4,5,6,7')" in script
 
 
 def test_mig_parted_config_groups_gpus_by_layout() -> None:
