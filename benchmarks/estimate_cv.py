@@ -1,11 +1,17 @@
 """Cross-validated error of the performance estimate (compiler/capacity/estimate.py), and plan time.
 
-For each way of grouping the published rows (by model, by GPU, by TensorRT-LLM release) every group
-is left out in turn: the coefficients are refitted on the other rows (estimate_fit.fit_groups), the
-left-out rows are predicted with the coefficient set `kiln plan` would pick from that refit (its
-fallbacks included), and the error of the output tokens/s at saturation is recorded. Printed: per
-grouping and per left-out group, median |error| and the fraction within +-25% and +-50%; and how
-many rows are above the ceiling (the roofline) and how many estimates are.
+For each way of grouping the published rows every group is left out in turn: by model, by model
+family (Llama, Mixtral, Qwen3: a family the fit never saw), by mode (dense or MoE: the MoE rows are
+two families only, so leaving them all out is what a new MoE architecture looks like), by GPU
+generation (Hopper, Blackwell), by GPU and by TensorRT-LLM release. The coefficients are refitted
+on the other rows (estimate_fit.fit_groups), the left-out rows are predicted with the coefficient
+set `kiln plan` would pick from that refit (its fallbacks included), and the error of the output
+tokens/s at saturation is recorded, with whether the interval `kiln plan` would print holds the
+measured value. Printed: per grouping and per left-out group, median |error|, the median signed
+error (bias), the fraction within +-25% and +-50%, and the interval's coverage beside the coverage
+it states; then how many rows are above the ceiling (the roofline) and how many estimates are.
+Attention-DP and expert-parallel rows: the published rows have none, so no fold can leave them out
+(the report says so rather than print a number).
 
 Then the time `validate_path` (the analysis `kiln plan` runs, estimates included) takes per example
 spec, in process, best of --repeat.
@@ -27,51 +33,75 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from compiler.capacity.estimate_fit import PRECISIONS, fit_groups, predict, published_case  # noqa: E402
-from compiler.capacity.estimate_unit import coefficients_for  # noqa: E402
+from compiler.capacity.estimate_unit import (STATED_COVERAGE, Traffic, coefficients_for, interval_logs,  # noqa: E402
+                                             interval_reasons)
 from compiler.catalog.gpus import load_gpu_catalog  # noqa: E402
 
 ROWS = ROOT / "tests" / "data" / "perf" / "trtllm-published-throughput.json"
-GROUPINGS = {"model": "model", "GPU": "gpu", "release": "release"}
+GROUPINGS = {"model": "model", "family": "family", "mode": "mode", "generation": "generation", "GPU": "gpu",
+             "release": "release"}
 
 
-def stats(errors: list[float]) -> tuple[float, float, float]:
-    a = [abs(e) for e in errors]
-    return statistics.median(a), sum(x <= 0.25 for x in a) / len(a), sum(x <= 0.5 for x in a) / len(a)
+def stats(results: list[tuple[float, bool]]) -> tuple[float, float, float, float, float]:
+    """median |error|, median error, within 25%, within 50%, interval coverage."""
+    a = [abs(e) for e, _ in results]
+    n = len(a)
+    return (statistics.median(a), statistics.median(e for e, _ in results), sum(x <= 0.25 for x in a) / n,
+            sum(x <= 0.5 for x in a) / n, sum(cov for _, cov in results) / n)
 
 
-def left_out_errors(cases, fact: str) -> dict[str, list[float]]:
+def estimate_of(c, table) -> tuple[float, bool]:
+    """(relative error of the estimate, whether its interval holds the measured value) for a row,
+    with the coefficient set and interval `kiln plan` would give it from `table`."""
     gpus = load_gpu_catalog()
-    out: dict[str, list[float]] = {}
+    wfmt, _ = PRECISIONS[str(c.facts["precision"])]
+    coef = coefficients_for(gpus[str(c.facts["gpu"])].arch, wfmt, str(c.facts["release"]), table)
+    value = predict(c.work, coef.coefficients)
+    isl, osl = float(c.facts["isl"]), float(c.facts["osl"])
+    reasons = interval_reasons(c.shape, c.work.batch, Traffic(isl, osl, isl + osl / 2, ""), coef)
+    lo, hi = interval_logs(coef, reasons)
+    ceiling = c.work.output_tokens / c.work.ceiling_s
+    low, high = value * math.exp(lo), min(ceiling, value * math.exp(hi))
+    return value / c.tokens_per_s - 1, low <= c.tokens_per_s <= high
+
+
+def left_out_errors(cases, fact: str) -> dict[str, list[tuple[float, bool]]]:
+    out: dict[str, list[tuple[float, bool]]] = {}
     for value in sorted({str(c.facts[fact]) for c in cases}):
         train = [c for c in cases if str(c.facts[fact]) != value]
         table = {"groups": fit_groups(train)}
-        for c in cases:
-            if str(c.facts[fact]) != value:
-                continue
-            wfmt, _ = PRECISIONS[str(c.facts["precision"])]
-            coef = coefficients_for(gpus[str(c.facts["gpu"])].arch, wfmt, str(c.facts["release"]), table)
-            out.setdefault(value, []).append(predict(c.work, coef.coefficients) / c.tokens_per_s - 1)
+        out[value] = [estimate_of(c, table) for c in cases if str(c.facts[fact]) == value]
     return out
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=Path, default=ROWS)
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=5, help="plan timing repeats (0: no timing)")
     args = p.parse_args()
     rows = json.loads(args.rows.read_text(encoding="utf-8"))["rows"]
     cases = [c for c in (published_case(r) for r in rows) if c is not None]
     print(f"{len(cases)} of {len(rows)} published rows usable\n")
-    print(f"{'left out':10} {'group':24} {'rows':>5} {'median |err|':>13} {'within 25%':>11} {'within 50%':>11}")
+    print(f"interval: states {STATED_COVERAGE:.0%} coverage (two-sided); 'covered' is the share of left-out rows "
+          f"whose measured value it holds\n")
+    head = (f"{'left out':10} {'group':24} {'rows':>5} {'median |err|':>13} {'median err':>11} {'within 25%':>11} "
+            f"{'within 50%':>11} {'covered':>8}")
+    print(head)
+
+    def line(name, value, res):
+        m, bias, w25, w50, cov = stats(res)
+        print(f"{name:10} {value:24} {len(res):5} {m:13.1%} {bias:+11.1%} {w25:11.0%} {w50:11.0%} {cov:8.0%}")
+
     for name, fact in GROUPINGS.items():
         per = left_out_errors(cases, fact)
-        for value, errs in per.items():
-            m, w25, w50 = stats(errs)
-            print(f"{name:10} {value:24} {len(errs):5} {m:13.1%} {w25:11.0%} {w50:11.0%}")
-        allerr = [e for errs in per.values() for e in errs]
-        m, w25, w50 = stats(allerr)
-        print(f"{name:10} {'(all left-out rows)':24} {len(allerr):5} {m:13.1%} {w25:11.0%} {w50:11.0%}\n")
+        for value, res in per.items():
+            line(name, value, res)
+        line(name, "(all left-out rows)", [r for res in per.values() for r in res])
+        print()
+    print("attention-DP / expert-parallel: no published row has either, so no fold can leave them out\n")
     table = {"groups": fit_groups(cases)}
+    line("(none)", "in-sample, all rows", [estimate_of(c, table) for c in cases])
+    print()
     gpus = load_gpu_catalog()
     over_ceiling = sum(c.tokens_per_s > c.work.output_tokens / c.work.ceiling_s for c in cases)
     est_over = 0
@@ -84,6 +114,8 @@ def main() -> int:
     print(f"measured / ceiling: median {statistics.median(ratios):.2f}, "
           f"p10 {ratios[len(ratios) // 10]:.2f}, p90 {ratios[len(ratios) * 9 // 10]:.2f}\n")
 
+    if args.repeat < 1:
+        return 0
     from compiler.pipeline import validate_path
 
     print("plan analysis time per example (validate_path, in process, best of %d):" % args.repeat)

@@ -64,6 +64,7 @@ class Measured:
     work: Work
     tokens_per_s: float
     facts: Mapping[str, object]  # model, gpu, release, tp, isl, osl... (for grouping and ranges)
+    shape: Shape | None = None  # what the estimate was asked (None: a record without one)
 
     @property
     def seconds(self) -> float:
@@ -98,9 +99,16 @@ def published_case(row: Mapping) -> Measured | None:
     work = cohort_work(shape, batch, isl, osl, isl + osl / 2)
     release = release_of(row["doc_version"])
     facts = {"model": row["model"], "gpu": gpu.name, "release": release, "precision": row["precision"],
-             "tp": tp, "isl": isl, "osl": osl, "batch": batch, "active_params": estimate_params(arch)[1]}
+             "tp": tp, "isl": isl, "osl": osl, "batch": batch, "active_params": estimate_params(arch)[1],
+             "family": model_family(row["model"]), "mode": "MoE" if arch.is_moe else "dense",
+             "generation": gpu.arch}
     label = f"{row['doc_version']} {row['model']} {row['precision']} {row['gpu']} tp{tp} {isl}/{osl}"
-    return Measured(label, group_key(gpu.arch, wfmt, release), work, float(row["value"]), facts)
+    return Measured(label, group_key(gpu.arch, wfmt, release), work, float(row["value"]), facts, shape)
+
+
+def model_family(name: str) -> str:
+    """"Llama 3.1 70B" -> "Llama", "Qwen3-235B-A22B" -> "Qwen3": what a left-out-family fold leaves out."""
+    return name.replace("-", " ").split()[0]
 
 
 # --- least squares under floors ------------------------------------------------------------------------

@@ -28,6 +28,8 @@ from compiler.resources import read_data
 WIDEN = 0.5
 #: Smallest half-width of the interval (ln): no fit is trusted to better than about 10%.
 MIN_LOG_SPREAD = 0.1
+#: The throughput interval is the 5th-95th percentile of the residuals: it states 90% coverage.
+STATED_COVERAGE = 0.90
 #: TTFT was never fitted (the published rows give throughput only): its interval is this many times wider.
 UNFITTED_SPREAD = 2.0
 
@@ -102,11 +104,8 @@ def unit_estimate(*, shape: Shape, batch: int, traffic: Traffic, coef: Coefficie
     capacity bound, capped by max_batch_size); `ceiling_tokens_per_s`: the roofline at that batch."""
     c = coef.coefficients
     sat = point(shape, c, batch, traffic.mean_input, traffic.mean_output, traffic.decode_context)
-    reasons = list(coef.reasons) + list(extra_reasons) + _outside(shape, batch, traffic, coef.range)
-    widen = 1 + WIDEN * len(reasons)
-    res = coef.residuals
-    lo = min(-MIN_LOG_SPREAD, float(res.get("log_p05", 0.0))) * widen
-    hi = max(MIN_LOG_SPREAD, float(res.get("log_p95", 0.0))) * widen
+    reasons = interval_reasons(shape, batch, traffic, coef, extra_reasons)
+    lo, hi = interval_logs(coef, reasons)
     tput = _interval(sat.output_tokens_per_s, lo, hi)
     tput["high"] = min(tput["high"], _r(ceiling_tokens_per_s))
     tput["value"] = min(tput["value"], tput["high"])
@@ -142,6 +141,21 @@ def unit_estimate(*, shape: Shape, batch: int, traffic: Traffic, coef: Coefficie
         out["cost_per_million_tokens"] = {"value": _r(costs["value"]), "low": _r(costs["high"]),
                                           "high": _r(costs["low"])}
     return out
+
+
+def interval_reasons(shape: Shape, batch: int, traffic: Traffic, coef: CoefficientSet,
+                     extra: tuple[str, ...] = ()) -> list[str]:
+    """Why the unit is away from what its coefficient set was fitted on (each widens the interval)."""
+    return list(coef.reasons) + list(extra) + _outside(shape, batch, traffic, coef.range)
+
+
+def interval_logs(coef: CoefficientSet, reasons: list[str]) -> tuple[float, float]:
+    """ln(low / value) and ln(high / value) of the throughput interval."""
+    widen = 1 + WIDEN * len(reasons)
+    res = coef.residuals
+    lo = min(-MIN_LOG_SPREAD, float(res.get("log_p05", 0.0))) * widen
+    hi = max(MIN_LOG_SPREAD, float(res.get("log_p95", 0.0))) * widen
+    return lo, hi
 
 
 def _outside(shape: Shape, batch: int, traffic: Traffic, rng: Mapping) -> list[str]:
