@@ -21,7 +21,8 @@ OTHER_TOOLS = {"--dry-run": PROVISION, "--ready-timeout": PROVISION, "--boot": P
                # docker run options and the image entrypoint's, from the serving runtimes' data
                "--shm-size": RUNTIMES, "--ulimit": RUNTIMES, "--cpuset-cpus": PROVISION, "--probe": "compiler/runtimes/base.py",
                "--dev": "scripts/install.sh",
-               "--no-quantize": "scripts/install.sh", "--update-expectations": "tests/conftest.py"}
+               "--no-quantize": "scripts/install.sh", "--update-expectations": "tests/conftest.py",
+               "--offline": "tests/test_ci_lint.py", "--persona": "tests/test_ci_lint.py"}
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:

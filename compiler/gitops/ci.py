@@ -8,6 +8,7 @@ they land inside YAML and shell, and nothing there may need quoting.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from .kilnsource import QUANTIZE_EXTRA, TORCH_PIN, KilnSource
 
 TEMPLATES = resources.template_dir("ci")
 WORKFLOWS = {"kiln-plan.yml": "kiln-plan.yml.j2", "kiln-release.yml": "kiln-release.yml.j2"}
+ACTIONLINT_CONFIG = "actionlint.yaml"  # beside workflows/, under .github/, where actionlint looks for it
 _PATH_RE = re.compile(r"[A-Za-z0-9._/-]+")
 _REGISTRY_RE = re.compile(r"[A-Za-z0-9._:/-]+")
 _LABEL_RE = re.compile(r"[A-Za-z0-9._-]+")
@@ -27,6 +29,31 @@ DEFAULT_GPU_RUNNER = ("self-hosted", "linux", "gpu")
 
 class InitConflict(Exception):
     """A value kiln cannot put in a workflow, or a workflow file that differs (without --force)."""
+
+
+@functools.lru_cache(maxsize=1)
+def action_pins() -> dict:
+    """compiler/gitops/data/action_pins.json: per action, the tag the workflows use and its commit."""
+    return json.loads(resources.read_data("gitops", "data", "action_pins.json"))
+
+
+def pinned_uses() -> dict[str, str]:
+    """Action -> `owner/name@<full commit> # <tag>`: a tag can be moved to other code, a commit cannot;
+    the comment says which release the commit is (and lets update bots bump it)."""
+    out = {}
+    for action, entry in action_pins()["actions"].items():
+        (release,) = [r for r in entry["releases"] if r["tag"] == entry["pin"]]
+        out[action] = f"{action}@{release['commit']} # {release['tag']}"
+    return out
+
+
+def actionlint_config(gpu_runner: tuple[str, ...]) -> str:
+    """.github/actionlint.yaml: the self-hosted runner labels the GPU jobs use, which actionlint
+    would otherwise report as unknown (it knows GitHub-hosted labels and self-hosted, linux, ...)."""
+    labels = "".join(f"    - {label}\n" for label in gpu_runner if label != "self-hosted")
+    return ("# Installed by `kiln init` for actionlint: the labels of the self-hosted runners the Kiln workflows\n"
+            "# run on (kiln init --gpu-runner). Edit freely, `kiln init --force` rewrites it.\n"
+            "self-hosted-runner:\n  labels:" + ("\n" + labels if labels else " []\n"))
 
 
 @functools.lru_cache(maxsize=16)  # compiled templates are kept: an action per host or model
@@ -65,6 +92,7 @@ def render_workflows(spec: str, registry: str, source: KilnSource, *,
         "kiln": source.requirement(),
         "kiln_quantize": source.requirement(QUANTIZE_EXTRA),
         "torch": TORCH_PIN,
+        "uses": pinned_uses(),
     }
     env = _environment()
     out = {name: env.get_template(template).render(values) for name, template in WORKFLOWS.items()}
@@ -120,9 +148,10 @@ def install_workflows(root: Path, spec: Path, source: KilnSource, *, registry: s
              "runner it is the runner itself, not this machine; pass --registry (or set publish.registry) to a "
              "registry the runners can reach")
     target = root / ".github" / "workflows"
+    files = {target / name: text for name, text in texts.items()}
+    files[root / ".github" / ACTIONLINT_CONFIG] = actionlint_config(gpu_runner)
     plan = []
-    for name, text in texts.items():
-        path = target / name
+    for path, text in files.items():
         old = path.read_text(encoding="utf-8") if path.is_file() else None
         if old is not None and old != text and not force:
             raise InitConflict(f"{path} exists and differs; pass --force to replace it")
