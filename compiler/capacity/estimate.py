@@ -25,9 +25,10 @@ to max_num_tokens, so prefill adds steps only when it does not fit. Output token
 B O / time; TPOT is the time per step; TTFT the prefill of one prompt in max_num_tokens chunks
 beside the running batch.
 
-The batch B the scheduler reaches: under GUARANTEED_NO_EVICT a request is admitted only when its
-prompt plus its maximum new tokens fit in the free KV blocks, so B = sequences the pool holds at
-that length, capped by max_batch_size (the capacity figures already count it: `concurrency_bound`).
+The batch B the scheduler reaches is its admission (admission.py, a port of TensorRT-LLM's capacity
+scheduler: GUARANTEED_NO_EVICT reserves each request to completion, MAX_UTILIZATION what it holds
+now), per attention-DP rank and capped by max_batch_size per rank (`concurrency_bound`). Under
+attention DP, max_num_tokens is a rank's: prompts are packed per rank.
 All functions are pure; nothing here reads files (estimate_data.py does).
 """
 
@@ -86,6 +87,11 @@ class Shape:
         return self.gpu.nvlink_gbps / 2 if self.gpu.nvlink_gbps else PCIE_LINK_GBPS
 
     @property
+    def ranks(self) -> int:
+        """Attention-DP ranks, each with its own requests (1 without attention DP)."""
+        return self.tp if self.attention_dp else 1
+
+    @property
     def peak_flops(self) -> float:
         tf = self.gpu.tflops.get(compute_precision(self.weights_fmt)) or self.gpu.tflops.get("bf16") or 1.0
         return tf * 1e12 * self.compute_share
@@ -136,7 +142,8 @@ def cohort_work(s: Shape, batch: int, mean_input: float, mean_output: float, dec
                              overrides=s.overrides, block_size=s.block_size, tp=s.tp, pp=s.pp, derate=s.derate,
                              attention_dp=s.attention_dp)
     step_s = ceiling.step_ms / 1e3
-    steps = cohort_steps(batch, mean_input, mean_output, s.max_num_tokens)
+    # max_num_tokens is per rank: under attention DP each rank packs its own requests' prompts
+    steps = cohort_steps(math.ceil(batch / s.ranks), mean_input, mean_output, s.max_num_tokens)
     # extra passes (prefill that did not fit beside the decode tokens) stream the weights again
     extra = steps - mean_output
     weights_s = ceiling.weight_bytes_touched / (bw * 1e12 * s.derate)
@@ -161,7 +168,7 @@ def cohort_work(s: Shape, batch: int, mean_input: float, mean_output: float, dec
 def prefill_work(s: Shape, prompt: float, running: int, decode_context: float) -> Work:
     """The terms of one prompt's prefill, in max_num_tokens chunks each shared with a decode step of
     `running` other sequences (which the chunks wait for): time to first token without queueing."""
-    budget = max(1, s.max_num_tokens - running)
+    budget = max(1, s.max_num_tokens - math.ceil(running / s.ranks))
     chunks = max(1, math.ceil(prompt / budget))
     bw = (s.bandwidth_tbps if s.bandwidth_tbps is not None else s.gpu.bandwidth_tbps)
     ceiling = decode_ceiling(s.arch, weights_fmt=s.weights_fmt, bandwidth_tbps=bw, batch=max(1, running),

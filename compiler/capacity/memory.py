@@ -272,13 +272,6 @@ class UnitCapacity:
     tokens_per_block: int = TOKENS_PER_BLOCK
     ranks: int = 1  # attention-DP ranks, each with its own pool of this size and its own sequences
 
-    def sequences_holding(self, tokens: float) -> int:
-        """Concurrent sequences when each holds `tokens` KV tokens (rounded up to whole blocks)."""
-        if self.kv_bytes_per_token == 0:
-            return self.max_sequences
-        per_seq = max(1, math.ceil(tokens / self.tokens_per_block))
-        return self.ranks * (self.blocks_in_pool // per_seq)
-
 
 def unit_capacity(
     arch: ModelArch,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from compiler.catalog.types import WEAK_STATUSES, GpuSpec, ModelArch
 
+from .admission import GUARANTEED_NO_EVICT, MAX_UTILIZATION, admitted
 from .memory import UnitCapacity, gpu_memory_bytes, mig_bandwidth_tbps, unit_capacity
 from .roofline import DecodeCeiling, cost_per_million_tokens, decode_ceiling, mig_gpu_share
 from .workload import TrafficShape
@@ -93,7 +94,7 @@ def unit_figures(unit, sizing: Sizing, arch: ModelArch, gpu: GpuSpec, price_per_
         assumptions = [f"decode: every sequence at max_seq_len {sizing.max_seq_len:,} (no workload in the spec)"]
     else:
         context = min(w.decode_context, float(sizing.max_seq_len))
-        concurrent = cap.sequences_holding(min(w.held_tokens(sizing.reserves_whole_request), sizing.max_seq_len))
+        concurrent = admitted_sequences(cap, sizing, w)
         assumptions = [f"decode: mean context {context:,.0f} tokens per sequence for {w.describe()}"]
     batch = max(1, min(ranks * sizing.max_batch_size, concurrent))
     if cap.fits and not arch.encoder_only:
@@ -116,6 +117,18 @@ def unit_figures(unit, sizing: Sizing, arch: ModelArch, gpu: GpuSpec, price_per_
         weak.append(f"{arch.name} {', '.join(arch_weak)} ({arch.status[arch_weak[0]]})")
     return UnitFigures(unit.id, unit.host, unit.model, gpu.name, slice_name, gpus, cap, decode, cost, tuple(weak),
                        tuple(assumptions), concurrency_bound=concurrent if cap.fits else 0)
+
+
+def admitted_sequences(cap, sizing: Sizing, w) -> int:
+    """Requests the scheduler keeps in flight for the workload, memory alone limiting them (the
+    capacity scheduler's admission, admission.py; max_batch_size is applied by the caller)."""
+    if cap.kv_bytes_per_token == 0:
+        return cap.max_sequences
+    policy = GUARANTEED_NO_EVICT if sizing.reserves_whole_request else MAX_UTILIZATION
+    held_output = w.held_tokens(sizing.reserves_whole_request) - w.mean_input
+    return admitted(policy, blocks_per_rank=cap.blocks_in_pool, tokens_per_block=cap.tokens_per_block,
+                    mean_input=w.mean_input, held_output=held_output, max_num_requests=1 << 30, ranks=cap.ranks,
+                    window=float(sizing.max_seq_len)).total
 
 
 def size(x: float) -> str:
