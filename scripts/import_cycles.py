@@ -1,9 +1,16 @@
 #!/usr/bin/env python3
-"""Print the import cycles between Kiln's packages (compiler.<package>), or nothing.
+"""Print the import cycles between Kiln's packages and between its modules, or nothing.
 
-A package here is the first level below `compiler` (compiler.graph, compiler.ir, a top-level
-module such as compiler.build). Every `import` statement counts, also one inside a function:
-a lazy import hides a dependency from the reader but not from this script.
+Every `import` statement counts, also one inside a function: a lazy import hides a dependency from
+the reader but not from this script. Only an import under `if TYPE_CHECKING:` does not: it never
+runs, annotations alone name what it imports. Importing `a.b.c` runs `a` and `a.b` first, so a
+module also depends on the packages above what it imports.
+
+A package here is the first level below `compiler` (compiler.graph, compiler.ir, a top-level module
+such as compiler.build), except the deploy targets: `compiler.targets` is the seam (the protocol,
+the registry of targets and each target's `target.py`, which the IR and the checks ask), and each
+target's other modules (its action kinds and emitters, which read the IR) are a package of their
+own, `compiler.targets.<name>`, as is the build's kind registry `compiler.targets.registry`.
 
     python3 scripts/import_cycles.py            # exit 1 and list the cycles, if there are any
     python3 scripts/import_cycles.py --edges    # also print which package imports which
@@ -17,10 +24,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SEAM = "compiler.targets"
 
 
 def _package(module: str) -> str:
     parts = module.split(".")
+    if module.startswith(SEAM + ".") and len(parts) > 2:
+        if parts[2] in ("base",) or (len(parts) == 3 and (ROOT / "compiler/targets" / parts[2]).is_dir()) \
+                or (len(parts) == 4 and parts[3] == "target"):
+            return SEAM
+        return ".".join(parts[:3])
     return ".".join(parts[:2])
 
 
@@ -36,17 +49,34 @@ def _is_module(root: Path, dotted: str) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-def import_edges(root: Path = ROOT, top: str = "compiler") -> dict[str, set[str]]:
-    """Package -> the other packages it imports (each an edge of the dependency graph)."""
+def _type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
+                                         or isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST):
+    """The import statements that run, at any depth (a function's included), none under TYPE_CHECKING."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        todo.extend(n for n in ast.iter_child_nodes(node) if not _type_checking(n))
+
+
+def module_edges(root: Path = ROOT, top: str = "compiler") -> dict[str, set[str]]:
+    """Module -> the modules of `top` its import statements run (parent packages included)."""
     edges: dict[str, set[str]] = {}
     for path in sorted((root / top).rglob("*.py")):
         module = _module_name(path, root)
         is_package = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        out = edges.setdefault(module, set())
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
+            else:
                 if node.level:
                     base = module.split(".") if is_package else module.split(".")[:-1]
                     base = base[:len(base) - (node.level - 1)]
@@ -57,16 +87,40 @@ def import_edges(root: Path = ROOT, top: str = "compiler") -> dict[str, set[str]
                 targets += [f"{t}.{a.name}" for t in list(targets) for a in node.names
                             if _is_module(root, f"{t}.{a.name}")]
             for target in targets:
-                if target == top or not target.startswith(top + "."):
-                    continue  # `from compiler import __version__` is the package's own metadata
-                a, b = _package(module), _package(target)
-                if a != b:
-                    edges.setdefault(a, set()).add(b)
+                parts = target.split(".")
+                for i in range(2, len(parts) + 1):  # a.b.c runs a.b first (`compiler` itself is metadata)
+                    name = ".".join(parts[:i])
+                    # a package is set up before its modules run: importing it from one of them is no edge
+                    if parts[0] == top and not (module + ".").startswith(name + ".") and _is_module(root, name):
+                        out.add(name)
     return edges
 
 
+def import_edges(root: Path = ROOT, top: str = "compiler") -> dict[str, set[str]]:
+    """Package -> the other packages it imports (each an edge of the dependency graph)."""
+    edges: dict[str, set[str]] = {}
+    for module, targets in module_edges(root, top).items():
+        for target in targets:
+            a, b = _package(module), _package(target)
+            if a != b:
+                edges.setdefault(a, set()).add(b)
+    return edges
+
+
+def reach(edges: dict[str, set[str]], start: set[str]) -> set[str]:
+    """Every module the modules `start` import, directly or through others (not `start` itself)."""
+    seen: set[str] = set()
+    todo = [w for v in start for w in edges.get(v, ())]
+    while todo:
+        v = todo.pop()
+        if v not in seen:
+            seen.add(v)
+            todo.extend(edges.get(v, ()))
+    return seen - start
+
+
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one package (Tarjan), each sorted."""
+    """The strongly connected components with more than one node (Tarjan), each sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -114,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     found = cycles(edges)
     for component in found:
         print("import cycle: " + " <-> ".join(component))
-    return 1 if found else 0
+    # a module cycle inside one package works only while the order of the imports allows it
+    between_modules = cycles(module_edges())
+    for component in between_modules:
+        print("module import cycle: " + " <-> ".join(component))
+    return 1 if found or between_modules else 0
 
 
 if __name__ == "__main__":

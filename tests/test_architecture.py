@@ -1,5 +1,6 @@
 """The layering the design promises, read from the import statements (scripts/import_cycles.py):
-no cycle between packages, the graph knows only the store, the IR and the checks know no build."""
+no cycle between packages or modules, the graph knows only the store, the IR and the checks know no
+build; the nevers hold transitively, function-local imports included."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def test_layers() -> None:
     def deps(package: str) -> set[str]:
         return edges.get(f"compiler.{package}", set())
 
-    assert deps("graph") <= {"compiler.store"}, deps("graph")
+    assert deps("graph") <= {"compiler.store", "compiler.params"}, deps("graph")
+    assert deps("params") == set()
     # the store reads what it did not just write through the bounded JSON parser, a leaf module
     assert deps("store") <= {"compiler.boundedjson"} and deps("resources") == set()
     assert deps("boundedjson") == set()
@@ -50,6 +52,53 @@ def test_layers() -> None:
     # only the CLI and `python -m compiler` import the CLI
     importers = {p for p, ds in edges.items() if "compiler.cli" in ds}
     assert importers <= {"compiler.__main__"}, importers
+
+
+# What a package never reaches, through any chain of imports (module by module, a function's own
+# imports included): checking never builds or emits, the executor's graph knows no action, target
+# or CLI, the sizing and the facts know no IR, the store no action.
+EMITTERS = ("compiler.targets.hosts", "compiler.targets.kubernetes", "compiler.targets.registry")
+RENDERERS = ("compiler.serving.triton", "compiler.serving.yamlout")  # they write a repository's files
+NEVER = {
+    "checks": ("compiler.actions", *EMITTERS, *RENDERERS, "compiler.graph", "compiler.lower", "compiler.build",
+               "compiler.gitops", "compiler.cli"),
+    "graph": ("compiler.actions", "compiler.targets", "compiler.cli"),
+    "capacity": ("compiler.ir",),
+    "catalog": ("compiler.ir",),
+    "store": ("compiler.actions",),
+    "runtimes": ("compiler.actions", *EMITTERS, *RENDERERS, "compiler.graph"),
+}
+
+
+def _within(module: str, prefixes) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_the_nevers_hold_transitively() -> None:
+    ic = _script()
+    edges = ic.module_edges()
+    for package, never in NEVER.items():
+        start = {m for m in edges if _within(m, (f"compiler.{package}",))}
+        assert start, package
+        reached = sorted(m for m in ic.reach(edges, start) if _within(m, never))
+        assert reached == [], (package, reached)
+
+
+def test_the_walk_follows_local_imports_and_parent_packages_not_type_checking(tmp_path: Path) -> None:
+    ic = _script()
+    for name, text in {"p/__init__.py": "", "p/a/__init__.py": "from p.b import x\n",
+                       "p/b/__init__.py": "", "p/b/x.py": "def f():\n    from p.c import y\n",
+                       "p/c/__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import p.a\n",
+                       "p/c/y.py": "from . import z\n", "p/c/z.py": ""}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    edges = ic.module_edges(tmp_path, "p")
+    assert edges["p.a"] == {"p.b", "p.b.x"} and edges["p.b.x"] == {"p.c", "p.c.y"}
+    assert edges["p.c"] == set() and edges["p.c.y"] == {"p.c.z"}  # its own package is set up first
+    assert ic.reach(edges, {"p.a"}) == {"p.b", "p.b.x", "p.c", "p.c.y", "p.c.z"}
+    assert ic.cycles(edges) == []
+    (tmp_path / "p/c/z.py").write_text("def g():\n    import p.b.x\n")
+    assert ic.cycles(ic.module_edges(tmp_path, "p")) == [["p.b.x", "p.c.y", "p.c.z"]]
 
 
 def test_the_slow_files_the_scheduler_puts_first_exist() -> None:

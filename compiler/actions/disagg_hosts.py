@@ -23,6 +23,7 @@ from compiler.store.canonical import canonical_json
 
 from . import disaggregated
 from .base import LowerContext, Params
+from .image_templates import ENTRYPOINT, base_image, template_digests
 from .runtimes import UnitServing
 
 
@@ -44,8 +45,6 @@ def _digest(value: object) -> str:
 
 
 def _image_facts(ctx: LowerContext) -> dict:
-    from .image_context import ENTRYPOINT, base_image, template_digests  # image_context imports this module
-
     # without `image:` the operator's image is built elsewhere: its base is the toolchain's
     base = base_image(ctx.spec) if ctx.spec.image is not None else None
     return {"toolchain": ctx.spec.toolchain.model_dump(mode="json"), "base": base,

@@ -37,7 +37,6 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 from pydantic import Field
 
-from compiler import resources
 from compiler.graph.model import Action
 from compiler.ir.pools import mounts_weights
 from compiler.serving import layout
@@ -45,12 +44,10 @@ from compiler.store.canonical import canonical_json, pretty_json
 
 from . import disagg_hosts, disaggregated, llmapi, runtimes
 from .base import ActionKind, LowerContext, Params, RunContext, checkpoint_action_id
+from .image_templates import DOCKERFILE, ENTRYPOINT, TEMPLATE_DIR, base_image, template_digests
 from .runtimes import UnitServing, ir_unit_serving
 from .shell import Shell, shell_quote, words
 
-TEMPLATE_DIR = resources.template_dir("image")
-DOCKERFILE, ENTRYPOINT = "Dockerfile.j2", "serve.sh.j2"
-TEMPLATES = (DOCKERFILE, ENTRYPOINT)
 ENTRYPOINT_PATH = f"{layout.IMAGE_ROOT}/bin/serve"
 METADATA = "image-context.json"
 REPO_ACTION = "triton-repo"
@@ -78,14 +75,6 @@ def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
     env.filters["q"] = shell_quote
     env.filters["label"] = _label
     return env
-
-
-def template_digests(template_dir: Path = TEMPLATE_DIR) -> dict[str, str]:
-    return {name: "sha256:" + hashlib.sha256((template_dir / name).read_bytes()).hexdigest() for name in TEMPLATES}
-
-
-def base_image(spec) -> str:
-    return spec.image.base if spec.image.base is not None else spec.toolchain.triton_image
 
 
 class ImageUnit(Params):

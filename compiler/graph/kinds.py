@@ -26,18 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Generic, Iterable, Iterator, Literal, Mapping, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
+
+from compiler.params import Params
 
 from .model import Action
-
-
-class Params(BaseModel):
-    """Base of every kind's typed parameters: immutable, strict about unknown keys."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
 
 
 P = TypeVar("P", bound=Params)

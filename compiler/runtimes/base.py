@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from compiler import resources
-from compiler.graph.kinds import Params
+from compiler.params import Params
 from compiler.serving import layout
 
 ENTRYPOINT = f"{layout.IMAGE_ROOT}/bin/serve"

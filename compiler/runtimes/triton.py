@@ -11,7 +11,7 @@ others load the engine model only.
 from __future__ import annotations
 
 from compiler.serving import layout
-from compiler.serving.triton import ENGINE_PARTS, engine_names
+from compiler.serving.layout import ENGINE_PARTS, engine_names
 
 from .base import ServingRuntime, Unit
 

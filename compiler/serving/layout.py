@@ -23,3 +23,12 @@ def engine_dir(model: str) -> str:
     """The directory the TensorRT-LLM backend loads (`gpt_model_path`): the one holding the engine's
     config.json, which the engine action writes under ENGINE_SUBDIR of the artifact copied to model_dir."""
     return f"{model_dir(model)}/{ENGINE_SUBDIR}"
+
+
+ENGINE_PARTS = ("preprocessing", "tensorrt_llm", "postprocessing", "bls")  # the ensemble is named <model>
+
+
+def engine_names(model: str) -> dict[str, str]:
+    """Triton model names of one model's engine pipeline: the ensemble carries the model's own name
+    (the host script loads it with --load-model=<model>, which loads its steps too)."""
+    return {"ensemble": model, **{part: f"{model}-{part}" for part in ENGINE_PARTS}}

@@ -30,12 +30,11 @@ from compiler import resources
 from compiler.graph.kinds import Params
 from compiler.ir import Resolved, ResolvedModel
 
-from .layout import REPOSITORY_DIR, engine_dir, model_dir
+from .layout import ENGINE_PARTS, REPOSITORY_DIR, engine_dir, engine_names, model_dir
 from .yamlout import dump_yaml
 
 TEMPLATE_DIR = resources.template_dir("triton")
 TARGETS = ("llmapi", "engine")
-ENGINE_PARTS = ("preprocessing", "tensorrt_llm", "postprocessing", "bls")  # the ensemble is named <model>
 TOKENIZER_DIR = "tokenizer"  # inside a model's directory; parameters name it relative to that directory
 
 
@@ -154,12 +153,6 @@ def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["pbstr"] = _pbstr
     return env
-
-
-def engine_names(model: str) -> dict[str, str]:
-    """Triton model names of one model's engine pipeline: the ensemble carries the model's own name
-    (the host script loads it with --load-model=<model>, which loads its steps too)."""
-    return {"ensemble": model, **{part: f"{model}-{part}" for part in ENGINE_PARTS}}
 
 
 def llm_api_yaml(name: str, options: dict, tensorrt_llm: str | None = None) -> bytes:
