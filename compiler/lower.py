@@ -25,7 +25,7 @@ def lower(result: Validation, digests: DigestCache, kinds: KindRegistry = REGIST
         raise NotBuildable(f"{result.file} has errors; run `kiln validate` for details")
     ctx = LowerContext(result.resolved, digests)
     try:
-        return Graph.build([_with_input_paths(a, ctx) for kind in kinds for a in kind.lower(ctx)])
+        return Graph.build([_sized(_with_input_paths(a, ctx), kind, ctx) for kind in kinds for a in kind.lower(ctx)])
     except InputUnreadable as e:
         doc = result.resolved.document
         result.diagnostics.append(Diagnostic(InputUnusable.code, InputUnusable.severity, e.message, doc.file,
@@ -41,6 +41,11 @@ def lower_or_report(result: Validation, digests: DigestCache, kinds: KindRegistr
         return lower(result, digests, kinds)
     except NotBuildable:
         return None
+
+
+def _sized(action, kind, ctx: LowerContext):
+    """The action with the machine it needs (not in its key)."""
+    return dataclasses.replace(action, size=kind.size(action, ctx.ir))
 
 
 def _with_input_paths(action, ctx: LowerContext):

@@ -310,6 +310,12 @@ class Engine(ActionKind[EngineParams]):
             return []
         return [lower_model(ctx, name) for name in sorted(ctx.ir.models)]
 
+    def size(self, action: Action, ir):
+        from .sizing import engine_size, serving_arch
+
+        p = action.params
+        return engine_size(ir.models[p.model], serving_arch(ir, p.model), p.calibration)
+
     def missing(self, params: EngineParams, needs, builder) -> list[str]:
         out = [] if builder.has("gpu") else ["gpu"]
         if not out and not _has_trtllm() and not builder.has("docker"):

@@ -106,6 +106,16 @@ class Image(ActionKind[ImageParams]):
                             deps=(c.id,), needs=("docker",))
                 for c in image_context.KIND.lower(ctx)]
 
+    def size(self, action: Action, ir):
+        """The image carries its context's checkpoints: as much disk."""
+        from compiler.ir.pools import mounts_weights
+
+        from .sizing import image_size
+
+        models = [] if mounts_weights(ir, action.params.host) else \
+            sorted({u.model for u in ir.host_units(action.params.host)} & set(ir.models))
+        return image_size([ir.models[m] for m in models], f"checkpoints of {', '.join(models) or 'no model'}")
+
     def disruptions(self, old: ImageParams | None, new: ImageParams) -> list[Disruption]:
         """A rebuilt serving image restarts every container of the host (provision.sh replaces a
         container whose image changed), but a disaggregated server whose inputs are unchanged

@@ -200,6 +200,12 @@ def run(params: ImageContextParams, ctx: RunContext) -> None:
 class ImageContext(ActionKind[ImageContextParams]):
     kind, version, Params = "image-context", 2, ImageContextParams
 
+    def size(self, action: Action, ir):
+        from .sizing import image_size
+
+        models = sorted(action.params.checkpoints)
+        return image_size([ir.models[m] for m in models], f"checkpoints of {', '.join(models) or 'no model'}")
+
     def lower(self, ctx: LowerContext) -> list[Action]:
         if ctx.spec.image is None:
             return []  # serving images only when the spec names a repository

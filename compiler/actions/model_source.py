@@ -44,6 +44,11 @@ class ModelSource(ActionKind[ModelSourceParams]):
                                    needs=() if source.path else ("network",), files=files))
         return out
 
+    def size(self, action, ir):
+        from .sizing import source_size
+
+        return source_size(ir.models[action.params.model])
+
     def missing(self, params: ModelSourceParams, needs, builder) -> list[str]:
         return source_needs(params.source, builder)
 

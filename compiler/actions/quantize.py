@@ -644,6 +644,12 @@ class Quantize(ActionKind[QuantizeParams]):
             return []  # the engine target quantizes inside its engine recipe (engine.py)
         return [lower_model(ctx, name) for name, rm in sorted(ctx.ir.models.items()) if rm.formats.quantized]
 
+    def size(self, action: Action, ir):
+        from .sizing import quantize_size
+
+        p = action.params
+        return quantize_size(ir.models[p.model], bool(needs_gpu(p)), p.calibration)
+
     def missing(self, params: QuantizeParams, needs, builder) -> list[str]:
         """torch (ModelOpt), a GPU for the formats ModelOpt only fake-quantizes on CUDA, and the
         network for a Hugging Face source without a local copy."""

@@ -173,6 +173,11 @@ class WeightsImage(ActionKind[WeightsImageParams]):
             out.append(self.action(action_id(model), params, deps=(checkpoint,), needs=("docker",)))
         return out
 
+    def size(self, action: Action, ir):
+        from .sizing import image_size
+
+        return image_size([ir.models[action.params.model]], "the model's weights image")
+
     def run(self, params: WeightsImageParams, ctx: RunContext) -> None:
         run(params, ctx)
 

@@ -7,6 +7,7 @@ the registry returns for an action. A kind declares
     what it reads; their canonical JSON enters the key;
   - `lower(ctx)`: the actions of this kind for an analysed spec (compiler.actions.base.LowerContext);
   - `missing(params, builder)`: what this builder lacks to run it (default: the action's `needs`);
+  - `size(action, ir)`: how much machine it needs (compiler/graph/sizes.py; default: small);
   - `preflight(params)`: refuse, before any model or tool is touched, what `run` would refuse for
     these params alone (default: nothing);
   - `run(params, ctx)`: produce the artifact in `ctx.out`;
@@ -116,6 +117,12 @@ class ActionKind(Generic[P]):
 
     def missing(self, params: P, needs: tuple[str, ...], builder: Capabilities) -> list[str]:
         return [n for n in needs if not builder.has(n)]
+
+    def size(self, action: Action, ir: Any) -> Any:
+        """GPUs, host memory and disk the action needs (compiler/actions/sizing.py has the formulas)."""
+        from .sizes import SMALL
+
+        return SMALL
 
     def manifest_entry(self, params: P, tree: TreeReader) -> tuple[str, str, Any] | None:
         return None

@@ -27,6 +27,9 @@ class Action:
     deps: tuple[str, ...] = ()
     gpu_arch: str | None = None  # set when the output depends on the GPU architecture
     needs: tuple[str, ...] = ()  # what the executing machine must have, e.g. ("gpu",) ("docker",)
+    # How much machine it needs (GPUs, memory, disk: compiler/graph/sizes.py), from the IR; not in
+    # the key: the same artifact built on a bigger machine is the same artifact.
+    size: Any = field(default=None, compare=False)
     files: Mapping[str, str] = field(default_factory=dict, compare=False)  # role -> path; not in the key
     # The spec values the params are derived from, when the params are a derived document (a host's
     # desired state, capacity figures): not in the key, recorded so a plan can name the edit that

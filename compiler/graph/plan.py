@@ -11,6 +11,7 @@ from compiler.store.local import LocalStore
 from .builder import Builder, describe
 from .kinds import POOL, KindRegistry
 from .model import Graph
+from .sizes import SMALL
 
 MAX_CHANGES = 6  # per action; a reviewer needs the first few, not a dump
 
@@ -25,6 +26,7 @@ class PlannedAction:
     needs: tuple[str, ...] = ()
     last_duration_s: float | None = None
     deferred: str | None = None  # why this builder will not run it (see builder.py)
+    size: Any = None  # the machine it needs (compiler/graph/sizes.py Size)
 
 
 def make_plan(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry,
@@ -38,7 +40,7 @@ def make_plan(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegist
     for aid in graph.order:
         action, key = graph.actions[aid], graph.keys[aid]
         record = store.get_action(key)
-        planned = PlannedAction(aid, action.kind, key, record is not None, needs=action.needs)
+        planned = PlannedAction(aid, action.kind, key, record is not None, needs=action.needs, size=action.size)
         if record is not None:
             planned.last_duration_s = record.duration_s
         else:
@@ -228,7 +230,8 @@ def render_plan(plan: list[PlannedAction], fmt: str) -> str:
     run = [p for p in plan if not p.cached]
     if fmt == "json":
         return json.dumps({"actions": [{"id": p.id, "kind": p.kind, "key": p.key, "cached": p.cached,
-                                        "reasons": p.reasons, "needs": list(p.needs), "deferred": p.deferred}
+                                        "reasons": p.reasons, "needs": list(p.needs), "deferred": p.deferred,
+                                        "size": p.size.to_json() if p.size is not None else None}
                                        for p in plan],
                            "to_run": len(run), "cached": len(plan) - len(run),
                            "deferred": sum(p.deferred is not None for p in plan)}, indent=2, sort_keys=True)
@@ -246,6 +249,8 @@ def render_plan(plan: list[PlannedAction], fmt: str) -> str:
         lines.append(f"  {'cached' if p.cached else 'defer ' if p.deferred else 'run   '} {p.id}")
         for r in p.reasons:
             lines.append(f"           {r}")
+        if not p.cached and p.size is not None and p.size.ways != SMALL.ways:  # the small allowance goes unsaid
+            lines.append(f"           needs: {p.size.text()}")
         if p.deferred:
             lines.append(f"           deferred here: {p.deferred}")
     return "\n".join(lines)

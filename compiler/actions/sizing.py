@@ -1,0 +1,139 @@
+"""The machine each action needs, from the IR: the formulas and where they come from.
+
+Weights are counted from the model's module inventory at a format (compiler/capacity/memory.py
+weight_bytes, the same count the capacity figures use). The other terms:
+
+- Calibration (quantize/<model>). Kiln's quantize loads the whole model at its source precision
+  on one device (compiler/actions/quantize.py `load`: from_pretrained(...).to(device)) and runs the
+  calibration batches through it. ModelOpt sizes a calibration batch as the memory one forward
+  pass of `max_sample_length` tokens per sample takes on top of the loaded model (ModelOpt 0.47,
+  modelopt/torch/utils/dataset_utils.py `get_max_batch_size`); Kiln models that pass's peak as
+  the widest live tensors, batch x seq x (hidden x ACT_WIDTHS x 2 B + vocab x 2 B for the logits),
+  plus the CUDA context. Host memory holds the model once while it loads (transformers reads the
+  safetensors into host memory before `.to(device)`). On CPU the same sum is host memory. Where
+  the format table marks a recipe CUDA-only (NVFP4, ...), only the GPU way exists.
+- Engine builds (engine/<model>). TensorRT-LLM's quantize.py calibrates the source model across
+  the build's GPUs and trtllm-build builds one rank per GPU (`--workers tp*pp`): tp x pp GPUs of
+  the serving architecture (an engine is built for one). Each holds the larger of its share of
+  the source model with the calibration batch, and its rank's quantized weights with the
+  activation memory TensorRT reserves at build time for the max_num_tokens profile ("TensorRT
+  pre-computes the activation tensors memory requirement at build time": TensorRT-LLM docs,
+  reference/memory.md, "Activation size"), the same reserve Kiln's capacity figures use
+  (compiler/capacity/memory.py reserve_terms). Host memory: the source model once, plus the
+  builder's own working memory (TensorRT's builder needs about 2 GB of host memory that does
+  not grow with the model: Torch-TensorRT docs, "Resource Management"). Disk: the source, the
+  quantized checkpoint and the engines (each the quantized weights' size).
+- Images (image-context/, image/, weights-image/): disk for the weights they carry twice (the
+  materialized input tree and the image's layer), a little host memory.
+- Model sources: disk for the source weights.
+Every other action is small (compiler/graph/sizes.py SMALL).
+
+A model the planner cannot size (its architecture unknown) gets the small allowance and says so.
+For scale: ModelOpt's layerwise calibration calibrates DeepSeek-R1 (671B) on one node of
+8 x 80 GB GPUs (Model-Optimizer PR #1251); Kiln's quantize holds the model on one device, so a
+model larger than one GPU is calibrated by the engine target's quantize.py, not by quantize/.
+"""
+
+from __future__ import annotations
+
+from compiler.capacity.memory import ACTIVATION_WIDTHS, reserve_terms, weight_bytes
+from compiler.graph.sizes import GiB, SMALL, Size, Way, gib
+from compiler.ir.passes import sizing as model_sizing
+
+CUDA_CONTEXT = 1 * GiB  # CUDA context and library workspaces of a calibration process
+TORCH_HOST = 2 * GiB  # Python, torch, transformers and ModelOpt imported (a CPU calibration's base)
+TRT_BUILDER_HOST = 2 * GiB  # TensorRT builder working memory (Torch-TensorRT docs, Resource Management)
+IMAGE_HOST = 1 * GiB  # docker build client and tar streaming
+
+
+def source_bytes(rm) -> float | None:
+    """The model's weights at its source precision (bytes), or None when its architecture is unknown."""
+    if rm.arch is None or rm.formats is None:
+        return None
+    return weight_bytes(rm.arch, rm.formats.dtype, unquantized_fmt=rm.formats.dtype).total_bytes
+
+
+def checkpoint_bytes(rm) -> float | None:
+    """The weights of the model's servable checkpoint (quantized where the spec quantizes them)."""
+    if rm.arch is None or rm.formats is None:
+        return None
+    s = model_sizing(rm)
+    return weight_bytes(rm.arch, s.weights_fmt, exclude=s.exclude, overrides=s.overrides,
+                        block_size=s.block_size, unquantized_fmt=rm.formats.dtype).total_bytes
+
+
+def calibration_bytes(rm, batch: int, seq: int) -> float:
+    """Peak activations of one calibration batch (see the module docstring)."""
+    a = rm.arch
+    return batch * seq * (a.hidden * ACTIVATION_WIDTHS * 2 + a.vocab * 2)
+
+
+def _unsized(name: str) -> Size:
+    return Size(SMALL.ways, (f"model {name}: architecture unknown, not sized (the small allowance)",))
+
+
+def quantize_size(rm, cuda_only: bool, cal) -> Size:
+    w = source_bytes(rm)
+    if w is None:
+        return _unsized(rm.name)
+    batch, seq = (cal.batch_size, cal.max_seq_len) if cal is not None else (1, 512)
+    act = calibration_bytes(rm, batch, seq)
+    gpu = Way(gpus=1, gpu_mem_gib=gib(w + act + CUDA_CONTEXT), host_mem_gib=gib(w + TORCH_HOST),
+              disk_gib=gib(2 * w))
+    cpu = Way(gpus=0, host_mem_gib=gib(w + act + TORCH_HOST), disk_gib=gib(2 * w))
+    basis = (f"source weights {gib(w):g} GiB ({rm.formats.dtype}, from the module inventory)",
+             f"calibration batch {batch} x {seq} tokens: {gib(act):g} GiB (hidden {rm.arch.hidden} x "
+             f"{ACTIVATION_WIDTHS} x 2 B + vocab {rm.arch.vocab} x 2 B per token; ModelOpt get_max_batch_size)",
+             "one device holds the whole model (quantize.load); disk: the source and the export")
+    return Size((gpu,) if cuda_only else (gpu, cpu), basis)
+
+
+def engine_size(rm, arch: str | None, cal) -> Size:
+    w = source_bytes(rm)
+    q = checkpoint_bytes(rm)
+    if w is None or q is None:
+        return _unsized(rm.name)
+    s = model_sizing(rm)
+    ranks = s.tp * s.pp
+    batch, seq = (cal.batch_size, cal.max_seq_len) if cal is not None else (1, 512)
+    calibrate = w / ranks + calibration_bytes(rm, batch, seq) + CUDA_CONTEXT
+    rank_w = weight_bytes(rm.arch, s.weights_fmt, exclude=s.exclude, overrides=s.overrides, block_size=s.block_size,
+                          unquantized_fmt=rm.formats.dtype, tp=s.tp, pp=s.pp).total_bytes
+    reserve = sum(t.bytes for t in reserve_terms(rm.arch, 80 * GiB, s.max_num_tokens))
+    build = rank_w + reserve
+    way = Way(gpus=ranks, gpu_arch=arch, gpu_mem_gib=gib(max(calibrate, build)), host_mem_gib=gib(w + TRT_BUILDER_HOST),
+              disk_gib=gib(w + 2 * q))
+    basis = (f"tp {s.tp} x pp {s.pp} = {ranks} GPU(s){f' of the serving architecture ({arch})' if arch else ''}",
+             f"calibration share {gib(calibrate):g} GiB per GPU (source {gib(w):g} GiB / {ranks} + batch + context)",
+             f"build {gib(build):g} GiB per GPU (rank weights {gib(rank_w):g} GiB + TensorRT activation reserve for "
+             f"max_num_tokens {s.max_num_tokens}: TensorRT-LLM reference/memory.md)",
+             f"disk: source {gib(w):g} GiB + checkpoint and engines {gib(2 * q):g} GiB")
+    return Size((way,), basis)
+
+
+def image_size(models: list, label: str) -> Size:
+    """An image (or its context) that carries the checkpoints of `models` (ResolvedModels)."""
+    total = 0.0
+    for rm in models:
+        b = checkpoint_bytes(rm)
+        if b is None:
+            return _unsized(rm.name)
+        total += b
+    return Size((Way(gpus=0, host_mem_gib=gib(IMAGE_HOST), disk_gib=gib(2 * total + 0.5 * GiB)),),
+                (f"{label}: weights {gib(total):g} GiB twice (the input tree and the image layer) + 0.5 GiB",))
+
+
+def source_size(rm) -> Size:
+    w = source_bytes(rm)
+    if w is None:
+        return _unsized(rm.name)
+    return Size((Way(gpus=0, host_mem_gib=gib(IMAGE_HOST), disk_gib=gib(w + 0.5 * GiB)),),
+                (f"source weights {gib(w):g} GiB ({rm.formats.dtype}) on disk",))
+
+
+def serving_arch(ir, model: str) -> str | None:
+    """The GPU architecture the model is served on (engines are built for one); None when its
+    units span several or none is known."""
+    archs = {ir.hosts[u.host].gpu.arch for u in ir.units
+             if u.model == model and u.host in ir.hosts and ir.hosts[u.host].gpu is not None}
+    return archs.pop() if len(archs) == 1 else None

@@ -1,0 +1,117 @@
+"""How much machine an action needs, what a machine has, and whether one holds the other.
+
+A `Size` is computed from the IR when a spec is lowered (compiler/actions/sizing.py); it is not
+part of an action's key: the same artifact built on a bigger machine is the same artifact. A `Size`
+lists one or more ways to run (quantization runs on GPUs, or on CPU where the recipe allows it);
+a machine holds the action when it holds any way. A `Machine` is a builder (probed here) or a
+declared class of builders (a CI runner label set, a Ray node type: compiler/graph/machines.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+GiB = 1 << 30
+
+
+def gib(n_bytes: float) -> float:
+    """Bytes as GiB, rounded up to a tenth: a need is never understated by rounding."""
+    return math.ceil(n_bytes / GiB * 10) / 10
+
+
+@dataclass(frozen=True)
+class Way:
+    """One way to run an action: GPUs (0: none), their architecture and memory, host memory, disk."""
+
+    gpus: int = 0
+    gpu_arch: str | None = None  # "Hopper"; None: any
+    gpu_mem_gib: float = 0.0  # each GPU
+    host_mem_gib: float = 0.5
+    disk_gib: float = 0.1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpus": self.gpus, "gpu_arch": self.gpu_arch, "gpu_mem_gib": self.gpu_mem_gib,
+                "host_mem_gib": self.host_mem_gib, "disk_gib": self.disk_gib}
+
+    def text(self) -> str:
+        parts = []
+        if self.gpus:
+            arch = f" {self.gpu_arch}" if self.gpu_arch else ""
+            parts.append(f"{self.gpus} x{arch} GPU >= {self.gpu_mem_gib:g} GiB")
+        else:
+            parts.append("no GPU")
+        parts.append(f"host memory {self.host_mem_gib:g} GiB")
+        parts.append(f"disk {self.disk_gib:g} GiB")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Size:
+    """The ways an action can run, preferred first, and how the figures were obtained."""
+
+    ways: tuple[Way, ...] = (Way(),)
+    basis: tuple[str, ...] = ()  # one line per figure: formula and source
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ways": [w.to_json() for w in self.ways], "basis": list(self.basis)}
+
+    def text(self) -> str:
+        return " | or ".join(w.text() for w in self.ways)
+
+
+SMALL = Size((Way(),), ("a small action: it reads and writes a few files (Kiln's allowance: 0.5 GiB host "
+                        "memory, 0.1 GiB disk)",))
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What a builder has: `gpus` of `gpu_name` (architecture and memory each), host memory, free
+    disk (under the store), and the software capabilities of compiler/graph/builder.py."""
+
+    name: str
+    gpus: int = 0
+    gpu_name: str | None = None
+    gpu_arch: str | None = None
+    gpu_mem_gib: float = 0.0
+    host_mem_gib: float = 0.0
+    disk_gib: float = 0.0
+    has: frozenset[str] = field(default_factory=frozenset)
+    labels: tuple[str, ...] = ()  # CI runner labels (`runs-on`)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "gpus": self.gpus, "gpu_name": self.gpu_name, "gpu_arch": self.gpu_arch,
+                "gpu_mem_gib": self.gpu_mem_gib, "host_mem_gib": self.host_mem_gib, "disk_gib": self.disk_gib,
+                "has": sorted(self.has), "labels": list(self.labels)}
+
+
+def shortfalls(way: Way, machine: Machine) -> list[str]:
+    """What `machine` lacks to run `way` (empty: it holds it)."""
+    out = []
+    if way.gpus:
+        if machine.gpus < way.gpus:
+            out.append(f"{way.gpus} GPU(s), it has {machine.gpus}")
+        elif way.gpu_arch and (machine.gpu_arch or "").lower() != way.gpu_arch.lower():
+            out.append(f"{way.gpu_arch} GPUs, it has {machine.gpu_arch or 'an unknown architecture'}")
+        elif machine.gpu_mem_gib < way.gpu_mem_gib:
+            out.append(f"{way.gpu_mem_gib:g} GiB per GPU, it has {machine.gpu_mem_gib:g}")
+    if machine.host_mem_gib < way.host_mem_gib:
+        out.append(f"{way.host_mem_gib:g} GiB host memory, it has {machine.host_mem_gib:g}")
+    if machine.disk_gib < way.disk_gib:
+        out.append(f"{way.disk_gib:g} GiB disk, it has {machine.disk_gib:g}")
+    return out
+
+
+def holds(size: Size | None, machine: Machine) -> Way | None:
+    """The first way of `size` that `machine` holds, or None."""
+    for way in (size or SMALL).ways:
+        if not shortfalls(way, machine):
+            return way
+    return None
+
+
+def lacking(size: Size | None, machine: Machine) -> str:
+    """Why `machine` holds no way of `size` (the preferred way's shortfalls)."""
+    ways = (size or SMALL).ways
+    return "; ".join(shortfalls(ways[0], machine)) or "nothing"
