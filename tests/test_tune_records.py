@@ -400,3 +400,37 @@ def test_the_engine_target_bakes_the_measured_limit_in(tmp_path: Path) -> None:
     engine = graph.actions["engine/tiny"]
     assert engine.params.limits.max_batch_size == 2 and "tiny:measured" in engine.inputs
     assert "tiny:measured" not in graph.actions["engine/tiny-awq"].inputs
+
+
+# --- issue 36: a record's numbers are bounded where it is read -------------------------------------
+@pytest.mark.parametrize("ttft, tpot", [(0, 0), (-5.0, 3.0), (1e308, 1e308), (4e6, 2.0)],
+                         ids=["zero", "negative-ttft", "huge", "past-an-hour"])
+def test_a_record_with_latencies_no_run_measures_is_k913_not_a_crash(tmp_path: Path, capsys, ttft, tpot) -> None:
+    """Validate and plan divided by them and took the log of a negative ratio (exit 3)."""
+    from compiler.cli import main
+
+    spec = _quickstart(tmp_path, "grid")
+    path = tmp_path / "tune" / record_name(UNIT)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    for probe in doc["result"]["probes"]:
+        probe["ttft_ms"], probe["tpot_ms"] = ttft, tpot
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    result = validate_path(spec)
+    found = [d for d in result.diagnostics if d.code == "K913"]
+    assert not result.ok and found and "ttft_ms" in found[0].message, result.diagnostics
+    for command in ("validate", "plan"):
+        capsys.readouterr()
+        assert main([command, str(spec)]) == 1
+        out = capsys.readouterr()
+        assert "K913" in out.out + out.err and "Traceback" not in out.err, out
+
+
+def test_an_aiperf_run_with_a_zero_latency_is_a_result_error(tmp_path: Path) -> None:
+    from compiler.tune.results import ResultError, read_probe
+
+    src = next((DATA / "grid").rglob("profile_export_aiperf.json"))
+    doc = json.loads(src.read_text(encoding="utf-8"))
+    doc["time_to_first_token"]["p99"] = 0
+    (tmp_path / src.name).write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(ResultError, match="ttft_ms"):
+        read_probe(tmp_path / src.name, _record("grid").sla)

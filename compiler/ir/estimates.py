@@ -74,6 +74,8 @@ def _evaluate(ir: Resolved, model: str, changes: list[str]) -> tuple[_Evaluated 
     coef = coefficients_for(host.gpu.arch, s.weights_fmt, ir.spec.toolchain.tensorrt_llm)
     modelled = point(case.shape, coef.coefficients, c, shape.mean_input, out,
                      min(shape.decode_context, float(s.max_seq_len))).output_tokens_per_s
+    if not (math.isfinite(tps) and tps > 0 and math.isfinite(modelled) and modelled > 0):
+        return None, f"its throughput ({tps:.4g} tokens/s) or the model's ({modelled:.4g}) is not a positive number"
     return _Evaluated(m.ref, unit.id, host.gpu.name, compute_precision(s.weights_fmt), c, tps, probe.ttft_ms,
                       probe.tpot_ms, rec.sla.percentile, modelled), None
 

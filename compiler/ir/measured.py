@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -34,15 +34,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# Bounds of a record's numbers: estimates divide by latencies and take logs of their ratios, so a
+# zero, negative or astronomically large latency is refused where the record is read (K913), not
+# met as a division by zero later. An hour per token or first token is far past any SLA.
+MAX_LATENCY_MS = 3_600_000.0
+MAX_CONCURRENCY = 1 << 24
+Latency = Annotated[float, Field(gt=0, le=MAX_LATENCY_MS, allow_inf_nan=False)]
+Finite = Annotated[float, Field(allow_inf_nan=False, ge=-1e12, le=1e12)]
+
+
 class Probe(_Strict):
     """One benchmark run of the search: a concurrency and what the SLA statistics were there."""
 
-    concurrency: int = Field(ge=1)
+    concurrency: int = Field(ge=1, le=MAX_CONCURRENCY)
     feasible: bool
-    ttft_ms: float | None = None  # time to first token at the SLA's percentile
-    tpot_ms: float | None = None  # inter-token latency at the SLA's percentile
-    error_rate_pct: float | None = None
-    requests: int | None = None
+    ttft_ms: Latency | None = None  # time to first token at the SLA's percentile
+    tpot_ms: Latency | None = None  # inter-token latency at the SLA's percentile
+    error_rate_pct: float | None = Field(default=None, ge=0, le=100, allow_inf_nan=False)
+    requests: int | None = Field(default=None, ge=0, le=1 << 40)
 
 
 class Breach(_Strict):
@@ -51,13 +60,13 @@ class Breach(_Strict):
     metric: str
     stat: str
     op: str
-    threshold: float
-    observed: float | None = None
+    threshold: Finite
+    observed: Finite | None = None
 
 
 class Result(_Strict):
-    concurrency: int = Field(ge=1)  # the largest concurrency that met the SLA
-    first_failing: int | None = None  # the lowest that did not (None: nothing in range failed)
+    concurrency: int = Field(ge=1, le=MAX_CONCURRENCY)  # the largest concurrency that met the SLA
+    first_failing: int | None = Field(default=None, ge=1, le=MAX_CONCURRENCY)  # None: nothing in range failed
     limited_by: Literal["sla", "search-bound"]  # search-bound: the top of the range still passed
     binding_constraint: str | None = None  # the AIPerf metric that set the boundary
     first_breach: Breach | None = None
@@ -85,10 +94,10 @@ class Search(_Strict):
 
 
 class SlaRecord(_Strict):
-    ttft_ms: float | None
-    tpot_ms: float | None
+    ttft_ms: Latency | None
+    tpot_ms: Latency | None
     percentile: str
-    max_error_rate: float
+    max_error_rate: float = Field(ge=0, le=1, allow_inf_nan=False)
 
 
 class Served(_Strict):

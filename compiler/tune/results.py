@@ -16,8 +16,11 @@ Files (AIPerf 0.13.0; docs/api/search-history.md, docs/sweeping/find-max-passing
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from compiler.boundedjson import BoundedJSONError, loads_bounded
 from compiler.ir.inputs import read_regular
@@ -105,9 +108,14 @@ def read_probe(path: Path, sla: SlaRecord, feasible: bool | None = None) -> Prob
         raise ResultError(f"{path} names no profiling concurrency")
     pct = sla.percentile
     requests = _stat(doc, "request_count", "avg")
-    probe = Probe(concurrency=c, feasible=False, ttft_ms=_stat(doc, METRICS["ttft_ms"], pct),
-                  tpot_ms=_stat(doc, METRICS["tpot_ms"], pct), error_rate_pct=_stat(doc, ERROR_METRIC, "avg"),
-                  requests=int(requests) if requests is not None else None)
+    try:
+        probe = Probe(concurrency=c, feasible=False, ttft_ms=_stat(doc, METRICS["ttft_ms"], pct),
+                      tpot_ms=_stat(doc, METRICS["tpot_ms"], pct), error_rate_pct=_stat(doc, ERROR_METRIC, "avg"),
+                      requests=int(requests) if requests is not None and math.isfinite(requests) else None)
+    except ValidationError as e:  # a latency of 0, below 0 or past an hour: not a measurement to record
+        first = e.errors(include_url=False)[0]
+        raise ResultError(f"{path}: {'.'.join(str(p) for p in first['loc'])} = {first['input']!r}: {first['msg']}") \
+            from None
     ok = feasible if feasible is not None else (doc.get("is_complete", True) is True
                                                 and doc.get("was_cancelled") in (None, False)
                                                 and not breaches(probe, sla))
