@@ -226,6 +226,18 @@ def test_without_a_rate_the_plan_shows_the_roles_but_no_ratio(tmp_path: Path, ca
     assert re.search(r"^chat +decode +1 +tp4 x pp1 +h200/gpu4\+5\+6\+7 +- +-$", section, re.M), section
 
 
+def test_a_ttft_no_prefill_server_meets_is_said_in_every_format(tmp_path: Path, capsys) -> None:
+    """Issue 36: at ttft_ms 50 one prompt alone is over the target; text and markdown formatted a None."""
+    spec = tmp_path / "kiln.yaml"
+    spec.write_text(_example(**{"ttft_ms: 2000": "ttft_ms: 50"}))
+    for fmt in ("text", "markdown"):
+        text = _plan(spec, tmp_path / "store", capsys, fmt)
+        assert "over the sla's ttft_ms alone" in text and "sla unreachable" in text, text
+    [row] = json.loads(_plan(spec, tmp_path / "store", capsys, "json"))["disaggregated"]
+    prefill = next(r for r in row["roles"] if r["role"] == "prefill")
+    assert prefill["needed"] == -1 and prefill["per_server"]["busy_max"] is None
+
+
 def test_a_plan_without_disaggregated_serving_has_no_roles(tmp_path: Path, capsys) -> None:
     quickstart = ROOT / "examples" / "quickstart" / "kiln.yaml"
     text = _plan(quickstart, tmp_path / "store", capsys)

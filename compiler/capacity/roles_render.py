@@ -15,6 +15,8 @@ def _per_server(r: dict) -> str:
     if p is None:
         return "-"
     if "prompt_ms" in p:
+        if p["busy_max"] is None:  # one prompt alone is over the ttft: no busy share meets it
+            return f"{p['prompt_ms']:,.0f} ms per prompt, over the sla's ttft_ms alone"
         return (f"{p['prompt_ms']:,.0f} ms per prompt, busy <= {p['busy_max']:.0%}: "
                 f"{p['prompts_per_s']:,.2f} prompts/s")
     return f"batch {p['batch']} at {p['step_ms']:,.1f} ms/token: {p['tokens_per_s']:,.0f} tok/s"
