@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +15,7 @@ import pytest
 from compiler.cli import main
 from tests.gitrepo import GitRepo
 
+ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "plan" / "calibration-and-mig"
 EXT = {"text": "txt", "markdown": "md", "json": "json"}
 
@@ -154,3 +159,48 @@ def test_a_chain_of_gpu_actions_is_one_matrix_job() -> None:
     assert job_matrix(todo, graph, gpu) == {"include": [{"name": "gate/a", "actions": "q/a gate/a"},
                                                    {"name": "q/b", "actions": "q/b"}]}
     assert job_matrix([graph.actions["cal/a"]], graph, gpu) == {"include": []}
+
+
+# --- issue 36: what the base revision holds, and a fresh clone's store -----------------------------
+def _add_blob(repo: GitRepo, rel: str, data: bytes, mode: str = "100644") -> None:
+    """A tree entry git holds whatever the file system here allows (a long name, a link anywhere)."""
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo.root, input=data, capture_output=True,
+                          check=True).stdout.decode().strip()
+    repo.git("update-index", "--add", "--cacheinfo", f"{mode},{blob},{rel}")
+
+
+def test_links_out_of_the_directory_and_over_long_names_at_the_base_are_left_out(repo: GitRepo, capsys) -> None:
+    """They stopped `plan --base` with exit 3 (the tar filter's error, ENAMETOOLONG)."""
+    _add_blob(repo, "deploy/abs-link", b"/etc/passwd", "120000")
+    _add_blob(repo, "deploy/up-link", b"../../outside", "120000")
+    _add_blob(repo, "deploy/" + "n" * 300, b"a name no file system here holds\n")
+    repo.git("commit", "-q", "-m", "odd entries")
+    code, out = _plan(capsys, "--base", "HEAD")
+    assert code == 0 and "no change" in out, out
+
+
+def test_a_temporary_directory_that_fills_is_a_usage_error_naming_tmpdir(repo: GitRepo, tmp_path: Path) -> None:
+    (repo.root / "deploy" / "weights.bin").write_bytes(b"\0" * (4 << 20))
+    repo.commit("weights in the spec's directory")
+
+    def limit() -> None:  # files of at most 1 MiB: extraction hits EFBIG, as a full disk hits ENOSPC
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    done = subprocess.run([sys.executable, "-m", "compiler", "plan", "deploy/kiln.yaml", "--base", "HEAD"],
+                          cwd=repo.root, capture_output=True, text=True, preexec_fn=limit, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2 and "TMPDIR" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_plan_base_on_a_fresh_clone_leaves_no_half_store_behind(repo: GitRepo, tmp_path: Path, capsys) -> None:
+    """It created the store folder with a digest cache alone; plan, verify and gc then said
+    "no Kiln store" until a build ran. A folder in that state (an earlier Kiln's) is completed."""
+    store = tmp_path / "store"
+    assert _plan(capsys, "--base", "HEAD")[0] == 0
+    assert not store.exists()
+    store.mkdir()
+    (store / "digest-cache.json").write_text("{}", encoding="utf-8")
+    assert _plan(capsys)[0] == 0
+    for argv in (["store", "verify"], ["store", "gc", "--keep", "1"]):
+        assert main(argv) == 0, capsys.readouterr()
+    assert (store / "objects").is_dir()

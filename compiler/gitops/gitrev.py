@@ -7,6 +7,7 @@ itself); a spec that refers to files outside its directory sees them missing at 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import subprocess
 import tarfile
@@ -78,10 +79,20 @@ def resolve_ref(spec: Path, ref: str) -> str:
         raise GitError(f"unknown git revision {ref!r}") from None
 
 
+# Extraction problems that mean the disk, not the revision: said as such, with what to change.
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
 @contextlib.contextmanager
 def spec_at(spec: Path, ref: str) -> Iterator[Path | None]:
     """Yield the path of `spec` as extracted from revision `ref` into a temporary directory, or None
-    when the spec did not exist there (a pull request that adds it)."""
+    when the spec did not exist there (a pull request that adds it).
+
+    The archive is streamed from git straight into the directory (no tar file beside it). An entry
+    that cannot be extracted safely or at all (a link to an absolute path or out of the directory,
+    a name longer than the file system allows, a device) is left out: the spec at the base then sees
+    it missing, as it sees files outside its directory. A file system that fills is a GitError
+    naming TMPDIR."""
     root = repo_root(spec)
     commit = resolve_ref(spec, ref)
     rel_dir = spec.resolve().parent.relative_to(root.resolve()).as_posix()
@@ -91,13 +102,37 @@ def spec_at(spec: Path, ref: str) -> Iterator[Path | None]:
         if not listed:
             yield None
             return
-        archive = Path(tmp) / "base.tar"  # streamed to disk: a spec directory may hold weights
-        with open(archive, "wb") as f:
-            proc = subprocess.run(["git", "archive", "--format=tar", commit, "--", "." if rel_dir == "." else rel_dir],
-                                  cwd=root, stdout=f, stderr=subprocess.PIPE, check=False)
-        if proc.returncode != 0:
-            raise GitError(proc.stderr.decode("utf-8", "replace").strip() or "git archive failed")
-        with tarfile.open(archive) as tar:
-            tar.extractall(Path(tmp) / "tree", filter="data")
-        archive.unlink()
+        _extract(root, commit, rel_dir, Path(tmp) / "tree")
         yield Path(tmp) / "tree" / rel_spec
+
+
+def _extract(root: Path, commit: str, rel_dir: str, dest: Path) -> None:
+    dest.mkdir()
+    proc = subprocess.Popen(["git", "archive", "--format=tar", commit, "--", "." if rel_dir == "." else rel_dir],
+                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    done = False
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            for member in tar:
+                try:
+                    tar.extract(member, dest, filter="data")
+                except tarfile.FilterError:
+                    continue  # a link out of the directory, an absolute path, a device: left out
+                except OSError as e:
+                    if e.errno in _NO_ROOM:
+                        raise GitError(f"cannot extract {rel_dir or '.'} at {commit[:12]} into {dest.parent}: "
+                                       f"{e.strerror}; set TMPDIR to a file system with room for the spec's "
+                                       "directory") from None
+                    if e.errno != errno.ENAMETOOLONG:
+                        raise GitError(f"cannot extract {member.name} at {commit[:12]}: {e.strerror or e}") \
+                            from None
+        proc.stdout.read()  # the archive's padding: git exits once it is written
+        done = True
+    except tarfile.TarError as e:
+        raise GitError(f"git archive of {commit[:12]} could not be read: {e}") from None
+    finally:
+        if not done:
+            proc.kill()
+        err = proc.communicate()[1]
+    if proc.returncode != 0:
+        raise GitError(err.decode("utf-8", "replace").strip() or "git archive failed")

@@ -30,7 +30,8 @@ def plan_against(spec: Path, ref: str, store: LocalStore, options: Options | Non
     with gitrev.spec_at(spec, commit) as base_spec:
         base = validate_path(base_spec, options, display=f"{ref}:{spec.name}") if base_spec else None
         base_graph = lower_or_report(base, DigestCache(None)) if base is not None else None
-    digests = DigestCache(store.root / "digest-cache.json")
+    # as plan_spec: reading a store that does not exist does not create it (with a digest cache alone)
+    digests = DigestCache(store.root / "digest-cache.json" if store.root.is_dir() else None)
     head_graph = lower_or_report(head, digests)
     if head_graph is None:
         return BasePlan(head, base, None)

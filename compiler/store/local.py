@@ -86,7 +86,7 @@ class LocalStore:
         try:
             if self.root.exists() and not self.root.is_dir():
                 raise StoreUnusable(f"{self.root} is not a directory")
-            if not create and not (self.root / "objects").is_dir():
+            if not create and not (self.root / "objects").is_dir() and not _begun(self.root):
                 if missing_ok and not self.root.exists():
                     return
                 raise StoreUnusable(f"no Kiln store at {self.root} (`kiln build` creates it; check --store or "
@@ -472,6 +472,15 @@ class LocalStore:
         """The specs with a release history (regular files only: verify reports anything else)."""
         return [name[: -len(".jsonl")] for name, mode in safeio.listdir(self.root, "releases")
                 if name.endswith(".jsonl") and stat.S_ISREG(mode)]
+
+
+def _begun(root: Path) -> bool:
+    """A store a plan began: its folder holds Kiln's digest cache and nothing else (plan of an
+    earlier Kiln wrote it before any build); it is Kiln's, so it is completed, not refused."""
+    try:
+        return root.is_dir() and {p.name for p in root.iterdir()} == {"digest-cache.json"}
+    except OSError:
+        return False
 
 
 def _make_dirs(root: str, parts: list[str]) -> str:
