@@ -101,6 +101,31 @@ def test_the_walk_follows_local_imports_and_parent_packages_not_type_checking(tm
     assert ic.cycles(ic.module_edges(tmp_path, "p")) == [["p.b.x", "p.c.y", "p.c.z"]]
 
 
+def _ruff(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ruff", "check", "--output-format", "concise", *args],
+                          cwd=cwd, capture_output=True, text=True)
+
+
+def test_no_function_in_the_compiler_is_above_mccabe_25() -> None:
+    """The complexity gate: pyproject.toml's [tool.ruff.lint] (C901, max-complexity 25) over compiler/.
+    ruff comes with the test extra; a missing ruff fails here rather than passing the gate unseen."""
+    import tomllib
+
+    lint = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]["lint"]
+    assert lint["select"] == ["C901"] and lint["mccabe"]["max-complexity"] == 25
+    proc = _ruff("compiler")
+    assert "No module named ruff" not in proc.stderr, "install the test extra (pip install -e '.[test]')"
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_gate_sees_a_function_of_26(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_bytes((ROOT / "pyproject.toml").read_bytes())
+    body = "".join(f"    if x == {i}:\n        return {i}\n" for i in range(25))
+    (tmp_path / "m.py").write_text(f"def f(x):\n{body}    return -1\n")
+    proc = _ruff("m.py", cwd=tmp_path)
+    assert proc.returncode == 1 and "`f` is too complex (26 > 25)" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_the_slow_files_the_scheduler_puts_first_exist() -> None:
     """conftest.SLOW_FILES orders the suite for pytest-xdist; a renamed file would drop out silently."""
     from tests.conftest import SLOW_FILES

@@ -439,79 +439,94 @@ def _kv(name: str, d: Mapping[str, Any]) -> KvFormat:
     )
 
 
-def _check(table: FormatTable) -> None:
-    """Referential integrity: every id, SM, status and backend named in the table exists."""
-    problems: list[str] = []
-    sms, backends = set(table.sms), set(table.moe_backends)
+class _Integrity:
+    """The problems found so far, and the checks every part of the table shares."""
 
-    def facts(where: str, status: str, sources: tuple[str, ...], sm_list: tuple[int, ...] = ()) -> None:
+    def __init__(self, table: FormatTable) -> None:
+        self.table, self.problems = table, []
+        self.sms, self.backends = set(table.sms), set(table.moe_backends)
+
+    def facts(self, where: str, status: str, sources: tuple[str, ...], sm_list: tuple[int, ...] = ()) -> None:
         if status not in STATUSES:
-            problems.append(f"{where}: unknown status {status!r}")
+            self.problems.append(f"{where}: unknown status {status!r}")
         for s in sources:
-            if s not in table.sources:
-                problems.append(f"{where}: unknown source {s!r}")
+            if s not in self.table.sources:
+                self.problems.append(f"{where}: unknown source {s!r}")
         for sm in sm_list:
-            if sm not in sms:
-                problems.append(f"{where}: SM {sm} is not one of {sorted(sms)}")
+            if sm not in self.sms:
+                self.problems.append(f"{where}: SM {sm} is not one of {sorted(self.sms)}")
 
-    def support(where: str, s: Support) -> None:
-        facts(where, s.status, s.sources, s.sms)
+    def support(self, where: str, s: Support) -> None:
+        self.facts(where, s.status, s.sources, s.sms)
 
-    for name, w in table.weights.items():
-        facts(f"weights.{name}", "verified", w.sources)
-        facts(f"weights.{name}.blocks", w.blocks.status, w.blocks.sources)
-    seen: set[tuple[str, str | None]] = set()
-    for r in table.recipes:
-        where = f"recipe {r.weights}/{r.activations}"
-        if r.key in seen:
-            problems.append(f"{where}: duplicate")
-        seen.add(r.key)
+    def recipe(self, r: Recipe) -> None:
+        """One recipe's own facts, and its MoE cells against the backends and activations."""
+        table, where = self.table, f"recipe {r.weights}/{r.activations}"
         if r.weights not in table.weights:
-            problems.append(f"{where}: unknown weight format")
+            self.problems.append(f"{where}: unknown weight format")
         if not r.sources:
-            problems.append(f"{where}: no sources")
-        facts(where, "verified", r.sources)
-        support(f"{where}.llmapi", r.llmapi)
-        facts(f"{where}.calibration", r.calibration.status, r.calibration.sources)
+            self.problems.append(f"{where}: no sources")
+        self.facts(where, "verified", r.sources)
+        self.support(f"{where}.llmapi", r.llmapi)
+        self.facts(f"{where}.calibration", r.calibration.status, r.calibration.sources)
         if r.engine is not None:
-            support(f"{where}.engine", r.engine.support)
-        if r.modelopt is not None:
-            facts(f"{where}.modelopt", r.modelopt.status, r.modelopt.sources)
-        if r.blocks is not None:
-            facts(f"{where}.blocks", r.blocks.status, r.blocks.sources)
-        if set(r.moe) != backends:
-            problems.append(f"{where}.moe: backends {sorted(r.moe)} are not {sorted(backends)}")
+            self.support(f"{where}.engine", r.engine.support)
+        for part in ("modelopt", "blocks"):  # each with a status and sources of its own
+            value = getattr(r, part)
+            if value is not None:
+                self.facts(f"{where}.{part}", value.status, value.sources)
+        if set(r.moe) != self.backends:
+            self.problems.append(f"{where}.moe: backends {sorted(r.moe)} are not {sorted(self.backends)}")
         for b, s in r.moe.items():
-            support(f"{where}.moe.{b}", s)
+            self.support(f"{where}.moe.{b}", s)
         for a, cells in r.moe_activations.items():
             if a not in table.moe_activations:
-                problems.append(f"{where}: unknown MoE activation {a!r}")
+                self.problems.append(f"{where}: unknown MoE activation {a!r}")
             allowed = table.moe_activations[a].backends if a in table.moe_activations else None
             for b, s in cells.items():
-                if b not in backends or (allowed is not None and b not in allowed):
-                    problems.append(f"{where}.moe_activations.{a}: backend {b!r} cannot run {a}")
-                support(f"{where}.moe_activations.{a}.{b}", s)
+                if b not in self.backends or (allowed is not None and b not in allowed):
+                    self.problems.append(f"{where}.moe_activations.{a}: backend {b!r} cannot run {a}")
+                self.support(f"{where}.moe_activations.{a}.{b}", s)
+
+    def moe(self) -> None:
+        """The MoE backends (what they fall back to, the default) and the activations they run."""
+        table, backends = self.table, self.backends
+        for name, b in table.moe_backends.items():
+            self.facts(f"moe_backends.{name}", "verified", b.sources, b.sms)
+            if b.falls_back_to is not None and b.falls_back_to not in backends:
+                self.problems.append(f"moe_backends.{name}: falls back to unknown backend {b.falls_back_to!r}")
+        if table.default_moe_backend not in backends:
+            self.problems.append(f"moe_backends: unknown default {table.default_moe_backend!r}")
+        for name, a in table.moe_activations.items():
+            self.facts(f"moe_activations.{name}", "verified", a.sources)
+            for b in a.backends or ():
+                if b not in backends:
+                    self.problems.append(f"moe_activations.{name}: unknown backend {b!r}")
+
+
+def _check(table: FormatTable) -> None:
+    """Referential integrity: every id, SM, status and backend named in the table exists."""
+    check = _Integrity(table)
+    for name, w in table.weights.items():
+        check.facts(f"weights.{name}", "verified", w.sources)
+        check.facts(f"weights.{name}.blocks", w.blocks.status, w.blocks.sources)
+    seen: set[tuple[str, str | None]] = set()
+    for r in table.recipes:
+        if r.key in seen:
+            check.problems.append(f"recipe {r.weights}/{r.activations}: duplicate")
+        seen.add(r.key)
+        check.recipe(r)
     for w in table.weights:
         defaults = [r for r in table.recipes_for(w) if r.default]
         if len(defaults) != 1:
-            problems.append(f"weights {w}: {len(defaults)} default recipes, want exactly 1")
+            check.problems.append(f"weights {w}: {len(defaults)} default recipes, want exactly 1")
     for name, k in table.kv_formats.items():
-        support(f"kv_cache.{name}.llmapi", k.llmapi)
-        support(f"kv_cache.{name}.engine", k.engine)
-        facts(f"kv_cache.{name}", k.calibration.status, k.sources + k.calibration.sources)
-    for name, b in table.moe_backends.items():
-        facts(f"moe_backends.{name}", "verified", b.sources, b.sms)
-        if b.falls_back_to is not None and b.falls_back_to not in backends:
-            problems.append(f"moe_backends.{name}: falls back to unknown backend {b.falls_back_to!r}")
-    if table.default_moe_backend not in backends:
-        problems.append(f"moe_backends: unknown default {table.default_moe_backend!r}")
-    for name, a in table.moe_activations.items():
-        facts(f"moe_activations.{name}", "verified", a.sources)
-        for b in a.backends or ():
-            if b not in backends:
-                problems.append(f"moe_activations.{name}: unknown backend {b!r}")
-    if problems:
-        raise FormatTableError("formats.json: " + "; ".join(problems))
+        check.support(f"kv_cache.{name}.llmapi", k.llmapi)
+        check.support(f"kv_cache.{name}.engine", k.engine)
+        check.facts(f"kv_cache.{name}", k.calibration.status, k.sources + k.calibration.sources)
+    check.moe()
+    if check.problems:
+        raise FormatTableError("formats.json: " + "; ".join(check.problems))
 
 
 def table_from_dict(data: Mapping[str, Any]) -> FormatTable:

@@ -63,25 +63,45 @@ def verify_repository(files: dict[str, bytes]) -> None:
 
 # --- one model ----------------------------------------------------------------------------------
 def _model_rules(p: ParsedConfig, files: dict[str, bytes]) -> list[str]:
-    mc, c = model_config_pb2(), p.config
+    c = p.config
     out: list[str] = []
     if c.name != p.model_dir:
         out.append(f"name {c.name!r} differs from its directory {p.model_dir!r}")
     if not c.platform and not c.backend:
         out.append("names neither a platform nor a backend")
-    if c.platform == ENSEMBLE:
-        if c.backend:
-            out.append("an ensemble must not name a backend")
-        if c.WhichOneof("scheduling_choice") != "ensemble_scheduling":
-            out.append("an ensemble needs ensemble_scheduling")
-        if c.model_transaction_policy.decoupled:
-            out.append("an ensemble cannot itself be decoupled")
-        if len(c.model_warmup):
-            out.append("an ensemble cannot have model_warmup")
-    elif c.HasField("ensemble_scheduling"):
-        out.append("ensemble_scheduling on a model that is not an ensemble")
+    out += _ensemble_shape(c)
     if c.max_batch_size < 0:
         out.append(f"max_batch_size {c.max_batch_size} is negative")
+    out += _tensor_rules(c) + _batching_rules(c) + _instance_rules(c)
+    if c.backend == backend.BACKEND:
+        out += backend.check(c)
+    if c.platform != ENSEMBLE and c.backend == "python" and f"{p.model_dir}/1/model.py" not in files:
+        out.append("a Python-backend model needs 1/model.py")
+    if not any(f.startswith(f"{p.model_dir}/1/") for f in files):
+        # Triton loads nothing without a version directory, even where the model file lives elsewhere
+        out.append("no version directory 1/ (Triton: 'at least one version must be available')")
+    return out
+
+
+def _ensemble_shape(c) -> list[str]:
+    """An ensemble schedules steps and nothing else; only an ensemble has ensemble_scheduling."""
+    if c.platform != ENSEMBLE:
+        return ["ensemble_scheduling on a model that is not an ensemble"] if c.HasField("ensemble_scheduling") else []
+    out = []
+    if c.backend:
+        out.append("an ensemble must not name a backend")
+    if c.WhichOneof("scheduling_choice") != "ensemble_scheduling":
+        out.append("an ensemble needs ensemble_scheduling")
+    if c.model_transaction_policy.decoupled:
+        out.append("an ensemble cannot itself be decoupled")
+    if len(c.model_warmup):
+        out.append("an ensemble cannot have model_warmup")
+    return out
+
+
+def _tensor_rules(c) -> list[str]:
+    """Inputs and outputs: each name once, a data type, dims -1 or positive."""
+    mc, out = model_config_pb2(), []
     for kind, tensors in (("input", c.input), ("output", c.output)):
         seen: set[str] = set()
         for t in tensors:
@@ -93,19 +113,30 @@ def _model_rules(p: ParsedConfig, files: dict[str, bytes]) -> list[str]:
             bad = [d for d in t.dims if d != -1 and d <= 0]
             if bad:
                 out.append(f"{kind} {t.name!r} has dimension {bad[0]}; dims are -1 (variable) or positive")
-    if c.HasField("dynamic_batching"):
-        db = c.dynamic_batching
-        for size in db.preferred_batch_size:
-            if size <= 0:
-                out.append(f"dynamic_batching preferred_batch_size {size} must be positive")
-            elif size > c.max_batch_size:
-                out.append(f"dynamic_batching preferred_batch_size {size} exceeds max_batch_size {c.max_batch_size}")
-        if db.priority_levels and not 1 <= db.default_priority_level <= db.priority_levels:
-            out.append(f"default_priority_level {db.default_priority_level} is outside [1, {db.priority_levels}]")
-        policies = [db.default_queue_policy, *db.priority_queue_policy.values()]
-        if db.preserve_ordering and any(q.timeout_action == mc.ModelQueuePolicy.DELAY for q in policies):
-            out.append("a DELAY timeout action cannot be combined with preserve_ordering")
-    count = 0
+    return out
+
+
+def _batching_rules(c) -> list[str]:
+    """The dynamic batcher's sizes, priorities and queue policies."""
+    if not c.HasField("dynamic_batching"):
+        return []
+    mc, db, out = model_config_pb2(), c.dynamic_batching, []
+    for size in db.preferred_batch_size:
+        if size <= 0:
+            out.append(f"dynamic_batching preferred_batch_size {size} must be positive")
+        elif size > c.max_batch_size:
+            out.append(f"dynamic_batching preferred_batch_size {size} exceeds max_batch_size {c.max_batch_size}")
+    if db.priority_levels and not 1 <= db.default_priority_level <= db.priority_levels:
+        out.append(f"default_priority_level {db.default_priority_level} is outside [1, {db.priority_levels}]")
+    policies = [db.default_queue_policy, *db.priority_queue_policy.values()]
+    if db.preserve_ordering and any(q.timeout_action == mc.ModelQueuePolicy.DELAY for q in policies):
+        out.append("a DELAY timeout action cannot be combined with preserve_ordering")
+    return out
+
+
+def _instance_rules(c) -> list[str]:
+    """Instance groups, and one gpu_device_ids set per instance (the TensorRT-LLM backend's)."""
+    out, count = [], 0
     for g in c.instance_group:
         if g.count < 0:
             out.append(f"instance_group count {g.count} is negative")
@@ -118,13 +149,6 @@ def _model_rules(p: ParsedConfig, files: dict[str, bytes]) -> list[str]:
         for s in sets:
             if not s or not all(x.isdigit() for x in s.split(",")):
                 out.append(f"gpu_device_ids {ids!r}: {s!r} is not a comma-separated list of device ordinals")
-    if c.backend == backend.BACKEND:
-        out += backend.check(c)
-    if c.platform != ENSEMBLE and c.backend == "python" and f"{p.model_dir}/1/model.py" not in files:
-        out.append("a Python-backend model needs 1/model.py")
-    if not any(f.startswith(f"{p.model_dir}/1/") for f in files):
-        # Triton loads nothing without a version directory, even where the model file lives elsewhere
-        out.append("no version directory 1/ (Triton: 'at least one version must be available')")
     return out
 
 
@@ -165,13 +189,44 @@ def _dims_match(a: Tensor, b: Tensor) -> bool:
     return wild(a.dims, b.dims) or wild(full(a), full(b))
 
 
+def _step_rules(label: str, step, raw_step, m, ensemble_batch: int) -> list[str]:
+    """One step's own declarations: its version, its maps (each key once, every required input
+    mapped) and a batch size its model can take."""
+    out = []
+    if step.model_version != -1 and step.model_version < 1:
+        out.append(f"{label}: model_version {step.model_version} (use -1 for the latest)")
+    if not step.input_map or not step.output_map:
+        out.append(f"{label}: a step needs both an input_map and an output_map")
+    if m.max_batch_size and ensemble_batch > m.max_batch_size:
+        out.append(f"ensemble max_batch_size {ensemble_batch} exceeds {step.model_name!r}'s {m.max_batch_size}")
+    keys = [e.key for e in raw_step.input_map]  # the raw message keeps a key mapped twice; the map does not
+    for k in sorted({k for k in keys if keys.count(k) > 1}):
+        out.append(f"{label}: input {k!r} is mapped {keys.count(k)} times")
+    for t in m.input:
+        if not t.optional and t.name not in step.input_map:
+            out.append(f"{label}: required input {t.name!r} of {step.model_name!r} is not mapped")
+    okeys = [e.key for e in raw_step.output_map]
+    for k in sorted({k for k in okeys if okeys.count(k) > 1}):
+        out.append(f"{label}: output {k!r} is mapped {okeys.count(k)} times")
+    return out
+
+
+def _disagree(want: Tensor, have: Tensor, via: str) -> list[str]:
+    """Whether the tensor feeding `want` has its type and a shape it can take (`via`: which tensor)."""
+    type_name = model_config_pb2().DataType.Name
+    if have.dtype != want.dtype:
+        return [f"{want.where} is {type_name(want.dtype)} but {have.where}{via} is {type_name(have.dtype)}"]
+    if not _dims_match(have, want):
+        return [f"{want.where} has dims {list(want.dims)} but {have.where}{via} has {list(have.dims)}"]
+    return []
+
+
 def _ensemble_rules(p: ParsedConfig, models: dict[str, ParsedConfig], raw) -> list[str]:
-    mc, ens = model_config_pb2(), p.config
+    ens = p.config
     out: list[str] = []
     steps = list(ens.ensemble_scheduling.step)
     if not steps:
         return ["ensemble_scheduling has no step"]
-    type_name = mc.DataType.Name
     batching = ens.max_batch_size > 0
     known: dict[str, Tensor] = {}  # ensemble tensor -> what feeds it
     origin: dict[str, frozenset[str]] = {}
@@ -192,23 +247,9 @@ def _ensemble_rules(p: ParsedConfig, models: dict[str, ParsedConfig], raw) -> li
             out.append(f"{label}: no model {name!r} in the repository")
             continue
         m = target.config
-        if step.model_version != -1 and step.model_version < 1:
-            out.append(f"{label}: model_version {step.model_version} (use -1 for the latest)")
-        if not step.input_map or not step.output_map:
-            out.append(f"{label}: a step needs both an input_map and an output_map")
-        if m.max_batch_size and ens.max_batch_size > m.max_batch_size:
-            out.append(f"ensemble max_batch_size {ens.max_batch_size} exceeds {name!r}'s {m.max_batch_size}")
+        out += _step_rules(label, step, raw_step, m, ens.max_batch_size)
         inputs = {t.name: t for t in m.input}
         outputs = {t.name: t for t in m.output}
-        keys = [e.key for e in raw_step.input_map]
-        for k in sorted({k for k in keys if keys.count(k) > 1}):
-            out.append(f"{label}: input {k!r} is mapped {keys.count(k)} times")
-        for t in m.input:
-            if not t.optional and t.name not in step.input_map:
-                out.append(f"{label}: required input {t.name!r} of {name!r} is not mapped")
-        okeys = [e.key for e in raw_step.output_map]
-        for k in sorted({k for k in okeys if okeys.count(k) > 1}):
-            out.append(f"{label}: output {k!r} is mapped {okeys.count(k)} times")
         for model_in, tensor in sorted(step.input_map.items()):
             if model_in not in inputs:
                 out.append(f"{label}: {name!r} has no input {model_in!r}")
@@ -236,24 +277,13 @@ def _ensemble_rules(p: ParsedConfig, models: dict[str, ParsedConfig], raw) -> li
         if have is None:
             out.append(f"{label}: ensemble tensor {tensor!r} is neither an ensemble input nor a step output")
             continue
-        if have.dtype != want.dtype:
-            out.append(f"{label}: {want.where} is {type_name(want.dtype)} but {have.where} ({tensor!r}) is "
-                       f"{type_name(have.dtype)}")
-        elif not _dims_match(have, want):
-            out.append(f"{label}: {want.where} has dims {list(want.dims)} but {have.where} ({tensor!r}) has "
-                       f"{list(have.dims)}")
+        out += [f"{label}: {problem}" for problem in _disagree(want, have, f" ({tensor!r})")]
     for t in ens.output:
         have = known.get(t.name)
         if have is None or t.name not in producer:
             out.append(f"ensemble output {t.name!r} is produced by no step")
             continue
-        want = Tensor(t.data_type, tuple(t.dims), batching, f"ensemble output {t.name!r}")
-        if have.dtype != want.dtype:
-            out.append(f"ensemble output {t.name!r} is {type_name(want.dtype)} but {have.where} is "
-                       f"{type_name(have.dtype)}")
-        elif not _dims_match(have, want):
-            out.append(f"ensemble output {t.name!r} has dims {list(want.dims)} but {have.where} has "
-                       f"{list(have.dims)}")
+        out += _disagree(Tensor(t.data_type, tuple(t.dims), batching, f"ensemble output {t.name!r}"), have, "")
     for t in ens.input:
         if t.name not in consumed:
             out.append(f"ensemble input {t.name!r} is read by no step")
