@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ROWS = ROOT / "tests" / "data" / "perf" / "trtllm-published-throughput.json"
 ACTIVE_8B = 7_504_924_672
 ATTN_8B = 524_288
-UNIT = {"memory": 1.0, "compute": 1.0, "link": 1.0, "calls": 0.0, "steps": 0.0}
+UNIT = {"memory": 1.0, "compute": 1.0, "experts": 0.0, "link": 1.0, "calls": 0.0, "steps": 0.0}
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_tensor_parallel_terms_by_hand(llama8b, h100) -> None:
 def test_time_throughput_and_tpot_follow_from_the_coefficients(llama8b, h100) -> None:
     s = Shape(arch=llama8b, gpu=h100, weights_fmt="fp8", kv_fmt="fp8")
     w = cohort_work(s, 4, 1000, 100, 1050)
-    coef = {"memory": 2.0, "compute": 1.5, "link": 1.0, "calls": 0.0, "steps": 0.001}
+    coef = {"memory": 2.0, "compute": 1.5, "experts": 0.5, "link": 1.0, "calls": 0.0, "steps": 0.001}
     t = 2.0 * w.terms["memory"] + 1.5 * w.terms["compute"] + 0.001 * 100
     assert w.time(coef) == pytest.approx(t)
     p = point(s, coef, 4, 1000, 100, 1050)
@@ -121,7 +121,7 @@ def test_sla_concurrency_is_the_last_point_meeting_both_targets(llama8b, h100) -
 
 
 def test_fit_recovers_the_coefficients_that_made_the_times(published) -> None:
-    true = {"memory": 1.3, "compute": 1.8, "link": 2.0, "calls": 4e-5, "steps": 0.002}
+    true = {"memory": 1.3, "compute": 1.8, "experts": 0.4, "link": 2.0, "calls": 4e-5, "steps": 0.002}
     cases = [Measured(c.label, c.group, c.work, c.work.output_tokens / c.work.time(true), c.facts)
              for c in published[:150]]
     got = fit(cases)
@@ -131,7 +131,7 @@ def test_fit_recovers_the_coefficients_that_made_the_times(published) -> None:
 
 def test_fit_keeps_coefficients_at_their_floors(published) -> None:
     # times faster than the peaks allow: the fit cannot go below 1 for memory and compute
-    fast = {"memory": 0.5, "compute": 0.5, "link": 0.0, "calls": 0.0, "steps": 0.0}
+    fast = {"memory": 0.5, "compute": 0.5, "experts": 0.0, "link": 0.0, "calls": 0.0, "steps": 0.0}
     cases = [Measured(c.label, c.group, c.work, c.work.output_tokens / c.work.time(fast), c.facts)
              for c in published[:50]]
     got = fit(cases)
@@ -165,8 +165,17 @@ def test_coefficients_fall_back_to_an_earlier_release_then_to_the_pooled_set() -
     later = coefficients_for("Hopper", "fp8", "1.2.1")
     assert later.key == "Hopper/fp8/1.0" and "1.2" in later.reasons[0]
     assert coefficients_for("Hopper", "fp8", "0.18.0").key == "Hopper/fp8/0.17"
-    pooled = coefficients_for("Ampere", "bf16", "1.2.1")
-    assert pooled.key == "*" and "Ampere bf16" in pooled.reasons[0]
+    # no rows for the generation or precision: the nearest fitted generation and precision, not a pool
+    ampere = coefficients_for("Ampere", "bf16", "1.2.1")
+    assert ampere.key == "Hopper/fp8/1.0" and "Ampere bf16" in ampere.reasons[0]
+    assert ampere.distance == 2.0  # one generation and one precision away
+    ultra = coefficients_for("Blackwell Ultra", "nvfp4", "1.2.1")
+    assert ultra.key == "Blackwell/fp4/1.0" and ultra.distance == 0.5
+    hopper_bf16 = coefficients_for("Hopper", "bf16", "1.2.1")
+    assert hopper_bf16.key == "Hopper/fp8/1.0" and hopper_bf16.distance == 1.0
+    # a GDDR part is one memory system away from every fitted row, and says so
+    gddr = coefficients_for("Blackwell", "nvfp4", "1.0", memory_class="GDDR")
+    assert gddr.key == "Blackwell/fp4/1.0" and gddr.distance == 1.0 and "GDDR" in gddr.reasons[0]
     assert release_of("v0.20") == "0.20" and release_of("1.2.1") == "1.2"
 
 
@@ -230,8 +239,8 @@ def test_kiln_plan_gives_each_unit_its_estimate_beside_the_ceiling(tmp_path: Pat
         assert set(e[key]) == {"value", "low", "high"}, key
     assert e["concurrency"] == unit["decode"]["batch"] == 128
     assert e["basis"] == "modelled" and e["sources"] and e["curve"][-1]["concurrency"] == 128
-    # Llama-3.1-70B in BF16 on H200 has no coefficients of its own: the pooled set, and the plan says so
-    assert e["coefficients"] == "*"
+    # Llama-3.1-70B in BF16 on H200 has no coefficients of its own: the nearest precision's, and the plan says so
+    assert e["coefficients"] == "Hopper/fp8/1.0"
     assert any("no published rows for Hopper bf16" in r for r in e["outside_calibration"])
     # the cost from the estimate is above the cost the ceiling implies
     assert e["cost_per_million_tokens"]["value"] > unit["cost_per_million_tokens"]

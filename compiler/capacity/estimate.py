@@ -6,17 +6,24 @@ The roofline (roofline.py) is the ceiling: it charges a decode step only the byt
 The estimate charges the same bytes and adds what the roofline leaves out, each term as seconds at the
 GPU's peak, so that one coefficient per term turns it into time:
 
-    time = c_memory * memory_s + c_compute * compute_s + c_link * link_s + c_calls * calls + c_step * steps
+    time = c_memory * memory_s + c_compute * compute_s + c_experts * experts_s + c_link * link_s
+           + c_calls * calls + c_step * steps
 
 - memory_s: per decode step the weights touched (MoE: the experts the batch's tokens hit) plus the
   KV cache at each step's context, over HBM bandwidth: exactly the roofline's step, so with
   c_memory >= 1 the estimate never exceeds the ceiling. Steps beyond the decode steps (prefill that
   does not fit beside the decode tokens in max_num_tokens) stream the weights once more each.
 - compute_s: 2 x active parameters per token plus attention (4 x layers x heads x head_dim per
-  token of context; causal prefill half of a square) over the tensor-core peak of the precision.
+  token of context; causal prefill half of a square) over the tensor-core peak of the precision;
+  MoE: the routed experts' grouped GEMMs in whole tiles: a pass of T tokens routed top-k over E
+  experts gives each hit expert m = T k / h tokens (h the distinct experts hit), computed in whole
+  tiles of MOE_TILE_TOKENS, so few tokens per expert cost whole tiles (expert_gemm_flops).
+- experts_s (MoE): those tiled expert FLOPs again, for what grouped GEMMs lose beyond a dense
+  GEMM's efficiency (c_experts >= 0: never faster than a dense GEMM; zero for dense models).
 - link_s: tensor-parallel all-reduces (two per layer per step, a ring moving 2 (tp-1)/tp of the
-  hidden-state bytes) over one direction of the GPU's interconnect; `calls` counts them, for the
-  latency each one costs.
+  hidden-state bytes; attention DP with MoE: a gather and a reduce-scatter of all ranks' tokens
+  around each MoE layer, nothing for attention; exchange_terms) over one direction of the GPU's
+  interconnect; `calls` counts them, for the latency each one costs.
 - steps: per-iteration overhead (scheduling, launches, sampling).
 
 A cohort of B requests in flight, each I prompt and O output tokens, takes max(O, B (I + O) /
@@ -39,14 +46,18 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from compiler.capacity.memory import Override
-from compiler.capacity.roofline import decode_ceiling
+from compiler.capacity.roofline import decode_ceiling, expected_experts_hit
 from compiler.catalog.models import estimate_params
 from compiler.catalog.types import GpuSpec, ModelArch
 
-FEATURES = ("memory", "compute", "link", "calls", "steps")
+FEATURES = ("memory", "compute", "experts", "link", "calls", "steps")
 #: Coefficients with a floor: a term cannot run faster than its peak (c >= 1), which keeps the
 #: estimate at or under the roofline (memory) and under the tensor-core peak (compute).
-FLOORS = {"memory": 1.0, "compute": 1.0, "link": 0.0, "calls": 0.0, "steps": 0.0}
+FLOORS = {"memory": 1.0, "compute": 1.0, "experts": 0.0, "link": 0.0, "calls": 0.0, "steps": 0.0}
+#: Tokens per M tile of the grouped GEMMs that run the experts: an expert that receives m tokens
+#: computes ceil(m / tile) whole tiles (CUTLASS grouped GEMM tiles of TensorRT-LLM's MoE runner,
+#: cpp/tensorrt_llm/kernels/cutlass_kernels/moe_gemm: CTA shapes 128 x N on Hopper and Blackwell).
+MOE_TILE_TOKENS = 128
 #: GPUs without NVLink reduce over PCIe: one direction of a Gen5 x16 link (64 GB/s), an assumption.
 PCIE_LINK_GBPS = 64.0
 ACTIVATION_BYTES = 2  # hidden states move between ranks in BF16
@@ -125,6 +136,41 @@ def _attention_flops_per_context_token(arch: ModelArch) -> float:
     return 4.0 * arch.layers * arch.heads * arch.head_dim
 
 
+def expert_gemm_flops(arch: ModelArch, tokens_per_pass: float, passes: float) -> tuple[float, float]:
+    """(FLOPs the routed experts' GEMMs need, FLOPs their whole tiles compute) over `passes` forward
+    passes of `tokens_per_pass` tokens each (all ranks' tokens: the experts see every rank's).
+
+    Each token goes to top_k of E experts; a pass of T tokens hits h = expected_experts_hit(E, k, T)
+    experts with m = T k / h tokens each, and each hit expert computes ceil(m / tile) tiles."""
+    if not arch.is_moe or tokens_per_pass <= 0 or passes <= 0:
+        return 0.0, 0.0
+    k = min(arch.experts_per_token or 1, arch.experts)
+    width = arch.moe_intermediate or arch.intermediate
+    per_token = 2.0 * (3 if arch.gated_mlp else 2) * arch.hidden * width * (arch.layers - arch.dense_layers)
+    hit = expected_experts_hit(arch.experts, k, tokens_per_pass)
+    m = tokens_per_pass * k / hit
+    tiled = hit * MOE_TILE_TOKENS * math.ceil(m / MOE_TILE_TOKENS - 1e-9)
+    return per_token * tokens_per_pass * k * passes, per_token * tiled * passes
+
+
+def exchange_terms(s: Shape, tokens: float, steps: float) -> tuple[float, float]:
+    """(bytes one GPU moves over its link, collective calls) for `tokens` tokens in `steps` passes.
+
+    Tensor parallelism: two all-reduces per layer (attention and MLP), a ring moving 2 (tp-1)/tp of
+    the hidden states. Attention DP with MoE: attention is local; around each MoE layer the ranks
+    gather every rank's tokens and reduce-scatter the experts' outputs back, again 2 (tp-1)/tp of
+    all ranks' hidden states (TensorRT-LLM's attention-DP MoE without all-to-all; an all-to-all
+    moves less, so this is the dearer case); dense layers of an attention-DP unit move nothing."""
+    if s.tp <= 1:
+        return 0.0, 0.0
+    ring = 2 * (s.tp - 1) / s.tp * tokens * s.arch.hidden * ACTIVATION_BYTES
+    if s.attention_dp and s.arch.is_moe:
+        per_pass = (s.arch.layers - s.arch.dense_layers) / s.pp
+        return ring * per_pass, 2 * per_pass * steps
+    reduces = 2 * s.arch.layers / s.pp
+    return ring * reduces, reduces * steps
+
+
 def cohort_steps(batch: int, mean_input: float, mean_output: float, max_num_tokens: int) -> float:
     """Forward passes for `batch` requests: their decode steps, or more when their prompts do not fit
     beside the decode tokens within max_num_tokens per pass."""
@@ -154,14 +200,11 @@ def cohort_work(s: Shape, batch: int, mean_input: float, mean_output: float, dec
     flops = (2.0 * _active_params(s.arch) * tokens
              + attn * batch * mean_output * decode_context  # decode: each step reads its context
              + attn * batch * mean_input * mean_input / 2)  # causal prefill
-    compute = flops / gpus / s.peak_flops
-    link = calls = 0.0
-    if s.tp > 1:
-        reduces_per_step = 2 * s.arch.layers / s.pp
-        moved = 2 * (s.tp - 1) / s.tp * tokens * s.arch.hidden * ACTIVATION_BYTES * reduces_per_step
-        link = moved / (s.link_gbps * 1e9)
-        calls = reduces_per_step * steps
-    return Work(terms={"memory": memory, "compute": compute, "link": link, "calls": calls, "steps": steps},
+    real, tiled = expert_gemm_flops(s.arch, tokens / steps, steps)
+    moved, calls = exchange_terms(s, tokens, steps)
+    return Work(terms={"memory": memory, "compute": (flops - real + tiled) / gpus / s.peak_flops,
+                       "experts": tiled / gpus / s.peak_flops,
+                       "link": moved / (s.link_gbps * 1e9), "calls": calls, "steps": steps},
                 batch=batch, output_tokens=batch * mean_output, steps=steps, ceiling_s=mean_output * step_s)
 
 
@@ -179,12 +222,10 @@ def prefill_work(s: Shape, prompt: float, running: int, decode_context: float) -
     attn = _attention_flops_per_context_token(s.arch)
     tokens = prompt + running * chunks
     flops = 2.0 * _active_params(s.arch) * tokens + attn * (prompt * prompt / 2 + running * chunks * decode_context)
-    link = calls = 0.0
-    if s.tp > 1:
-        reduces = 2 * s.arch.layers / s.pp
-        link = 2 * (s.tp - 1) / s.tp * tokens * s.arch.hidden * ACTIVATION_BYTES * reduces / (s.link_gbps * 1e9)
-        calls = reduces * chunks
-    terms = {"memory": chunks * ceiling.step_ms / 1e3, "compute": flops / gpus / s.peak_flops, "link": link,
+    moved, calls = exchange_terms(s, tokens, chunks)
+    real, tiled = expert_gemm_flops(s.arch, tokens / chunks, chunks)
+    terms = {"memory": chunks * ceiling.step_ms / 1e3, "compute": (flops - real + tiled) / gpus / s.peak_flops,
+             "experts": tiled / gpus / s.peak_flops, "link": moved / (s.link_gbps * 1e9),
              "calls": calls, "steps": float(chunks)}
     return Work(terms=terms, batch=1, output_tokens=1.0, steps=float(chunks), ceiling_s=0.0)
 

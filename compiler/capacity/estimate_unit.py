@@ -48,37 +48,66 @@ class CoefficientSet:
     basis: str = "modelled"  # "calibrated" when refitted on the deployment's own measurements
     reasons: tuple[str, ...] = ()  # why the set is a stand-in
     sources: tuple[str, ...] = field(default_factory=tuple)
+    distance: float = 0.0  # generations, precisions and memory systems between the unit and the set's rows
 
 
 def _version_tuple(release: str) -> tuple[int, ...]:
     return tuple(int(p) for p in release.split(".") if p.isdigit())
 
 
-def coefficients_for(gpu_arch: str, weights_fmt: str, runtime_version: str, table: Mapping | None = None) -> CoefficientSet:
-    """The coefficient set for a unit, falling back as the module docstring says."""
+#: Where each GPU generation sits, for the nearest generation with rows when one has none: a
+#: generation's tensor cores and memory system are closer to the next one than to the one after.
+GENERATION_ORDER = {"Ampere": 0.0, "Ada Lovelace": 0.5, "Hopper": 1.0, "Blackwell": 2.0, "Blackwell Ultra": 2.5}
+
+
+def coefficients_for(gpu_arch: str, weights_fmt: str, runtime_version: str, table: Mapping | None = None,
+                     memory_class: str = "HBM") -> CoefficientSet:
+    """The coefficient set for a unit: the one fitted on its GPU generation x precision x release;
+    else the nearest earlier release of the same generation and precision (releases carry over:
+    the leave-one-release-out folds hold); else the nearest generation and precision with rows,
+    by GENERATION_ORDER and precision, never a pool dominated by another generation. Every step
+    away is a reason, and `distance` counts the architectural ones (generation, precision, memory
+    system) for the interval. The features are priced at the unit's own GPU's peaks, so a
+    stand-in set carries efficiencies, not speeds."""
     doc = table or coefficient_table()
     groups = doc["groups"]
     prec, release = compute_precision(weights_fmt), release_of(runtime_version)
-    exact = f"{gpu_arch}/{prec}/{release}"
     provenance = doc.get("provenance", {})
     published = f"fitted on published TensorRT-LLM throughput ({provenance.get('script', 'fit')}, " \
                 f"{provenance.get('date', '?')})"
 
-    def make(key: str, reasons: tuple[str, ...]) -> CoefficientSet:
+    def make(key: str, reasons: tuple[str, ...], distance: float) -> CoefficientSet:
         g = groups[key]
         return CoefficientSet(key, g["coefficients"], g["residuals"], g["range"], reasons=reasons,
-                              sources=(f"{published}: {key}, {g['residuals']['rows']} rows",))
+                              sources=(f"{published}: {key}, {g['residuals']['rows']} rows",), distance=distance)
 
+    memory_reason: tuple[str, ...] = ()
+    distance = 0.0
+    if memory_class != "HBM":
+        memory_reason = (f"no published rows on a {memory_class} GPU; efficiencies fitted on HBM GPUs stand in",)
+        distance += 1.0
+    fitted = [k for k in groups if not k.endswith("/*") and k != "*"]
+    exact = f"{gpu_arch}/{prec}/{release}"
     if exact in groups:
-        return make(exact, ())
-    siblings = sorted((k for k in groups if k.startswith(f"{gpu_arch}/{prec}/") and not k.endswith("/*")),
-                      key=lambda k: _version_tuple(k.rsplit("/", 1)[1]))
-    if siblings:
-        earlier = [k for k in siblings if _version_tuple(k.rsplit("/", 1)[1]) <= _version_tuple(release)]
-        key = earlier[-1] if earlier else siblings[0]
-        return make(key, (f"TensorRT-LLM {release} has no published rows for {gpu_arch} {prec}; "
-                          f"coefficients of {key.rsplit('/', 1)[1]}",))
-    return make("*", (f"no published rows for {gpu_arch} {prec}; coefficients pooled over all published rows",))
+        return make(exact, memory_reason, distance)
+
+    def near(key: str) -> tuple:
+        gen, p, rel = key.split("/")
+        d = abs(GENERATION_ORDER.get(gen, 1.0) - GENERATION_ORDER.get(gpu_arch, 1.0)) + (p != prec)
+        later = _version_tuple(rel) > _version_tuple(release)
+        return d, later, tuple(-v for v in _version_tuple(rel)) if not later else _version_tuple(rel)
+
+    if not fitted:
+        return make("*", memory_reason + ("no fitted coefficient sets; the pooled set",), distance + 2.0)
+    key = min(fitted, key=near)
+    gen, p, rel = key.split("/")
+    reasons = list(memory_reason)
+    if (gen, p) == (gpu_arch, prec):
+        reasons.append(f"TensorRT-LLM {release} has no published rows for {gpu_arch} {prec}; coefficients of {rel}")
+    else:
+        reasons.append(f"no published rows for {gpu_arch} {prec}; the nearest fitted, {gen} {p} "
+                       f"(TensorRT-LLM {rel}), stands in at this GPU's own peaks")
+    return make(key, tuple(reasons), distance + near(key)[0])
 
 
 def _interval(value: float, lo_log: float, hi_log: float) -> dict:
@@ -245,6 +274,7 @@ def figures_estimate(unit, sizing, arch, gpu, figures, *, runtime_version: str, 
     if case is None:
         return None
     return unit_estimate(shape=case.shape, batch=case.batch, traffic=case.traffic,
-                         coef=coefficients_for(gpu.arch, sizing.weights_fmt, runtime_version),
+                         coef=coefficients_for(gpu.arch, sizing.weights_fmt, runtime_version,
+                                               memory_class=gpu.memory_class),
                          ceiling_tokens_per_s=case.ceiling_tokens_per_s, price_share=case.price_share,
                          price_per_gpu_hour=price_per_gpu_hour, sla=sla, extra_reasons=case.reasons)

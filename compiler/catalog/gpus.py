@@ -72,7 +72,7 @@ def _gpu(name: str, d: Mapping[str, Any]) -> GpuSpec:
         tflops=dict(d["tflops"]), graphics_mhz=tuple(d["graphics_mhz"]), memory_mhz=tuple(d["memory_mhz"]),
         power_w=tuple(d["power_w"]), tdp_w=d["tdp_w"], nvlink_gbps=d["nvlink_gbps"],
         pci_device_id=d["pci_device_id"], min_driver=d["min_driver"], mig=mig,
-        status=dict(d["status"]), sources=tuple(d["sources"]),
+        status=dict(d["status"]), sources=tuple(d["sources"]), memory_type=d.get("memory_type") or "",
     )
 
 

@@ -80,6 +80,12 @@ class GpuSpec:
     mig: MigGeometry
     status: Mapping[str, Status] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
+    memory_type: str = ""  # "HBM3e", "GDDR7 (ECC)"...
+
+    @property
+    def memory_class(self) -> str:
+        """"HBM" or "GDDR": the memory system a performance fit on one does not carry to the other."""
+        return "GDDR" if self.memory_type.upper().startswith("GDDR") else "HBM"
 
     @property
     def sm_version(self) -> int:

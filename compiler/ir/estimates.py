@@ -71,7 +71,8 @@ def _evaluate(ir: Resolved, model: str, changes: list[str]) -> tuple[_Evaluated 
     host = ir.hosts[unit.host]
     s = sizing(rm)
     case = unit_case(unit, s, rm.arch, host.gpu, unit.figures)
-    coef = coefficients_for(host.gpu.arch, s.weights_fmt, ir.spec.toolchain.tensorrt_llm)
+    coef = coefficients_for(host.gpu.arch, s.weights_fmt, ir.spec.toolchain.tensorrt_llm,
+                            memory_class=host.gpu.memory_class)
     modelled = point(case.shape, coef.coefficients, c, shape.mean_input, out,
                      min(shape.decode_context, float(s.max_seq_len))).output_tokens_per_s
     if not (math.isfinite(tps) and tps > 0 and math.isfinite(modelled) and modelled > 0):

@@ -109,7 +109,8 @@ def role_capacity(spec, ir, name: str) -> ModelRoles | None:
             can_size = False
             out.append(RoleFigures(**base, sized=False))
             continue
-        coef = coefficients_for(host.gpu.arch, s.weights_fmt, spec.toolchain.tensorrt_llm).coefficients
+        coef = coefficients_for(host.gpu.arch, s.weights_fmt, spec.toolchain.tensorrt_llm,
+                                memory_class=host.gpu.memory_class).coefficients
         if role == "prefill":
             if sla.ttft_ms is None:
                 out.append(RoleFigures(**base, sized=True))
