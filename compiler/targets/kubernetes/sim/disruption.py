@@ -1,0 +1,74 @@
+"""PodDisruptionBudgets and the Eviction API, ported from kubernetes/kubernetes (release-1.3x):
+
+  pkg/controller/disruption/disruption.go   getExpectedPodCount (maxUnavailable: the scale of the
+                                            pods' controllers, each once; desiredHealthy =
+                                            expected - maxUnavailable, not below 0), countHealthyPods
+                                            (Ready pods), updatePdbStatus (disruptionsAllowed =
+                                            currentHealthy - desiredHealthy, not below 0)
+  pkg/registry/core/pod/storage/eviction.go EvictionREST.Create: a Pending pod ignores its budget
+                                            (canIgnorePDB); more than one budget is an error; a
+                                            Running pod that is not Ready may go while the budget is
+                                            healthy (unhealthyPodEvictionPolicy IfHealthyBudget, the
+                                            default); else checkAndDecrement: 429 while
+                                            disruptionsAllowed is 0, otherwise one fewer allowed
+
+Left out: percentages in maxUnavailable/minAvailable (Kiln emits integers), DisruptedPods' two-minute
+expiry (a pod's deletion is seen at once here), the AlwaysAllow policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Budget:
+    name: str  # namespace/name
+    selector: dict  # matchLabels
+    max_unavailable: int
+
+    def selects(self, pod: PodView) -> bool:
+        return self.name.split("/", 1)[0] == pod.namespace and all(
+            pod.labels.get(k) == v for k, v in self.selector.items())
+
+
+@dataclass
+class PodView:
+    name: str
+    namespace: str
+    labels: dict
+    controller_scale: tuple[str, int]  # (its Deployment, that Deployment's spec.replicas)
+    phase: str  # Pending or Running
+    ready: bool
+
+
+def status(budget: Budget, pods: list[PodView]) -> tuple[int, int, int]:
+    """(currentHealthy, desiredHealthy, disruptionsAllowed) of one budget."""
+    mine = [p for p in pods if budget.selects(p)]
+    expected = sum(dict(p.controller_scale for p in mine).values())
+    desired = max(0, expected - budget.max_unavailable)
+    healthy = sum(1 for p in mine if p.ready)
+    return healthy, desired, max(0, healthy - desired)
+
+
+def evict(pod: PodView, budgets: list[Budget], pods: list[PodView], seen: dict[str, list[int]]) -> str | None:
+    """None when the eviction is accepted (the caller deletes the pod), else the API's refusal.
+    `seen`: budget name -> [currentHealthy, desiredHealthy, disruptionsAllowed] as the status holds
+    them in this round (computed once, decremented by each accepted eviction)."""
+    if pod.phase == "Pending":
+        return None
+    mine = [b for b in budgets if b.selects(pod)]
+    if not mine:
+        return None
+    if len(mine) > 1:
+        return "500: This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+    b = mine[0]
+    if b.name not in seen:
+        seen[b.name] = list(status(b, pods))
+    healthy, desired, left = seen[b.name]
+    if not pod.ready and healthy >= desired:
+        return None
+    if left <= 0:
+        return f"429: Cannot evict pod as it would violate the pod's disruption budget ({b.name})"
+    seen[b.name][2] = left - 1
+    return None

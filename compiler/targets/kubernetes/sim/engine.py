@@ -1,0 +1,498 @@
+"""The discrete-event simulation of one change: the base revision runs, fully rolled out, on the
+pools' nodes; Argo CD syncs the new revision wave by wave (argocd.py); the Deployment and ReplicaSet
+controllers (deployment.py), the scheduler (scheduler.py), the kubelet (a bound pod is Ready after its
+model's load time), the re-layout Job's script (label-nodes.sh, ported step by step below), the
+Eviction API under the budgets (disruption.py), mig-manager (migmanager.py) and GFD with the device
+plugin (devices.py) act at each event until nothing is left to do or the change is stuck.
+
+Deterministic: no randomness, every iteration in name or creation order. The result is a timeline of
+steps with each model's ready pods (selected by its live Service) after each, the end state, and
+the stuck state with its cause.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from compiler.catalog import k8s_controllers
+
+from . import argocd, devices, disruption, migmanager, rbac, scheduler
+from . import deployment as dc
+from .model import PoolNodes, Revision, Workload
+
+
+def defaults() -> dict:
+    return k8s_controllers.table()["simulation_defaults"]
+
+
+@dataclass
+class Pod:
+    name: str
+    workload: str
+    rs: str
+    labels: dict
+    created: int
+    node: str | None = None
+    ready_at: float | None = None
+    ready: bool = False
+
+
+@dataclass
+class Node:
+    name: str
+    pool: str
+    gpus: int
+    product: str | None
+    labels: dict
+    mig: migmanager.MigNode
+    taints: list
+    unschedulable: bool = False
+
+
+@dataclass
+class Deploy:
+    spec: Workload
+    rss: list = field(default_factory=list)  # deployment.RS, oldest first; the last one is the newest
+    templates: dict = field(default_factory=dict)  # RS name -> the Workload whose template it runs
+    last_progress: float = 0.0
+    timed_out: bool = False
+
+
+@dataclass
+class Step:
+    t: float
+    text: str
+    ready: dict  # model -> ready pods behind its Service, after this step
+
+
+@dataclass
+class Result:
+    steps: list[Step]
+    completed: bool
+    stuck: str | None  # the cause, when not completed
+    duration_s: float
+    desired: dict  # model -> replicas the new revision asks for
+    end: dict  # model -> ready pods at the end
+    low: dict  # model -> (fewest ready pods, from t, for how long in s)
+
+
+class Stuck(Exception):
+    pass
+
+
+class Simulation:
+    def __init__(self, base: Revision, new: Revision, pools: list[PoolNodes], load_s: dict[str, float] | None = None):
+        self.d = defaults()
+        self.base, self.new, self.load = base, new, dict(load_s or {})
+        self.now, self.seq = 0.0, 0
+        self.steps: list[Step] = []
+        self.strategy = base.strategy
+        self.config = dict(base.layouts)  # the live layouts ConfigMap mig-manager mounts
+        self.nodes: dict[str, Node] = {}
+        for p in pools:
+            layout = base.pools[p.name].layout if p.name in base.pools else "all-disabled"
+            for i in range(p.count):
+                name = f"{p.name}-{i}"
+                self.nodes[name] = Node(name, p.name, p.gpus, p.product, dict(p.labels),
+                                        migmanager.MigNode(name, layout, layout), list(p.taints))
+        self.budgets = list(base.budgets)
+        self.services = dict(base.services)
+        self.deploys: dict[str, Deploy] = {}
+        self.pods: list[Pod] = []
+        self.job = None  # the running re-layout script (a generator) and its wake-up time
+        self.job_failed: str | None = None
+        for w in base.workloads.values():
+            self._apply_deployment(w)
+        self._settle(initial=True)
+        self.steps = []
+
+    # --- helpers -----------------------------------------------------------------------------------
+    def _say(self, text: str) -> None:
+        self.steps.append(Step(self.now, text, self.ready_by_model()))
+
+    def _load(self, model: str) -> float:
+        return float(self.load.get(model, self.d["pod_load_s"]))
+
+    def node_devices(self, n: Node) -> list:
+        return devices.gpus_of(self.config.get(n.mig.applied, []), n.gpus) if n.mig.applied in self.config \
+            else devices.gpus_of([], n.gpus)
+
+    def _node_view(self, n: Node) -> scheduler.NodeView:
+        devs = self.node_devices(n)
+        labels = dict(n.labels)
+        labels[migmanager.CONFIG_LABEL] = n.mig.label
+        if n.mig.state:
+            labels[migmanager.STATE_LABEL] = n.mig.state
+        if n.product:
+            labels["nvidia.com/gpu.product"] = devices.product_label(n.product, self.strategy, devs)
+        alloc = devices.advertised(self.strategy, devs) if n.mig.busy_until is None else Counter()
+        used: Counter = Counter()
+        for p in self.pods:
+            if p.node == n.name:
+                used.update(self._tmpl(p).requests)
+        return scheduler.NodeView(n.name, labels, alloc, used, n.unschedulable, n.taints)
+
+    def ready_by_model(self) -> dict:
+        out = {}
+        for model in sorted({m for m, _ in self.services.values()}):
+            sels = [sel for m, sel in self.services.values() if m == model]
+            out[model] = sum(1 for p in self.pods if p.ready and any(
+                all(p.labels.get(k) == v for k, v in sel.items()) for sel in sels))
+        return out
+
+    # --- the Deployment and ReplicaSet controllers ---------------------------------------------------
+    def _apply_deployment(self, w: Workload) -> None:
+        d = self.deploys.get(w.key)
+        if d is None:
+            d = self.deploys[w.key] = Deploy(w, last_progress=self.now)
+        d.spec = w
+        if not d.rss or d.templates[d.rss[-1].name].template != w.template:
+            same = [r for r in d.rss if d.templates[r.name].template == w.template]
+            if same:  # the template of an older ReplicaSet: it becomes the new one (rollback)
+                d.rss.remove(same[0])
+                d.rss.append(same[0])
+            else:
+                self.seq += 1
+                rs = dc.RS(f"{w.name}-rs{self.seq}", 0, 0, self.seq)
+                d.rss.append(rs)
+                d.templates[rs.name] = w
+            d.last_progress, d.timed_out = self.now, False
+
+    def _delete_deployment(self, name: str) -> None:
+        self.deploys.pop(name, None)
+        self.pods = [p for p in self.pods if p.workload != name]
+
+    def _deployment_step(self, d: Deploy) -> bool:
+        w = d.spec
+        for rs in d.rss:
+            rs.available = sum(1 for p in self.pods if p.rs == rs.name and p.ready)
+        new, olds = d.rss[-1], d.rss[:-1]
+        before = [(r.name, r.replicas) for r in d.rss]
+        moved = dc.rollout_rolling(w.replicas, w.max_surge, w.max_unavailable, olds, new)
+        if moved:
+            after = {r.name: r.replicas for r in d.rss}
+            for name, n in before:
+                if after[name] != n:
+                    role = "new" if name == new.name else "old"
+                    self._say(f"{w.name}: {role} ReplicaSet {n} -> {after[name]} pod(s) (rolling.go "
+                              f"{'reconcileNewReplicaSet' if moved == 'up' else 'reconcileOldReplicaSets'})")
+            d.last_progress = self.now
+        return bool(moved)
+
+    def _replicaset_step(self) -> bool:
+        changed = False
+        for d in self.deploys.values():
+            for rs in d.rss:
+                mine = [p for p in self.pods if p.rs == rs.name]
+                if len(mine) < rs.replicas:
+                    for _ in range(rs.replicas - len(mine)):
+                        self.seq += 1
+                        self.pods.append(Pod(f"{rs.name}-{self.seq}", d.spec.key, rs.name,
+                                             dict(d.templates[rs.name].labels), self.seq))
+                    changed = True
+                elif len(mine) > rs.replicas:
+                    # controller_utils.go ActivePods Less: unassigned, then not ready, then the newest go first
+                    doomed = sorted(mine, key=lambda p: (p.node is not None, p.ready, -p.created))[:len(mine) - rs.replicas]
+                    gone = {p.name for p in doomed}
+                    self.pods = [p for p in self.pods if p.name not in gone]
+                    changed = True
+        return changed
+
+    def _schedule(self) -> bool:
+        changed = False
+        pending = sorted((p for p in self.pods if p.node is None), key=lambda p: p.created)
+        if not pending:
+            return False
+        views = {n.name: self._node_view(n) for n in self.nodes.values()}
+        for p in pending:
+            w = self._tmpl(p)
+            node, _ = scheduler.place(list(views.values()), w.node_selector, w.tolerations, w.requests)
+            if node is not None:
+                views[node].requested.update(w.requests)
+                p.node, p.ready_at = node, self.now + self._load(w.model)
+                changed = True
+        return changed
+
+    def pending_reasons(self, p: Pod) -> str:
+        w = self._tmpl(p)
+        _, reasons = scheduler.place([self._node_view(n) for n in self.nodes.values()], w.node_selector,
+                                     w.tolerations, w.requests)
+        return f"0/{len(self.nodes)} nodes are available: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+
+    def _kubelet(self) -> bool:
+        changed = False
+        for p in self.pods:
+            if p.node is not None and not p.ready and p.ready_at is not None and p.ready_at <= self.now:
+                p.ready = True
+                d = self.deploys[p.workload]
+                d.last_progress = self.now
+                changed = True
+        return changed
+
+    def _settle(self, initial: bool = False) -> None:
+        for _ in range(10000):
+            changed = self._replicaset_step()
+            changed |= self._schedule()
+            if initial:
+                for p in self.pods:
+                    if p.node is not None and not p.ready:
+                        p.ready, p.ready_at = True, 0.0
+            changed |= self._kubelet()
+            for d in list(self.deploys.values()):
+                changed |= self._deployment_step(d)
+            changed |= self._mig_step()
+            if not changed:
+                return
+        raise RuntimeError("the controllers did not settle")
+
+    # --- mig-manager, GFD ------------------------------------------------------------------------------
+    def _mig_step(self) -> bool:
+        changed = False
+        for n in self.nodes.values():
+            if n.mig.busy_until is not None and n.mig.busy_until <= self.now:
+                held = any(p.node == n.name and self._tmpl(p).requests for p in self.pods)
+                layouts_differ = self.config.get(n.mig.applied) != self.config.get(n.mig.label)
+                state = migmanager.finish(n.mig, self.config, held and layouts_differ)
+                self._say(f"node {n.name}: MIG manager reports {state} ({migmanager.CONFIG_LABEL}={n.mig.label})")
+                changed = True
+        return changed
+
+    # --- the re-layout Job: label-nodes.sh, step by step -------------------------------------------------
+    def _tmpl(self, p: Pod) -> Workload:
+        """The pod template a pod was made from (its ReplicaSet's)."""
+        return self.deploys[p.workload].templates[p.rs]
+
+    def _gpu_pods(self, node: str) -> list[Pod]:
+        return [p for p in self.pods if p.node == node and self._tmpl(p).requests]
+
+    def _pod_views(self) -> list[disruption.PodView]:
+        return [disruption.PodView(p.name, p.workload.split("/")[0], p.labels,
+                                   (p.workload, self.deploys[p.workload].spec.replicas),
+                                   "Running" if p.node else "Pending", p.ready) for p in self.pods]
+
+    def _relayout(self, job):
+        """A generator: yields the seconds it sleeps; returns normally or raises Stuck."""
+        # retire(): Deployments of the spec that left it are scaled to 0 (kubectl scale)
+        if job.keep is not None:
+            for name in sorted(k for k in set(self.deploys) - set(job.keep) if k.startswith(job.namespace + "/")):
+                denied = rbac.denied(job.rules, "scale deployment", name.split("/", 1)[1])
+                if denied:
+                    raise Stuck(f"re-layout Job: `kubectl scale deployment {name.split('/', 1)[1]}` is forbidden "
+                                f"(its Role lacks {', '.join(denied)}); the Job fails (backoffLimit 0)")
+                self.deploys[name].spec.replicas = 0
+                self._say(f"re-layout Job: {name} left the spec, scaled to 0")
+                self._settle()
+        # write_layouts(): desired + layouts in use; the kubelet refreshes the mounted file
+        merged = {**{n.mig.label: self.config[n.mig.label] for n in self.nodes.values() if n.mig.label in self.config},
+                  **self.new.layouts}
+        if merged != self.config:
+            self._say(f"re-layout Job: live layouts ConfigMap written; waits {job.config_sync_s}s for the kubelet")
+            yield job.config_sync_s
+            self.config = merged
+        for pool in job.pools:
+            members = [n for n in self.nodes.values() if n.pool == pool.name]
+            todo = [n for n in members if not (n.mig.label == pool.layout and n.mig.state == "success")]
+            for i in range(0, len(todo), pool.max_unavailable):
+                group = todo[i:i + pool.max_unavailable]
+                for n in group:
+                    n.unschedulable = True
+                self._say(f"re-layout Job: {', '.join(n.name for n in group)} cordoned")
+                for n in group:
+                    deadline = self.now + job.evict_s
+                    while True:
+                        left = self._gpu_pods(n.name)
+                        if not left:
+                            break
+                        if self.now >= deadline:
+                            raise Stuck(f"re-layout Job: node {n.name}: GPU pods still there after {job.evict_s}s "
+                                        f"({', '.join(sorted({p.workload for p in left}))}: evictions refused by "
+                                        f"their PodDisruptionBudget); the node stays cordoned, the Job fails")
+                        views = self._pod_views()
+                        allowed: dict = {}  # the budgets' status in this round
+                        evicted = []
+                        for p in left:
+                            view = next(v for v in views if v.name == p.name)
+                            if disruption.evict(view, self.budgets, views, allowed) is None:
+                                evicted.append(p)
+                        if evicted:
+                            gone = {p.name for p in evicted}
+                            self.pods = [p for p in self.pods if p.name not in gone]
+                            what = Counter(p.workload for p in evicted)
+                            self._say(f"re-layout Job: node {n.name}: evicted " +
+                                      ", ".join(f"{c} {w}" for w, c in sorted(what.items())))
+                            self._settle()
+                        if self._gpu_pods(n.name):
+                            # retries every few seconds change nothing until another event: skip to it
+                            retry = self.d["eviction_retry_s"]
+                            nxt = self._next_event(job=False)
+                            wait = retry if evicted or nxt is None else max(retry, nxt - self.now)
+                            yield min(-(-wait // retry) * retry, max(retry, deadline - self.now))
+                for n in group:
+                    started = migmanager.on_label(n.mig, pool.layout, self.now, self.d["mig_reconfigure_s"])
+                    n.mig.state = n.mig.state if started else ""  # `nvidia.com/mig.config.state-`
+                    self._say(f"re-layout Job: node {n.name} labelled {migmanager.CONFIG_LABEL}={pool.layout}"
+                              + ("" if started else " (the same value: the MIG manager does not act)"))
+                for n in group:
+                    deadline = self.now + job.mig_s
+                    while n.mig.state != "success":
+                        if n.mig.state == "failed":
+                            raise Stuck(f"re-layout Job: node {n.name}: the MIG manager reports failed; the node "
+                                        "stays cordoned and a rerun does not retry it (main.go acts on a change "
+                                        "of the label's value only)")
+                        if self.now >= deadline:
+                            raise Stuck(f"re-layout Job: node {n.name}: state '{n.mig.state}' after {job.mig_s}s; "
+                                        "the node stays cordoned")
+                        yield self.d["state_poll_s"]
+                for n in group:
+                    n.unschedulable = False
+                self._say(f"re-layout Job: {', '.join(n.name for n in group)} uncordoned")
+                self._settle()
+        self.config = {**{n.mig.label: self.config[n.mig.label] for n in self.nodes.values()
+                          if n.mig.label in self.config}, **self.new.layouts}
+
+    # --- health (gitops-engine pkg/health) --------------------------------------------------------------
+    def _health(self, key: tuple) -> str:
+        kind, ns, name = key
+        if kind == "Deployment" and f"{ns}/{name}" in self.deploys:
+            d = self.deploys[f"{ns}/{name}"]
+            if d.timed_out:
+                return "Degraded"
+            new, olds = d.rss[-1], d.rss[:-1]
+            for rs in d.rss:
+                rs.available = sum(1 for p in self.pods if p.rs == rs.name and p.ready)
+            return "Healthy" if dc.complete(d.spec.replicas, olds, new) else "Progressing"
+        if kind == "Job" and self.job is not None and self.job[2] == key:
+            return "Degraded" if self.job_failed else "Progressing" if self.job[0] is not None else "Healthy"
+        return "Healthy"
+
+    def _apply(self, task: argocd.Task) -> None:
+        kind, ns, name = task.key
+        key = f"{ns}/{name}"
+        if task.prune:
+            self._say(f"Argo CD prunes {kind} {key}")
+            if kind == "Deployment":
+                self._delete_deployment(key)
+            elif kind == "PodDisruptionBudget":
+                self.budgets = [b for b in self.budgets if b.name != key]
+            elif kind == "Service":
+                self.services.pop(key, None)
+            return
+        self._say(f"Argo CD applies {kind} {key}")
+        if kind == "Deployment":
+            self._apply_deployment(Workload(**dict(self.new.workloads[key].__dict__)))
+        elif kind == "PodDisruptionBudget":
+            self.budgets = [b for b in self.budgets if b.name != key] + [b for b in self.new.budgets if b.name == key]
+        elif kind == "Service":
+            self.services[key] = self.new.services[key]
+        elif kind == "Job" and self.new.relayout is not None and task.key == self.new.relayout.key:
+            self.job = [self._relayout(self.new.relayout), self.now, task.key]
+
+    # --- the run --------------------------------------------------------------------------------------
+    def _next_event(self, job: bool = True) -> float | None:
+        times = [p.ready_at for p in self.pods if p.node is not None and not p.ready and p.ready_at is not None]
+        times += [n.mig.busy_until for n in self.nodes.values() if n.mig.busy_until is not None]
+        if job and self.job is not None and self.job[0] is not None:
+            times.append(self.job[1])
+        times += [d.last_progress + d.spec.progress_deadline_s for d in self.deploys.values()
+                  if not d.timed_out and self._health(("Deployment", d.spec.namespace, d.spec.name)) == "Progressing"]
+        later = [t for t in times if t > self.now]
+        return min(later) if later else None
+
+    def _advance(self) -> bool:
+        t = self._next_event()
+        if t is None or t > self.d["horizon_s"]:
+            return False
+        self.now = t
+        self._settle()
+        for d in self.deploys.values():  # deployment_util.go DeploymentTimedOut
+            if not d.timed_out and self._health(("Deployment", d.spec.namespace, d.spec.name)) == "Progressing" \
+                    and self.now >= d.last_progress + d.spec.progress_deadline_s:
+                d.timed_out = True
+                self._say(f"{d.spec.name}: ProgressDeadlineExceeded after {d.spec.progress_deadline_s}s without "
+                          f"progress; Argo CD marks it Degraded")
+        if self.job is not None and self.job[0] is not None and self.job[1] <= self.now:
+            self._run_job()
+        return True
+
+    def _run_job(self) -> None:
+        gen = self.job[0]
+        try:
+            self.job[1] = self.now + next(gen)
+        except StopIteration:
+            self.job[0] = None
+            self._say("re-layout Job completed")
+        except Stuck as e:
+            self.job[0], self.job_failed = None, str(e)
+            self._say(str(e))
+        self._settle()
+
+    def run(self) -> Result:
+        self.strategy = self.new.strategy
+        if self.new.strategy != self.base.strategy:
+            self._say(f"the GPU Operator's MIG strategy is {self.new.strategy} from now on (helm upgrade); "
+                      "the device plugin re-advertises every MIG node")
+        self._settle()
+        stuck = None
+        for wave, tasks in argocd.plan(self.base.objects, self.new.objects):
+            self._say(f"Argo CD sync wave {wave}")
+            for t in tasks:
+                self._apply(t)
+                if self.job is not None and self.job[2] == t.key and self.job[0] is not None:
+                    self._run_job()
+            self._settle()
+            while True:
+                health = {t.key: self._health(t.key) for t in tasks if not t.prune}
+                bad = [k for k, h in health.items() if h == "Degraded"]
+                if bad:
+                    stuck = self._cause(bad[0])
+                    break
+                if all(h == "Healthy" for h in health.values()):
+                    break
+                if not self._advance():
+                    waiting = [k for k, h in health.items() if h != "Healthy"]
+                    stuck = self._cause(waiting[0]) if waiting else "nothing left to happen"
+                    break
+            if stuck:
+                break
+        if stuck is None:  # rollouts the sync did not wait for (none in a Kiln tree) still settle
+            while self._advance():
+                pass
+        desired = Counter()
+        for w in self.new.workloads.values():
+            desired[w.model] += w.replicas
+        return Result(self.steps, stuck is None, stuck, self.now, dict(desired), self.ready_by_model(), self._low())
+
+    def _cause(self, key: tuple) -> str:
+        kind, ns, name = key
+        if kind == "Job":
+            return self.job_failed or "the re-layout Job did not finish"
+        if kind == "Deployment" and f"{ns}/{name}" in self.deploys:
+            d = self.deploys[f"{ns}/{name}"]
+            pending = [p for p in self.pods if p.workload == d.spec.key and p.node is None]
+            why = f"; its new pods stay Pending: {self.pending_reasons(pending[0])}" if pending else ""
+            new, olds = d.rss[-1], d.rss[:-1]
+            return (f"Deployment {name} never completes: new ReplicaSet {new.available}/{new.replicas} available, "
+                    f"old {sum(r.replicas for r in olds)} pod(s) left, and rolling.go may neither add nor remove one"
+                    f"{why}")
+        return f"{kind} {name} is not healthy"
+
+    def _low(self) -> dict:
+        out = {}
+        samples = [(0.0, self.steps[0].ready if self.steps else self.ready_by_model())] + [(s.t, s.ready) for s in self.steps]
+        end = self.now
+        for model in sorted({m for _, r in samples for m in r}):
+            lowest, since, span = None, 0.0, 0.0
+            for i, (t, ready) in enumerate(samples):
+                n = ready.get(model, 0)
+                until = samples[i + 1][0] if i + 1 < len(samples) else end
+                if lowest is None or n < lowest:
+                    lowest, since, span = n, t, until - t
+                elif n == lowest and until > t:
+                    span += until - t
+            out[model] = (lowest, since, span)
+        return out
+
+
+def simulate(base: Revision, new: Revision, pools: list[PoolNodes], load_s: dict[str, float] | None = None) -> Result:
+    return Simulation(base, new, pools, load_s).run()

@@ -1,0 +1,109 @@
+"""A revision for the simulation from a Kubernetes tree's documents (the files Kiln writes): the
+Deployments, PodDisruptionBudgets and Services, the GPU Operator values (the MIG strategy), the
+desired layouts ConfigMap, and the re-layout Job with the script its ConfigMap holds (its `pool`
+lines, its retire list and its bounds are what the Job runs)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import yaml
+
+from . import argocd
+from .disruption import Budget
+from .model import PoolLayout, Relayout, Revision, Workload
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+SKIP_KINDS = {"Kustomization", "Application", "AnnotationsTransformer"}  # kustomize's and Argo CD's, not synced objects
+
+
+def _int_or_str(v):
+    return v if isinstance(v, int) else str(v)
+
+
+def read_dir(root: Path) -> tuple[list[dict], dict]:
+    """(every object of the tree, the GPU Operator's values)."""
+    objects, values = [], {}
+    for path in sorted(root.rglob("*.yaml")):
+        docs = [d for d in yaml.load_all(path.read_text(encoding="utf-8"), Loader=_LOADER) if isinstance(d, dict)]
+        if path.name == "gpu-operator-values.yaml":
+            values = docs[0] if docs else {}
+            continue
+        objects += [d for d in docs if "kind" in d and d["kind"] not in SKIP_KINDS and "metadata" in d]
+    return objects, values
+
+
+def _script_pools(script: str) -> list[PoolLayout]:
+    out = []
+    for line in script.splitlines():
+        if line.startswith("pool "):
+            _, name, selector, layout, nodes, batch = shlex.split(line)
+            out.append(PoolLayout(name, dict(kv.split("=", 1) for kv in selector.split(",")), layout, int(nodes), int(batch)))
+    return out
+
+
+def _script_var(script: str, name: str) -> str | None:
+    m = re.search(rf"^{name}=(.*)$", script, re.MULTILINE)
+    return shlex.split(m.group(1))[0] if m and shlex.split(m.group(1)) else ("" if m else None)
+
+
+def _bound(script: str, var: str, default: int) -> int:
+    m = re.search(rf"\${{{var}:-(\d+)}}", script)
+    return int(m.group(1)) if m else default
+
+
+def revision(objects: list[dict], values: dict) -> Revision:
+    by_key = {argocd.key_of(o): o for o in objects}
+    workloads, budgets, services, layouts, relayout = {}, [], {}, {}, None
+    scripts = {}
+    for o in objects:
+        md, kind = o["metadata"], o["kind"]
+        ns = md.get("namespace", "")
+        if kind == "Deployment":
+            spec, tmpl = o["spec"], o["spec"]["template"]
+            c = tmpl["spec"]["containers"][0]
+            limits = {k: int(v) for k, v in (c.get("resources", {}).get("limits") or {}).items() if k.startswith("nvidia.com/")}
+            ru = (spec.get("strategy") or {}).get("rollingUpdate") or {}
+            labels = tmpl["metadata"].get("labels") or {}
+            w = Workload(md["name"], ns, labels.get("kiln.io/model", md["name"]), labels.get("kiln.io/pool", ""),
+                         spec.get("replicas", 1), yaml.safe_dump(tmpl, sort_keys=True), labels,
+                         tmpl["spec"].get("nodeSelector") or {}, tmpl["spec"].get("tolerations") or [], limits,
+                         _int_or_str(ru.get("maxSurge", "25%")), _int_or_str(ru.get("maxUnavailable", "25%")),
+                         spec.get("progressDeadlineSeconds", 600))
+            workloads[w.key] = w
+        elif kind == "PodDisruptionBudget":
+            budgets.append(Budget(f"{ns}/{md['name']}", o["spec"]["selector"].get("matchLabels") or {},
+                                  int(o["spec"].get("maxUnavailable", 0))))
+        elif kind == "Service":
+            sel = o["spec"].get("selector") or {}
+            services[f"{ns}/{md['name']}"] = (sel.get("kiln.io/model", md["name"]), sel)
+        elif kind == "ConfigMap" and "layouts" in (o.get("data") or {}) and "config.yaml" in o["data"]:
+            layouts = yaml.load(o["data"]["config.yaml"], Loader=_LOADER)["mig-configs"]
+        elif kind == "ConfigMap" and "label-nodes.sh" in (o.get("data") or {}):
+            scripts[md["name"]] = o["data"]["label-nodes.sh"]
+    for o in objects:
+        if o["kind"] != "Job":
+            continue
+        vols = o["spec"]["template"]["spec"].get("volumes") or []
+        script = next((scripts[v["configMap"]["name"]] for v in vols if "configMap" in v
+                       and v["configMap"]["name"] in scripts), None)
+        if script is None:
+            continue
+        sa = o["spec"]["template"]["spec"].get("serviceAccountName")
+        kiln_ns = _script_var(script, "kiln_ns") or ""
+        keep = _script_var(script, "workloads")
+        rules = [r for x in objects if x["kind"] == "Role" and x["metadata"]["name"] == sa
+                 and x["metadata"].get("namespace") == kiln_ns for r in x.get("rules", [])]
+        relayout = Relayout(argocd.key_of(o), _script_pools(script),
+                            [f"{kiln_ns}/{w}" for w in keep.split()] if keep else None, rules, kiln_ns,
+                            _bound(script, "KILN_EVICT_S", 600), _bound(script, "KILN_MIG_S", 900),
+                            _bound(script, "KILN_CONFIG_SYNC_S", 120))
+    pools = {p.name: p for p in relayout.pools} if relayout is not None else {}
+    strategy = ((values.get("mig") or {}).get("strategy")) or "mixed"
+    return Revision(by_key, workloads, budgets, services, strategy, layouts, pools, relayout)
+
+
+def read_tree(root: Path) -> Revision:
+    return revision(*read_dir(root))
