@@ -16,7 +16,7 @@ from compiler.lower import lower_or_report
 from compiler.pipeline import Options, Validation, validate_path
 from compiler.release import build_manifest, manifest_sections
 from compiler.store.local import LocalStore
-from compiler.targets import REGISTRY
+from compiler.targets.registry import REGISTRY
 
 DEFAULT_STORE = Path(".kiln/store")
 

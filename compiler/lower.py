@@ -11,7 +11,7 @@ from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
 from compiler.ir.inputs import InputUnusable
 from compiler.pipeline import Validation
-from compiler.targets import REGISTRY
+from compiler.targets.registry import REGISTRY
 
 
 class NotBuildable(Exception):

@@ -29,7 +29,7 @@ from compiler.graph.kinds import KindRegistry, RunContext
 from compiler.graph.model import Graph
 from compiler.lower import lower_or_report
 from compiler.pipeline import Options, Validation, validate_path
-from compiler.targets import REGISTRY
+from compiler.targets.registry import REGISTRY
 from compiler.targets.kubernetes import tree
 from compiler.targets.kubernetes.k8s_release import KIND as RELEASE
 

@@ -21,7 +21,7 @@ from compiler.ir import Resolved
 from compiler.ir.measured import MeasuredLimitStale, TuneRecord, spec_changes
 from compiler.store.canonical import canonical_json
 from compiler.store.local import sha256_bytes
-from compiler.targets import REGISTRY
+from compiler.targets.registry import REGISTRY
 
 
 def lower_graph(ir: Resolved, digests: DigestCache | None = None) -> Graph:

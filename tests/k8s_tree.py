@@ -23,7 +23,7 @@ from compiler.graph.kinds import RunContext
 from compiler.graph.model import Graph
 from compiler.lower import lower
 from compiler.pipeline import validate_path, validate_text
-from compiler.targets import REGISTRY
+from compiler.targets.registry import REGISTRY
 
 LOG = logging.getLogger("k8s-tree")
 PUSHED = {"image": "image.json", "weights-image": "weights-image.json"}  # kind -> what its push records

@@ -44,7 +44,9 @@ def test_layers() -> None:
     assert deps("boundedjson") == set()
     assert deps("catalog") <= {"compiler.resources"}  # packaged data files
     # the front end: nothing below the checks reaches lowering, actions, the CLI or gitops
-    late = {"compiler.actions", "compiler.targets", "compiler.build", "compiler.lower", "compiler.gitops",
+    # (the targets' objects, compiler.targets, are asked by all of them; what the targets build is late)
+    late = {"compiler.actions", "compiler.targets.hosts", "compiler.targets.kubernetes", "compiler.targets.registry",
+            "compiler.build", "compiler.lower", "compiler.gitops",
             "compiler.cli", "compiler.release", "compiler.pipeline"}
     for package in ("spec", "diagnostics", "catalog", "capacity", "ir", "checks"):
         assert not deps(package) & late, (package, deps(package) & late)
@@ -67,6 +69,8 @@ NEVER = {
     "catalog": ("compiler.ir",),
     "store": ("compiler.actions",),
     "runtimes": ("compiler.actions", *EMITTERS, *RENDERERS, "compiler.graph"),
+    # the analysis and the action kinds ask a target's object (compiler/targets/), never its emitters
+    **{package: EMITTERS for package in ("spec", "diagnostics", "ir", "actions")},
 }
 
 
@@ -80,7 +84,9 @@ def test_the_nevers_hold_transitively() -> None:
     for package, never in NEVER.items():
         start = {m for m in edges if _within(m, (f"compiler.{package}",))}
         assert start, package
-        reached = sorted(m for m in ic.reach(edges, start) if _within(m, never))
+        # a target's object (`target.py`) sits in its package but belongs to the seam, not its emitters
+        reached = sorted(m for m in ic.reach(edges, start) if _within(m, never)
+                         and ("compiler.targets" in never or ic._package(m) != "compiler.targets"))
         assert reached == [], (package, reached)
 
 
@@ -163,10 +169,52 @@ def _imported_modules(path: Path) -> set[str]:
     return {m for m in out if m.startswith("compiler.")}
 
 
-def test_the_checks_and_the_ir_import_no_target() -> None:
-    edges = _script().import_edges()
-    for package in ("spec", "diagnostics", "catalog", "capacity", "ir", "checks", "actions", "graph"):
-        assert "compiler.targets" not in edges.get(f"compiler.{package}", set()), package
+def test_a_target_object_imports_nothing_else_of_the_compiler() -> None:
+    """The registry of targets and each target's object are what the spec, the IR, the checks and the
+    action kinds ask: they import nothing but each other, so asking them pulls in no build."""
+    ic = _script()
+    edges = ic.module_edges()
+    seam = {m for m in edges if ic._package(m) == "compiler.targets"}
+    assert seam == {"compiler.targets", "compiler.targets.base", "compiler.targets.hosts",
+                    "compiler.targets.hosts.target", "compiler.targets.kubernetes",
+                    "compiler.targets.kubernetes.target"}
+    assert ic.reach(edges, seam) == set(), ic.reach(edges, seam)
+
+
+def test_no_module_outside_the_targets_package_tests_a_target_by_name() -> None:
+    """A deploy target's name (or the spec's `deploy` value) appears in comparisons only inside
+    compiler/targets: everything else asks the target's object (`targets.of(host)`), so a new target
+    is one package and its registry lines (the AST is read, not the text)."""
+    import ast
+
+    from compiler.targets import BY_DEPLOY
+
+    names = set(BY_DEPLOY) | {t.name for t in BY_DEPLOY.values()}
+    assert names == {"host", "hosts", "kubernetes"}
+    found = []
+    for path in sorted((ROOT / "compiler").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("compiler/targets/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare):
+                for c in [node.left, *node.comparators]:
+                    values = [c] if isinstance(c, ast.Constant) else list(getattr(c, "elts", []))
+                    if any(isinstance(v, ast.Constant) and v.value in names for v in values):
+                        found.append(f"{rel}:{node.lineno}")
+    assert found == []
+
+
+def test_the_spec_offers_exactly_the_registered_targets() -> None:
+    import typing
+
+    from compiler.spec.models import Host
+    from compiler.targets import DEPLOYS, TARGETS
+    from compiler.targets.registry import KINDS
+
+    assert typing.get_args(Host.model_fields["deploy"].annotation) == DEPLOYS == ("host", "kubernetes")
+    assert Host.model_fields["deploy"].default == "host"
+    assert list(KINDS) == [t.name for t in TARGETS]  # a target without its kinds registered fails here
 
 
 def test_a_target_never_imports_another_target() -> None:
@@ -196,8 +244,9 @@ def test_every_registered_target_implements_the_protocol() -> None:
     from compiler.graph.kinds import ActionKind
     from compiler.graph.inputs import DigestCache
     from compiler.lower import lower
-    from compiler.targets import REGISTRY, TARGETS
-    from compiler.targets.base import DeployTarget, in_scope
+    from compiler.targets import TARGETS
+    from compiler.targets.base import DeployTarget
+    from compiler.targets.registry import KINDS, REGISTRY, in_scope
 
     assert [t.name for t in TARGETS] == ["hosts", "kubernetes"]
     deployed: dict[str, set[str]] = {}
@@ -207,7 +256,8 @@ def test_every_registered_target_implements_the_protocol() -> None:
         graph = lower(result, DigestCache(None))
         for target in TARGETS:
             assert isinstance(target, DeployTarget) and target.disruption_scope in ("gpu", "pool"), target.name
-            assert target.kinds and all(isinstance(k, ActionKind) and k.kind in REGISTRY for k in target.kinds)
+            kinds = KINDS[target.name]
+            assert kinds and all(isinstance(k, ActionKind) and k.kind in REGISTRY for k in kinds)
             where = target.applies(ir)
             assert where == sorted(where) and set(where) <= set(ir.hosts)
             placement = target.placement(ir)
@@ -215,7 +265,7 @@ def test_every_registered_target_implements_the_protocol() -> None:
             assert all(p.model in ir.models for placed in placement.values() for p in placed)
             deployed.setdefault(target.name, set()).update(where)
             # its kinds lower exactly what it says it deploys
-            own = {k.kind for k in target.kinds}
+            own = {k.kind for k in kinds}
             lowered = [aid for aid in graph.order if graph.actions[aid].kind in own]
             assert bool(lowered) == bool(where), (example, target.name)
             if target.name == "hosts":  # one plan and one script per host
@@ -234,12 +284,13 @@ def test_every_registered_target_implements_the_protocol() -> None:
 
 def test_the_registry_is_the_common_kinds_then_each_targets() -> None:
     from compiler.actions import COMMON
-    from compiler.targets import REGISTRY, TARGETS
+    from compiler.targets import TARGETS
+    from compiler.targets.registry import KINDS, REGISTRY
 
     names = [k.kind for k in REGISTRY]
     assert set(names) == KINDS_BEFORE_THE_MOVE | KINDS_SINCE and len(names) == len(set(names))
-    assert names == [k.kind for k in COMMON] + [k.kind for t in TARGETS for k in t.kinds]
-    owners = [k.kind for t in TARGETS for k in t.kinds]
+    assert names == [k.kind for k in COMMON] + [k.kind for t in TARGETS for k in KINDS[t.name]]
+    owners = [k.kind for t in TARGETS for k in KINDS[t.name]]
     assert len(owners) == len(set(owners)) and not set(owners) & {k.kind for k in COMMON}
 
 
@@ -249,7 +300,7 @@ def test_the_lowering_order_of_the_kinds_changes_no_graph() -> None:
     from compiler.graph.inputs import DigestCache
     from compiler.graph.kinds import KindRegistry
     from compiler.lower import lower
-    from compiler.targets import REGISTRY
+    from compiler.targets.registry import REGISTRY
 
     for example in ("b200-mig-three-models", "k8s-two-pools"):
         graph = lower(_resolved(example), DigestCache(None))

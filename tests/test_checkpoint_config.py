@@ -205,7 +205,7 @@ def test_a_runtime_pin_outside_the_table_is_refused_by_validate_and_by_the_actio
     """`kiln validate` refuses the pin (K808 at toolchain.tensorrt_llm) before a build would; the
     actions refuse it too, before any model loads, should a graph ever carry no plan."""
     from compiler.pipeline import validate_path
-    from compiler.targets import REGISTRY
+    from compiler.targets.registry import REGISTRY
 
     spec = quickstart_copy(tmp_path / "spec", {'tensorrt_llm: "1.2.1"': 'tensorrt_llm: "1.3.0"',
                                                IMAGE_TAG: "26.09-trtllm-python-py3"})

@@ -169,7 +169,7 @@ def test_the_serving_image_carries_each_roles_options_and_the_routers_config(tmp
     from compiler.graph.kinds import RunContext
     from compiler.lower import lower
     from compiler.pipeline import validate_path
-    from compiler.targets import REGISTRY
+    from compiler.targets.registry import REGISTRY
 
     shutil.copytree(EXAMPLE, tmp_path / "spec")
     spec = tmp_path / "spec" / "kiln.yaml"

@@ -21,7 +21,7 @@ from compiler.lower import lower
 from compiler.pipeline import validate_loaded, validate_text
 from compiler.spec.loader import LoadResult, load_text
 from compiler.spec.models import ActivationFormat, KvCacheFormat, WeightFormat
-from compiler.targets import REGISTRY
+from compiler.targets.registry import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = ("nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3@sha256:"

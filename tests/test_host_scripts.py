@@ -29,7 +29,7 @@ from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import Disruption, RunContext
 from compiler.lower import lower
 from compiler.pipeline import validate_path
-from compiler.targets import REGISTRY
+from compiler.targets.registry import REGISTRY
 from compiler.targets.hosts import hostplan, hostscript
 from tests.fakes import fake_host
 

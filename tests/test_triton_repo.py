@@ -23,7 +23,7 @@ from compiler.serving import backend, rules
 from compiler.serving.layout import ENGINE_SUBDIR
 from compiler.serving import triton as tr
 from compiler.serving.pbtxt import ConfigProblem, parse, parse_repository
-from compiler.targets import REGISTRY
+from compiler.targets.registry import REGISTRY
 from tests.quickstart import with_batcher_delay
 
 ROOT = Path(__file__).resolve().parents[1]

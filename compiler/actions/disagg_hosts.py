@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 
+from compiler import targets
 from compiler.ir.disaggregated import ROLES, router_host
 from compiler.runtimes import ROUTER, Unit
 from compiler.store.canonical import canonical_json
@@ -75,13 +76,13 @@ def routers(ctx: LowerContext, host: str) -> list[HostRouter]:
     for model in sorted(ctx.ir.models):
         if not is_disaggregated(ctx, model) or router_host(ctx.spec, model) != host:
             continue
-        if not any(u.model == model and ctx.spec.hosts[u.host].deploy == "host" for u in ctx.ir.units):
+        if not any(u.model == model and targets.of(ctx.spec.hosts[u.host]).runs_router for u in ctx.ir.units):
             continue  # no server on hosts: no config (disagg-options writes none)
         port = ctx.ir.models[model].spec.serving.ports.http
         serving = ROUTER.serve(Unit(model=model, target=ctx.ir.target, ports={"http": port}))
         config = disaggregated.server_config(ctx.ir, model)
-        servers = {(u.host, g) for u in ctx.ir.units if u.model == model and ctx.spec.hosts[u.host].deploy == "host"
-                   for g in u.gpu_indexes}
+        servers = {(u.host, g) for u in ctx.ir.units
+                   if u.model == model and targets.of(ctx.spec.hosts[u.host]).runs_router for g in u.gpu_indexes}
         out.append(HostRouter(id=f"{host}/{model}-router", model=model, port=port, serving=serving,
                               inputs=_digest({"config": config, **_image_facts(ctx)}),
                               interrupts=sorted(servers)))

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from compiler import targets
 from compiler.catalog import disaggregated as facts
 from compiler.graph.model import Action
 from compiler.ir import Resolved, ResolvedModel
@@ -93,7 +94,8 @@ def servers(ir: Resolved, model: str) -> list[Server]:
     out = []
     for role in ROLES:
         for u in ir.units:
-            if u.model != model or u.role != role or ir.spec.hosts[u.host].deploy != "host" or u.ports is None:
+            if u.model != model or u.role != role or u.ports is None \
+                    or not targets.of(ir.spec.hosts[u.host]).runs_router:
                 continue
             addr = "localhost" if u.host == where else u.host
             out.append(Server(u.id, u.host, role, u.ports.http, f"{addr}:{u.ports.http}"))
@@ -182,7 +184,7 @@ class DisaggOptions(ActionKind[DisaggOptionsParams]):
         for name, rm in sorted(ctx.ir.models.items()):
             if rm.spec.serving.disaggregated is None:
                 continue
-            on_hosts = any(u.model == name and ctx.spec.hosts[u.host].deploy == "host" for u in ctx.ir.units)
+            on_hosts = any(u.model == name and targets.of(ctx.spec.hosts[u.host]).runs_router for u in ctx.ir.units)
             params = DisaggOptionsParams(model=name, tensorrt_llm=version,
                                          options={r: role_options(rm, r, version) for r in ROLES},
                                          config=server_config(ctx.ir, name) if on_hosts else None,

@@ -23,6 +23,7 @@ import json
 
 from pydantic import Field
 
+from compiler import targets
 from compiler.graph.model import Action
 from compiler.store.canonical import pretty_json
 
@@ -151,7 +152,7 @@ class Image(ActionKind[ImageParams]):
 
 def _unit(ctx: LowerContext, u) -> UnitGpus:
     inputs = disagg_hosts.server_inputs(ctx, u.model, u.role) \
-        if ctx.spec.hosts[u.host].deploy == "host" and disagg_hosts.is_disaggregated(ctx, u.model) else ""
+        if targets.of(ctx.spec.hosts[u.host]).runs_router and disagg_hosts.is_disaggregated(ctx, u.model) else ""
     return UnitGpus(id=u.id, gpus=list(u.gpu_indexes), inputs=inputs)
 
 

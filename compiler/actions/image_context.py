@@ -37,6 +37,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 from pydantic import Field
 
+from compiler import targets
 from compiler.graph.model import Action
 from compiler.ir.pools import mounts_weights
 from compiler.serving import layout
@@ -215,7 +216,7 @@ class ImageContext(ActionKind[ImageContextParams]):
             units = [ImageUnit(id=u.id, model=u.model, ports=u.ports.as_dict(), serving=ir_unit_serving(ctx.ir, u))
                      for u in ctx.ir.host_units(host)]
             models = sorted({u.model for u in units})
-            on_hosts = ctx.ir.hosts[host].spec.deploy == "host"  # node pools: the DGD's ConfigMaps instead
+            on_hosts = targets.of(ctx.ir.hosts[host].spec).runs_router  # node pools: the DGD's ConfigMaps instead
             routers = disagg_hosts.routers(ctx, host) if on_hosts else []
             if not models and not routers:
                 continue  # a host that serves nothing has no serving image

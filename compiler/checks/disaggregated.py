@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from compiler import runtimes as serving_runtimes
+from compiler import targets
 from compiler.catalog import disaggregated as facts
 from compiler.diagnostics import Diagnostic, Rule, Severity
 from compiler.spec.models import Disaggregated, Model
@@ -122,16 +123,16 @@ class DisaggregatedRuntime(Check):
                                help="set `target: llmapi`; TensorRT-LLM's disaggregated servers load the checkpoint")
                 continue
             units = [u for u in ctx.ir.units if u.model == name]
-            deploys = {ctx.spec.hosts[u.host].deploy for u in units if u.host in ctx.spec.hosts}
+            deploys = {targets.of(ctx.spec.hosts[u.host]) for u in units if u.host in ctx.spec.hosts}
             runtime = serving_runtimes.get(m.serving.runtime)
-            if "host" in deploys and not runtime.serves_roles:
+            if any(t.runs_router for t in deploys) and not runtime.serves_roles:
                 able = [n for n, r in serving_runtimes.REGISTRY.items() if r.serves_roles]
                 yield ctx.diag(self, ("models", name, "serving", "runtime"),
                                f"on hosts, disaggregated serving runs {' or '.join(able)} servers, but model "
                                f"{name!r} says runtime {m.serving.runtime}",
                                help=f"set `serving.runtime: {able[0]}`")
             k8s = ctx.spec.kubernetes
-            if "kubernetes" in deploys and (k8s is None or k8s.runtime != "dynamo"):
+            if any(t.node_pool for t in deploys) and (k8s is None or k8s.runtime != "dynamo"):
                 yield ctx.diag(self, _dpath(name), "on Kubernetes, disaggregated serving runs Dynamo prefill and "
                                "decode workers, which needs `kubernetes.runtime: dynamo`", key=True,
                                help="set kubernetes: {runtime: dynamo, dynamo: {version: ...}}")
@@ -141,7 +142,7 @@ class DisaggregatedRuntime(Check):
                                help="add sla: {ttft_ms: ..., tpot_ms: ...} to the model")
             if d.planner is not None:
                 pool_roles = {u.role for u in units if u.host in ctx.spec.hosts
-                              and ctx.spec.hosts[u.host].deploy == "kubernetes"}
+                              and targets.of(ctx.spec.hosts[u.host]).node_pool}
                 if k8s is None or k8s.runtime != "dynamo" or not set(ROLES) <= pool_roles:
                     yield ctx.diag(self, _dpath(name, "planner"), "Dynamo's planner scales prefill and decode "
                                    "workers (component types prefill and decode) on Kubernetes: it needs "
@@ -169,11 +170,11 @@ class RouterPlacement(Check):
             named = d.router.host
             if named is not None:
                 host = ctx.spec.hosts.get(named)
-                if host is None or host.deploy != "host":
+                if host is None or not targets.of(host).runs_router:
                     why = "is not a host of the spec" if host is None else "is a Kubernetes node pool"
                     yield ctx.diag(self, _dpath(name, "router", "host"),
                                    f"router.host {named!r} {why}; the router runs on a `deploy: host` host",
-                                   help=f"name one of: {', '.join(h for h, x in ctx.spec.hosts.items() if x.deploy == 'host') or '(none)'}")
+                                   help=f"name one of: {', '.join(h for h, x in ctx.spec.hosts.items() if targets.of(x).runs_router) or '(none)'}")
                     continue
             where = router_host(ctx.spec, name)
             if where is None:

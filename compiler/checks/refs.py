@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from compiler import targets
 from compiler.diagnostics import Diagnostic, Severity
 
 from .base import Check, CheckContext
@@ -123,8 +124,8 @@ class PortConflict(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for hname, host in ctx.spec.hosts.items():
-            if host.deploy == "kubernetes":
-                continue
+            if targets.of(host).node_pool:
+                continue  # each pod has a network namespace of its own
             units = [u for u in ctx.ir.units if u.host == hname and u.model in ctx.spec.models]
             # one diagnostic per pair of clashing units, naming both and every port they share
             seen: dict[int, tuple[str, str, str]] = {}  # port -> (unit id, model, kind) of its first user

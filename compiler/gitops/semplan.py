@@ -102,7 +102,7 @@ def action_changes(base: Graph | None, head: Graph, store: LocalStore, spec_name
 def host_disruptions(base: Graph | None, head: Graph, kinds=None) -> list:
     """What applying the head revision's artifacts over the base revision's disrupts on the hosts."""
     from compiler.build import graph_disruptions
-    from compiler.targets import REGISTRY
+    from compiler.targets.registry import REGISTRY
 
     def earlier(aid: str) -> dict | None:
         if base is None or aid not in base.actions:
@@ -170,7 +170,7 @@ def job_matrix(todo: list, graph: Graph | None, lacks) -> dict:
 def builder_lacks(builder=None, kinds=None):
     """`lacks` for job_matrix from this machine's builder (or $KILN_BUILDER_HAS)."""
     from compiler.graph.builder import Builder
-    from compiler.targets import REGISTRY
+    from compiler.targets.registry import REGISTRY
 
     builder = builder if builder is not None else Builder()
     kinds = kinds or REGISTRY

@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from compiler import targets
+
 from .disaggregated import ROLES, role_spec, router_host
 
 
@@ -67,9 +69,7 @@ class ModelRoles:
 def replicas(spec, unit) -> int:
     """Servers one unit stands for: one on a host, one per node of a Kubernetes node pool."""
     host = spec.hosts.get(unit.host)
-    if host is not None and host.deploy == "kubernetes":
-        return host.node_pool.nodes if host.node_pool is not None else 1
-    return 1
+    return targets.of(host).replicas(host) if host is not None else 1
 
 
 def _parallelism(m, role: str) -> str:

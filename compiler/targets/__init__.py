@@ -1,22 +1,27 @@
-"""The deploy targets (compiler/targets/base.py) a build knows, and the action kinds it lowers a spec
-with: the common kinds (compiler/actions/: what a model becomes, its serving image) and then each
-target's own. A new target is a package here with a `TARGET`, added to `TARGETS`.
+"""The deploy targets (compiler/targets/base.py) a spec's hosts are deployed by, each asked through
+its object: `of(host)` is the target of a spec host (its `deploy`), `DEPLOYS` the values the spec
+accepts. This module and each target's `target.py` import nothing else of the compiler, so the IR
+and the checks ask them; the action kinds each target lowers to are the build's
+(compiler/targets/registry.py: REGISTRY).
 
-`REGISTRY` is what a build gives the planner and the executor. Its order is the lowering order; the
-graph orders actions by id and dependency (compiler/graph/model.py), so it does not change any output.
+A new target is a package here with a `target.py` (its `TARGET`, added to `TARGETS`) and a
+`kinds.py` (its action kinds, added to registry.py).
 """
 
 from __future__ import annotations
 
-from compiler.actions import COMMON
-from compiler.graph.kinds import KindRegistry
-
-from .base import DeployTarget
+from .base import DeployTarget, HostSpec
 from .hosts.target import TARGET as HOSTS
 from .kubernetes.target import TARGET as KUBERNETES
 
 TARGETS: tuple[DeployTarget, ...] = (HOSTS, KUBERNETES)
+BY_DEPLOY: dict[str, DeployTarget] = {t.deploy: t for t in TARGETS}
+DEPLOYS = tuple(BY_DEPLOY)  # the spec's `deploy` values, the first the default
 
-REGISTRY = KindRegistry([*COMMON, *(kind for target in TARGETS for kind in target.kinds)])
 
-__all__ = ["REGISTRY", "TARGETS"]
+def of(host: HostSpec) -> DeployTarget:
+    """The target that deploys a spec host."""
+    return BY_DEPLOY[host.deploy]
+
+
+__all__ = ["BY_DEPLOY", "DEPLOYS", "TARGETS", "of"]

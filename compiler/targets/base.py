@@ -1,6 +1,11 @@
 """What a deploy target is: the seam between the resolved spec and the artifacts one kind of
 infrastructure needs. Hosts (compiler/targets/hosts/) and Kubernetes (compiler/targets/kubernetes/)
-implement it; compiler/targets/__init__.py registers them.
+implement it; compiler/targets/__init__.py registers them, and every module that must know how a
+host is deployed asks the target registered for it (`compiler.targets.of(host)`), never its name.
+
+A target object answers questions only: it imports nothing of the compiler, so the analysis (the
+IR's passes), the checks and the action kinds can all ask it. What it builds, its action kinds,
+sits in the rest of its package and is registered for the build in compiler/targets/registry.py.
 
 A target only reads the IR: which hosts it deploys and where their serving units sit were decided by
 the analysis (compiler/ir/: the units and placement passes, and the pools pass for node pools), so a
@@ -11,10 +16,10 @@ POOL), which is how compiler/graph/plan.py renders them.
 
 from __future__ import annotations
 
-from typing import Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
-from compiler.graph.kinds import POOL, ActionKind, Disruption
-from compiler.ir import Resolved
+if TYPE_CHECKING:  # annotations only: the IR imports this module
+    from compiler.ir import Resolved
 
 Scope = Literal["gpu", "pool"]
 
@@ -26,11 +31,30 @@ class Placed(Protocol):
     model: str
 
 
+class HostSpec(Protocol):
+    """The part of a spec host (compiler/spec/models.py: Host) a target reads."""
+
+    deploy: str
+
+
 @runtime_checkable
 class DeployTarget(Protocol):
     name: str  # "hosts", "kubernetes"
-    kinds: tuple[ActionKind, ...]  # what its hosts lower to, in lowering order
+    deploy: str  # the spec's `deploy` value of the hosts it takes
     disruption_scope: Scope  # "gpu": per GPU index of a host; "pool": a node pool as a whole
+    # A host stands for a pool of identical nodes an orchestrator fills: the spec's `node_pool`
+    # applies, the IR's pools pass lays it out, each unit runs once per node, each in a network
+    # namespace of its own (its ports collide with no other unit's).
+    node_pool: bool
+    # Kiln runs a disaggregated model's servers on the host network and its router as a process of
+    # one of the target's hosts (`router.host`): the router takes the model's ports, the servers
+    # start a port stride above, the host's image carries the router's config. Otherwise the
+    # orchestrator's own frontend routes (Dynamo's, on Kubernetes).
+    runs_router: bool
+
+    def replicas(self, host: HostSpec) -> int:
+        """How many servers one serving unit of `host` stands for."""
+        ...
 
     def applies(self, ir: Resolved) -> list[str]:
         """The spec's hosts (node pools) this target deploys, sorted; [] when none."""
@@ -39,8 +63,3 @@ class DeployTarget(Protocol):
     def placement(self, ir: Resolved) -> Mapping[str, Sequence[Placed]]:
         """Host (node pool) -> what it serves, where the analysis placed it."""
         ...
-
-
-def in_scope(scope: Scope, d: Disruption) -> bool:
-    """Whether a disruption is of the kind a target with `scope` reports."""
-    return (d.gpu_index == POOL) == (scope == "pool")

@@ -1,23 +1,28 @@
 """The host target (compiler/targets/base.py): hosts with `deploy: host`, their units on GPUs and MIG
-instances as the units and placement passes put them."""
+instances as the units and placement passes put them; Kiln's script runs every server, and a
+disaggregated model's router, as a container on the host network."""
 
 from __future__ import annotations
 
-from compiler.ir import Resolved
-from compiler.ir.types import ServingUnit
+from typing import TYPE_CHECKING
 
-from . import hostplan, hostscript
-
-DEPLOY = "host"  # the spec's `deploy` value of the hosts this target takes
+if TYPE_CHECKING:  # annotations only: the IR asks this target
+    from compiler.ir import Resolved
+    from compiler.ir.types import ServingUnit
 
 
 class Hosts:
     name = "hosts"
-    kinds = (hostplan.KIND, hostscript.KIND)
+    deploy = "host"  # the spec's `deploy` value of the hosts this target takes
     disruption_scope = "gpu"
+    node_pool = False
+    runs_router = True
+
+    def replicas(self, host) -> int:
+        return 1
 
     def applies(self, ir: Resolved) -> list[str]:
-        return sorted(name for name, host in ir.hosts.items() if host.spec.deploy == DEPLOY)
+        return sorted(name for name, host in ir.hosts.items() if host.spec.deploy == self.deploy)
 
     def placement(self, ir: Resolved) -> dict[str, tuple[ServingUnit, ...]]:
         return {name: tuple(ir.host_units(name)) for name in self.applies(ir)}

@@ -3,16 +3,22 @@ pools pass of compiler/ir/pools.py) and the workloads it replicates on them."""
 
 from __future__ import annotations
 
-from compiler.ir import Resolved
-from compiler.ir.pools import PoolWorkload
+from typing import TYPE_CHECKING
 
-from . import k8s_deployment, k8s_dgd, k8s_nodes, k8s_release
+if TYPE_CHECKING:  # annotations only: the IR asks this target
+    from compiler.ir import Resolved
+    from compiler.ir.pools import PoolWorkload
 
 
 class Kubernetes:
     name = "kubernetes"
-    kinds = (k8s_nodes.KIND, k8s_deployment.KIND, k8s_dgd.KIND, k8s_release.KIND)
+    deploy = "kubernetes"
     disruption_scope = "pool"
+    node_pool = True
+    runs_router = False  # Dynamo's frontend routes (compiler/targets/kubernetes/dynamo.py)
+
+    def replicas(self, host) -> int:
+        return host.node_pool.nodes if host.node_pool is not None else 1  # one per node of the pool
 
     def applies(self, ir: Resolved) -> list[str]:
         return sorted(ir.pools)
