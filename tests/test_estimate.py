@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.capacity.estimate import (Shape, cohort_steps, cohort_work, concurrency_points, largest_under_sla,
+from compiler.capacity.estimate import (Shape, cohort_steps, cohort_work, concurrency_points,
                                         point, prefill_work)
 from compiler.capacity.estimate_fit import (Measured, fit, fit_groups, published_case, release_of)
 from compiler.capacity.estimate_unit import Traffic, coefficient_table, coefficients_for, unit_estimate
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ROWS = ROOT / "tests" / "data" / "perf" / "trtllm-published-throughput.json"
 ACTIVE_8B = 7_504_924_672
 ATTN_8B = 524_288
-UNIT = {"memory": 1.0, "compute": 1.0, "experts": 0.0, "link": 1.0, "calls": 0.0, "steps": 0.0}
+UNIT = {"memory": 1.0, "compute": 1.0, "experts": 0.0, "link": 1.0, "calls": 0.0, "steps": 0.0, "requests": 0.0}
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_tensor_parallel_terms_by_hand(llama8b, h100) -> None:
 def test_time_throughput_and_tpot_follow_from_the_coefficients(llama8b, h100) -> None:
     s = Shape(arch=llama8b, gpu=h100, weights_fmt="fp8", kv_fmt="fp8")
     w = cohort_work(s, 4, 1000, 100, 1050)
-    coef = {"memory": 2.0, "compute": 1.5, "experts": 0.5, "link": 1.0, "calls": 0.0, "steps": 0.001}
+    coef = {"memory": 2.0, "compute": 1.5, "experts": 0.5, "link": 1.0, "calls": 0.0, "steps": 0.001, "requests": 0.0}
     t = 2.0 * w.terms["memory"] + 1.5 * w.terms["compute"] + 0.001 * 100
     assert w.time(coef) == pytest.approx(t)
     p = point(s, coef, 4, 1000, 100, 1050)
@@ -109,19 +109,8 @@ def test_moe_decode_reads_only_the_experts_a_small_batch_hits(h100) -> None:
     assert one.terms["memory"] < many.terms["memory"] < 256 * one.terms["memory"] / 2
 
 
-def test_sla_concurrency_is_the_last_point_meeting_both_targets(llama8b, h100) -> None:
-    s = Shape(arch=llama8b, gpu=h100, weights_fmt="fp8", kv_fmt="fp8")
-    pts = [point(s, UNIT, b, 1000, 200, 1100) for b in concurrency_points(256)]
-    assert [p.concurrency for p in pts] == [1, 2, 4, 8, 16, 32, 64, 128, 256]
-    assert all(a.tpot_ms <= b.tpot_ms for a, b in zip(pts, pts[1:]))
-    target = (pts[4].tpot_ms + pts[5].tpot_ms) / 2
-    assert largest_under_sla(pts, None, target) == 16
-    assert largest_under_sla(pts, None, pts[0].tpot_ms / 2) is None
-    assert largest_under_sla(pts, 1e9, 1e9) == 256
-
-
 def test_fit_recovers_the_coefficients_that_made_the_times(published) -> None:
-    true = {"memory": 1.3, "compute": 1.8, "experts": 0.4, "link": 2.0, "calls": 4e-5, "steps": 0.002}
+    true = {"memory": 1.3, "compute": 1.8, "experts": 0.4, "link": 2.0, "calls": 4e-5, "steps": 0.002, "requests": 3e-6}
     cases = [Measured(c.label, c.group, c.work, c.work.output_tokens / c.work.time(true), c.facts)
              for c in published[:150]]
     got = fit(cases)
@@ -131,7 +120,7 @@ def test_fit_recovers_the_coefficients_that_made_the_times(published) -> None:
 
 def test_fit_keeps_coefficients_at_their_floors(published) -> None:
     # times faster than the peaks allow: the fit cannot go below 1 for memory and compute
-    fast = {"memory": 0.5, "compute": 0.5, "experts": 0.0, "link": 0.0, "calls": 0.0, "steps": 0.0}
+    fast = {"memory": 0.5, "compute": 0.5, "experts": 0.0, "link": 0.0, "calls": 0.0, "steps": 0.0, "requests": 0.0}
     cases = [Measured(c.label, c.group, c.work, c.work.output_tokens / c.work.time(fast), c.facts)
              for c in published[:50]]
     got = fit(cases)

@@ -24,7 +24,9 @@ GPU's peak, so that one coefficient per term turns it into time:
   hidden-state bytes; attention DP with MoE: a gather and a reduce-scatter of all ranks' tokens
   around each MoE layer, nothing for attention; exchange_terms) over one direction of the GPU's
   interconnect; `calls` counts them, for the latency each one costs.
-- steps: per-iteration overhead (scheduling, launches, sampling).
+- steps: per-iteration overhead (launches, synchronisation); requests: per request per iteration
+  (the executor's scheduling, sampling and response work for each request in flight on a rank), so
+  the per-pass cost at a small batch is not the one fitted at full load.
 
 A cohort of B requests in flight, each I prompt and O output tokens, takes max(O, B (I + O) /
 max_num_tokens) steps: the scheduler packs prefill chunks beside the B decode tokens of a step up
@@ -43,17 +45,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from compiler.capacity.memory import Override
 from compiler.capacity.roofline import decode_ceiling, expected_experts_hit
 from compiler.catalog.models import estimate_params
 from compiler.catalog.types import GpuSpec, ModelArch
 
-FEATURES = ("memory", "compute", "experts", "link", "calls", "steps")
+FEATURES = ("memory", "compute", "experts", "link", "calls", "steps", "requests")
 #: Coefficients with a floor: a term cannot run faster than its peak (c >= 1), which keeps the
 #: estimate at or under the roofline (memory) and under the tensor-core peak (compute).
-FLOORS = {"memory": 1.0, "compute": 1.0, "experts": 0.0, "link": 0.0, "calls": 0.0, "steps": 0.0}
+FLOORS = {"memory": 1.0, "compute": 1.0, "experts": 0.0, "link": 0.0, "calls": 0.0, "steps": 0.0, "requests": 0.0}
 #: Tokens per M tile of the grouped GEMMs that run the experts: an expert that receives m tokens
 #: computes ceil(m / tile) whole tiles (CUTLASS grouped GEMM tiles of TensorRT-LLM's MoE runner,
 #: cpp/tensorrt_llm/kernels/cutlass_kernels/moe_gemm: CTA shapes 128 x N on Hopper and Blackwell).
@@ -204,13 +206,16 @@ def cohort_work(s: Shape, batch: int, mean_input: float, mean_output: float, dec
     moved, calls = exchange_terms(s, tokens, steps)
     return Work(terms={"memory": memory, "compute": (flops - real + tiled) / gpus / s.peak_flops,
                        "experts": tiled / gpus / s.peak_flops,
-                       "link": moved / (s.link_gbps * 1e9), "calls": calls, "steps": steps},
+                       "link": moved / (s.link_gbps * 1e9), "calls": calls, "steps": steps,
+                       "requests": steps * math.ceil(batch / s.ranks)},
                 batch=batch, output_tokens=batch * mean_output, steps=steps, ceiling_s=mean_output * step_s)
 
 
-def prefill_work(s: Shape, prompt: float, running: int, decode_context: float) -> Work:
-    """The terms of one prompt's prefill, in max_num_tokens chunks each shared with a decode step of
-    `running` other sequences (which the chunks wait for): time to first token without queueing."""
+def prefill_work(s: Shape, prompt: float, running: int, decode_context: float,
+                 prompt_len: float | None = None) -> Work:
+    """The terms of `prompt` prompt tokens' prefill (prompts of `prompt_len` tokens each, one prompt
+    by default), in max_num_tokens chunks each shared with a decode step of `running` other
+    sequences (which the chunks wait for): time to first token without queueing."""
     budget = max(1, s.max_num_tokens - math.ceil(running / s.ranks))
     chunks = max(1, math.ceil(prompt / budget))
     bw = (s.bandwidth_tbps if s.bandwidth_tbps is not None else s.gpu.bandwidth_tbps)
@@ -221,12 +226,13 @@ def prefill_work(s: Shape, prompt: float, running: int, decode_context: float) -
     gpus = s.tp * s.pp
     attn = _attention_flops_per_context_token(s.arch)
     tokens = prompt + running * chunks
-    flops = 2.0 * _active_params(s.arch) * tokens + attn * (prompt * prompt / 2 + running * chunks * decode_context)
+    each = prompt if prompt_len is None else prompt_len
+    flops = 2.0 * _active_params(s.arch) * tokens + attn * (prompt * each / 2 + running * chunks * decode_context)
     moved, calls = exchange_terms(s, tokens, chunks)
     real, tiled = expert_gemm_flops(s.arch, tokens / chunks, chunks)
     terms = {"memory": chunks * ceiling.step_ms / 1e3, "compute": (flops - real + tiled) / gpus / s.peak_flops,
              "experts": tiled / gpus / s.peak_flops, "link": moved / (s.link_gbps * 1e9),
-             "calls": calls, "steps": float(chunks)}
+             "calls": calls, "steps": float(chunks), "requests": float(chunks) * (1 + math.ceil(running / s.ranks))}
     return Work(terms=terms, batch=1, output_tokens=1.0, steps=float(chunks), ceiling_s=0.0)
 
 
@@ -259,14 +265,3 @@ def concurrency_points(limit: int) -> list[int]:
         c *= 2
     out.append(max(1, limit))
     return out
-
-
-def largest_under_sla(points: Sequence[Point], ttft_ms: float | None, tpot_ms: float | None) -> int | None:
-    """The largest concurrency whose modelled TTFT and TPOT meet the targets (None: not even 1).
-    The curve is monotonic in both, so the first miss ends the search."""
-    best = None
-    for p in points:
-        if (ttft_ms is not None and p.ttft_ms > ttft_ms) or (tpot_ms is not None and p.tpot_ms > tpot_ms):
-            break
-        best = p.concurrency
-    return best

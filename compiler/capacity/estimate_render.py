@@ -68,6 +68,13 @@ def render_estimates(rows: list[dict], fmt: str) -> list[str]:
         e = r["estimate"]
         label = units[0] if len(units) == 1 else f"{units[0]} (+{len(units) - 1} alike)"
         text = f"{e['traffic']}; coefficients {e['coefficients']}"
+        sat = e.get("saturation")
+        if sat:
+            met = "at the largest concurrency meeting the sla" if e.get("sla_met") else \
+                "the sla is not met even at concurrency 1: figures at 1"
+            cost = sat.get("cost_per_million_tokens")
+            text += (f"; {met} ({e.get('percentile', 'p99')}); at saturation (concurrency {sat['concurrency']:,}): "
+                     f"{_range(sat['output_tokens_per_s'])} tok/s" + (f", ${_range(cost, '{:,.2f}')}/Mtok" if cost else ""))
         if e["outside_calibration"]:
             text += "; interval widened: " + "; ".join(e["outside_calibration"])
         notes.setdefault(text, []).append(label)

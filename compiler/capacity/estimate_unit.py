@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping
 
-from compiler.capacity.estimate import (Shape, compute_precision, concurrency_points, largest_under_sla, point)
+from compiler.capacity.estimate import Shape, compute_precision, concurrency_points
+from compiler.capacity.estimate_latency import largest_meeting, latency_point
 from compiler.capacity.estimate_fit import release_of
 from compiler.capacity.memory import mig_bandwidth_tbps
 from compiler.capacity.roofline import cost_per_million_tokens
@@ -129,46 +130,68 @@ class Traffic:
 def unit_estimate(*, shape: Shape, batch: int, traffic: Traffic, coef: CoefficientSet, ceiling_tokens_per_s: float,
                   price_share: float | None, price_per_gpu_hour: float | None, sla: Mapping | None = None,
                   extra_reasons: tuple[str, ...] = ()) -> dict:
-    """The estimate of one unit as JSON data. `batch`: the concurrency the scheduler reaches (the
-    capacity bound, capped by max_batch_size); `ceiling_tokens_per_s`: the roofline at that batch."""
+    """The estimate of one unit as JSON data. `batch`: the concurrency the scheduler admits (the
+    capacity bound, capped by max_batch_size); `ceiling_tokens_per_s`: the roofline at that batch.
+
+    Without an sla the headline is at that batch (saturation). With one, it is at the largest
+    concurrency whose TTFT and TPOT at the sla's percentile meet it (estimate_latency), and the
+    saturation figures follow as a second figure; when not even one request meets it, the headline
+    is at concurrency 1 and `sla_met` is false."""
     c = coef.coefficients
-    sat = point(shape, c, batch, traffic.mean_input, traffic.mean_output, traffic.decode_context)
+    pct = (sla or {}).get("percentile") or ("p99" if sla else "p50")
+    args = (traffic.mean_input, traffic.mean_output, traffic.decode_context)
+    sat = latency_point(shape, c, batch, *args, pct)
     reasons = interval_reasons(shape, batch, traffic, coef, extra_reasons)
     lo, hi = interval_logs(coef, reasons)
-    tput = _interval(sat.output_tokens_per_s, lo, hi)
-    tput["high"] = min(tput["high"], _r(ceiling_tokens_per_s))
-    tput["value"] = min(tput["value"], tput["high"])
+    at_sla = largest_meeting(shape, c, batch, *args, sla) if sla else None
+    head = at_sla or (latency_point(shape, c, 1, *args, pct) if sla else sat)
     spread = max(-lo, hi) * UNFITTED_SPREAD
+
+    def tput_of(p) -> dict:
+        t = _interval(p.output_tokens_per_s, lo, hi)
+        t["high"] = min(t["high"], _r(min(ceiling_tokens_per_s, p.ceiling_tokens_per_s)))
+        t["value"] = min(t["value"], t["high"])
+        t["low"] = min(t["low"], t["value"])
+        return t
+
+    def cost_of(t: dict) -> dict | None:
+        if price_per_gpu_hour is None or price_share is None:
+            return None
+        # cheaper when faster: the low cost goes with the high throughput
+        costs = {k: cost_per_million_tokens(price_per_gpu_hour, price_share, t[k]) for k in ("value", "low", "high")}
+        return {"value": _r(costs["value"]), "low": _r(costs["high"]), "high": _r(costs["low"])}
+
+    tput = tput_of(head)
     out = {
         "output_tokens_per_s": tput,
         # a step's time is the inverse of throughput at a fixed batch: the interval flips
-        "tpot_ms": _interval(sat.tpot_ms, -hi, -lo),
-        "ttft_ms": _interval(sat.ttft_ms, -spread, spread),
-        "concurrency": batch,
+        "tpot_ms": _interval(head.tpot_ms, -hi, -lo),
+        "ttft_ms": _interval(head.ttft_ms, -spread, spread),
+        "percentile": pct,
+        "concurrency": head.concurrency,
         "ceiling_tokens_per_s": _r(ceiling_tokens_per_s),
         "basis": coef.basis,
         "coefficients": coef.key,
         "sources": list(coef.sources),
         "outside_calibration": reasons,
         "traffic": traffic.described,
-        "notes": ["TTFT and TPOT are p50 of a closed loop at each concurrency (no queueing); TTFT is modelled "
-                  "from the throughput fit, no published TTFT was fitted"],
+        "notes": [f"TTFT and TPOT are {pct} of a closed loop at each concurrency, from the step model (the "
+                  "prompts that start in the same pass, the pass a request waits for); TTFT is modelled from "
+                  "the throughput fit, no published TTFT was fitted"],
         "curve": [],
-        "cost_per_million_tokens": None,
-        "sla_concurrency": None,
+        "cost_per_million_tokens": cost_of(tput),
+        "sla_concurrency": at_sla.concurrency if at_sla else None,
+        "sla_met": None if not sla else at_sla is not None,
+        "saturation": None,
     }
-    pts = [point(shape, c, b, traffic.mean_input, traffic.mean_output, traffic.decode_context)
-           for b in concurrency_points(batch)]
+    if sla:
+        sat_t = tput_of(sat)
+        out["saturation"] = {"concurrency": batch, "output_tokens_per_s": sat_t, "cost_per_million_tokens": cost_of(sat_t),
+                             "ttft_ms": _r(sat.ttft_ms), "tpot_ms": _r(sat.tpot_ms)}
+    pts = [latency_point(shape, c, b, *args, pct) for b in concurrency_points(batch)]
     out["curve"] = [{"concurrency": p.concurrency, "output_tokens_per_s": _r(min(p.output_tokens_per_s,
                                                                                p.ceiling_tokens_per_s)),
                      "ttft_ms": _r(p.ttft_ms), "tpot_ms": _r(p.tpot_ms)} for p in pts]
-    if sla:
-        out["sla_concurrency"] = largest_under_sla(pts, sla.get("ttft_ms"), sla.get("tpot_ms"))
-    if price_per_gpu_hour is not None and price_share is not None:
-        # cheaper when faster: the low cost goes with the high throughput
-        costs = {k: cost_per_million_tokens(price_per_gpu_hour, price_share, tput[k]) for k in ("value", "low", "high")}
-        out["cost_per_million_tokens"] = {"value": _r(costs["value"]), "low": _r(costs["high"]),
-                                          "high": _r(costs["low"])}
     return out
 
 

@@ -94,12 +94,23 @@ def _scaled(est: dict, k: float, price: float | None, share: float | None) -> di
         out[name] = {key: _r(v / k) for key, v in est[name].items()}
     out["curve"] = [{**p, "output_tokens_per_s": _r(p["output_tokens_per_s"] * k), "ttft_ms": _r(p["ttft_ms"] / k),
                      "tpot_ms": _r(p["tpot_ms"] / k)} for p in est["curve"]]
+    sat = est.get("saturation")
+    if sat:
+        t = {key: _r(min(cap, v * k)) for key, v in sat["output_tokens_per_s"].items()}
+        out["saturation"] = {**sat, "output_tokens_per_s": t, "ttft_ms": _r(sat["ttft_ms"] / k),
+                             "tpot_ms": _r(sat["tpot_ms"] / k), "cost_per_million_tokens": _costs(t, price, share)}
     if price is not None and share is not None:
-        t = out["output_tokens_per_s"]
-        out["cost_per_million_tokens"] = {"value": _r(cost_per_million_tokens(price, share, t["value"])),
-                                          "low": _r(cost_per_million_tokens(price, share, t["high"])),
-                                          "high": _r(cost_per_million_tokens(price, share, t["low"]))}
+        out["cost_per_million_tokens"] = _costs(out["output_tokens_per_s"], price, share)
     return out
+
+
+def _costs(t: dict, price: float | None, share: float | None) -> dict | None:
+    """Cost per million tokens of a throughput interval (the low cost goes with the high throughput)."""
+    if price is None or share is None:
+        return None
+    return {"value": _r(cost_per_million_tokens(price, share, t["value"])),
+            "low": _r(cost_per_million_tokens(price, share, t["high"])),
+            "high": _r(cost_per_million_tokens(price, share, t["low"]))}
 
 
 def with_measurements(ir: Resolved, changed: dict[str, list[str]]) -> Resolved:
