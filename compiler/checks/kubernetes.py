@@ -348,6 +348,35 @@ class KubernetesUpdateForbidden(Rule):
     severity = Severity.WARNING
 
 
+class RolloutDoesNotComplete(Rule):
+    """The change would not complete on the cluster: played through the controllers that decide it
+    (compiler/targets/kubernetes/sim/: the Deployment controller's rolling update, the scheduler, the
+    Eviction API under the PodDisruptionBudgets, the MIG manager, Argo CD's sync waves and the
+    re-layout Job's script), a rollout or the re-layout reaches a state where nothing can move: new
+    pods Pending while the rolling update may remove no old one, an eviction refused past the
+    Job's bound, a node left `failed`, a forbidden API call. Argo CD then reports the Application
+    Degraded and retries the same failure.
+
+    Reported by `kiln plan --base` with the simulated timeline and the cause. Fix: give the
+    rollout room (fewer replicas per node, a pool with a free node), or split the edit in two merges.
+    """
+
+    code = "K863"
+    name = "rollout-does-not-complete"
+    severity = Severity.ERROR
+
+
+class RolloutTakesModelToZero(Rule):
+    """During the change a model served before and after it has no ready pod (the simulated rollout
+    of `kiln plan --base`), e.g. when the re-layout evicts pods that can only come back on slices
+    that do not exist yet. The plan says from when and for how long.
+    """
+
+    code = "K864"
+    name = "rollout-takes-model-to-zero"
+    severity = Severity.ERROR
+
+
 class RelayoutTakesModelDown(Check):
     """A MIG re-layout of a node pool would leave a model with no serving replica.
 

@@ -11,8 +11,8 @@ from compiler.pipeline import Options, Validation, validate_path
 from compiler.store.local import LocalStore
 
 from . import gitrev
-from .semplan import (SemanticPlan, action_changes, builder_lacks, capacity_deltas, host_disruptions,
-                      job_matrix)
+from .semplan import (SemanticPlan, action_changes, builder_lacks, capacity_deltas, change_simulations,
+                      host_disruptions, job_matrix)
 
 
 @dataclass
@@ -46,9 +46,25 @@ def plan_against(spec: Path, ref: str, store: LocalStore, options: Options | Non
     base_rows = base.resolved.capacity_rows() if base is not None and base.ok else []
     plan = SemanticPlan(ref, commit, note, changes, unchanged, host_disruptions(base_graph, head_graph),
                         capacity_deltas(base_rows, head.resolved.capacity_rows()),
-                        job_matrix(todo, head_graph, builder_lacks()))
+                        job_matrix(todo, head_graph, builder_lacks()),
+                        change_simulations(base_graph if base is not None and base.ok else None, head_graph))
     head.diagnostics.extend(refused_updates(head, plan.disruptions))
+    head.diagnostics.extend(rollout_diagnostics(head, plan.rollouts))
     return BasePlan(head, base, plan)
+
+
+def rollout_diagnostics(head: Validation, rollouts: list) -> list:
+    """K863 (the change sticks on the cluster) and K864 (a model has no ready pod during it), from
+    each target's simulation of the change; they point at the spec as a whole."""
+    from compiler.checks import get_rule
+    from compiler.diagnostics import Diagnostic, Span
+
+    out = []
+    for sim in rollouts:
+        for code, message, help_ in sim.diagnostics():
+            rule = get_rule(code.lower())
+            out.append(Diagnostic(rule.code, rule.severity, message, head.file, Span.unknown(), help=help_))
+    return out
 
 
 def refused_updates(head: Validation, disruptions: list) -> list:

@@ -78,6 +78,7 @@ def render_semantic(plan: SemanticPlan, fmt: str) -> str:
         lines.append(f"  {_action_word(a):<8} {a.id}{gpu}{eta}")
         lines += [f"           {r}" for r in a.reasons]
     lines.append(render_disruptions(plan.disruptions, "text"))
+    lines += [sim.text() for sim in plan.rollouts]
     if plan.capacity:
         lines.append("Capacity:")
         lines += [f"  {d.unit}: {_cap_change(d)}" for d in plan.capacity]
@@ -105,7 +106,10 @@ def _markdown(plan: SemanticPlan) -> str:
             gpu = " (GPU)" if "gpu" in a.needs else ""
             lines.append(f"| `{a.id}`{gpu} | {_action_word(a)} | {eta} | {'<br>'.join(_md(r) for r in a.reasons)} |")
         lines.append("")
-    lines += [render_disruptions(plan.disruptions, "markdown"), "", "### Capacity", ""]
+    lines.append(render_disruptions(plan.disruptions, "markdown"))
+    for sim in plan.rollouts:
+        lines += ["", sim.markdown()]
+    lines += ["", "### Capacity", ""]
     if plan.capacity:
         lines += ["| unit | change |", "|---|---|"]
         lines += [f"| `{d.unit}` | {_md(_cap_change(d))} |" for d in plan.capacity]
@@ -128,4 +132,5 @@ def plan_dict(plan: SemanticPlan) -> dict:
         "disruptions": json.loads(render_disruptions(plan.disruptions, "json")),
         "capacity": [{"unit": d.unit, "change": d.change, "before": d.before, "after": d.after} for d in plan.capacity],
         "matrix": plan.matrix,
+        "rollouts": [sim.json() for sim in plan.rollouts],
     }

@@ -46,6 +46,7 @@ class SemanticPlan:
     disruptions: list  # compiler.graph.disruption.Disruption
     capacity: list[CapacityDelta]
     matrix: dict = field(default_factory=lambda: {"include": []})  # GPU fan-out of what is left to build
+    rollouts: list = field(default_factory=list)  # per target that simulates a change: its simulation
 
     @property
     def changed(self) -> bool:
@@ -110,6 +111,20 @@ def host_disruptions(base: Graph | None, head: Graph, kinds=None) -> list:
         return {"key": base.keys[aid], **_record(base, aid)}
 
     return graph_disruptions(head, earlier, kinds or REGISTRY)
+
+
+def change_simulations(base: Graph | None, head: Graph) -> list:
+    """Each deploy target's simulation of the change on its live system, where it has one (the
+    Kubernetes target: compiler/targets/kubernetes/sim/)."""
+    from compiler.targets import TARGETS
+
+    out = []
+    for target in TARGETS:
+        simulate = getattr(target, "simulate_change", None)
+        found = simulate(base, head) if simulate is not None else None
+        if found is not None:
+            out.append(found)
+    return out
 
 
 def _unit_row(row: dict) -> dict:

@@ -72,6 +72,7 @@ class Result:
     completed: bool
     stuck: str | None  # the cause, when not completed
     duration_s: float
+    before: dict  # model -> ready pods before the change
     desired: dict  # model -> replicas the new revision asks for
     end: dict  # model -> ready pods at the end
     low: dict  # model -> (fewest ready pods, from t, for how long in s)
@@ -106,6 +107,7 @@ class Simulation:
             self._apply_deployment(w)
         self._settle(initial=True)
         self.steps = []
+        self.before = self.ready_by_model()
 
     # --- helpers -----------------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -461,7 +463,8 @@ class Simulation:
         desired = Counter()
         for w in self.new.workloads.values():
             desired[w.model] += w.replicas
-        return Result(self.steps, stuck is None, stuck, self.now, dict(desired), self.ready_by_model(), self._low())
+        return Result(self.steps, stuck is None, stuck, self.now, self.before, dict(desired), self.ready_by_model(),
+                      self._low())
 
     def _cause(self, key: tuple) -> str:
         kind, ns, name = key
@@ -479,7 +482,7 @@ class Simulation:
 
     def _low(self) -> dict:
         out = {}
-        samples = [(0.0, self.steps[0].ready if self.steps else self.ready_by_model())] + [(s.t, s.ready) for s in self.steps]
+        samples = [(0.0, self.before)] + [(s.t, s.ready) for s in self.steps]
         end = self.now
         for model in sorted({m for _, r in samples for m in r}):
             lowest, since, span = None, 0.0, 0.0

@@ -1,0 +1,82 @@
+"""`kiln plan --base` plays a Kubernetes change through the controllers (issue 32): the plan's rollout
+section is the simulation's (compiler/targets/kubernetes/sim/), a change that sticks is K863 and
+exits 1, and the review's edits have golden timelines (tests/golden/plan/k8s-<edit>.txt: the
+rollout section of the text plan)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from compiler.cli import main
+from compiler.cli.exitcodes import ExitCode
+from compiler.gitops.semplan import change_simulations
+from tests.gitrepo import GitRepo
+from tests.k8s_tree import graph_of
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "k8s-two-pools"
+GOLDEN = Path(__file__).parent / "golden" / "plan"
+TP4 = (("parallelism: {tp: 8}", "parallelism: {tp: 4}"),
+       ("      - index: [0, 1, 2, 3, 4, 5, 6, 7]\n        serves: big\n",
+        "      - index: [0, 1, 2, 3]\n        serves: big\n      - index: [4, 5, 6, 7]\n        serves: big\n"))
+ONEFIELD = (("          - {profile: 1g.10gb, serves: intent}", "          - {profile: 1g.20gb, serves: intent}"),)
+IMAGE = (("1c9567411b9b6377df4939d3d8f77723f0dd06505688ba4881833a7661da11e0", "2" * 64),)
+EDITS = {"tp": TP4, "onefield": ONEFIELD, "image": IMAGE}
+
+
+def _edited(edits) -> str:
+    text = (EXAMPLE / "kiln.yaml").read_text(encoding="utf-8")
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+def _rollout_section(out: str) -> str:
+    start = out.index("Rollout on the cluster")
+    return out[start:out.index("\nCapacity", start)] + "\n"
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch) -> GitRepo:
+    r = GitRepo(tmp_path / "repo")
+    shutil.copytree(EXAMPLE, r.root / "deploy")
+    r.commit("base")
+    monkeypatch.chdir(r.root)
+    monkeypatch.setenv("KILN_STORE", str(tmp_path / "store"))
+    return r
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_the_plan_renders_the_simulated_rollout(repo: GitRepo, capsys, edit: str, tmp_path: Path,
+                                                update_expectations) -> None:
+    (repo.root / "deploy" / "kiln.yaml").write_text(_edited(EDITS[edit]), encoding="utf-8")
+    code = main(["plan", "deploy/kiln.yaml", "--base", "main"])
+    out = capsys.readouterr().out
+    section = _rollout_section(out)
+    # the plan's text is the simulation's, computed here from the two graphs
+    sims = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a"),
+                              graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(EDITS[edit])))
+    assert len(sims) == 1 and section == sims[0].text() + "\n"
+    sim = sims[0]
+    if sim.result.completed and not sim.floor_breaches():
+        assert code == ExitCode.CHANGES and "[K863]" not in out and "[K864]" not in out
+    else:
+        assert code == ExitCode.ERRORS
+        assert ("[K863]" in out) == (not sim.result.completed) and ("[K864]" in out) == bool(sim.floor_breaches())
+    golden = GOLDEN / f"k8s-{edit}.txt"
+    if update_expectations:
+        golden.write_text(section, encoding="utf-8")
+    assert section == golden.read_text(encoding="utf-8")
+
+
+def test_halving_tp_on_a_full_pool_is_refused_with_its_cause(tmp_path: Path) -> None:
+    """Review N2: the plan said "pods replaced one at a time"; the rollout never completes."""
+    sim, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a"),
+                              graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(TP4)))
+    assert not sim.result.completed and "Insufficient nvidia.com/gpu" in sim.result.stuck
+    assert sim.result.end["big"] == 2 and sim.result.desired["big"] == 4
+    assert [c for c, _, _ in sim.diagnostics()] == ["K863"]
