@@ -184,6 +184,8 @@ def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda 
                                + ", ".join(outcome.graph.order))
         selected = selection.chosen(outcome.graph)
     name = outcome.validation.spec.name
+    if remote is not None and hasattr(remote, "require"):  # signed inputs, when the spec asks for them
+        remote.require(outcome.validation.spec, spec.parent)
     # The shared lock is held from the first cache lookup until the release is recorded: until then
     # nothing in the store references this build's new artifacts, and `kiln store gc` (which takes
     # the lock alone) would remove them.

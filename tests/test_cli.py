@@ -171,7 +171,7 @@ def test_unexpected_exceptions(monkeypatch, capsys, exc: BaseException, expected
 def test_commands_are_listed_in_a_fixed_order() -> None:
     sub = next(a for a in _parser()._actions if a.dest == "command")
     assert list(sub.choices) == ["validate", "explain", "schema", "catalog", "plan", "render", "build", "export", "show",
-                                 "lock", "tune", "publish", "init", "store"]
+                                 "lock", "tune", "publish", "verify", "init", "store"]
 
 
 def test_plan_reads_a_store_without_creating_it(tmp_path: Path, capsys) -> None:

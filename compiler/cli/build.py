@@ -60,6 +60,12 @@ def cmd_build(args: argparse.Namespace) -> ExitCode:
     if outcome.interrupted:
         print(interrupted_summary(outcome, store), file=sys.stderr)
         return ExitCode.INTERRUPTED
+    if remote is not None and remote.refused:  # publish.signed_by: an unverified artifact fails the build
+        for line in remote.refused:
+            print(f"refused: {line}", file=sys.stderr)
+        print(f"build failed: {len(remote.refused)} artifact(s) in the cache {remote.registry} are not signed by "
+              f"{remote.trust.describe()} (publish.signed_by)", file=sys.stderr)
+        return ExitCode.ERRORS
     executed = len(outcome.executed)
     fetched = sum(r.status == "cached" and r.fetched for r in outcome.results.values())
     cached = sum(r.status == "cached" for r in outcome.results.values()) - fetched

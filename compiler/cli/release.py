@@ -29,7 +29,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "the repository), under the tag "
                           "dirty-<commit>-<release digest> instead of the commit's (which only ever names what the "
                           "commit builds)")
+    sign = pub.add_mutually_exclusive_group()
+    sign.add_argument("--sign-key", type=Path, metavar="KEY",
+                      help="sign every artifact (OpenSSF model-signing format) and the release's SLSA provenance "
+                           "with this EC P-256 private key (PEM), and attach the signatures as OCI referrers")
+    sign.add_argument("--keyless", action="store_true",
+                      help="sign as --sign-key does, keyless through Sigstore with the CI's OIDC identity "
+                           "(the release workflow's id-token: write)")
     pub.set_defaults(handler=cmd_publish)
+
+    ver = sub.add_parser("verify", help="check a published release's signatures, signer and every digest "
+                                        "against the registry")
+    ver.add_argument("release", metavar="RELEASE", help="host[:port]/namespace/name:tag, as kiln publish prints it")
+    ver.add_argument("--spec", type=Path, help="take the trusted signer from this spec's publish.signed_by")
+    ver.add_argument("--key", type=Path, metavar="PUBLIC_KEY", help="trust this EC public key (PEM)")
+    ver.add_argument("--repository", metavar="OWNER/NAME",
+                     help="trust keyless signatures of this GitHub repository's release workflow")
+    ver.add_argument("--ref", default="refs/heads/main", help="the git ref the workflow ran on (default: refs/heads/main)")
+    ver.set_defaults(handler=cmd_verify)
 
     ini = sub.add_parser("init", help="install the CI workflows (validate, plan comment, build and publish)")
     ini.add_argument("spec", type=Path, metavar="SPEC", help="the spec the workflows build, relative to the repository")
@@ -121,10 +138,13 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
             print(f"kiln: error: {e}", file=sys.stderr)
             return ExitCode.ERRORS
     store = open_store(store_path(args.store, args.spec), create=False)
+    from compiler.gitops.signing import SignatureError
+
     try:
+        signer = _signer(args)
         outcome = publish_spec(args.spec, store, args.registry, commit, artifacts_only=args.artifacts_only,
-                               dirty=dirty)
-    except (NotBuilt, TagConflict) as e:  # TagRaced among them: another publish won the tag
+                               dirty=dirty, signer=signer)
+    except (NotBuilt, TagConflict, SignatureError) as e:  # TagRaced among them: another publish won the tag
         print(f"kiln: error: {e}", file=sys.stderr)
         return ExitCode.ERRORS
     except RegistryError as e:
@@ -136,6 +156,56 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
     if args.provenance is not None and outcome.provenance is not None:
         write_output(args.provenance, outcome.provenance, "--provenance")
     print(outcome.summary())
+    return ExitCode.OK
+
+
+def _signer(args: argparse.Namespace):
+    if args.sign_key is None and not args.keyless:
+        return None
+    from compiler.gitops.signing import Signer
+
+    if args.sign_key is not None:
+        require_file(args.sign_key)
+        return Signer(args.sign_key)
+    return Signer()
+
+
+def cmd_verify(args: argparse.Namespace) -> ExitCode:
+    from compiler.gitops.attest import parse_release, verify_release
+    from compiler.gitops.oci import Client, RegistryError
+    from compiler.gitops.signing import SignatureError, Trust, trust_of
+
+    if sum(x is not None for x in (args.spec, args.key, args.repository)) != 1:
+        raise UsageError("name the trusted signer once: --key PUBLIC_KEY, --repository OWNER/NAME, or --spec SPEC "
+                         "(its publish.signed_by)")
+    if args.spec is not None:
+        from compiler.pipeline import validate_path
+
+        require_file(args.spec)
+        validation = validate_path(args.spec)
+        if not validation.ok:
+            print_diagnostics([validation], stream=sys.stderr)
+            return ExitCode.ERRORS
+        publish = validation.spec.publish
+        if publish is None or publish.signed_by is None:
+            raise UsageError(f"{args.spec} has no publish.signed_by: pass --key or --repository")
+        trust = trust_of(publish.signed_by, args.spec.parent)
+    elif args.key is not None:
+        require_file(args.key)
+        trust = Trust(key=args.key)
+    else:
+        trust = Trust(repository=args.repository, ref=args.ref)
+    try:
+        registry, name, tag = parse_release(args.release)
+        result = verify_release(Client(registry), registry, name, tag, trust)
+    except SignatureError as e:
+        print(f"kiln: error: {args.release}: {e}", file=sys.stderr)
+        return ExitCode.ERRORS
+    except RegistryError as e:
+        print(f"kiln: error: registry: {e}", file=sys.stderr)
+        return ExitCode.ERRORS
+    print(result.summary())
+    print(f"signed by {trust.describe()}")
     return ExitCode.OK
 
 

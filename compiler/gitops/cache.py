@@ -53,6 +53,16 @@ class RemoteCache:
         self.spent = 0.0
         self.given_up: str | None = None  # why this cache no longer asks its registry
         self.fetched: list[str] = []
+        self.trust = None  # compiler/gitops/signing.Trust: who must have signed what is imported
+        self.refused: list[str] = []  # "<action id>: [code] why", artifacts not imported for their signature
+
+    def require(self, spec, spec_dir) -> None:
+        """Import only what the spec's publish.signed_by signed (when it names a signer)."""
+        signed_by = spec.publish.signed_by if spec.publish is not None else None
+        if signed_by is not None:
+            from .signing import trust_of
+
+            self.trust = trust_of(signed_by, spec_dir)
 
     def warn(self, line: str) -> None:
         self._warn(redact(line))
@@ -100,8 +110,14 @@ class RemoteCache:
             return None
         action, key = graph.actions[aid], graph.keys[aid]
         start = time.monotonic()
+        from .signing import SignatureError
+
         try:
             record = self._fetch(action.kind, key, aid)
+        except SignatureError as e:  # never imported; the build says so and fails (compiler/cli/build.py)
+            self.refused.append(f"{aid}: {e}")
+            self.warn(f"cache {self.registry}: {aid}: refused: {e}")
+            return None
         except RegistryUnreachable as e:
             self._unreachable(e)
             return None
@@ -135,6 +151,10 @@ class RemoteCache:
             entries = parse_tree(tree_bytes)  # before anything of it is stored
         except StoreError as e:
             raise ValueError(f"refused: {e}") from None
+        if self.trust is not None:  # before anything of it is stored
+            from .attest import verify_artifact
+
+            verify_artifact(self.client, self.repo, self.trust, got[1], aid, [(e.path, e.digest) for e in entries])
         self.store.put_bytes(tree_bytes)
         for entry in entries:
             if self.store.has_valid_blob(entry.digest, entry.size):

@@ -37,6 +37,7 @@ from .redaction import printable, redact, remember_secret
 from .transport import MAX_REDIRECTS, WIRE_ERRORS, Guard, RedirectRefused, Response, origin, send
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 MAX_MANIFEST = 4 << 20  # the limit registries put on manifests (distribution: 4 MiB)
 MAX_JSON = 1 << 20  # a token answer (a JWT of a few KB)
 MAX_ERROR_BODY = 8 << 10  # an error body: only its message is shown
@@ -63,7 +64,8 @@ _HOST_RE = re.compile(r"[A-Za-z0-9.-]+(?::\d{1,5})?|\[[0-9A-Fa-f:.]+\](?::\d{1,5
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _TOKEN_RE = re.compile(r"[\x21-\x7e]{1,65536}")  # what an Authorization header can carry
 __all__ = ["Client", "Registry", "RegistryError", "RegistryUnreachable", "RegistryDeadline", "RegistryConflict",
-           "RegistryBlobUnknown", "RegistryServerError", "json_object", "printable", "redact", "OCI_MANIFEST", "MAX_MANIFEST", "MAX_JSON"]
+           "RegistryBlobUnknown", "RegistryServerError", "json_object", "printable", "redact", "OCI_MANIFEST", "OCI_INDEX",
+           "MAX_MANIFEST", "MAX_JSON"]
 
 
 class RegistryError(Exception):
@@ -159,6 +161,7 @@ class Client:
         operation_timeout() unless given). `deadline` (time.monotonic()), when set: no request or
         read goes on past it."""
         self.registry = registry
+        self.subject_indexed = False  # whether the last manifest put was indexed as a referrer (OCI-Subject)
         self.timeout = operation_timeout() if timeout is None else timeout
         self.deadline: float | None = None
         self.retry_pace = 1.0  # scales the waits before retries (a fuzzer sets 0: counts, not pace)
@@ -474,7 +477,22 @@ class Client:
                     raise
             self._pause(wait)
         resp.close()
+        # OCI 1.1: a registry that indexes referrers itself says so for a manifest with a subject
+        self.subject_indexed = bool(resp.headers.get("OCI-Subject"))
         return "sha256:" + hashlib.sha256(body).hexdigest()
+
+    def referrers_api(self, repo: str, digest: str) -> bytes | None:
+        """The registry's own referrers index of `digest` (OCI 1.1 GET /v2/<name>/referrers/<digest>),
+        or None from a registry without that API (it answers 404: no such route)."""
+        resp = self._open("GET", self._url(repo, f"referrers/{digest}"), repo, headers={"Accept": OCI_INDEX},
+                          missing=True)
+        if resp is None:
+            return None
+        with resp:
+            body = self._read_all(resp, MAX_MANIFEST, f"{repo}: referrers of {digest}")
+        if OCI_INDEX not in (resp.headers.get("Content-Type") or ""):
+            return None  # a 200 that is not an index (a registry's web page): no API
+        return body
 
     def manifest_digest(self, repo: str, ref: str) -> str | None:
         """The digest of the manifest `ref` names, or None when there is none. The HEAD answer's
@@ -491,9 +509,9 @@ class Client:
         got = self.get_manifest(repo, ref)
         return None if got is None else got[1]
 
-    def get_manifest(self, repo: str, ref: str) -> tuple[bytes, str] | None:
+    def get_manifest(self, repo: str, ref: str, accept: str = OCI_MANIFEST) -> tuple[bytes, str] | None:
         """(bytes, digest) of a manifest, verified when fetched by digest; None when absent."""
-        resp = self._open("GET", self._url(repo, f"manifests/{ref}"), repo, headers={"Accept": OCI_MANIFEST},
+        resp = self._open("GET", self._url(repo, f"manifests/{ref}"), repo, headers={"Accept": accept},
                           missing=True)
         if resp is None:
             return None

@@ -40,22 +40,30 @@ class PublishOutcome:
     release_ref: str | None = None
     release_digest: str | None = None  # digest of the release's OCI manifest
     provenance: bytes | None = None
+    signed: list[str] = field(default_factory=list)  # what got a new signature now (action ids, "release")
 
     def summary(self) -> str:
         text = (f"published to {self.registry}: {len(self.pushed)} artifact(s) pushed, {len(self.present)} already "
                 f"present, {self.blobs_uploaded} blob(s) uploaded")
         if self.missing:
             text += f", {len(self.missing)} not built here"
+        if self.signed:
+            text += f", {len(self.signed)} signature(s) attached"
         if self.release_ref:
             text += f"\nrelease {self.release_ref}@{self.release_digest}"
         return text
 
 
 def push_artifact(client: Client, store: LocalStore, repo: str, kind: str, version: int, key: str,
-                  tree: str) -> tuple[bool, int]:
-    """(pushed, blobs uploaded). An artifact is immutable under its key: a tag that exists is kept."""
+                  tree: str, signer=None, name: str = "", signed: list | None = None) -> tuple[bool, int]:
+    """(pushed, blobs uploaded). An artifact is immutable under its key: a tag that exists is kept.
+    `signer` (compiler/gitops/signing.py): its signature of the artifact's files is attached to the
+    artifact's manifest, also when the artifact was there already (signed by no one, or another key)."""
     tag = oa.artifact_tag(kind, key)
-    if client.manifest_digest(repo, tag) is not None:
+    there = client.get_manifest(repo, tag) if signer is not None else None
+    if there is not None or (signer is None and client.manifest_digest(repo, tag) is not None):
+        if there is not None and _sign_artifact(client, store, repo, signer, name, there[0], tree):
+            (signed if signed is not None else []).append(name)
         return False, 0
     tree_bytes = store.read_bytes(tree)
     files = store.tree(tree)
@@ -68,8 +76,21 @@ def push_artifact(client: Client, store: LocalStore, repo: str, kind: str, versi
                              "bytes: run `kiln store verify --repair`, then build again")
         uploaded += client.push_blob(repo, digest, size, store.blob_path(digest))
     uploaded += client.push_blob(repo, tree, len(tree_bytes), tree_bytes)
-    client.put_manifest(repo, tag, oa.artifact_manifest(kind, version, key, tree_bytes, files))
+    manifest = oa.artifact_manifest(kind, version, key, tree_bytes, files)
+    client.put_manifest(repo, tag, manifest)
+    if signer is not None and _sign_artifact(client, store, repo, signer, name, manifest, tree):
+        (signed if signed is not None else []).append(name)
     return True, uploaded
+
+
+def _sign_artifact(client: Client, store: LocalStore, repo: str, signer, name: str, manifest: bytes,
+                   tree: str) -> bool:
+    from .attest import sign_artifact
+    from .oci import json_object
+
+    if (json_object(manifest, "the artifact's manifest").get("config") or {}).get("digest") != tree:
+        return False  # the tag names other files than this store's: nothing of ours to vouch for
+    return sign_artifact(client, repo, signer, name, manifest, [(f.path, f.digest) for f in store.tree(tree)])
 
 
 def _spec_path(spec: Path) -> str:
@@ -128,16 +149,17 @@ def put_tag_once(client: Client, repo: str, tag: str, body: bytes) -> None:
 
 
 def publish_spec(spec: Path, store: LocalStore, registry: str | None, commit: str | None, *,
-                 artifacts_only: bool = False, dirty: bool = False) -> PublishOutcome:
+                 artifacts_only: bool = False, dirty: bool = False, signer=None) -> PublishOutcome:
     """`dirty`: the spec's directory has uncommitted changes: the release is tagged
-    `dirty_release_tag(commit, ...)`, never `commit`."""
+    `dirty_release_tag(commit, ...)`, never `commit`. `signer` (compiler/gitops/signing.Signer):
+    every artifact and the release's provenance are signed and the signatures attached as referrers."""
     # Shared with builds, so `kiln store gc` cannot remove an artifact while it is being pushed.
     with store.lock():
-        return _publish(spec, store, registry, commit, artifacts_only, dirty)
+        return _publish(spec, store, registry, commit, artifacts_only, dirty, signer)
 
 
 def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | None,
-             artifacts_only: bool, dirty: bool) -> PublishOutcome:
+             artifacts_only: bool, dirty: bool, signer) -> PublishOutcome:
     planned = plan_spec(spec, store)
     outcome = PublishOutcome(planned.validation)
     graph, result = planned.graph, planned.validation
@@ -183,7 +205,8 @@ def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | 
         if record is None:
             continue
         action = graph.actions[aid]
-        pushed, blobs = push_artifact(client, store, repo, action.kind, action.version, graph.keys[aid], record.tree)
+        pushed, blobs = push_artifact(client, store, repo, action.kind, action.version, graph.keys[aid], record.tree,
+                                      signer, aid, outcome.signed)
         (outcome.pushed if pushed else outcome.present).append(aid)
         outcome.blobs_uploaded += blobs
     if release is None:
@@ -195,6 +218,11 @@ def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | 
     outcome.blobs_uploaded += client.push_blob(release_repo, sha256_bytes(outcome.provenance),
                                                len(outcome.provenance), outcome.provenance)
     put_tag_once(client, release_repo, oa.provenance_tag(tag), provenance)
+    if signer is not None:
+        from .attest import sign_release
+
+        if sign_release(client, release_repo, signer, outcome.provenance, subject):
+            outcome.signed.append("release")
     # once more at the end: a publish that checked before this one wrote, and wrote after this one
     # read the tag back, is caught here when its write landed in the meantime
     there = _tagged(client, release_repo, tag)

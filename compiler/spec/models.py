@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from compiler import targets
 
 from .types import (
     DriverConstraint,
     Digest,
+    GitHubRepo,
+    GitRefName,
     HfRepo,
     ModuleGlob,
     Name,
@@ -902,11 +904,44 @@ class Image(SpecModel):
     """Base image override, pinned by digest (default: toolchain.triton_image)."""
 
 
+class SignedBy(SpecModel):
+    """Who signs this spec's artifacts and releases: an EC key (`kiln publish --sign-key`) or the
+    spec repository's release workflow, keyless through Sigstore (`kiln publish --keyless`)."""
+
+    key: RelPath | None = None
+    """The signer's EC P-256 public key (PEM), relative to the spec file."""
+
+    repository: GitHubRepo | None = None
+    """GitHub repository (owner/name) whose .github/workflows/kiln-release.yml signs keyless."""
+
+    branch: GitRefName = "main"  # type: ignore[valid-type]
+    """The branch that workflow releases from (keyless only)."""
+
+    @model_validator(mode="after")
+    def _one_signer(self) -> "SignedBy":
+        if (self.key is None) == (self.repository is None):
+            raise value_error("signed_by needs exactly one of `key` or `repository`",
+                              help="signed_by: {key: keys/release.pub} or signed_by: {repository: owner/name}")
+        return self
+
+
 class Publish(SpecModel):
     """Where `kiln publish` pushes artifacts (as OCI artifacts) and the release manifest."""
 
     registry: Repository
     """OCI registry and namespace, e.g. registry.example.com/inference."""
+
+    signed_by: SignedBy | None = None
+    """Require signatures: `kiln build --cache` (and so the build of a rollback) imports only
+    artifacts this signer signed, and the Kubernetes tree admits only images it signed."""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        # unset, the field is left out: the spec digest of a spec without it stays what it was
+        out = handler(self)
+        if isinstance(out, dict) and out.get("signed_by") is None:
+            out.pop("signed_by", None)
+        return out
 
 
 class Spec(SpecModel):

@@ -74,6 +74,8 @@ Repository = formatted(REPOSITORY_RE, "an image repository without tag or digest
 
 HF_REPO_RE = r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"
 HfRepo = formatted(HF_REPO_RE, "a Hugging Face repository id (owner/name)", "meta-llama/Llama-3.1-8B-Instruct")
+GitHubRepo = formatted(HF_REPO_RE, "a GitHub repository (owner/name)", "acme/inference-deploy")
+GitRefName = formatted(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*", "a branch name", "main")
 REVISION_RE = r"[0-9a-f]{40}"
 Revision = formatted(REVISION_RE, "a full 40-hex commit id (branches and tags move; pin the commit)",
                      "0e9e39f249a16976918f6564b8830bc894c89659")
