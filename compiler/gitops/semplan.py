@@ -117,10 +117,11 @@ def change_simulations(base: Graph | None, head: Graph) -> list:
     """Each deploy target's simulation of the change on its live system, where it has one (the
     Kubernetes target: compiler/targets/kubernetes/sim/)."""
     from compiler.targets import TARGETS
+    from compiler.targets.registry import CHANGE_SIMULATORS
 
     out = []
     for target in TARGETS:
-        simulate = getattr(target, "simulate_change", None)
+        simulate = CHANGE_SIMULATORS.get(target.name)
         found = simulate(base, head) if simulate is not None else None
         if found is not None:
             out.append(found)

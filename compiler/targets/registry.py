@@ -15,8 +15,12 @@ from . import TARGETS
 from .base import Scope
 from .hosts.kinds import KINDS as HOSTS
 from .kubernetes.kinds import KINDS as KUBERNETES
+from .kubernetes.kinds import simulate_change as kubernetes_change
 
 KINDS: dict[str, tuple[ActionKind, ...]] = {"hosts": HOSTS, "kubernetes": KUBERNETES}  # a target's, by name
+
+# a target's simulation of a change on its live system (`kiln plan --base`), where it has one
+CHANGE_SIMULATORS = {"kubernetes": kubernetes_change}
 
 REGISTRY = KindRegistry([*COMMON, *(kind for target in TARGETS for kind in KINDS[target.name])])
 
@@ -26,4 +30,4 @@ def in_scope(scope: Scope, d: Disruption) -> bool:
     return (d.gpu_index == POOL) == (scope == "pool")
 
 
-__all__ = ["KINDS", "REGISTRY", "in_scope"]
+__all__ = ["CHANGE_SIMULATORS", "KINDS", "REGISTRY", "in_scope"]

@@ -5,3 +5,13 @@ from __future__ import annotations
 from . import k8s_deployment, k8s_dgd, k8s_nodes, k8s_release
 
 KINDS = (k8s_nodes.KIND, k8s_deployment.KIND, k8s_dgd.KIND, k8s_release.KIND)
+
+
+def simulate_change(base, head):
+    """`kiln plan --base`: the change played through the controllers (sim/), or None where either
+    revision has no Kubernetes tree."""
+    from .sim.fromgraph import simulate_graphs
+    from .sim.report import ChangeSimulation
+
+    result = simulate_graphs(base, head, KINDS)
+    return ChangeSimulation(result) if result is not None else None

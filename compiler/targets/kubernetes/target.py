@@ -26,14 +26,5 @@ class Kubernetes:
     def placement(self, ir: Resolved) -> dict[str, tuple[PoolWorkload, ...]]:
         return {name: tuple(ir.pools[name].workloads) for name in self.applies(ir)}
 
-    def simulate_change(self, base, head):
-        """`kiln plan --base`: the change played through the controllers (sim/), or None where
-        either revision has no Kubernetes tree."""
-        from .sim.fromgraph import simulate_graphs
-        from .sim.report import ChangeSimulation
-
-        result = simulate_graphs(base, head, self.kinds)
-        return ChangeSimulation(result) if result is not None else None
-
 
 TARGET = Kubernetes()
