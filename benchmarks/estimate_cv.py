@@ -7,7 +7,8 @@ generation (Hopper, Blackwell), by GPU and by TensorRT-LLM release. The coeffici
 on the other rows (estimate_fit.fit_groups), the left-out rows are predicted with the coefficient
 set `kiln plan` would pick from that refit (its fallbacks included), and the error of the output
 tokens/s at saturation is recorded, with whether the interval `kiln plan` would print holds the
-measured value. Printed: per grouping and per left-out group, median |error|, the median signed
+measured value, the interval calibrated (estimate_calibrate) on the training rows alone (nested:
+the left-out group is in neither the fit nor the interval's calibration). Printed: per grouping and per left-out group, median |error|, the median signed
 error (bias), the fraction within +-25% and +-50%, and the interval's coverage beside the coverage
 it states; then how many rows are above the ceiling (the roofline) and how many estimates are.
 Attention-DP and expert-parallel rows: the published rows have none, so no fold can leave them out
@@ -33,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from compiler.capacity.estimate_fit import PRECISIONS, fit_groups, predict, published_case  # noqa: E402
-from compiler.capacity.estimate_unit import (STATED_COVERAGE, Traffic, coefficients_for, interval_logs,  # noqa: E402
-                                             interval_reasons)
+from compiler.capacity.estimate_calibrate import calibrate, estimate_row  # noqa: E402
+from compiler.capacity.estimate_unit import STATED_COVERAGE, coefficients_for  # noqa: E402
 from compiler.catalog.gpus import load_gpu_catalog  # noqa: E402
 
 ROWS = ROOT / "tests" / "data" / "perf" / "trtllm-published-throughput.json"
@@ -53,14 +54,7 @@ def stats(results: list[tuple[float, bool]]) -> tuple[float, float, float, float
 def estimate_of(c, table) -> tuple[float, bool]:
     """(relative error of the estimate, whether its interval holds the measured value) for a row,
     with the coefficient set and interval `kiln plan` would give it from `table`."""
-    gpus = load_gpu_catalog()
-    wfmt, _ = PRECISIONS[str(c.facts["precision"])]
-    coef = coefficients_for(gpus[str(c.facts["gpu"])].arch, wfmt, str(c.facts["release"]), table)
-    value = predict(c.work, coef.coefficients)
-    isl, osl = float(c.facts["isl"]), float(c.facts["osl"])
-    reasons = interval_reasons(c.shape, c.work.batch, Traffic(isl, osl, isl + osl / 2, ""), coef)
-    lo, hi = interval_logs(coef, reasons)
-    ceiling = c.work.output_tokens / c.work.ceiling_s
+    value, ceiling, _, (lo, hi) = estimate_row(c, table)
     low, high = value * math.exp(lo), min(ceiling, value * math.exp(hi))
     return value / c.tokens_per_s - 1, low <= c.tokens_per_s <= high
 
@@ -69,7 +63,8 @@ def left_out_errors(cases, fact: str) -> dict[str, list[tuple[float, bool]]]:
     out: dict[str, list[tuple[float, bool]]] = {}
     for value in sorted({str(c.facts[fact]) for c in cases}):
         train = [c for c in cases if str(c.facts[fact]) != value]
-        table = {"groups": fit_groups(train)}
+        # nested: the interval too is calibrated on the training rows' own left-out groups
+        table = {"groups": fit_groups(train), "interval": calibrate(train)}
         out[value] = [estimate_of(c, table) for c in cases if str(c.facts[fact]) == value]
     return out
 
@@ -92,14 +87,18 @@ def main() -> int:
         m, bias, w25, w50, cov = stats(res)
         print(f"{name:10} {value:24} {len(res):5} {m:13.1%} {bias:+11.1%} {w25:11.0%} {w50:11.0%} {cov:8.0%}")
 
+    every = []
     for name, fact in GROUPINGS.items():
         per = left_out_errors(cases, fact)
         for value, res in per.items():
             line(name, value, res)
+        every += [r for res in per.values() for r in res]
         line(name, "(all left-out rows)", [r for res in per.values() for r in res])
         print()
+    line("(every)", "all folds' left-out rows", every)
+    print()
     print("attention-DP / expert-parallel: no published row has either, so no fold can leave them out\n")
-    table = {"groups": fit_groups(cases)}
+    table = {"groups": fit_groups(cases), "interval": calibrate(cases)}
     line("(none)", "in-sample, all rows", [estimate_of(c, table) for c in cases])
     print()
     gpus = load_gpu_catalog()

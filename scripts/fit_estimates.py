@@ -6,7 +6,8 @@
 Every row of the file whose model and GPU are in Kiln's catalog is used; nothing is chosen by hand.
 The output keeps, per GPU generation x precision x TensorRT-LLM release (and pooled per generation x
 precision and overall), the coefficients, the residuals on the rows fitted and the ranges they span,
-with the source file's digest, the date and this script's name.
+with the source file's digest, the date and this script's name; and the throughput interval
+calibrated on left-out groups (compiler/capacity/estimate_calibrate.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from compiler.capacity.estimate import FEATURES  # noqa: E402
+from compiler.capacity.estimate_calibrate import calibrate  # noqa: E402
 from compiler.capacity.estimate_fit import fit_groups, published_case  # noqa: E402
 
 ROWS = Path("tests/data/perf/trtllm-published-throughput.json")
@@ -57,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                    "(compiler/capacity/estimate_fit.py); residuals are ln(observed/predicted) on the rows fitted",
         },
         "groups": groups,
+        "interval": calibrate(cases),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n", encoding="utf-8")

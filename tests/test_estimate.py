@@ -17,6 +17,7 @@ import pytest
 
 from compiler.capacity.estimate import (Shape, cohort_steps, cohort_work, concurrency_points,
                                         point, prefill_work)
+from compiler.capacity.estimate_calibrate import calibrate
 from compiler.capacity.estimate_fit import (Measured, fit, fit_groups, published_case, release_of)
 from compiler.capacity.estimate_unit import Traffic, coefficient_table, coefficients_for, unit_estimate
 from compiler.capacity.roofline import decode_ceiling
@@ -134,6 +135,8 @@ def test_the_coefficient_data_is_what_the_fit_script_writes(published) -> None:
     assert table["provenance"]["script"] == "scripts/fit_estimates.py"
     assert table["provenance"]["rows_used"] == len(published) == 507
     assert fit_groups(published) == table["groups"]
+    assert calibrate(published) == table["interval"]  # the interval too: left-out residuals, refitted here
+    assert table["interval"]["target_coverage"] == 0.9
     for key, g in table["groups"].items():
         assert g["residuals"]["rows"] > 0 and g["range"]["models"], key
 
@@ -178,11 +181,27 @@ def test_the_interval_widens_outside_the_fit_and_never_passes_the_ceiling(llama8
     assert inside["outside_calibration"] == []
     assert outside["outside_calibration"] == ["output length 9,000 is outside the fitted 128-4,096"]
 
-    def width(e):
+    def logs(e):
         t = e["output_tokens_per_s"]
-        return math.log(t["high"] / t["low"])
+        return math.log(t["low"] / t["value"]), math.log(t["high"] / t["value"])
 
-    assert width(outside) == pytest.approx(1.5 * width(inside), rel=1e-2)
+    # the interval is the calibration's class for the unit's distance from the rows (left-out residuals)
+    classes = coefficient_table()["interval"]["classes"]
+    assert [k["max_distance"] for k in classes] == [0.75, 1.75, 2.75]
+    assert logs(inside) == pytest.approx((classes[0]["log_low"], classes[0]["log_high"]), abs=2e-3)
+    assert logs(outside) == pytest.approx(logs(inside), abs=2e-3)  # one fact outside: half a step, the same class
+    far = unit_estimate(shape=s, batch=8192, traffic=Traffic(1000, 9000, 5500, "t"), coef=coef,
+                        ceiling_tokens_per_s=1e9, price_share=None, price_per_gpu_hour=None)
+    assert len(far["outside_calibration"]) == 2  # output length and batch: one step
+    lo, hi = logs(far)  # (the high side is capped by the roofline at this batch)
+    assert lo == pytest.approx(classes[1]["log_low"], abs=2e-3) and hi <= classes[1]["log_high"] + 2e-3
+    ampere = coefficients_for("Ampere", "bf16", "1.0")
+    beyond = unit_estimate(shape=s, batch=8192, traffic=Traffic(1000, 9000, 5500, "t"), coef=ampere,
+                           ceiling_tokens_per_s=1e9, price_share=None, price_per_gpu_hour=None)
+    # 2 (generation, precision) + 1 (two facts): past the last class, widened by half per unit of distance
+    lo, hi = logs(beyond)
+    assert lo == pytest.approx(classes[2]["log_low"] * 1.125, abs=2e-3) and hi <= classes[2]["log_high"] * 1.125
+    assert all(a["log_low"] >= b["log_low"] and a["log_high"] <= b["log_high"] for a, b in zip(classes, classes[1:]))
     t = inside["output_tokens_per_s"]
     assert t["low"] < t["value"] < t["high"]
     cost = inside["cost_per_million_tokens"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
@@ -107,8 +108,9 @@ def published_case(row: Mapping) -> Measured | None:
 
 
 def model_family(name: str) -> str:
-    """"Llama 3.1 70B" -> "Llama", "Qwen3-235B-A22B" -> "Qwen3": what a left-out-family fold leaves out."""
-    return name.replace("-", " ").split()[0]
+    """"Llama 3.1 70B" -> "llama", "Qwen3-235B-A22B" -> "qwen3": what a left-out-family fold leaves out
+    (the same normalisation as estimate_unit.family_of, which a plan applies to its model's name)."""
+    return re.split(r"[-_ .]", name.strip().lower())[0]
 
 
 # --- least squares under floors ------------------------------------------------------------------------
@@ -141,20 +143,24 @@ def fit(cases: Sequence[Measured], features: Sequence[str] = FEATURES,
     y = [1.0 - sum(floors[k] * c.work.terms[k] for k in features) / c.seconds for c in cases]
     scale = [math.sqrt(sum(r[j] ** 2 for r in x) / len(x)) or 1.0 for j in range(len(cols))]
     xs = [[r[j] / scale[j] for j in range(len(cols))] for r in x]
-    best, best_sse = [0.0] * len(cols), sum(v * v for v in y)
-    for n in range(1, len(cols) + 1):
-        for subset in itertools.combinations(range(len(cols)), n):
-            ata = [[sum(r[i] * r[j] for r in xs) for j in subset] for i in subset]
-            aty = [sum(r[i] * y[k] for k, r in enumerate(xs)) for i in subset]
-            d = _solve(ata, aty)
+    # the normal equations once; each subset is then a small system and its residual sum of squares
+    # y'y - 2 d'(X'y)_S + d' G_S d, with no further pass over the rows
+    n = len(cols)
+    gram = [[sum(r[i] * r[j] for r in xs) for j in range(n)] for i in range(n)]
+    xty = [sum(r[i] * y[k] for k, r in enumerate(xs)) for i in range(n)]
+    yty = sum(v * v for v in y)
+    best, best_sse = [0.0] * n, yty
+    for size in range(1, n + 1):
+        for subset in itertools.combinations(range(n), size):
+            d = _solve([[gram[i][j] for j in subset] for i in subset], [xty[i] for i in subset])
             if d is None or any(v < 0 for v in d):
                 continue
-            full = [0.0] * len(cols)
-            for i, v in zip(subset, d):
-                full[i] = v
-            sse = sum((sum(r[j] * full[j] for j in range(len(cols))) - y[k]) ** 2 for k, r in enumerate(xs))
-            if sse < best_sse - 1e-15:
-                best, best_sse = full, sse
+            sse = yty - 2 * sum(v * xty[i] for v, i in zip(d, subset)) + sum(
+                d[a] * d[b] * gram[i][j] for a, i in enumerate(subset) for b, j in enumerate(subset))
+            if sse < best_sse - 1e-12:
+                best, best_sse = [0.0] * n, sse
+                for i, v in zip(subset, d):
+                    best[i] = v
     out = dict(floors)
     for j, k in enumerate(cols):
         out[k] = floors[k] + best[j] / scale[j]
@@ -195,6 +201,8 @@ def ranges(cases: Sequence[Measured]) -> dict:
         return [min(vals), max(vals)]
     return {"isl": span("isl"), "osl": span("osl"), "tp": span("tp"), "batch": span("batch"),
             "active_params": span("active_params"), "models": sorted({str(c.facts["model"]) for c in cases}),
+            "families": sorted({str(c.facts["family"]) for c in cases}),
+            "modes": sorted({str(c.facts["mode"]) for c in cases}),
             "gpus": sorted({str(c.facts["gpu"]) for c in cases})}
 
 

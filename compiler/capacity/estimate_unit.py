@@ -2,17 +2,19 @@
 interval, the curve over concurrency, and what the estimate rests on.
 
 The coefficient set is the one fitted for the unit's GPU generation x precision x TensorRT-LLM
-release (data/estimate_coefficients.json). When there is none, the nearest earlier release of the
-same generation and precision, else the set pooled over all published rows, stands in, and every
-such step, and every fact of the unit outside the span the set was fitted on, widens the interval
-and is named in `outside_calibration`. The interval is the 5th-95th percentile of the set's
-residuals, scaled by 1 + WIDEN per reason, and never above the ceiling.
+release (data/estimate_coefficients.json); else the nearest earlier release of the same generation
+and precision; else the nearest generation and precision with rows (coefficients_for). Every step
+away, and every fact of the unit outside the rows the set was fitted on, is named in
+`outside_calibration` and adds to the unit's distance from those rows (interval_distance). The
+throughput interval is the 5th-95th percentile of the residuals of rows left out by group at that
+distance (estimate_calibrate.py; 90% stated, two-sided), and never above the ceiling.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping
@@ -29,7 +31,7 @@ from compiler.resources import read_data
 WIDEN = 0.5
 #: Smallest half-width of the interval (ln): no fit is trusted to better than about 10%.
 MIN_LOG_SPREAD = 0.1
-#: The throughput interval is the 5th-95th percentile of the residuals: it states 90% coverage.
+#: The throughput interval is the 5th-95th percentile of left-out residuals: it states 90% coverage.
 STATED_COVERAGE = 0.90
 #: TTFT was never fitted (the published rows give throughput only): its interval is this many times wider.
 UNFITTED_SPREAD = 2.0
@@ -50,6 +52,7 @@ class CoefficientSet:
     reasons: tuple[str, ...] = ()  # why the set is a stand-in
     sources: tuple[str, ...] = field(default_factory=tuple)
     distance: float = 0.0  # generations, precisions and memory systems between the unit and the set's rows
+    interval: Mapping | None = None  # the table's interval calibration (estimate_calibrate.calibrate)
 
 
 def _version_tuple(release: str) -> tuple[int, ...]:
@@ -80,7 +83,8 @@ def coefficients_for(gpu_arch: str, weights_fmt: str, runtime_version: str, tabl
     def make(key: str, reasons: tuple[str, ...], distance: float) -> CoefficientSet:
         g = groups[key]
         return CoefficientSet(key, g["coefficients"], g["residuals"], g["range"], reasons=reasons,
-                              sources=(f"{published}: {key}, {g['residuals']['rows']} rows",), distance=distance)
+                              sources=(f"{published}: {key}, {g['residuals']['rows']} rows",), distance=distance,
+                              interval=doc.get("interval"))
 
     memory_reason: tuple[str, ...] = ()
     distance = 0.0
@@ -141,8 +145,8 @@ def unit_estimate(*, shape: Shape, batch: int, traffic: Traffic, coef: Coefficie
     pct = (sla or {}).get("percentile") or ("p99" if sla else "p50")
     args = (traffic.mean_input, traffic.mean_output, traffic.decode_context)
     sat = latency_point(shape, c, batch, *args, pct)
-    reasons = interval_reasons(shape, batch, traffic, coef, extra_reasons)
-    lo, hi = interval_logs(coef, reasons)
+    reasons, distance = interval_distance(shape, batch, traffic, coef, extra_reasons)
+    lo, hi = interval_logs(coef, distance)
     at_sla = largest_meeting(shape, c, batch, *args, sla) if sla else None
     head = at_sla or (latency_point(shape, c, 1, *args, pct) if sla else sat)
     spread = max(-lo, hi) * UNFITTED_SPREAD
@@ -198,16 +202,51 @@ def unit_estimate(*, shape: Shape, batch: int, traffic: Traffic, coef: Coefficie
 def interval_reasons(shape: Shape, batch: int, traffic: Traffic, coef: CoefficientSet,
                      extra: tuple[str, ...] = ()) -> list[str]:
     """Why the unit is away from what its coefficient set was fitted on (each widens the interval)."""
-    return list(coef.reasons) + list(extra) + _outside(shape, batch, traffic, coef.range)
+    return interval_distance(shape, batch, traffic, coef, extra)[0]
 
 
-def interval_logs(coef: CoefficientSet, reasons: list[str]) -> tuple[float, float]:
-    """ln(low / value) and ln(high / value) of the throughput interval."""
-    widen = 1 + WIDEN * len(reasons)
-    res = coef.residuals
-    lo = min(-MIN_LOG_SPREAD, float(res.get("log_p05", 0.0))) * widen
-    hi = max(MIN_LOG_SPREAD, float(res.get("log_p95", 0.0))) * widen
-    return lo, hi
+def interval_distance(shape: Shape, batch: int, traffic: Traffic, coef: CoefficientSet,
+                      extra: tuple[str, ...] = ()) -> tuple[list[str], float]:
+    """The reasons, and the unit's distance from the rows its coefficients were fitted on: the
+    architectural steps of the stand-in set (generation, precision, memory system: coef.distance),
+    one for a model family the rows do not hold, one for a mode (dense or MoE) they do not hold,
+    and half for each other fact outside them (lengths, batch, formats, parallelism)."""
+    rng = coef.range
+    mine: list[str] = []
+    d = coef.distance
+    family = family_of(shape.arch.name)
+    if rng.get("families") and family not in rng["families"]:
+        mine.append(f"model family {family} has no published rows (fitted: {', '.join(rng['families'])})")
+        d += 1.0
+    mode = "MoE" if shape.arch.is_moe else "dense"
+    if rng.get("modes") and mode not in rng["modes"]:
+        mine.append(f"no published {mode} rows in the fit")
+        d += 1.0
+    other = list(extra) + _outside(shape, batch, traffic, rng)
+    return list(coef.reasons) + mine + other, d + 0.5 * len(other)
+
+
+def interval_logs(coef: CoefficientSet, distance: float) -> tuple[float, float]:
+    """ln(low / value) and ln(high / value) of the throughput interval at `distance` from the rows:
+    the residuals of left-out groups at that distance (coef.interval, estimate_calibrate.py), two
+    sided; beyond the farthest class calibrated, that class widened by WIDEN per unit of distance."""
+    classes = (coef.interval or {}).get("classes") or []
+    if not classes:  # a table without a calibration: the set's own residuals, widened per unit of distance
+        res, widen = coef.residuals, 1 + WIDEN * distance
+        return (min(-MIN_LOG_SPREAD, float(res.get("log_p05", 0.0))) * widen,
+                max(MIN_LOG_SPREAD, float(res.get("log_p95", 0.0))) * widen)
+    for k in classes:
+        if distance <= k["max_distance"]:
+            return k["log_low"], k["log_high"]
+    last = classes[-1]
+    widen = 1 + WIDEN * (distance - last["max_distance"])
+    return last["log_low"] * widen, last["log_high"] * widen
+
+
+def family_of(name: str) -> str:
+    """A model's family from its catalog key, config model_type or published name: "llama-3.1-70b",
+    "Llama 3.1 70B" -> "llama"; "qwen3_moe" -> "qwen3"; "DeepSeek-V3" -> "deepseek"."""
+    return re.split(r"[-_ .]", name.strip().lower())[0]
 
 
 def _outside(shape: Shape, batch: int, traffic: Traffic, rng: Mapping) -> list[str]:

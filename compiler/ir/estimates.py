@@ -3,7 +3,9 @@
 A record (compiler/ir/measured.py) holds the TTFT and TPOT a unit showed at the concurrency it
 accepted. Its output tokens/s there is c x O / (TTFT + (O - 1) x TPOT) for O output tokens per
 request: each of the c requests in flight takes that long to deliver O tokens. With the SLA's
-percentile latencies (p99 by default) this is a floor on the mean rate, which the plan says.
+percentile latencies (p99 by default) this is a floor on the mean rate, which the plan says: the
+measured unit's interval runs from it up to the rate at the model's p50 latencies (the model's
+p50 / percentile ratio at that concurrency applied to the measured figures).
 
 - The measured unit's estimate becomes that measurement (basis `measured`), with the model's
   prediction at the same concurrency and its residual beside it.
@@ -22,6 +24,7 @@ import dataclasses
 import math
 
 from compiler.capacity.estimate import compute_precision, point
+from compiler.capacity.estimate_latency import Z, latency_point
 from compiler.capacity.estimate_unit import coefficients_for, unit_case
 from compiler.capacity.roofline import cost_per_million_tokens
 from compiler.capacity.workload import traffic_shape
@@ -42,6 +45,9 @@ class _Evaluated:
     tpot_ms: float
     percentile: str
     modelled: float  # the model's output tokens/s at the same concurrency
+    # the model's p50 over the record's percentile at its concurrency: a request's time, TTFT, TPOT
+    # (each <= 1; 1 for a p50 record): how far the mean may lie from what the percentile bounds
+    p50_share: tuple[float, float, float] = (1.0, 1.0, 1.0)
 
 
 def _lengths(v):
@@ -77,8 +83,13 @@ def _evaluate(ir: Resolved, model: str, changes: list[str]) -> tuple[_Evaluated 
                      min(shape.decode_context, float(s.max_seq_len))).output_tokens_per_s
     if not (math.isfinite(tps) and tps > 0 and math.isfinite(modelled) and modelled > 0):
         return None, f"its throughput ({tps:.4g} tokens/s) or the model's ({modelled:.4g}) is not a positive number"
+    args = (shape.mean_input, out, min(shape.decode_context, float(s.max_seq_len)))
+    pct = rec.sla.percentile if rec.sla.percentile in Z else "p99"
+    at, mid = (latency_point(case.shape, coef.coefficients, c, *args, q) for q in (pct, "p50"))
+    share = ((mid.ttft_ms + (out - 1) * mid.tpot_ms) / (at.ttft_ms + (out - 1) * at.tpot_ms),
+             mid.ttft_ms / at.ttft_ms, mid.tpot_ms / at.tpot_ms)
     return _Evaluated(m.ref, unit.id, host.gpu.name, compute_precision(s.weights_fmt), c, tps, probe.ttft_ms,
-                      probe.tpot_ms, rec.sla.percentile, modelled), None
+                      probe.tpot_ms, rec.sla.percentile, modelled, tuple(min(1.0, x) for x in share)), None
 
 
 def _r(x: float) -> float:
@@ -165,12 +176,17 @@ def _measured(est: dict, e: _Evaluated, price: float | None, share: float | None
     """The measured unit: its record's figures, the model's residual beside them."""
     residual = e.tokens_per_s / e.modelled - 1
     out = _scaled(est, e.tokens_per_s / e.modelled, price, share)
+    # the record's rate comes from its percentile's latencies, a floor on the mean: the interval runs
+    # from it up to the rate at the model's p50 latencies (its p50 / percentile ratio at that concurrency)
+    req, ttft, tpot = e.p50_share
+    high = min(e.tokens_per_s / req, est["ceiling_tokens_per_s"])
     out.update({
         "basis": "measured",
         "concurrency": e.concurrency,
-        "output_tokens_per_s": {"value": _r(e.tokens_per_s), "low": _r(e.tokens_per_s), "high": _r(e.tokens_per_s)},
-        "ttft_ms": {"value": _r(e.ttft_ms), "low": _r(e.ttft_ms), "high": _r(e.ttft_ms)},
-        "tpot_ms": {"value": _r(e.tpot_ms), "low": _r(e.tpot_ms), "high": _r(e.tpot_ms)},
+        "output_tokens_per_s": {"value": _r(e.tokens_per_s), "low": _r(e.tokens_per_s),
+                                "high": _r(max(e.tokens_per_s, high))},
+        "ttft_ms": {"value": _r(e.ttft_ms), "low": _r(e.ttft_ms * ttft), "high": _r(e.ttft_ms)},
+        "tpot_ms": {"value": _r(e.tpot_ms), "low": _r(e.tpot_ms * tpot), "high": _r(e.tpot_ms)},
         "measured": {"record": e.ref, "concurrency": e.concurrency, "percentile": e.percentile,
                      "modelled_tokens_per_s": _r(e.modelled), "model_residual": _r(residual)},
         "sources": est["sources"] + [f"measured: {e.ref} at concurrency {e.concurrency} ({e.percentile} TTFT and "
@@ -178,6 +194,5 @@ def _measured(est: dict, e: _Evaluated, price: float | None, share: float | None
                                      f"model said {e.modelled:,.0f} tok/s ({residual:+.0%})"],
     })
     if price is not None and share is not None:
-        v = cost_per_million_tokens(price, share, e.tokens_per_s)
-        out["cost_per_million_tokens"] = {"value": _r(v), "low": _r(v), "high": _r(v)}
+        out["cost_per_million_tokens"] = _costs(out["output_tokens_per_s"], price, share)
     return out
