@@ -80,6 +80,17 @@ def test_every_examples_workflows_pass_actionlint_and_zizmor(tmp_path: Path, cap
 
 
 @needs_actionlint
+@needs_zizmor
+def test_unsigned_workflows_lint_clean_and_ask_for_no_oidc_token(tmp_path: Path, capsys) -> None:
+    github = _init(tmp_path, "quickstart", "--no-sign")
+    capsys.readouterr()
+    release = (github / "workflows" / "kiln-release.yml").read_text(encoding="utf-8")
+    assert "id-token" not in release and "--keyless" not in release and "kiln publish" in release
+    assert _actionlint(github).returncode == 0
+    assert _zizmor(github).returncode == 0
+
+
+@needs_actionlint
 def test_actionlint_knows_the_gpu_runner_labels_only_from_the_config_init_writes(tmp_path: Path, capsys) -> None:
     github = _init(tmp_path, "quickstart", "--gpu-runner", "self-hosted,linux,h100-pool")
     capsys.readouterr()
@@ -160,6 +171,9 @@ def test_every_uses_is_a_pinned_commit_with_its_tag_and_every_job_holds_least_pr
             runs = "\n".join(s.get("run", "") for s in job["steps"])
             assert perms.get("contents") == "read", (path.name, job_id)
             assert ("packages" in perms) == ("kiln publish" in runs), (path.name, job_id)
+            # the OIDC token only where a job signs (every kiln publish, keyless)
+            assert (perms.get("id-token") == "write") == ("--keyless" in runs) == ("kiln publish" in runs), \
+                (path.name, job_id)
             assert set(perms.values()) <= {"read", "write"} and "actions" not in perms, (path.name, job_id)
             for step in job["steps"]:
                 assert "${{" not in step.get("run", ""), (path.name, job_id, step.get("name"))

@@ -59,6 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="runner labels of the GPU jobs, comma-separated (default: self-hosted,linux,gpu)")
     ini.add_argument("--branch", default="main", help="the branch whose merges release (default: main)")
     ini.add_argument("--force", action="store_true", help="overwrite workflow files that differ")
+    ini.add_argument("--no-sign", action="store_true",
+                     help="publish unsigned (default: every job that publishes signs keyless through Sigstore, "
+                          "which logs the workflow's identity in the public Rekor log)")
     ini.add_argument("--kiln-repo", metavar="URL",
                      help="https:// or ssh:// URL of the Kiln repository the workflows install Kiln from "
                           "(default: the one this Kiln was installed from, or its checkout's origin)")
@@ -247,7 +250,7 @@ def cmd_init(args: argparse.Namespace) -> ExitCode:
     try:
         labels = tuple(label.strip() for label in args.gpu_runner.split(",") if label.strip())
         written = install_workflows(root, args.spec, source, registry=args.registry, force=args.force,
-                                    gpu_runner=labels, branch=args.branch,
+                                    gpu_runner=labels, branch=args.branch, sign=not args.no_sign,
                                     warn=lambda message: print(f"kiln: warning: {message}", file=sys.stderr))
     except InitConflict as e:
         raise UsageError(str(e)) from None

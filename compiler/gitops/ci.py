@@ -67,9 +67,10 @@ def _environment() -> jinja2.Environment:
 
 def render_workflows(spec: str, registry: str, source: KilnSource, *,
                      gpu_runner: tuple[str, ...] = DEFAULT_GPU_RUNNER, branch: str = "main",
-                     python: str = "3.11") -> dict[str, str]:
+                     python: str = "3.11", sign: bool = True) -> dict[str, str]:
     """Pure: workflow file name -> text. `source`: the repository and commit the jobs install Kiln
-    from (compiler/gitops/kilnsource.py); jobs that quantize install the torch pin first."""
+    from (compiler/gitops/kilnsource.py); jobs that quantize install the torch pin first. `sign`:
+    every job that publishes signs keyless (`kiln publish --keyless`, with `id-token: write`)."""
     if not _PATH_RE.fullmatch(spec) or spec.startswith("/") or ".." in spec.split("/"):
         raise InitConflict(f"spec path {spec!r}: use a relative path of letters, digits, '.', '_', '-' and '/'")
     if "@" in registry:  # user:password@host: a secret never goes into a workflow file, nor into a message
@@ -93,6 +94,8 @@ def render_workflows(spec: str, registry: str, source: KilnSource, *,
         "kiln_quantize": source.requirement(QUANTIZE_EXTRA),
         "torch": TORCH_PIN,
         "uses": pinned_uses(),
+        "sign": sign,
+        "sign_flag": " --keyless" if sign else "",
     }
     env = _environment()
     out = {name: env.get_template(template).render(values) for name, template in WORKFLOWS.items()}
@@ -122,7 +125,7 @@ def loopback_host(registry: str) -> str | None:
 
 def install_workflows(root: Path, spec: Path, source: KilnSource, *, registry: str | None = None,
                       force: bool = False, gpu_runner: tuple[str, ...] = DEFAULT_GPU_RUNNER,
-                      branch: str = "main", warn=lambda message: None) -> list[tuple[Path, str]]:
+                      branch: str = "main", sign: bool = True, warn=lambda message: None) -> list[tuple[Path, str]]:
     """Write the workflows under root/.github/workflows and `.kiln/` into root/.gitignore;
     [(path, "wrote"|"unchanged"|"replaced")]. `warn` is told what the workflows will not do as
     the user may expect (a loopback registry)."""
@@ -141,7 +144,7 @@ def install_workflows(root: Path, spec: Path, source: KilnSource, *, registry: s
         if parsed is None or parsed.publish is None:
             raise InitConflict(f"{spec} has no publish.registry: set it or pass --registry")
         registry = parsed.publish.registry
-    texts = render_workflows(rel, registry, source, gpu_runner=gpu_runner, branch=branch)
+    texts = render_workflows(rel, registry, source, gpu_runner=gpu_runner, branch=branch, sign=sign)
     host = loopback_host(registry)
     if host is not None:
         warn(f"the workflows publish to and cache from {registry}, but {host} is a loopback address: on a CI "
