@@ -110,7 +110,7 @@ def test_kubernetes_roles_with_dynamo_and_a_planner_raise_no_disaggregated_rule(
         "        router: {kv_aware: true}":
             "        router: {kv_aware: true}\n        planner: {image: nvcr.io/nvidia/ai-dynamo/dynamo-planner:1.3.1@sha256:0000000000000000000000000000000000000000000000000000000000000000, min_replicas: 1, max_gpus: 16}",
         "          ucx: {tls: [cuda_copy, cuda_ipc, tcp]}":
-            "          ucx: {tls: [cuda_copy, cuda_ipc, rc], net_devices: [mlx5_0:1]}",
+            "          ucx: {tls: [cuda_copy, cuda_ipc, rc], net_devices: [mlx5_0:1], interface: eth0}",
     }) + ("kubernetes:\n  runtime: dynamo\n  dynamo: {version: \"1.3.0\"}\n"
           "image:\n  repository: registry.example.com/x/disagg\n")
     text = text.replace('tensorrt_llm: "1.2.1"', 'tensorrt_llm: "1.3.0rc19"')

@@ -66,8 +66,11 @@ def test_server_config_uses_only_the_keys_the_parser_reads() -> None:
     assert config["port"] == 8000
     assert config["context_servers"]["urls"] == ["localhost:8003", "localhost:8006"]
     assert config["generation_servers"]["urls"] == ["localhost:8009"]
-    # the router hashes in the workers' block size (its own default is 32 whatever the workers use)
-    assert config["context_servers"]["router"] == {"type": "kv_cache_aware", "tokens_per_block": 32}
+    # the router hashes in the workers' block size (its own default is 32 whatever the workers use),
+    # and scores each role's load against that role's batch (its own default is 64: N10)
+    assert config["context_servers"]["router"] == {"type": "kv_cache_aware", "tokens_per_block": 32,
+                                                   "max_batch_size": 4, "max_num_tokens": 8192}
+    assert config["generation_servers"]["router"]["max_batch_size"] == 64
 
 
 def test_server_config_reaches_other_hosts_by_name_and_follows_the_block_size() -> None:

@@ -116,10 +116,41 @@ def test_servers_then_the_router_without_a_gpu_and_a_second_run_changes_nothing(
     assert check.returncode == 0 and "drift:" not in check.stdout, output(check)
 
 
+def test_a_hosts_pair_shares_its_namespaces_and_the_router_runs_in_the_models_directory(site: Site) -> None:
+    """Review N5: both roles on one host, so their containers join the host's IPC and PID
+    namespaces (UCX cuda_ipc maps the peer's GPU memory only there) and drop --shm-size, which
+    sizes a private /dev/shm; the router keeps its own. Review N3: the router runs in the image's
+    models directory, where a request's model name is the checkpoint's directory."""
+    proc = site.run("--image", "serving:1")
+    assert proc.returncode == 0, output(proc)
+    c = site.containers()
+    for name in SERVERS:
+        assert (c[name]["ipc_mode"], c[name]["pid_mode"], c[name]["shm_size"]) == ("host", "host", ""), name
+        assert c[name]["workdir"] == ""
+    assert (c[ROUTER]["ipc_mode"], c[ROUTER]["pid_mode"], c[ROUTER]["shm_size"]) == ("private", "private", "2g")
+    assert c[ROUTER]["workdir"] == "/opt/kiln/models"
+
+
+def test_servers_on_two_hosts_keep_private_namespaces(tmp_path: Path) -> None:
+    """No peer on the same host, no cuda_ipc to enable: each server keeps its private namespaces."""
+    shutil.copytree(EXAMPLE, tmp_path / "spec")
+    spec = tmp_path / "spec" / "kiln.yaml"
+    text = spec.read_text(encoding="utf-8").replace(
+        "      - {index: [4, 5, 6, 7], serves: chat, role: decode}\n",
+        "  h200-b:\n    gpu: H200-SXM-141GB\n    count: 8\n    gpus:\n"
+        "      - {index: [4, 5, 6, 7], serves: chat, role: decode}\n")
+    spec.write_text(text, encoding="utf-8")
+    files = generate(spec)
+    for host in ("h200", "h200-b"):
+        script = files[host]["provision.sh"]
+        assert b"--ipc host" not in script and b"--pid host" not in script and b"--shm-size 2g" in script, host
+
+
 def test_a_prefill_only_change_recreates_the_prefill_servers_only(site: Site) -> None:
     assert site.run("--image", "serving:1").returncode == 0
     pids = {n: c["pid"] for n, c in site.containers().items()}
-    site.edit("limits: {max_batch_size: 4}", "limits: {max_batch_size: 8}")
+    # (not its batch: the router scores prefill load against it, N10)
+    site.edit("limits: {max_batch_size: 4}", "limits: {max_batch_size: 4}\n          runtime: {chunked_prefill: true}")
     site.script = site.generate()
     # the new image holds the new prefill options; the decode server and the router read nothing new
     again = site.run("--image", "serving:2")
@@ -132,13 +163,15 @@ def test_a_prefill_only_change_recreates_the_prefill_servers_only(site: Site) ->
     assert check.returncode == 0 and "drift:" not in check.stdout, output(check)
 
 
-def test_the_router_config_change_recreates_the_router_only(site: Site) -> None:
+def test_the_router_type_change_recreates_the_router_and_the_servers_that_publish_kv_events(site: Site) -> None:
+    """Round robin instead of KV-aware: the router's config changes, and every server's options
+    lose the KV-cache event buffer only a KV-aware router reads (N2)."""
     assert site.run("--image", "serving:1").returncode == 0
     site.edit("router: {kv_aware: true}", "router: {kv_aware: false}")
     site.script = site.generate()
     again = site.run("--image", "serving:2")
     assert again.returncode == 0, output(again)
-    assert _changed(again.stdout) == {ROUTER}
+    assert _changed(again.stdout) == {ROUTER, *SERVERS}
 
 
 def test_where_docker_attaches_gpus_by_environment_the_router_sees_none(site: Site) -> None:

@@ -59,7 +59,8 @@ def test_the_dgd_has_prefill_decode_and_planner_components(tmp_path: Path) -> No
         if c["type"] not in ("prefill", "decode"):
             continue
         main = c["podTemplate"]["spec"]["containers"][0]
-        assert main["args"][-2:] == ["--disaggregation-mode", c["type"]]
+        # a KV-routed worker publishes its KV-cache events, or the frontend's router learns nothing (N4)
+        assert main["args"][-3:] == ["--disaggregation-mode", c["type"], "--publish-events-and-metrics"]
         assert {e["name"]: e["value"] for e in main["env"]} == {"UCX_TLS": "cuda_copy,cuda_ipc,rc",
                                                                "UCX_NET_DEVICES": "mlx5_0:1"}
         cm = c["podTemplate"]["spec"]["volumes"][0]["configMap"]["name"]
@@ -104,12 +105,13 @@ def test_a_decode_only_change_is_the_decode_components(tmp_path: Path) -> None:
     assert "its own pod template unchanged" in prefill and "rolled with chat/worker-h200-decode" in prefill
 
 
-def test_a_router_change_replaces_the_frontend_alone(tmp_path: Path) -> None:
-    """round robin instead of KV-aware: the frontend's arguments change, neither role's pod template does."""
+def test_a_router_change_replaces_the_frontend_and_rolls_the_workers(tmp_path: Path) -> None:
+    """round robin instead of KV-aware: the frontend's arguments change, and so do the workers',
+    which stop publishing KV-cache events (their options lose the event buffer): N4."""
     rolls = _plan(tmp_path, "router: {kv_aware: true}", "router: {kv_aware: false}")
-    assert set(rolls) == {"chat/frontend"}
+    assert set(rolls) == {"chat/frontend", "chat/worker-h200-prefill", "chat/worker-h200-decode"}
     assert rolls["chat/frontend"].startswith("chat/frontend: router/frontend replaced in place (router arguments")
-    assert "--router-mode kv" in rolls["chat/frontend"] and "workers keep running" in rolls["chat/frontend"]
+    assert "--router-mode kv" in rolls["chat/frontend"] and "workers keep running" not in rolls["chat/frontend"]
 
 
 def test_a_transport_change_rolls_both_roles_and_says_they_are_unordered(tmp_path: Path) -> None:

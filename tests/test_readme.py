@@ -16,11 +16,14 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 # Flags of the other programs the README documents, each with the file that defines it.
 PROVISION = "compiler/templates/host/provision.sh.j2"
 RUNTIMES = "compiler/runtimes/base.py"
+DISAGG_FACTS = "compiler/catalog/data/disaggregated.json"
 OTHER_TOOLS = {"--dry-run": PROVISION, "--ready-timeout": PROVISION, "--boot": PROVISION, "--force": PROVISION,
                "--check": PROVISION, "--image": PROVISION, "--gpus": PROVISION, "--restart": PROVISION,
                # docker run options and the image entrypoint's, from the serving runtimes' data
                "--shm-size": RUNTIMES, "--ulimit": RUNTIMES, "--cpuset-cpus": PROVISION, "--probe": "compiler/runtimes/base.py",
                "--dev": "scripts/install.sh",
+               # disaggregated serving's worker flag and shared namespaces, from its facts file
+               "--publish-events-and-metrics": DISAGG_FACTS, "--ipc": DISAGG_FACTS, "--pid": DISAGG_FACTS,
                "--no-quantize": "scripts/install.sh", "--update-expectations": "tests/conftest.py",
                "--offline": "tests/test_ci_lint.py", "--persona": "tests/test_ci_lint.py"}
 

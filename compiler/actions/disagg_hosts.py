@@ -6,8 +6,8 @@ from the host's serving image.
 That digest is how a plan understands roles. Every file of the host is in one image, so any
 change gives a new image; provision.sh recreates a server or router of a disaggregated model when
 its digest changes, not whenever the image does. A server's digest covers the model's spec
-without the other role, the router and the planner (its options file and checkpoint come from the
-rest), the measurement records its limits read, the toolchain, the base image and the image's
+without the other role, the router (but whether it is KV-aware, which sets the servers' KV-cache
+events) and the planner (its options file and checkpoint come from the rest), the measurement records its limits read, the toolchain, the base image and the image's
 entrypoint template; the router's covers its config file, the toolchain, the base image and the
 entrypoint template. A prefill-only edit then restarts the prefill servers alone, and the router
 restarts only when its config does.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 
 from compiler import targets
+from compiler.catalog import disaggregated as facts
 from compiler.ir.disaggregated import ROLES, router_host
 from compiler.runtimes import ROUTER, Unit
 from compiler.store.canonical import canonical_json
@@ -62,7 +63,37 @@ def server_inputs(ctx: LowerContext, model: str, role: str) -> str:
     d = spec["serving"]["disaggregated"]
     for other in ("router", "planner", *(r for r in ROLES if r != role)):
         d.pop(other, None)
+    # a KV-aware router needs the servers' KV-cache events (their options' event buffer)
+    d["kv_aware_router"] = ctx.spec.models[model].serving.disaggregated.router.kv_aware
     return _digest({"role": role, "model": spec, "measured": ctx.limit_inputs([model]), **_image_facts(ctx)})
+
+
+def shares_host_namespaces(ctx: LowerContext, model: str, host: str) -> bool:
+    """Whether the servers of `model` on `host` join the host's IPC and PID namespaces: when the
+    host runs both a prefill and a decode server of it, so that UCX's cuda_ipc can map the peer's
+    GPU memory (private namespaces send the KV cache over tcp through host memory).
+
+    Upstream runs a host's context and generation servers as processes of one container
+    (TensorRT-LLM examples/disaggregated/README.md; Dynamo launch/disagg.sh), started with
+    `--ipc host`. Kiln keeps a container per server (its own GPUs, health check and restart) and
+    gives them the namespaces that single container would share: they then see and can signal the
+    host's processes and share its /dev/shm (catalog/data/disaggregated.json `same_host`)."""
+    roles = {u.role for u in ctx.ir.units if u.model == model and u.host == host}
+    return set(ROLES) <= roles
+
+
+def namespace_options(options: list[str]) -> list[str]:
+    """A server's docker run options in the host's IPC and PID namespaces: --shm-size, which sizes
+    a private /dev/shm, has no meaning there and is dropped."""
+    out, skip = [], False
+    for word in options:
+        if skip:
+            skip = False
+        elif word == "--shm-size":
+            skip = True
+        else:
+            out.append(word)
+    return list(facts.fact("same_host")["docker_options"]) + out
 
 
 def environment(ctx: LowerContext, model: str) -> dict[str, str]:

@@ -57,21 +57,44 @@ def transceiver_config(rm: ResolvedModel) -> dict:
 def role_options(rm: ResolvedModel, role: str, tensorrt_llm: str) -> dict:
     """The LLM-API options file of one role's servers (trtllm-serve --config; Dynamo's
     --extra-engine-args)."""
-    opts = llmapi.options(dataclasses.replace(rm, spec=role_spec(rm, role)))
+    spec = role_spec(rm, role)
+    opts = llmapi.options(dataclasses.replace(rm, spec=spec))
     opts["cache_transceiver_config"] = transceiver_config(rm)
     if overlap_disabled(rm, role, tensorrt_llm):
         opts["disable_overlap_scheduler"] = True
+    if rm.spec.serving.disaggregated.router.kv_aware:
+        # the KV-aware router learns the servers' blocks from their KV-cache events, which a
+        # server buffers only with an event buffer (upstream's cache-aware test configs: 1024)
+        events = facts.fact("kv_events", "host")
+        section, key = events["options_key"]
+        opts[section][key] = events["value"]
+    if role == "decode" and spec.runtime.cuda_graph_batch_sizes is None:
+        opts["cuda_graph_config"] = decode_cuda_graphs(spec.limits.max_batch_size)
     return opts
 
 
+def decode_cuda_graphs(max_batch_size: int) -> dict:
+    """A generation server's CUDA graphs when the spec lists no sizes: captured up to the server's
+    batch and padded to the next captured size, as upstream's generation-server configs capture
+    them (Dynamo's decode.yaml: cuda_graph_config {max_batch_size}; catalog/data/disaggregated.json
+    `decode_cuda_graphs`). Generation steps are small and memory-bound, where graphs pay most;
+    prefill servers keep the model's setting (long prompts, few steps)."""
+    return {"max_batch_size": max_batch_size, "enable_padding": True}
+
+
 def ucx_environment(rm: ResolvedModel) -> dict[str, str]:
-    """The UCX environment of every server of the model (empty: UCX's own choice)."""
+    """The UCX environment of every server of the model (empty: UCX's own choice), and the network
+    interface whose address the cache transceiver advertises to its peers (TRTLLM_UCX_INTERFACE,
+    and TRTLLM_NIXL_INTERFACE for newer NIXL builds: catalog/data/disaggregated.json `interface`)."""
     ucx = rm.spec.serving.disaggregated.kv_transfer.ucx
     env: dict[str, str] = {}
     if ucx is not None and ucx.tls is not None:
         env["UCX_TLS"] = ",".join(ucx.tls)
     if ucx is not None and ucx.net_devices is not None:
         env["UCX_NET_DEVICES"] = ",".join(ucx.net_devices)
+    if ucx is not None and ucx.interface is not None:
+        for name in facts.fact("interface")["env"]:
+            env[name] = ucx.interface
     return env
 
 
@@ -114,7 +137,14 @@ def server_config(ir: Resolved, model: str) -> dict:
     listed = servers(ir, model)
     for role in ROLES:
         urls = [s.url for s in listed if s.role == role]
-        config[SECTIONS[role]] = {"num_instances": len(urls), "urls": urls, "router": dict(router)}
+        args = dict(router)
+        if d.router.kv_aware:
+            # the router scores a server's load against its batch, its own default 64 unless the
+            # section says (extract_router_config takes these keys into the router's arguments)
+            lim = role_spec(rm, role).limits
+            for key in facts.fact("router_load")["server_keys"]:
+                args[key] = getattr(lim, key)
+        config[SECTIONS[role]] = {"num_instances": len(urls), "urls": urls, "router": args}
     return config
 
 
@@ -124,9 +154,15 @@ def component_type(role: str) -> str:
     return facts.fact("dynamo")["role_component_type_v1beta1"][role]
 
 
-def worker_args(role: str) -> list[str]:
-    """What `python3 -m dynamo.trtllm` adds for a role's worker."""
-    return [facts.fact("dynamo")["worker_flag"], role]
+def worker_args(role: str, kv_aware: bool = False) -> list[str]:
+    """What `python3 -m dynamo.trtllm` adds for a role's worker: its mode, and under KV-aware
+    routing the flag that publishes its KV-cache events to the frontend's router (default off:
+    the router would learn nothing; catalog/data/disaggregated.json `kv_events`)."""
+    args = [facts.fact("dynamo")["worker_flag"], role]
+    events = facts.fact("kv_events", "dynamo")
+    if kv_aware and role in events["roles"]:
+        args.append(events["worker_flag"])
+    return args
 
 
 def frontend_args(rm: ResolvedModel) -> list[str]:

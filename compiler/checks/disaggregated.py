@@ -18,7 +18,7 @@ from compiler.catalog import disaggregated as facts
 from compiler.diagnostics import Diagnostic, Rule, Severity
 from compiler.spec.models import Disaggregated, Model
 
-from compiler.ir.disaggregated import router_host, tokens_per_block
+from compiler.ir.disaggregated import router_host, served, tokens_per_block
 
 from .base import Check, CheckContext
 
@@ -394,19 +394,92 @@ class UcxEnvironmentUnsafe(Check):
             units = [u for u in ctx.ir.units if u.model == name and u.role is not None]
             hosts = {u.host for u in units}
             spread = len(hosts) > 1 or any(_replicas(ctx, u) > 1 for u in units)
-            if spread and (ucx is None or ucx.net_devices is None):
+            if not spread:
+                continue
+            unset, helps, notes = [], [], []
+            if ucx is None or ucx.net_devices is None:
+                unset.append("UCX_NET_DEVICES is unset: UCX may send KV traffic over a device that does not "
+                             "reach the peer")
+                helps.append("kv_transfer.ucx.net_devices to the RDMA devices, e.g. [mlx5_0:1]")
+                notes.append(f"source: {facts.source_of('ucx', 'net_devices_across_hosts')}")
+            if ucx is None or ucx.interface is None:
+                unset.append(f"{facts.fact('interface')['env'][0]} is unset: each server advertises the address "
+                             "of the first interface it finds, which may be docker0 or link-local, the same on "
+                             "every node")
+                helps.append("kv_transfer.ucx.interface to the interface the hosts reach each other on, e.g. eth0")
+                notes.append(f"source: {facts.source_of('interface')}")
+            if unset:
                 yield ctx.diag(self, _dpath(name, "kv_transfer"),
                                f"the servers of model {name!r} run on {_across(hosts, units, ctx)}, and "
-                               "UCX_NET_DEVICES is unset: UCX may send KV traffic over a device that does not reach "
-                               "the peer", key=True, severity=Severity.WARNING,
-                               help="set kv_transfer.ucx.net_devices to the RDMA devices, e.g. [mlx5_0:1]",
-                               notes=(f"source: {facts.source_of('ucx', 'net_devices_across_hosts')}",))
+                               + "; ".join(unset), key=True, severity=Severity.WARNING,
+                               help="set " + ", and ".join(helps), notes=tuple(notes))
 
 
 def _across(hosts: set[str], units: list, ctx: CheckContext) -> str:
     if len(hosts) > 1:
         return f"{len(hosts)} hosts ({', '.join(sorted(hosts))})"
     return f"the nodes of pool {next(iter(hosts))!r}"
+
+
+class MpiTransferBetweenServers(Check):
+    """The KV cache is to move over MPI between servers that are not one MPI world.
+
+    TensorRT-LLM's MPI transfer backend needs every executor process of both roles in one MPI
+    world communicator, launched together by MPI. Kiln starts each prefill and decode server on
+    its own (one `trtllm-serve` container per server on hosts, one Dynamo worker pod each on
+    Kubernetes), so each is its own world and no KV cache would reach a decode server: no request
+    completes. Use UCX or NIXL, which connect separately started servers.
+    """
+
+    code = "K665"
+    name = "kv-transfer-mpi-separate-servers"
+    order = 90
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        mpi = facts.fact("mpi_backend")
+        for name, _m, d in _disaggregated(ctx):
+            if d.kv_transfer.backend.upper() != mpi["backend"]:
+                continue
+            yield ctx.diag(self, _dpath(name, "kv_transfer", "backend"),
+                           f"the MPI KV-transfer backend needs both roles' servers in one MPI world, and Kiln "
+                           f"starts each server of model {name!r} as its own process (a container or pod each): "
+                           "no KV cache would reach a decode server",
+                           help="use backend: UCX or NIXL",
+                           notes=(f"source: {facts.source_of('mpi_backend')}",))
+
+
+class KvRouterWithoutBlockReuse(Check):
+    """A KV-aware router routes by the servers' cached prompt blocks, and a role keeps none.
+
+    `router.kv_aware` sends a request where the most of its prompt's KV-cache blocks are already
+    held; a server with `runtime.block_reuse: false` frees a sequence's blocks when it ends, so
+    there is nothing to match on it and the router only adds tokenization to least-load routing.
+    Turn block reuse on for both roles, or route round robin (`kv_aware: false`).
+    """
+
+    code = "K666"
+    name = "kv-router-without-block-reuse"
+    severity = Severity.WARNING
+    order = 90
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        seen: set[tuple] = set()
+        for name, m, d in _disaggregated(ctx):
+            if not d.router.kv_aware:
+                continue
+            for v in served(name, m):
+                if v.spec.runtime.block_reuse:
+                    continue
+                path = v.where("runtime", "block_reuse")
+                if path in seen:
+                    continue
+                seen.add(path)
+                who = v.label if "disaggregated" in path else f"the servers of model {name!r}"
+                yield ctx.diag(self, path,
+                               f"the router of model {name!r} is KV-aware, but {who} run without block reuse: "
+                               "they keep no prompt blocks for the router to match",
+                               help="set block_reuse: true, or router: {kv_aware: false}",
+                               notes=(f"source: {facts.source_of('kv_events', 'host')}",))
 
 
 class TransportUnsupported(Check):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from compiler import runtimes as serving_runtimes
+from compiler.catalog import disaggregated as disagg_facts
 from compiler.catalog.formats import load_format_table
 from compiler.diagnostics import Diagnostic, Severity
 
@@ -157,6 +158,10 @@ class PytorchOnlyKernel(Check):
                                help="remove `moe`, or use `target: llmapi`")
 
 
+# the roles whose servers take generation-only requests, exempt from K605
+GENERATION_ONLY = frozenset(disagg_facts.fact("generation_only_token_budget")["roles"])
+
+
 class PromptExceedsTokenBudget(Check):
     """`limits.max_num_tokens` is smaller than `limits.max_input_len` and chunked prefill is off.
 
@@ -164,6 +169,10 @@ class PromptExceedsTokenBudget(Check):
     tokens. Without chunked prefill a prompt longer than that can never be scheduled.
     Raise max_num_tokens or enable `runtime.chunked_prefill`, which splits long prompts into
     chunks of max_num_tokens.
+
+    A disaggregated model's decode servers are exempt: they receive generation-only requests (the
+    prompt's KV cache comes from a prefill server), which TensorRT-LLM's own check skips
+    (catalog/data/disaggregated.json `generation_only_token_budget`).
     """
 
     code = "K605"
@@ -174,6 +183,8 @@ class PromptExceedsTokenBudget(Check):
         seen: set[tuple] = set()
         for name, model in ctx.spec.models.items():
             for v in served(name, model):
+                if v.role in GENERATION_ONLY:
+                    continue
                 m = v.spec
                 lim = m.limits
                 if lim.max_num_tokens >= lim.max_input_len or m.runtime.chunked_prefill:

@@ -33,6 +33,7 @@ class Served:
     label: str  # "model 'chat'" or "the prefill servers of model 'chat'"
     spec: Model
     where: Callable[[str, str], tuple]  # (section, field) -> the spec path the value comes from
+    role: str | None = None  # the role of a disaggregated model's servers (None: not disaggregated)
 
 
 def served(name: str, m: Model) -> list[Served]:
@@ -52,7 +53,7 @@ def served(name: str, m: Model) -> list[Served]:
                 return ("models", name, "serving", "disaggregated", role, section, field)
             return ("models", name, section, field)
 
-        out.append(Served(f"the {role} servers of model {name!r}", role_spec(m, role), where))
+        out.append(Served(f"the {role} servers of model {name!r}", role_spec(m, role), where, role))
     return out
 
 

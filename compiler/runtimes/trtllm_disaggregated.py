@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from compiler.serving import layout
 
-from .base import ServingRuntime, Unit, ready_timeout_s
+from .base import ServingRuntime, Unit, UnitServing, ready_timeout_s
 
 CONFIG = "disagg-config.yaml"
 
@@ -33,6 +33,15 @@ class TrtllmDisaggregated(ServingRuntime):
 
     def files(self, unit: Unit) -> list[str]:
         return [config_path(unit.model)]
+
+    def serve(self, unit: Unit) -> UnitServing:
+        """The router's container runs in the image's models directory: its KV-aware router
+        tokenizes a text request with from_pretrained(request's model), and there the model's
+        name (what clients send, as `kiln tune` does) is the checkpoint's directory, not a Hub id
+        fetched from a container that cannot reach the Hub (catalog/data/disaggregated.json
+        `router_tokenizer`)."""
+        serving = super().serve(unit)
+        return serving.model_copy(update={"options": ["--workdir", layout.MODELS_DIR] + serving.options})
 
 
 ROUTER = TrtllmDisaggregated()

@@ -11,12 +11,13 @@ IMAGE_ROOT = "/opt/kiln"
 REPOSITORY_DIR = f"{IMAGE_ROOT}/repository"  # the Triton model repository of one host
 ENGINE_SUBDIR = "engine"  # inside an engine artifact: config.json and rank<N>.engine
 LLMAPI_OPTIONS = "llm-api-options.yaml"  # a model's LLM-API options file (llmapi-options/<model>)
+MODELS_DIR = f"{IMAGE_ROOT}/models"  # <model>/: each model's checkpoint or engine artifact
 OPTIONS_DIR = f"{IMAGE_ROOT}/llmapi"  # <model>/llm-api-options.yaml in the image: trtllm-serve --extra_llm_api_options
 
 
 def model_dir(model: str) -> str:
     """The checkpoint (or engine artifact) directory of one model inside the image."""
-    return f"{IMAGE_ROOT}/models/{model}"
+    return f"{MODELS_DIR}/{model}"
 
 
 def engine_dir(model: str) -> str:

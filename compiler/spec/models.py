@@ -399,6 +399,8 @@ Role = Literal["prefill", "decode"]
 TransportName = formatted(r"[A-Za-z][A-Za-z0-9_]{0,31}", "a KV-transfer backend name as TensorRT-LLM spells it",
                           "UCX")
 UcxTransport = formatted(r"\^?[a-z][a-z0-9_]{0,31}", "a UCX transport name (UCX_TLS entry)", "cuda_ipc")
+# a Linux network interface name (IFNAMSIZ 16, so at most 15 characters)
+NetInterface = formatted(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,14}", "a network interface name", "eth0")
 UcxDevice = formatted(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}", "a UCX network device (UCX_NET_DEVICES entry)",
                       "mlx5_0:1")
 
@@ -468,6 +470,13 @@ class UcxEnvironment(SpecModel):
     net_devices: Annotated[list[UcxDevice], Field(min_length=1)] | None = None  # type: ignore[valid-type]
     """UCX_NET_DEVICES: the network devices for KV traffic, e.g. [mlx5_0:1]. Needed when the roles
     run on different hosts (K664). Default: UCX's own choice."""
+
+    interface: NetInterface | None = None  # type: ignore[valid-type]
+    """The network interface (e.g. eth0, ib0) whose IPv4 address each server's cache transceiver
+    advertises to its peers (TRTLLM_UCX_INTERFACE, and TRTLLM_NIXL_INTERFACE). Needed when the
+    roles run on different hosts (K664): left unset, the transceiver takes the first interface it
+    finds, which on a `--network host` container may be docker0 or link-local, the same address
+    on every node. Default: TensorRT-LLM's own choice."""
 
 
 class KvTransfer(SpecModel):

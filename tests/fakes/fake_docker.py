@@ -8,8 +8,9 @@ list at its commas: docker/cli opts/gpus.go), `--env` without NAME=VALUE.
 
 A started container is a small HTTP server answering 200 to every GET on the port its health
 check probes (`--health-cmd '... --probe PORT ...'`), the way a served model answers its
-readiness paths; `rm -f` stops it. Containers record the environment they were given (`--env`)
-and whether they got a GPU, which the tests read from the state file.
+readiness paths; `rm -f` stops it. Containers record the environment they were given (`--env`),
+whether they got a GPU, their working directory and IPC/PID namespaces, which the tests read
+from the state file.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ SERVER = ("import http.server, sys\n"
 
 VALUE_FLAGS = {"--name", "--restart", "--network", "--cpuset-cpus", "--shm-size", "--ulimit", "--health-cmd",
                "--health-interval", "--health-timeout", "--health-retries", "--health-start-period", "--label",
-               "--env", "--gpus"}
+               "--env", "--gpus", "--workdir", "--ipc", "--pid"}
+# the namespace modes docker run accepts (Docker run reference: --ipc, --pid)
+IPC_MODES = {"none", "private", "shareable", "host"}
+PID_MODES = {"host"}
 
 
 def load(path: str) -> dict:
@@ -72,13 +76,25 @@ def run(argv: list[str], state: dict) -> int:
                 or ("," not in gpus and gpus.startswith("device="))):
             print(f"docker: invalid --gpus {gpus!r}: a device list needs quotes", file=sys.stderr)
             return 125
+    for flag, modes in (("--ipc", IPC_MODES), ("--pid", PID_MODES)):
+        for mode in opts.get(flag, []):
+            if mode not in modes and not mode.startswith("container:"):
+                print(f"docker: invalid {flag} mode {mode!r}", file=sys.stderr)
+                return 125
+    workdir = opts.get("--workdir", [""])[-1]
+    if workdir and not workdir.startswith("/"):
+        print(f"docker: the working directory '{workdir}' is invalid, it needs to be an absolute path",
+              file=sys.stderr)
+        return 125
     health = shlex.split(opts["--health-cmd"][0])
     port = int(health[health.index("--probe") + 1])
     proc = subprocess.Popen([sys.executable, "-c", SERVER, str(port)], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     labels = dict(label.split("=", 1) for label in opts.get("--label", []))
     state[name] = {"image": image, "command": command, "labels": labels, "pid": proc.pid,
-                   "env": sorted(opts.get("--env", [])), "gpus": opts.get("--gpus", [])}
+                   "env": sorted(opts.get("--env", [])), "gpus": opts.get("--gpus", []),
+                   "workdir": workdir, "ipc_mode": opts.get("--ipc", ["private"])[-1],
+                   "pid_mode": opts.get("--pid", ["private"])[-1], "shm_size": opts.get("--shm-size", [""])[-1]}
     print("0" * 64)
     return 0
 

@@ -175,8 +175,12 @@ def _host_unit(ctx: LowerContext, u) -> HostUnit:
                     ports=u.ports.as_dict(), serving=ir_unit_serving(ctx.ir, u))
     if not disagg_hosts.is_disaggregated(ctx, u.model):
         return unit
-    return unit.model_copy(update={"role": u.role, "environment": disagg_hosts.environment(ctx, u.model),
-                                   "inputs": disagg_hosts.server_inputs(ctx, u.model, u.role)})
+    update = {"role": u.role, "environment": disagg_hosts.environment(ctx, u.model),
+              "inputs": disagg_hosts.server_inputs(ctx, u.model, u.role)}
+    if disagg_hosts.shares_host_namespaces(ctx, u.model, u.host):
+        update["serving"] = unit.serving.model_copy(
+            update={"options": disagg_hosts.namespace_options(unit.serving.options)})
+    return unit.model_copy(update=update)
 
 
 def _unit_context(host: str, unit_id: str, model: str, gpus: str, mig_start: object, serving: UnitServing,

@@ -79,10 +79,12 @@ def planner(*, image: str, version: str, config: dict) -> dict:
 def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, image: str, version: str,
            resource: str, count: int, selector: dict[str, str], gpu_product: str | None, options_configmap_: str,
            power_limit_w: int | None, pod_resources: dict, weights: str | None = None, role: str | None = None,
-           env: dict[str, str] | None = None) -> dict:
+           env: dict[str, str] | None = None, kv_events: bool = False) -> dict:
     """Rolling updates one worker at a time without surge pods (a pool's devices are all
     assigned), instead of the operator's 25%/25% (rolling_update_annotations). `weights`: the
-    model's weights image by digest, mounted at `--model-path` (None: in the serving image)."""
+    model's weights image by digest, mounted at `--model-path` (None: in the serving image).
+    `kv_events`: a disaggregated role's worker publishes its KV-cache events to the frontend's
+    KV router (--publish-events-and-metrics)."""
     surge, unavailable = k8s_controllers.rolling_update_annotations()
     template: dict = {
         "metadata": {"labels": meta.labels(spec_name, model=model, pool=pool),
@@ -99,7 +101,7 @@ def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, i
                 "command": ["python3", "-m", "dynamo.trtllm"],
                 "args": ["--model-path", layout.model_dir(model), "--served-model-name", model,
                          "--extra-engine-args", f"{OPTIONS_DIR}/{OPTIONS_FILE}",
-                         *(worker_role_args(role) if role is not None else [])],
+                         *(worker_role_args(role, kv_events) if role is not None else [])],
                 "resources": {"requests": {**pod_resources["requests"], resource: str(count)},
                               "limits": {**pod_resources["limits"], resource: str(count)}},
                 "securityContext": container_security(),

@@ -72,6 +72,8 @@ class DgdParams(Params):
     frontend_args: list[str] = []
     environment: dict[str, str] = {}  # the workers' UCX settings
     planner: Planner | None = None
+    # the workers publish their KV-cache events (the frontend routes by KV; absent: not disaggregated)
+    kv_events: bool = Field(default=False, exclude_if=lambda v: not v)
 
 
 def dgd_params(ctx: LowerContext) -> list[DgdParams]:
@@ -120,7 +122,8 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
                              options_action=f"{disaggregated.KIND.kind}/{model}",
                              options_digest="sha256:" + hashlib.sha256(canonical_json(role_options)).hexdigest(),
                              workers=workers, frontend_args=disaggregated.frontend_args(rm),
-                             environment=disaggregated.ucx_environment(rm), planner=planner))
+                             environment=disaggregated.ucx_environment(rm), planner=planner,
+                             kv_events=d.router.kv_aware))
     return out
 
 
@@ -139,7 +142,8 @@ def render(params: DgdParams, options: bytes | dict[str, bytes], images: dict[st
             image=images[w.image_action][0], version=params.version, resource=w.resource, count=w.count,
             selector=w.selector, gpu_product=w.gpu_product, options_configmap_=cm_names[w.role],
             power_limit_w=w.power_limit_w, pod_resources=w.pod_resources,
-            weights=images[w.weights_action][0] if w.weights_action else None, role=w.role, env=params.environment))
+            weights=images[w.weights_action][0] if w.weights_action else None, role=w.role, env=params.environment,
+            kv_events=params.kv_events))
     artifacts = {a: d for a, (_, d) in images.items()}
     artifacts[params.options_action] = "sha256:" + hashlib.sha256(b"".join(
         by_role[r] for r in sorted(by_role, key=str))).hexdigest()
@@ -222,7 +226,7 @@ class K8sDgd(ActionKind[DgdParams]):
                                              device=f"{w.count} x {w.resource}")
         if old is None:
             return out
-        out += _non_workers(old, new)
+        out += _non_workers(old, new, workers_roll=any(d.kind == "workload-roll" for d in out))
         rolled = {d.detail.split(":", 1)[0] for d in out if d.kind == "workload-roll"
                   and d.detail.split(":", 1)[0] in {f"{new.model}/{w.component}" for w in new.workers}}
         if rolled:
@@ -239,7 +243,7 @@ class K8sDgd(ActionKind[DgdParams]):
         return _unordered_roles(new, out)
 
 
-def _non_workers(old: DgdParams, new: DgdParams) -> list[Disruption]:
+def _non_workers(old: DgdParams, new: DgdParams, workers_roll: bool = False) -> list[Disruption]:
     """The frontend (the router of a disaggregated model) and the planner: not workers, so Dynamo
     updates them in place, outside the worker hash (catalog k8s_controllers.json, rolling_update).
     They take no GPU: each pool of the model's workers names them, as a host's router names the
@@ -255,7 +259,9 @@ def _non_workers(old: DgdParams, new: DgdParams) -> list[Disruption]:
 
         what = ", ".join(f"{k} {text(a)} -> {text(b)}" for k, a, b in frontend)
         role = "router/frontend" if new.frontend_args or old.frontend_args else "frontend"
-        changed.append((f"{new.model}/frontend", f"{role} replaced in place ({what}); the workers keep running"))
+        # a KV-routing change also changes what the workers publish: then they roll for it too
+        rest = "" if workers_roll else "; the workers keep running"
+        changed.append((f"{new.model}/frontend", f"{role} replaced in place ({what}){rest}"))
     if old.planner != new.planner:
         changed.append((f"{new.model}/planner", "planner replaced in place (its image or config changed)"))
     return [Disruption(p, POOL, "workload-roll", f"{name}: {text}") for name, text in changed for p in pools]

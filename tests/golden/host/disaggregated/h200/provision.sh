@@ -109,7 +109,7 @@ readonly UNIT_RUNTIME=(trtllm-serve trtllm-serve trtllm-serve trtllm-serve-disag
 readonly UNIT_PORTS=(8003 8006 8009 8000)
 readonly UNIT_PORT=(8003 8006 8009 8000)
 readonly UNIT_READY=('/health /v1/models' '/health /v1/models' '/health /v1/models' /health)
-readonly UNIT_INPUTS=(sha256:595f917778bc593d737f3215db00dc52ce61ac4538842ca11f27835000ddcccf sha256:595f917778bc593d737f3215db00dc52ce61ac4538842ca11f27835000ddcccf sha256:9af76a85e0fb4d34b12a3a57b61e3d694677907b93962a7261440b82a724a834 sha256:6c0b635053a23b355fe6bb53209c8f228cced1b4fe320cbf7deb4a91cec453f3)
+readonly UNIT_INPUTS=(sha256:30d21acd81170e20e076456c46236bc37475b26d48e704a422fee74deb195911 sha256:30d21acd81170e20e076456c46236bc37475b26d48e704a422fee74deb195911 sha256:a995ec521c244b7a69ec95e474ed1753f60fecf9030d7e986a224be8df7807f3 sha256:eed86e208661ab56a038959944419da319ec385a81f93ca9838c7f6e4d9c203b)
 
 # unit_command UNIT-INDEX: CMD = the unit's server command line inside its container
 # (compiler/actions/runtimes.py, every flag checked against the runtime's flag set).
@@ -128,10 +128,10 @@ unit_command() {
 # (more than one GPU), and the health check (the image's entrypoint probing UNIT_READY).
 unit_options() {
   case "$1" in
-    0) OPTS=(--shm-size 2g --health-cmd '/opt/kiln/bin/serve --probe 8003 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
-    1) OPTS=(--shm-size 2g --health-cmd '/opt/kiln/bin/serve --probe 8006 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
-    2) OPTS=(--shm-size 2g --ulimit memlock=-1 --ulimit stack=67108864 --health-cmd '/opt/kiln/bin/serve --probe 8009 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
-    3) OPTS=(--shm-size 2g --health-cmd '/opt/kiln/bin/serve --probe 8000 /health' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
+    0) OPTS=(--ipc host --pid host --health-cmd '/opt/kiln/bin/serve --probe 8003 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
+    1) OPTS=(--ipc host --pid host --health-cmd '/opt/kiln/bin/serve --probe 8006 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
+    2) OPTS=(--ipc host --pid host --ulimit memlock=-1 --ulimit stack=67108864 --health-cmd '/opt/kiln/bin/serve --probe 8009 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
+    3) OPTS=(--workdir /opt/kiln/models --shm-size 2g --health-cmd '/opt/kiln/bin/serve --probe 8000 /health' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
     *) OPTS=() ;;
   esac
 }
