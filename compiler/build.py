@@ -86,8 +86,9 @@ class BuildOutcome:
         return [r for r in self.results.values() if r.status in ("built", "failed")]
 
 
-def _prepare(spec: Path, store: LocalStore, options: Options | None,
-             kinds: KindRegistry) -> tuple[BuildOutcome, DigestCache]:
+def prepare_spec(spec: Path, store: LocalStore, options: Options | None = None,
+                 kinds: KindRegistry = REGISTRY) -> tuple[BuildOutcome, DigestCache]:
+    """The spec validated and lowered, once: what plan_spec and build_prepared go on from."""
     outcome = BuildOutcome(validate_path(spec, options))
     # A store that does not exist is not created by reading it (`kiln plan --store X`).
     digests = DigestCache(store.root / "digest-cache.json" if store.root.is_dir() else None)
@@ -97,7 +98,7 @@ def _prepare(spec: Path, store: LocalStore, options: Options | None,
 
 def plan_spec(spec: Path, store: LocalStore, options: Options | None = None,
               builder: Builder | None = None, kinds: KindRegistry = REGISTRY) -> BuildOutcome:
-    outcome, digests = _prepare(spec, store, options, kinds)
+    outcome, digests = prepare_spec(spec, store, options, kinds)
     if outcome.graph is not None:
         name = outcome.validation.spec.name
         outcome.plan = make_plan(outcome.graph, store, name, kinds, builder if builder is not None else Builder(),
@@ -172,7 +173,15 @@ def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda 
     """Build what this builder can. Without failures a manifest is written and recorded in the
     store's release history; one with deferred actions says `complete: false` and lists them.
     `interrupt` stops the build (compiler/graph/executor.py); no release is recorded then."""
-    outcome, digests = _prepare(spec, store, options, kinds)
+    outcome, digests = prepare_spec(spec, store, options, kinds)
+    return build_prepared(outcome, digests, store, jobs=jobs, progress=progress, builder=builder,
+                          selection=selection, remote=remote, kinds=kinds, interrupt=interrupt)
+
+
+def build_prepared(outcome: BuildOutcome, digests: DigestCache, store: LocalStore, *, jobs: int = 2,
+                   progress=lambda line: None, builder: Builder | None = None, selection: Selection | None = None,
+                   remote=None, kinds: KindRegistry = REGISTRY, interrupt: Interrupt | None = None) -> BuildOutcome:
+    """build_spec on a spec prepare_spec validated and lowered (`kiln publish` lowers once)."""
     if outcome.graph is None:
         return outcome
     digests.save()
@@ -185,7 +194,7 @@ def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda 
         selected = selection.chosen(outcome.graph)
     name = outcome.validation.spec.name
     if remote is not None and hasattr(remote, "require"):  # signed inputs, when the spec asks for them
-        remote.require(outcome.validation.spec, spec.parent)
+        remote.require(outcome.validation.spec, outcome.validation.base_dir)
     # The shared lock is held from the first cache lookup until the release is recorded: until then
     # nothing in the store references this build's new artifacts, and `kiln store gc` (which takes
     # the lock alone) would remove them.

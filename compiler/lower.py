@@ -1,17 +1,23 @@
-"""Lowering: an analysed spec becomes the action graph, one action per artifact."""
+"""Lowering: an analysed spec becomes the action graph, one action per artifact. The one place that
+does it: `lower` for a validated spec (the build, the plan, publish), `lower_ir` for an analysed IR
+(what a measured record is compared with, compiler/staleness.py; `kiln tune`)."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from compiler.actions.base import InputUnreadable, LowerContext, input_spec_path
 from compiler.diagnostics import Diagnostic
 from compiler.graph.inputs import DigestCache
 from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
+from compiler.ir import Resolved
 from compiler.ir.inputs import InputUnusable
-from compiler.pipeline import Validation
 from compiler.targets.registry import REGISTRY
+
+if TYPE_CHECKING:  # annotations only: validation compares measured records through lower_ir
+    from compiler.pipeline import Validation
 
 
 class NotBuildable(Exception):
@@ -23,14 +29,19 @@ def lower(result: Validation, digests: DigestCache, kinds: KindRegistry = REGIST
     since validation) adds a K916 diagnostic to `result` and raises NotBuildable."""
     if not result.ok or result.resolved is None:
         raise NotBuildable(f"{result.file} has errors; run `kiln validate` for details")
-    ctx = LowerContext(result.resolved, digests)
     try:
-        return Graph.build([_sized(_with_input_paths(a, ctx), kind, ctx) for kind in kinds for a in kind.lower(ctx)])
+        return lower_ir(result.resolved, digests, kinds)
     except InputUnreadable as e:
         doc = result.resolved.document
         result.diagnostics.append(Diagnostic(InputUnusable.code, InputUnusable.severity, e.message, doc.file,
                                              doc.span_of(e.where)))
         raise NotBuildable(f"{result.file}: {e.message}") from None
+
+
+def lower_ir(ir: Resolved, digests: DigestCache, kinds: KindRegistry = REGISTRY) -> Graph:
+    """The action graph of an analysed IR; an input unreadable now raises InputUnreadable."""
+    ctx = LowerContext(ir, digests)
+    return Graph.build([_sized(_with_input_paths(a, ctx), kind, ctx) for kind in kinds for a in kind.lower(ctx)])
 
 
 def lower_or_report(result: Validation, digests: DigestCache, kinds: KindRegistry = REGISTRY) -> Graph | None:

@@ -13,21 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from compiler.actions.base import LowerContext
 from compiler.diagnostics import Diagnostic
 from compiler.graph.inputs import DigestCache
-from compiler.graph.model import Graph
 from compiler.ir import Resolved
 from compiler.ir.measured import MeasuredLimitStale, TuneRecord, spec_changes
+from compiler.lower import lower_ir
 from compiler.store.canonical import canonical_json
 from compiler.store.local import sha256_bytes
-from compiler.targets.registry import REGISTRY
-
-
-def lower_graph(ir: Resolved, digests: DigestCache | None = None) -> Graph:
-    """The build graph of an analysed IR (what compiler.lower does for a Validation)."""
-    ctx = LowerContext(ir, digests if digests is not None else DigestCache(None))
-    return Graph.build([a for kind in REGISTRY for a in kind.lower(ctx)])
 
 
 def measured_artifacts(ir: Resolved, unit_id: str, digests: DigestCache | None = None) -> dict[str, str]:
@@ -36,7 +28,7 @@ def measured_artifacts(ir: Resolved, unit_id: str, digests: DigestCache | None =
     host's Triton repository (`triton-repo/<host>#<model>`: a digest of those parameters). The rest of
     the host's repository and image belong to its other units too, and change with them."""
     unit = next(u for u in ir.units if u.id == unit_id)
-    graph = lower_graph(ir, digests)
+    graph = lower_ir(ir, digests if digests is not None else DigestCache(None))
     out = {aid: graph.keys[aid] for aid in graph.order if aid.endswith("/" + unit.model)}
     repo = graph.actions.get(f"triton-repo/{unit.host}")
     if repo is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.build import build_spec, plan_spec
+from compiler.build import build_prepared, prepare_spec
 from compiler.release import spec_digest
 from compiler.store.local import LocalStore, StoreError, sha256_bytes
 
@@ -160,9 +160,9 @@ def publish_spec(spec: Path, store: LocalStore, registry: str | None, commit: st
 
 def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | None,
              artifacts_only: bool, dirty: bool, signer) -> PublishOutcome:
-    planned = plan_spec(spec, store)
-    outcome = PublishOutcome(planned.validation)
-    graph, result = planned.graph, planned.validation
+    prepared, digests = prepare_spec(spec, store)  # validated and lowered once, for the push and the release
+    outcome = PublishOutcome(prepared.validation)
+    graph, result = prepared.graph, prepared.validation
     if graph is None:
         return outcome
     target = registry or (result.spec.publish.registry if result.spec.publish else None)
@@ -183,9 +183,10 @@ def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | 
             raise NotBuilt("a release needs the spec's git commit")
         # The release manifest exactly as `kiln build` writes it (whatever it comes to list): a build
         # whose every action is in the store executes nothing and returns those bytes.
-        built = build_spec(spec, store)
+        built = build_prepared(prepared, digests, store)
         if built.executed or built.manifest is None:
-            raise NotBuilt(f"{result.file} changed while publishing; run `kiln build` and publish again")
+            raise NotBuilt(f"{result.file}: its artifacts left the store while publishing; run `kiln build` and "
+                           "publish again")
         release = built.manifest
         tag = oa.dirty_release_tag(commit, sha256_bytes(release)) if dirty else oa.release_tag(commit)
         release_repo = outcome.registry.repo(result.spec.name)

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from compiler.graph.inputs import DigestCache
 from compiler.ir.inputs import replace_file
 from compiler.ir.measured import (GpuRecord, ImageRecord, Measurement, Result, Search, Served, TuneRecord,
                                   record_name, render_record, sla_record)
+from compiler.lower import lower_ir
 from compiler.pipeline import Validation, validate_path
 from compiler.spec.models import MeasuredLimit as MeasuredRef
-from compiler.staleness import lower_graph, measured_artifacts
+from compiler.staleness import measured_artifacts
 from compiler.store.local import sha256_file
 
 from . import aiperf, gpu
@@ -304,7 +306,7 @@ def tune(opts: TuneOptions, progress: Progress = lambda line: None) -> TuneOutco
     version = aiperf.aiperf_version(exe)
     if version != aiperf.VERSION_TESTED:
         progress(f"note: AIPerf {version}; Kiln reads the output files of {aiperf.VERSION_TESTED}")
-    graph = lower_graph(ir)
+    graph = lower_ir(ir, DigestCache(None))
     artifacts = measured_artifacts(ir, unit.id)
     image = _image(ir, unit, graph, opts)
     gpu_rec = _gpu_record(ir, unit, opts, progress)
