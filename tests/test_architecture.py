@@ -377,3 +377,31 @@ def test_every_runtime_command_fits_its_own_flag_table() -> None:
                 moved = rt.serve(Unit(model="m", target=target, ports={**ports, "http": 9000}, tp=tp, pp=pp,
                                       gpus=tp * pp))
                 assert "command" in rt.restarts(serving, moved)
+
+
+# --- facts computed once, as passes of the IR ---------------------------------------------------------
+def test_the_facts_are_passes_and_only_their_pass_computes_them() -> None:
+    """Where a disaggregated model's router runs and what each role needs are IR passes (routers,
+    roles); the checks, the plan and the emitters read `ir.routers` and `ir.roles`, never the
+    functions behind them."""
+    import ast
+
+    from compiler.ir import PASSES
+
+    names = [p.__name__ for p in PASSES]
+    assert names.index("placements_pass") < names.index("routers_pass") < names.index("capacity_pass") \
+        < names.index("roles_pass")
+    owners = {"router_host": "compiler/ir/disaggregated.py", "role_capacity": "compiler/ir/role_capacity.py"}
+    found = []
+    for path in sorted((ROOT / "compiler").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name in owners and owners[name] != rel:
+                    found.append(f"{rel}:{node.lineno} {name}")
+    assert found == []
+    ir = _resolved("disaggregated").resolved
+    disaggregated = {n for n, m in ir.spec.models.items() if m.serving.disaggregated is not None}
+    assert disaggregated and set(ir.routers) == set(ir.roles) == disaggregated
+    assert all(r is None or r in ir.hosts for r in ir.routers.values())

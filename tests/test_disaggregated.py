@@ -124,7 +124,7 @@ def test_kubernetes_roles_with_dynamo_and_a_planner_raise_no_disaggregated_rule(
     # the plan counts a node pool's servers per node, and Dynamo's frontend routes
     from compiler.ir.role_capacity import roles_rows
 
-    [row] = roles_rows(v.resolved.spec, v.resolved)
+    [row] = roles_rows(v.resolved)
     assert {r["role"]: r["servers"] for r in row["roles"]} == {"prefill": 4, "decode": 2}
     assert row["router"]["runs"] == "dynamo-frontend" and row["router"]["host"] is None
 

@@ -19,7 +19,7 @@ import hashlib
 
 from compiler import targets
 from compiler.catalog import disaggregated as facts
-from compiler.ir.disaggregated import ROLES, router_host
+from compiler.ir.disaggregated import ROLES
 from compiler.runtimes import ROUTER, Unit
 from compiler.store.canonical import canonical_json
 
@@ -105,7 +105,7 @@ def routers(ctx: LowerContext, host: str) -> list[HostRouter]:
     """The routers `host` runs: one per disaggregated model whose router host it is, in model order."""
     out = []
     for model in sorted(ctx.ir.models):
-        if not is_disaggregated(ctx, model) or router_host(ctx.spec, model) != host:
+        if not is_disaggregated(ctx, model) or ctx.ir.routers[model] != host:
             continue
         if not any(u.model == model and targets.of(ctx.spec.hosts[u.host]).runs_router for u in ctx.ir.units):
             continue  # no server on hosts: no config (disagg-options writes none)

@@ -15,7 +15,7 @@ from compiler import targets
 from compiler.catalog import disaggregated as facts
 from compiler.graph.model import Action
 from compiler.ir import Resolved, ResolvedModel
-from compiler.ir.disaggregated import ROLES, buffer_tokens, router_host
+from compiler.ir.disaggregated import ROLES, buffer_tokens
 from compiler.ir.disaggregated import role_spec as _role_spec
 from compiler.serving.yamlout import dump_yaml
 from compiler.store.canonical import pretty_json
@@ -113,7 +113,7 @@ def servers(ir: Resolved, model: str) -> list[Server]:
     """The model's servers on `deploy: host` hosts, prefill first, in unit order. The router reaches
     a server on its own host at localhost, one on another host by the host's name (the spec's
     host names are the machines' names on the network)."""
-    where = router_host(ir.spec, model)
+    where = ir.routers[model]
     out = []
     for role in ROLES:
         for u in ir.units:

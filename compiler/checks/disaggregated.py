@@ -18,7 +18,7 @@ from compiler.catalog import disaggregated as facts
 from compiler.diagnostics import Diagnostic, Rule, Severity
 from compiler.spec.models import Disaggregated, Model
 
-from compiler.ir.disaggregated import router_host, served, tokens_per_block
+from compiler.ir.disaggregated import served, tokens_per_block
 
 from .base import Check, CheckContext
 
@@ -176,7 +176,7 @@ class RouterPlacement(Check):
                                    f"router.host {named!r} {why}; the router runs on a `deploy: host` host",
                                    help=f"name one of: {', '.join(h for h, x in ctx.spec.hosts.items() if targets.of(x).runs_router) or '(none)'}")
                     continue
-            where = router_host(ctx.spec, name)
+            where = ctx.ir.routers[name]
             if where is None:
                 continue
             from .refs import _listening_kinds
@@ -263,10 +263,8 @@ class RoleCapacity(Check):
     order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        from compiler.ir.role_capacity import role_capacity
-
         for name, _m, _d in _disaggregated(ctx):
-            sized = role_capacity(ctx.spec, ctx.ir, name)
+            sized = ctx.ir.roles[name]
             short = sized.short
             if not short:
                 continue

@@ -54,7 +54,7 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
     figures = result.resolved.capacity_rows() if result.resolved is not None else []
     placements = placement_rows(result.resolved.units) if result.resolved is not None else []
     processes = process_rows(result.resolved) if result.resolved is not None else []
-    roles = roles_rows(result.resolved.spec, result.resolved) if result.resolved is not None else []
+    roles = roles_rows(result.resolved) if result.resolved is not None else []
     summary = summary_line(outcome.plan, outcome.disruptions) if outcome.graph is not None else None
     if args.format == "json":
         emit(json.dumps({"summary": summary, "diagnostics": diagnostic_records([result]), "store": str(store.root),

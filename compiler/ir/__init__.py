@@ -1,6 +1,7 @@
-"""The Resolved IR (types.py), how it is built (resolve.py) and completed (passes.py, pools.py)."""
+"""The Resolved IR (types.py), how it is built (resolve.py) and completed (analysis.py: the passes of
+passes.py, pools.py, disaggregated.py and role_capacity.py)."""
 
-from .passes import PASSES, analyse
+from .analysis import PASSES, analyse
 from .resolve import resolve
 from .types import (Formats, MigSlot, ModuleFormat, Ports, Resolved, ResolvedHost, ResolvedModel,
                     ServingUnit)

@@ -4,6 +4,7 @@ both roles carry, and the router's host."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -84,3 +85,10 @@ def router_host(spec: Spec, name: str) -> str | None:
             if a.serves == name or any(i.serves == name for i in a.mig or ()):
                 return hname
     return None
+
+
+def routers_pass(ir):
+    """Where each disaggregated model's router runs, decided once (`router_host`)."""
+    routers = {name: router_host(ir.spec, name) for name, m in ir.spec.models.items()
+               if m.serving.disaggregated is not None}
+    return dataclasses.replace(ir, routers=routers)

@@ -20,7 +20,6 @@ from compiler.capacity.workload import traffic_shape
 from compiler.catalog.formats import SIXTEEN_BIT, load_format_table, normalize_activations
 
 from .measured import batch_limit
-from .pools import pools_pass
 from .types import Formats, ModuleFormat, Ports, Resolved, ResolvedHost, ResolvedModel, ServingUnit
 
 Pass = Callable[[Resolved], Resolved]
@@ -287,12 +286,3 @@ def unit_estimate(ir: Resolved, u: ServingUnit, s: Sizing, fig) -> dict | None:
     return figures_estimate(u, s, rm.arch, host.gpu, fig, runtime_version=ir.spec.toolchain.tensorrt_llm,
                             price_per_gpu_hour=host.spec.price_per_gpu_hour, sla=sla)
 
-
-PASSES: tuple[Pass, ...] = (limits_pass, formats_pass, units_pass, ports_pass, placements_pass, capacity_pass,
-                           pools_pass)
-
-
-def analyse(ir: Resolved, passes: tuple[Pass, ...] = PASSES) -> Resolved:
-    for p in passes:
-        ir = p(ir)
-    return ir

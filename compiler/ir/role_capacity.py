@@ -12,12 +12,14 @@ running at once; the role needs that many sequences over that batch."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from compiler import targets
 
-from .disaggregated import ROLES, role_spec, router_host
+from .disaggregated import ROLES, role_spec
+from .passes import sizing
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,6 @@ def role_capacity(spec, ir, name: str) -> ModelRoles | None:
     """The roles of disaggregated model `name` (None when it is not disaggregated)."""
     from compiler.capacity.estimate import cohort_work, prefill_work
     from compiler.capacity.estimate_unit import coefficients_for, unit_case
-    from .passes import sizing
 
     m = spec.models.get(name)
     if m is None or m.serving.disaggregated is None:
@@ -156,23 +157,30 @@ def role_capacity(spec, ir, name: str) -> ModelRoles | None:
 # --- as rows for `kiln plan` (JSON data; compiler/capacity/roles_render.py renders them) ------------
 
 
-def roles_rows(spec, ir) -> list[dict]:
+def roles_pass(ir):
+    """Each disaggregated model's roles, sized once: K462 and `kiln plan` read `ir.roles`."""
+    roles = {name: role_capacity(ir.spec, ir, name) for name, m in ir.spec.models.items()
+             if m.serving.disaggregated is not None}
+    return dataclasses.replace(ir, roles=roles)
+
+
+def roles_rows(ir) -> list[dict]:
     """One row (JSON data) per disaggregated model, in spec order ([] when there is none)."""
     out = []
-    for name, m in spec.models.items():
-        sized = role_capacity(spec, ir, name)
+    for name, m in ir.spec.models.items():
+        sized = ir.roles.get(name)
         if sized is None:
             continue
-        out.append({"model": name, "requests_per_second": sized.rate, "router": _router(spec, name, m),
+        out.append({"model": name, "requests_per_second": sized.rate, "router": _router(ir, name, m),
                     "roles": [_role_row(r) for r in sized.roles], "short": sized.short,
                     "recommended": None if sized.ratio is None else
                     {"prefill": sized.ratio[0], "decode": sized.ratio[1]}})
     return out
 
 
-def _router(spec, name: str, m) -> dict:
+def _router(ir, name: str, m) -> dict:
     d = m.serving.disaggregated
-    host = router_host(spec, name)
+    host = ir.routers[name]
     if host is None:  # every server on node pools: Dynamo's frontend routes
         return {"host": None, "port": None, "kv_aware": d.router.kv_aware, "runs": "dynamo-frontend"}
     return {"host": host, "port": m.serving.ports.http, "kv_aware": d.router.kv_aware,

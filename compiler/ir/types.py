@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the format table's row types; only annotations name them he
     from compiler.catalog.formats import KvFormat, Recipe
 
     from .pools import NodePool
+    from .role_capacity import ModelRoles
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,10 @@ class Resolved:
     # the spec's input paths (by their text in the spec) that resolution confined and found usable
     # (inputs.py); a path missing here was refused, and nothing may read it
     inputs: Mapping[str, ResolvedInput] = field(default_factory=dict)
+    # routers pass: disaggregated model -> the host its router runs on (None: the orchestrator's
+    # frontend routes, every server being on node pools)
+    routers: Mapping[str, str | None] = field(default_factory=dict)
+    roles: Mapping[str, ModelRoles] = field(default_factory=dict)  # roles pass: each role's servers, placed and needed
 
     def input_path(self, value: str) -> Path:
         """The real path of an input the spec names (KeyError for one resolution refused)."""
