@@ -87,12 +87,13 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     import statistics
 
-    from compiler.capacity.estimate_fit import PRECISIONS, fit_groups, predict, published_case
+    from compiler.capacity.estimate_fit import fit_groups, predict, published_case
+    from compiler.capacity.published_rows import PRECISIONS
     from compiler.capacity.estimate_unit import coefficient_table, coefficients_for
     from compiler.catalog.gpus import load_gpu_catalog
     from compiler.catalog.models import load_model_catalog
 
-    from compiler.capacity.estimate_fit import MODEL_KEYS
+    from compiler.capacity.published_rows import MODEL_KEYS
 
     rows = json.loads(args.rows.read_text(encoding="utf-8"))["rows"]
     all_cases = [(r, published_case(r)) for r in rows]

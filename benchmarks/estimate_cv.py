@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from compiler.capacity.estimate_fit import PRECISIONS, fit_groups, predict, published_case  # noqa: E402
+from compiler.capacity.estimate_fit import fit_groups, predict, published_case  # noqa: E402
 from compiler.capacity.estimate_calibrate import calibrate, estimate_row  # noqa: E402
 from compiler.capacity.estimate_unit import STATED_COVERAGE, coefficients_for  # noqa: E402
 from compiler.catalog.gpus import load_gpu_catalog  # noqa: E402
@@ -105,8 +105,8 @@ def main() -> int:
     over_ceiling = sum(c.tokens_per_s > c.work.output_tokens / c.work.ceiling_s for c in cases)
     est_over = 0
     for c in cases:
-        wfmt, _ = PRECISIONS[str(c.facts["precision"])]
-        coef = coefficients_for(gpus[str(c.facts["gpu"])].arch, wfmt, str(c.facts["release"]), table)
+        coef = coefficients_for(gpus[str(c.facts["gpu"])].arch, str(c.facts["weights_fmt"]), str(c.facts["release"]),
+                                table)
         est_over += predict(c.work, coef.coefficients) > c.work.output_tokens / c.work.ceiling_s * (1 + 1e-9)
     print(f"rows above the ceiling: {over_ceiling} of {len(cases)}; estimates above it: {est_over}")
     ratios = sorted(c.tokens_per_s / (c.work.output_tokens / c.work.ceiling_s) for c in cases)

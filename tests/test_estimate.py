@@ -160,11 +160,13 @@ def test_coefficients_fall_back_to_an_earlier_release_then_to_the_pooled_set() -
     # no rows for the generation or precision: the nearest fitted generation and precision, not a pool
     ampere = coefficients_for("Ampere", "bf16", "1.2.1")
     assert ampere.key == "Hopper/fp8/1.0" and "Ampere bf16" in ampere.reasons[0]
-    assert ampere.distance == 2.0  # one generation and one precision away
+    assert ampere.distance == 1.75  # one generation and one precision away
     ultra = coefficients_for("Blackwell Ultra", "nvfp4", "1.2.1")
     assert ultra.key == "Blackwell/fp4/1.0" and ultra.distance == 0.5
     hopper_bf16 = coefficients_for("Hopper", "bf16", "1.2.1")
-    assert hopper_bf16.key == "Hopper/fp8/1.0" and hopper_bf16.distance == 1.0
+    assert hopper_bf16.key == "Hopper/fp8/1.0" and hopper_bf16.distance == 0.75
+    # Blackwell FP8: the same GPU at FP4 is nearer than Hopper at FP8
+    assert coefficients_for("Blackwell", "fp8", "1.2.1").key == "Blackwell/fp4/1.0"
     # a GDDR part is one memory system away from every fitted row, and says so
     gddr = coefficients_for("Blackwell", "nvfp4", "1.0", memory_class="GDDR")
     assert gddr.key == "Blackwell/fp4/1.0" and gddr.distance == 1.0 and "GDDR" in gddr.reasons[0]
@@ -198,9 +200,9 @@ def test_the_interval_widens_outside_the_fit_and_never_passes_the_ceiling(llama8
     ampere = coefficients_for("Ampere", "bf16", "1.0")
     beyond = unit_estimate(shape=s, batch=8192, traffic=Traffic(1000, 9000, 5500, "t"), coef=ampere,
                            ceiling_tokens_per_s=1e9, price_share=None, price_per_gpu_hour=None)
-    # 2 (generation, precision) + 1 (two facts): past the last class, widened by half per unit of distance
+    # 1.75 (generation, precision) + 1 (two facts): past the last class by 0, its interval
     lo, hi = logs(beyond)
-    assert lo == pytest.approx(classes[2]["log_low"] * 1.125, abs=2e-3) and hi <= classes[2]["log_high"] * 1.125
+    assert lo == pytest.approx(classes[2]["log_low"], abs=2e-3) and hi <= classes[2]["log_high"] + 2e-3
     assert all(a["log_low"] >= b["log_low"] and a["log_high"] <= b["log_high"] for a, b in zip(classes, classes[1:]))
     t = inside["output_tokens_per_s"]
     assert t["low"] < t["value"] < t["high"]

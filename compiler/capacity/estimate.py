@@ -106,7 +106,13 @@ class Shape:
 
     @property
     def peak_flops(self) -> float:
-        tf = self.gpu.tflops.get(compute_precision(self.weights_fmt)) or self.gpu.tflops.get("bf16") or 1.0
+        prec = compute_precision(self.weights_fmt)
+        if self.weights_fmt == "mxfp4":
+            # TensorRT-LLM runs MXFP4 experts with MXFP8 activations where the GPU has FP4 tensor
+            # cores (W4A8, the FP8 rate) and dequantizes them to BF16 elsewhere (W4A16): its GPT-OSS
+            # deployment guide (docs/source/deployment-guide, gpt-oss), 1.0 to 1.2
+            prec = "fp8" if self.gpu.tflops.get("fp4") else "bf16"
+        tf = self.gpu.tflops.get(prec) or self.gpu.tflops.get("bf16") or 1.0
         return tf * 1e12 * self.compute_share
 
 

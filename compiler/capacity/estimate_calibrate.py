@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
-from compiler.capacity.estimate_fit import PRECISIONS, Measured, fit_groups, predict, quantile
+from compiler.capacity.estimate_fit import Measured, fit_groups, predict, quantile
 from compiler.capacity.estimate_unit import (MIN_LOG_SPREAD, STATED_COVERAGE, WIDEN, Traffic, coefficients_for,
                                              interval_distance, interval_logs)
 from compiler.catalog.gpus import load_gpu_catalog
@@ -29,8 +29,7 @@ MIN_BIN_ROWS = 20
 def estimate_row(c: Measured, table: dict) -> tuple[float, float, float, tuple[float, float]]:
     """(estimate, ceiling, distance, the interval's logs) of a published row from `table`."""
     gpu = load_gpu_catalog()[str(c.facts["gpu"])]
-    wfmt, _ = PRECISIONS[str(c.facts["precision"])]
-    coef = coefficients_for(gpu.arch, wfmt, str(c.facts["release"]), table, memory_class=gpu.memory_class)
+    coef = coefficients_for(gpu.arch, str(c.facts["weights_fmt"]), str(c.facts["release"]), table, memory_class=gpu.memory_class)
     isl, osl = float(c.facts["isl"]), float(c.facts["osl"])
     _, d = interval_distance(c.shape, c.work.batch, Traffic(isl, osl, isl + osl / 2, ""), coef)
     return predict(c.work, coef.coefficients), c.work.output_tokens / c.work.ceiling_s, d, interval_logs(coef, d)

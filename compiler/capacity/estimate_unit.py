@@ -62,6 +62,9 @@ def _version_tuple(release: str) -> tuple[int, ...]:
 #: Where each GPU generation sits, for the nearest generation with rows when one has none: a
 #: generation's tensor cores and memory system are closer to the next one than to the one after.
 GENERATION_ORDER = {"Ampere": 0.0, "Ada Lovelace": 0.5, "Hopper": 1.0, "Blackwell": 2.0, "Blackwell Ultra": 2.5}
+#: Another precision on the same generation is nearer than the same precision a generation away:
+#: the efficiencies are the GPU's (its memory system, its kernels) more than the number format's.
+PRECISION_STEP = 0.75
 
 
 def coefficients_for(gpu_arch: str, weights_fmt: str, runtime_version: str, table: Mapping | None = None,
@@ -98,7 +101,7 @@ def coefficients_for(gpu_arch: str, weights_fmt: str, runtime_version: str, tabl
 
     def near(key: str) -> tuple:
         gen, p, rel = key.split("/")
-        d = abs(GENERATION_ORDER.get(gen, 1.0) - GENERATION_ORDER.get(gpu_arch, 1.0)) + (p != prec)
+        d = abs(GENERATION_ORDER.get(gen, 1.0) - GENERATION_ORDER.get(gpu_arch, 1.0)) + PRECISION_STEP * (p != prec)
         later = _version_tuple(rel) > _version_tuple(release)
         return d, later, tuple(-v for v in _version_tuple(rel)) if not later else _version_tuple(rel)
 
