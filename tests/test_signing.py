@@ -285,3 +285,51 @@ def test_keyless_bundle_from_another_ca_or_tampered_is_refused(tmp_path) -> None
     with pytest.raises(SignatureError) as e:  # a key-signed bundle where a keyless identity is required
         signing.verify_checkpoint(bundle, Trust(key=ca), FILES)
     assert e.value.code == "KS102"
+
+
+# --- the images the cluster's admission policy checks --------------------------------------------
+
+def _push_image(client: Client, repo: str, content: bytes) -> str:
+    """A minimal OCI image (an empty config, one layer) as any builder pushes one; its digest."""
+    from compiler.store.canonical import canonical_json
+    from compiler.store.local import sha256_bytes
+
+    config = b"{}"
+    for blob in (config, content):
+        client.push_blob(repo, sha256_bytes(blob), len(blob), blob)
+    manifest = canonical_json({"schemaVersion": 2, "mediaType": oa.OCI_MANIFEST,
+                               "config": oa.descriptor("application/vnd.oci.image.config.v1+json",
+                                                       sha256_bytes(config), len(config)),
+                               "layers": [oa.descriptor("application/vnd.oci.image.layer.v1.tar",
+                                                        sha256_bytes(content), len(content))]})
+    return client.put_manifest(repo, "serving", manifest)
+
+
+def test_images_are_signed_in_their_repository_and_checked_as_the_admission_policy_would(registry, keys) -> None:
+    from compiler.gitops.attest import IMAGE_PREDICATE, sign_images, verify_image
+
+    client = Client(Registry.parse(registry.host))
+    name = f"{registry.host}/inference/fleet"
+    signed, unsigned = _push_image(client, "inference/fleet", b"serving"), _push_image(client, "inference/fleet", b"x")
+    release = {"images": {"pool-a": {"reference": f"{name}@{signed}", "digest": signed}}}
+    signer = signing.Signer(keys["release"][0])
+    assert sign_images(signer, release) == [f"{name}@{signed}"]
+    assert sign_images(signer, release) == []  # the same key again: nothing added
+    verify_image(name, signed, Trust(key=keys["release"][1]))
+    (bundle,) = bundles(client, "inference/fleet", signed, IMAGE_PREDICATE)
+    subject = json.loads(base64.b64decode(json.loads(bundle)["dsseEnvelope"]["payload"]))["subject"]
+    assert subject == [{"name": name, "digest": {"sha256": signed.removeprefix("sha256:")}}]
+    for digest, trust, code in ((signed, Trust(key=keys["stranger"][1]), "KS102"),
+                                (unsigned, Trust(key=keys["release"][1]), "KS103")):
+        with pytest.raises(SignatureError) as e:
+            verify_image(name, digest, trust)
+        assert e.value.code == code
+    # the genuine signature copied onto another image does not make it signed
+    from compiler.gitops.referrers import PREDICATE_ANNOTATION, attach
+
+    body, _ = client.get_manifest("inference/fleet", unsigned)
+    attach(client, "inference/fleet", oa.descriptor(oa.OCI_MANIFEST, unsigned, len(body)), signing.BUNDLE_TYPE,
+           bundle, {PREDICATE_ANNOTATION: IMAGE_PREDICATE})
+    with pytest.raises(SignatureError) as e:
+        verify_image(name, unsigned, Trust(key=keys["release"][1]))
+    assert e.value.code == "KS104"

@@ -16,12 +16,18 @@ from dataclasses import dataclass, field
 from compiler.store.local import sha256_bytes
 
 from . import artifacts as oa
-from .oci import OCI_MANIFEST, Client, Registry, RegistryError, json_object
+from .oci import OCI_INDEX, OCI_MANIFEST, Client, Registry, RegistryError, json_object
 from .referrers import PREDICATE_ANNOTATION, SIGNER_ANNOTATION, attach, bundles, listed
 from .signing import (BAD_SIGNATURE, BUNDLE_TYPE, DIGEST_MISMATCH, MISSING, MODEL_PREDICATE, SLSA_PREDICATE,
                       SignatureError, Signer, Trust, verify_checkpoint, verify_statement)
 
 CHECKPOINT_KINDS = ("model-source", "quantize", "engine")  # model weights, as model-signing means them
+# What cosign signs an image with in its bundle format (cosign v3 `sign --new-bundle-format`), which
+# policy-controller's `signatureFormat: bundle` reads: a statement whose subject is the image's digest.
+IMAGE_PREDICATE = "https://sigstore.dev/cosign/sign/v1"
+IMAGE_SECTIONS = ("images", "weights")  # release.json: serving images per host or pool, weights images per model
+_IMAGE_ACCEPT = ", ".join((OCI_MANIFEST, OCI_INDEX, "application/vnd.docker.distribution.manifest.v2+json",
+                           "application/vnd.docker.distribution.manifest.list.v2+json"))
 
 
 def _signed_by(client: Client, repo: str, subject: str, predicate: str, signer_id: str) -> bool:
@@ -55,6 +61,60 @@ def sign_release(client: Client, repo: str, signer: Signer, statement: bytes, su
     return _attach(client, repo, signer, subject, SLSA_PREDICATE, lambda: signer.sign_statement(statement))
 
 
+def release_images(release: dict) -> list[tuple[str, str]]:
+    """(repository as pushed, digest) of every image the release names (serving and weights)."""
+    out = []
+    for section in IMAGE_SECTIONS:
+        for entry in (release.get(section) or {}).values():
+            if isinstance(entry, dict) and isinstance(entry.get("reference"), str) and "@" in entry["reference"]:
+                out.append((entry["reference"].split("@")[0], str(entry.get("digest"))))
+    return sorted(set(out))
+
+
+def _image_at(name: str, clients: dict) -> tuple[Client, str]:
+    """The client of the image's registry (credentials as for any registry) and its repository."""
+    host, _, repo = name.partition("/")
+    if host not in clients:
+        clients[host] = Client(Registry.parse(host))
+    return clients[host], repo
+
+
+def image_statement(name: str, digest: str) -> bytes:
+    from compiler.store.canonical import pretty_json
+
+    return pretty_json({"_type": "https://in-toto.io/Statement/v1",
+                        "subject": [{"name": name, "digest": {"sha256": digest.removeprefix("sha256:")}}],
+                        "predicateType": IMAGE_PREDICATE, "predicate": {}})
+
+
+def sign_images(signer: Signer, release: dict, clients: dict | None = None) -> list[str]:
+    """Sign each image the release names (in its own repository, as a referrer of its manifest):
+    what the cluster's admission policy checks. The images signed now."""
+    clients = {} if clients is None else clients
+    signed = []
+    for name, digest in release_images(release):
+        client, repo = _image_at(name, clients)
+        got = client.get_manifest(repo, digest, accept=_IMAGE_ACCEPT)
+        if got is None:
+            raise RegistryError(f"{name}@{digest}: not in its registry; the image is signed where it was pushed")
+        media = json_object(got[0], f"the manifest of {name}").get("mediaType") or OCI_MANIFEST
+        subject = oa.descriptor(media, digest, len(got[0]))
+        if _attach(client, repo, signer, subject, IMAGE_PREDICATE,
+                   lambda: signer.sign_statement(image_statement(name, digest))):
+            signed.append(f"{name}@{digest}")
+    return signed
+
+
+def verify_image(name: str, digest: str, trust: Trust, clients: dict | None = None) -> None:
+    client, repo = _image_at(name, {} if clients is None else clients)
+
+    def check(bundle: bytes) -> None:
+        statement = verify_statement(bundle, trust, IMAGE_PREDICATE)
+        if digest not in {d for ds in _subject_digests(statement).values() for d in ds}:
+            raise SignatureError(DIGEST_MISMATCH, f"image {name}: the signature is for another digest than {digest}")
+    _first_valid(bundles(client, repo, digest, IMAGE_PREDICATE), f"image {name}@{digest}", check)
+
+
 def _first_valid(found: list[bytes], what: str, check) -> object:
     """The result of `check` on the first bundle that passes it; else the most telling refusal."""
     if not found:
@@ -86,7 +146,7 @@ class Verified:
     def summary(self) -> str:
         return (f"verified {self.release}@{self.digest}: signed provenance, {len(self.artifacts)} artifact(s) "
                 f"({len(self.checkpoints)} checkpoint(s)) signed and matching the registry, "
-                f"{len(self.images)} serving image digest(s) as signed")
+                f"{len(self.images)} image(s) signed and as the provenance names them")
 
 
 def parse_release(ref: str) -> tuple[Registry, str, str]:
@@ -161,9 +221,10 @@ def verify_release(client: Client, registry: Registry, name: str, tag: str, trus
         result.artifacts.append(aid)
         if a.get("kind") in CHECKPOINT_KINDS:
             result.checkpoints.append(aid)
-    for host, image in sorted((rel.get("images") or {}).items()):
-        reference = str(image.get("reference", "")).split("@")[0]
-        if image.get("digest") not in subjects.get(reference, set()):
-            raise _mismatch(f"serving image of {host} ({image.get('digest')})")
-        result.images.append(reference)
+    clients: dict = {registry.host: client}
+    for name_, image_digest in release_images(rel):
+        if image_digest not in subjects.get(name_, set()):
+            raise _mismatch(f"image {name_} ({image_digest})")
+        verify_image(name_, image_digest, trust, clients)
+        result.images.append(name_)
     return result

@@ -4,7 +4,7 @@ Subjects are the release (its OCI manifest digest and the release manifest's own
 artifact (the digest of its tree manifest, which lists each file by digest). The predicate links
 them to the spec: its path in the repository, its digest and the git commit it was built from, and
 to the toolchain pins. Pure and deterministic: no times, hosts or paths of this machine; the
-statement is not signed (sign it with the CI's keyless signer if the registry's consumers need it).
+statement is signed by `kiln publish --sign-key/--keyless` (compiler/gitops/signing.py).
 
 Field names: https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md and
 https://slsa.dev/spec/v1.0/provenance.
@@ -41,6 +41,9 @@ def statement(release: bytes, release_ref: str, release_oci_digest: str, spec_pa
     for host, image in sorted((doc.get("images") or {}).items()):  # serving images, pushed by digest
         subjects.append({"name": image["reference"].split("@")[0], "digest": _hex(image["digest"]),
                          "annotations": {"host": host}})
+    for model, image in sorted((doc.get("weights") or {}).items()):  # weights images (image volumes)
+        subjects.append({"name": image["reference"].split("@")[0], "digest": _hex(image["digest"]),
+                         "annotations": {"model": model}})
     deps = [] if dirty else [{"uri": f"git+{spec_path}@{commit}", "digest": {"gitCommit": commit}}]
     image = doc["toolchain"].get("triton_image")
     if image and "@sha256:" in image:

@@ -13,7 +13,7 @@ from compiler.release import spec_digest
 from compiler.store.local import LocalStore, StoreError, sha256_bytes
 
 from . import artifacts as oa
-from .oci import OCI_MANIFEST, Client, Registry, RegistryConflict
+from .oci import OCI_MANIFEST, Client, Registry, RegistryConflict, json_object
 from .provenance import statement
 
 
@@ -86,7 +86,6 @@ def push_artifact(client: Client, store: LocalStore, repo: str, kind: str, versi
 def _sign_artifact(client: Client, store: LocalStore, repo: str, signer, name: str, manifest: bytes,
                    tree: str) -> bool:
     from .attest import sign_artifact
-    from .oci import json_object
 
     if (json_object(manifest, "the artifact's manifest").get("config") or {}).get("digest") != tree:
         return False  # the tag names other files than this store's: nothing of ours to vouch for
@@ -224,6 +223,9 @@ def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | 
 
         if sign_release(client, release_repo, signer, outcome.provenance, subject):
             outcome.signed.append("release")
+        from .attest import sign_images
+
+        outcome.signed += sign_images(signer, json_object(release, "release.json"), {outcome.registry.host: client})
     # once more at the end: a publish that checked before this one wrote, and wrote after this one
     # read the tag back, is caught here when its write landed in the meantime
     there = _tagged(client, release_repo, tag)

@@ -22,6 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from compiler.identity import GITHUB_ISSUER, RELEASE_WORKFLOW, release_identity
 from compiler.store.canonical import canonical_json
 
 BUNDLE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
@@ -29,8 +30,6 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 SLSA_PREDICATE = "https://slsa.dev/provenance/v1"
 MODEL_PREDICATE = "https://model_signing/signature/v1.0"
-GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
-RELEASE_WORKFLOW = ".github/workflows/kiln-release.yml"
 
 # Stable codes of what verification refuses (the README lists them).
 BAD_SIGNATURE = "KS101"  # the signature does not match the signed bytes (tampered, or not a signature)
@@ -64,7 +63,7 @@ class Trust:
     @property
     def identity(self) -> str:
         """The subject (SAN URI) GitHub's OIDC token gives a workflow run, which Fulcio certifies."""
-        return f"https://github.com/{self.repository}/{self.workflow}@{self.ref}"
+        return release_identity(str(self.repository), self.ref, self.workflow)
 
     def describe(self) -> str:
         return f"key {self.key}" if self.key else f"{self.identity} (issuer {self.issuer})"

@@ -10,6 +10,7 @@
   disruption-budgets/<name>.yaml runtime deployment: each workload's PodDisruptionBudget (sync wave -2)
   argocd/application.yaml        with `kubernetes.argocd`
   argocd/argocd-cm-health.yaml   runtime dynamo
+  admission/cluster-image-policy.yaml  with publish.signed_by: the images admitted only as signed
 
 Its parameters carry the spec digest (the release stamp): every release has its own tree, and a
 revert of the spec gives the earlier tree byte for byte. The release manifest lists it under
@@ -27,10 +28,11 @@ from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy, resource_name
 from compiler.release import spec_digest
 
+from . import admission as adm
 from . import k8s_deployment, k8s_dgd, k8s_nodes, plan, tree, workloads
 
 NODE_LAYER_DIR, WORKLOADS_DIR, SERVICES_DIR, ARGOCD_DIR = "node-layer", "workloads", "services", "argocd"
-BUDGETS_DIR = "disruption-budgets"
+BUDGETS_DIR, ADMISSION_DIR = "disruption-budgets", "admission"
 
 
 class ServiceSpec(Params):
@@ -73,6 +75,13 @@ class ReleaseParams(Params):
     argocd: ArgoSpec | None
     pools: dict[str, PoolSummary]
     budgets: list[BudgetSpec] = []  # runtime deployment
+    admission: adm.AdmissionParams | None = None  # publish.signed_by
+
+    def to_json(self) -> dict:
+        out = super().to_json()
+        if out.get("admission") is None:  # unset, left out: the key of a tree without it is unchanged
+            out.pop("admission", None)
+        return out
 
 
 def release_params(ctx: LowerContext, workload_actions: list[str]) -> ReleaseParams:
@@ -106,7 +115,7 @@ def release_params(ctx: LowerContext, workload_actions: list[str]) -> ReleasePar
                          namespace=k8s_deployment.namespace_of(spec), runtime=runtime,
                          mig_strategy=cluster_strategy(ir), node_layer=k8s_nodes.KIND.kind,
                          workloads=sorted(workload_actions), services=services, argocd=argo, pools=pools,
-                         budgets=budgets)
+                         budgets=budgets, admission=adm.admission_params(spec))
 
 
 def _copy(src, dest) -> list[str]:
@@ -144,7 +153,15 @@ def write_tree(params: ReleaseParams, out, deps) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(tree.documents([obj]), encoding="utf-8")
         resources.append(f"{BUDGETS_DIR}/{b.name}.yaml")
-    (out / "namespace.yaml").write_text(tree.documents([tree.namespace(params.namespace, params.spec_name)]),
+    if params.admission is not None:
+        path = out / ADMISSION_DIR / "cluster-image-policy.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(adm.header(params.admission, params.spec_name)
+                        + tree.documents([adm.cluster_image_policy(params.admission, params.spec_name)]),
+                        encoding="utf-8")
+        resources.append(f"{ADMISSION_DIR}/cluster-image-policy.yaml")
+    label = adm.INCLUDE_LABEL if params.admission is not None else None
+    (out / "namespace.yaml").write_text(tree.documents([tree.namespace(params.namespace, params.spec_name, label)]),
                                         encoding="utf-8")
     (out / tree.STAMP).write_text(tree.dump(tree.release_stamp(params.spec_name, params.spec_digest)),
                                   encoding="utf-8")

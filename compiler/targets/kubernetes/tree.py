@@ -63,7 +63,7 @@ def kustomization(resources_: list[str], transformers: list[str] | None = None) 
     return out
 
 
-def namespace(name: str, spec_name: str) -> dict:
+def namespace(name: str, spec_name: str, admission_label: str | None = None) -> dict:
     """Argo CD never deletes it (Delete=false: a deleted Application leaves the namespace and the
     pull secrets people put there); Pod Security warns and audits against `restricted`, which the
     pods meet, and enforces `baseline` (argo-cd docs/user-guide/sync-options.md)."""
@@ -73,6 +73,8 @@ def namespace(name: str, spec_name: str) -> dict:
     md["labels"].update({"pod-security.kubernetes.io/enforce": "baseline",
                          "pod-security.kubernetes.io/warn": "restricted",
                          "pod-security.kubernetes.io/audit": "restricted"})
+    if admission_label is not None:  # the image policy (admission.py) applies here
+        md["labels"][admission_label] = "true"
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": md}
 
 
