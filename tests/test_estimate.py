@@ -155,7 +155,9 @@ def test_coefficients_fall_back_to_an_earlier_release_then_to_the_pooled_set() -
     assert coefficients_for("Hopper", "fp8", "1.0.0").key == "Hopper/fp8/1.0"
     assert coefficients_for("Hopper", "fp8_block", "0.20.0").key == "Hopper/fp8/0.20"
     later = coefficients_for("Hopper", "fp8", "1.2.1")
-    assert later.key == "Hopper/fp8/1.0" and "1.2" in later.reasons[0]
+    # a later release: the latest earlier one's, said in the sources, not a reason to widen
+    assert later.key == "Hopper/fp8/1.0" and later.reasons == () and later.distance == 0
+    assert "TensorRT-LLM 1.2 has no published rows for Hopper fp8" in later.sources[-1]
     assert coefficients_for("Hopper", "fp8", "0.18.0").key == "Hopper/fp8/0.17"
     # no rows for the generation or precision: the nearest fitted generation and precision, not a pool
     ampere = coefficients_for("Ampere", "bf16", "1.2.1")

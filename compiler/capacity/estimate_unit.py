@@ -12,6 +12,7 @@ distance (estimate_calibrate.py; 90% stated, two-sided), and never above the cei
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -110,12 +111,16 @@ def coefficients_for(gpu_arch: str, weights_fmt: str, runtime_version: str, tabl
     key = min(fitted, key=near)
     gen, p, rel = key.split("/")
     reasons = list(memory_reason)
-    if (gen, p) == (gpu_arch, prec):
-        reasons.append(f"TensorRT-LLM {release} has no published rows for {gpu_arch} {prec}; coefficients of {rel}")
-    else:
+    if (gen, p) != (gpu_arch, prec):
         reasons.append(f"no published rows for {gpu_arch} {prec}; the nearest fitted, {gen} {p} "
                        f"(TensorRT-LLM {rel}), stands in at this GPU's own peaks")
-    return make(key, tuple(reasons), distance + near(key)[0])
+    out = make(key, tuple(reasons), distance + near(key)[0])
+    if (gen, p) == (gpu_arch, prec):
+        # another release of the same generation and precision: not a reason to widen (the
+        # leave-one-release-out folds hold), but said where the figures come from
+        out = dataclasses.replace(out, sources=out.sources + (
+            f"TensorRT-LLM {release} has no published rows for {gpu_arch} {prec}: the coefficients of {rel}",))
+    return out
 
 
 def _interval(value: float, lo_log: float, hi_log: float) -> dict:

@@ -139,9 +139,9 @@ class SlaOutOfReach(Check):
     `kiln plan` estimates each unit's TTFT and TPOT over concurrency from a step model fitted to
     published TensorRT-LLM measurements (compiler/capacity/estimate.py). When even the optimistic
     end of the estimate's interval, at concurrency 1, is slower than a target of the `sla`, no
-    batch limit will meet it and `kiln tune` would find no passing concurrency. The estimate is a
-    p50 and the targets are at the sla's percentile (p99 by default), so the warning errs on the
-    side of silence. Serve the model on a faster GPU or format, with tensor parallelism, or relax
+    batch limit will meet it and `kiln tune` would find no passing concurrency. The curve is at the
+    sla's percentile (compiler/capacity/estimate_latency.py), and the optimistic end of the interval
+    is taken, so the warning errs on the side of silence. Serve the model on a faster GPU or format, with tensor parallelism, or relax
     the target; a `kiln tune` record for the unit replaces the estimate with a measurement.
     """
 
@@ -170,6 +170,6 @@ class SlaOutOfReach(Check):
                 yield ctx.diag(
                     self, unit.path + ("serves",),
                     f"{unit.id}: the estimate misses the sla of model {unit.model!r} with a single request in flight: "
-                    f"{'; '.join(misses)} ({sla.percentile} target, p50 estimate)",
+                    f"{'; '.join(misses)} ({sla.percentile} target and estimate)",
                     help="serve it on a faster GPU or format, or with tensor parallelism; or relax the sla",
                     notes=[f"estimate basis: {e['basis']}, coefficients {e['coefficients']}"])
