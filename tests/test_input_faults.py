@@ -106,3 +106,38 @@ def test_a_reused_anchor_is_a_diagnostic_not_a_library_warning(tmp_path: Path) -
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "Warning" not in proc.stderr and "warnings.warn" not in proc.stderr, proc.stderr
         assert "warning: anchor &q is already defined" in proc.stdout and "[K015]" in proc.stdout, proc.stdout
+
+
+# --- issue 36: a capture without its placements, extreme config.json values ------------------------
+def test_a_capture_without_placements_for_an_unknown_profile_id_is_k910_at_its_line(tmp_path: Path, capsys) -> None:
+    """`-lgip` alone with a profile ID no catalog profile or ID pattern places crashed validate."""
+    lgip = (ROOT / "tests" / "data" / "lgip" / "h100-sxm5-80gb.lgip.txt").read_text(encoding="utf-8")
+    assert "1g.10gb       19     7/7" in lgip
+    capture = tmp_path / "h100.lgip.txt"
+    capture.write_text(lgip.replace("1g.10gb       19     7/7", "1g.10gb       77     7/7"), encoding="utf-8")
+    code, out, err = _run(capsys, "validate", str(QUICKSTART), "--gpu-profiles", str(capture))
+    assert code == 1 and "Traceback" not in err, out + err
+    assert f"{capture}:6:1: error: cannot use the capture for H100-SXM5-80GB: no placements known for profile " \
+           "ID 77" in out, out
+    assert "K911" not in out  # the capture fits the host: no "taken on a GPU no host uses" beside it
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("num_attention_heads", 1e308, "num_attention_heads: must be <= 4,096"),
+    ("hidden_size", 1e308, "hidden_size: must be <= 262,144"),
+    ("num_hidden_layers", 10 ** 6, "num_hidden_layers: must be <= 4,096"),
+    ("vocab_size", 2 ** 63, "vocab_size: must be <="),
+])
+def test_a_config_json_with_extreme_values_is_k903_not_a_crash_or_a_stall(tmp_path: Path, capsys, key, value,
+                                                                        says) -> None:
+    """1e308 heads overflowed (exit 3); 10^6 layers took plan 73 s walking every layer."""
+    import json
+
+    spec = tmp_path / "kiln.yaml"
+    shutil.copytree(QUICKSTART.parent, tmp_path, dirs_exist_ok=True)
+    config = json.loads((tmp_path / "model" / "config.json").read_text(encoding="utf-8"))
+    config[key] = value
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    code, out, err = _run(capsys, "plan", str(spec), "--store", str(tmp_path / "store"))
+    assert code == 1 and "Traceback" not in err and "internal error" not in err, out + err
+    assert says in out and "K903" in out, out

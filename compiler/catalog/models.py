@@ -172,8 +172,20 @@ _ENCODERS = {"bert", "roberta", "xlm-roberta", "deberta", "deberta-v2", "distilb
 _QWEN = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
 
 
+# Upper bounds of config.json's integers: far past any published model (405B Llama: 126 layers,
+# hidden 16,384, 128 heads; DeepSeek-V3: 256 experts; Llama 4 Scout: a 10M-token context), so that
+# a typo or a hostile file (1e308 heads, 10^6 layers) is an error, not an overflow or a plan that
+# walks every layer for minutes. Keys not named here are bounded by _MAX_OTHER.
+_MAX = {"num_hidden_layers": 4096, "n_layer": 4096, "num_layers": 4096, "hidden_size": 1 << 18, "n_embd": 1 << 18,
+        "d_model": 1 << 18, "num_attention_heads": 1 << 12, "n_head": 1 << 12, "num_key_value_heads": 1 << 12,
+        "num_kv_heads": 1 << 12, "head_dim": 1 << 14, "vocab_size": 1 << 24, "max_position_embeddings": 1 << 28,
+        "n_positions": 1 << 28, "n_ctx": 1 << 28, "initial_context_length": 1 << 28, "num_local_experts": 1 << 14,
+        "n_routed_experts": 1 << 14, "num_experts": 1 << 14, "num_parameters": 1 << 50}
+_MAX_OTHER = 1 << 24
+
+
 def _int(cfg: Mapping[str, Any], *keys: str, default: Any = ..., minimum: int = 1) -> Any:
-    """First present key among ``keys`` as an int >= minimum (None counts as absent)."""
+    """First present key among ``keys`` as an int in [minimum, its bound] (None counts as absent)."""
     for k in keys:
         v = cfg.get(k)
         if v is None:
@@ -185,6 +197,8 @@ def _int(cfg: Mapping[str, Any], *keys: str, default: Any = ..., minimum: int = 
                 raise ConfigError(f"expected an integer, got {v!r}", k)
         if v < minimum:
             raise ConfigError(f"must be >= {minimum}, got {v}", k)
+        if v > _MAX.get(k, _MAX_OTHER):
+            raise ConfigError(f"must be <= {_MAX.get(k, _MAX_OTHER):,}, got {v:.4g}", k)
         return v
     if default is ...:
         raise ConfigError("missing" + (f" (also tried {', '.join(keys[1:])})" if len(keys) > 1 else ""), keys[0])
@@ -240,6 +254,9 @@ def arch_from_hf_config(config: Mapping[str, Any], name: str) -> ModelArch:
         factor = config.get("rope_scaling_factor", 1)
         if base is None or not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor < 1:
             raise ConfigError("missing", "max_position_embeddings")
+        if not base * factor <= _MAX["max_position_embeddings"]:  # (also NaN)
+            raise ConfigError(f"initial_context_length x rope_scaling_factor must be <= "
+                              f"{_MAX['max_position_embeddings']:,}", "rope_scaling_factor")
         max_pos = int(base * factor)
 
     mla = None

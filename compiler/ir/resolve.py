@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from compiler.catalog import ConfigError, LgipParseError, arch_from_hf_config, load_gpu_catalog, load_model_catalog
-from compiler.catalog.capture import Capture, gpu_with_capture, identify, read_capture
+from compiler.catalog.capture import Capture, CaptureMismatchError, gpu_with_capture, identify, read_capture
 from compiler.diagnostics import Diagnostic, Rule, Span
 from compiler.spec.loader import Document
 from compiler.spec.models import ArchitectureFile, Host, MeasuredLimit, Model, Spec
@@ -406,8 +406,14 @@ def _resolve_host(name: str, h: Host, doc: Document, captures: list[Capture],
                                f"{len(fitting)} captures fit {gpu.name} ({', '.join(c.lgip_source for c in fitting)})",
                                "give one capture per GPU model"))
         elif fitting:
-            gpu = gpu_with_capture(gpu, fitting[0])
-            source = ", ".join(fitting[0].sources)
+            source = ", ".join(fitting[0].sources)  # used (K911 would call it a mix-up), even when refused
+            try:
+                gpu = gpu_with_capture(gpu, fitting[0])
+            except (LgipParseError, CaptureMismatchError) as e:  # e.g. -lgip alone, with an ID no pattern places
+                diags.append(Diagnostic(GpuProfilesInvalid.code, GpuProfilesInvalid.severity,
+                                        f"cannot use the capture for {gpu.name}: {e.message}",
+                                        e.source or fitting[0].lgip_source, Span(getattr(e, "line", 1) or 1, 1),
+                                        help="capture `nvidia-smi mig -lgipp` on the same host and pass both files"))
     slots_by_assignment: dict[int, tuple[MigSlot, ...]] = {}
     for a_idx, assignment in enumerate(h.gpus):
         if assignment.mig is not None:
