@@ -71,3 +71,19 @@ def test_moe_estimates_stay_under_the_ceiling(models) -> None:
         for batch in (1, 64, 1024):
             p = point(s, coef, batch, 1000, 1000, 1500)
             assert 0 < p.output_tokens_per_s <= p.ceiling_tokens_per_s * (1 + 1e-9), (key, batch)
+
+
+def test_attention_dp_is_a_mode_the_rows_do_not_hold(models) -> None:
+    from compiler.capacity.estimate_unit import Traffic, coefficients_for, interval_distance
+
+    ds = models["deepseek-v3"]
+    b200 = load_gpu_catalog()["B200-180GB"]
+    coef = coefficients_for("Blackwell", "nvfp4", "1.0")
+    traffic = Traffic(1024, 1024, 1536, "t")
+    adp = Shape(arch=ds, gpu=b200, weights_fmt="nvfp4", kv_fmt="fp8", tp=8, attention_dp=True)
+    tp = Shape(arch=ds, gpu=b200, weights_fmt="nvfp4", kv_fmt="fp8", tp=8)
+    r_adp, d_adp = interval_distance(adp, 256, traffic, coef)
+    r_tp, d_tp = interval_distance(tp, 256, traffic, coef)
+    # DeepSeek's family is unseen (1) either way; attention DP is one step more
+    assert any("family deepseek" in r for r in r_tp) and d_adp == d_tp + 1.0
+    assert any("attention data parallelism" in r for r in r_adp)

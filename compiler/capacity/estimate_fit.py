@@ -203,6 +203,7 @@ def ranges(cases: Sequence[Measured]) -> dict:
             "active_params": span("active_params"), "models": sorted({str(c.facts["model"]) for c in cases}),
             "families": sorted({str(c.facts["family"]) for c in cases}),
             "modes": sorted({str(c.facts["mode"]) for c in cases}),
+            "parallelisms": sorted({str(c.facts["parallelism"]) for c in cases}),
             "gpus": sorted({str(c.facts["gpu"]) for c in cases})}
 
 

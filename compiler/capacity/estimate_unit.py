@@ -217,7 +217,8 @@ def interval_distance(shape: Shape, batch: int, traffic: Traffic, coef: Coeffici
                       extra: tuple[str, ...] = ()) -> tuple[list[str], float]:
     """The reasons, and the unit's distance from the rows its coefficients were fitted on: the
     architectural steps of the stand-in set (generation, precision, memory system: coef.distance),
-    one for a model family the rows do not hold, one for a mode (dense or MoE) they do not hold,
+    one for a model family the rows do not hold, one for a mode (dense or MoE, attention DP) they
+    do not hold,
     and half for each other fact outside them (lengths, batch, formats, parallelism)."""
     rng = coef.range
     mine: list[str] = []
@@ -229,6 +230,10 @@ def interval_distance(shape: Shape, batch: int, traffic: Traffic, coef: Coeffici
     mode = "MoE" if shape.arch.is_moe else "dense"
     if rng.get("modes") and mode not in rng["modes"]:
         mine.append(f"no published {mode} rows in the fit")
+        d += 1.0
+    if shape.attention_dp and "attention-DP" not in (rng.get("parallelisms") or ["tensor"]):
+        # a parallelism mode of its own: its exchanges and per-rank batches were never measured
+        mine.append("attention data parallelism has no published rows in the fit")
         d += 1.0
     other = list(extra) + _outside(shape, batch, traffic, rng)
     return list(coef.reasons) + mine + other, d + 0.5 * len(other)
@@ -273,8 +278,6 @@ def _outside(shape: Shape, batch: int, traffic: Traffic, rng: Mapping) -> list[s
     check("active_params", estimate_params(shape.arch)[1], "active parameters")
     if shape.pp > 1:
         out.append(f"pipeline parallelism (pp {shape.pp}) was never fitted")
-    if shape.attention_dp:
-        out.append("attention data parallelism was never fitted")
     if shape.compute_share < 1 or shape.derate < 1:
         out.append("a MIG slice was never fitted (its bandwidth and compute share are assumed)")
     gpus = rng.get("gpus") or []
