@@ -180,3 +180,16 @@ def test_every_uses_is_a_pinned_commit_with_its_tag_and_every_job_holds_least_pr
                 if step.get("uses", "").startswith("actions/checkout@"):
                     assert step["with"]["persist-credentials"] is False, (path.name, job_id)
     assert seen == set(action_pins()["actions"])  # every pin is used; no dead data
+
+
+@needs_actionlint
+@needs_zizmor
+def test_kilns_own_workflow_lints_clean_with_the_same_pins() -> None:
+    github = ROOT / ".github"
+    lint = _actionlint(github, config=False)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    audit = _zizmor(github)
+    assert audit.returncode == 0 and "No findings" in audit.stdout, audit.stdout + audit.stderr
+    text = (github / "workflows" / "tests.yml").read_text(encoding="utf-8")
+    uses = re.findall(r"uses: (.*)", text)
+    assert uses and set(uses) <= set(pinned_uses().values()), uses
