@@ -126,13 +126,36 @@ def test_a_release_without_signed_provenance_is_refused(published, registry, cap
     assert code == 1 and "[KS103]" in err and "no signature" in err and "Traceback" not in err
 
 
-def test_a_tampered_artifact_is_refused_by_verify_and_by_the_signed_cache(published, tmp_path, registry, capsys,
-                                                                          keys) -> None:
-    import shutil
-
+def _forge(client: Client, repo: str, tag: str) -> None:
+    """What an attacker with write access to the registry and no key does to an artifact: swap one
+    file for their own (a new blob, tree and manifest under the same tag) and copy the genuine
+    signature onto the new manifest."""
     from compiler.gitops.referrers import PREDICATE_ANNOTATION, SIGNER_ANNOTATION, attach
     from compiler.store.canonical import canonical_json
     from compiler.store.local import sha256_bytes
+
+    body, digest = client.get_manifest(repo, tag)
+    (signature,) = bundles(client, repo, digest, MODEL_PREDICATE)
+    doc = json.loads(body)
+    tree = json.loads(client.read_blob(repo, doc["config"]["digest"], doc["config"]["size"]))
+    evil = b'{"evil": true}\n'
+    client.push_blob(repo, sha256_bytes(evil), len(evil), evil)
+    tree["files"][0].update(digest=sha256_bytes(evil), size=len(evil))
+    tree_bytes = canonical_json(tree)
+    client.push_blob(repo, sha256_bytes(tree_bytes), len(tree_bytes), tree_bytes)
+    doc["config"].update(digest=sha256_bytes(tree_bytes), size=len(tree_bytes))
+    title = tree["files"][0]["path"]
+    layer = next(d for d in doc["layers"] if d["annotations"][oa.TITLE] == title)
+    layer.update(digest=sha256_bytes(evil), size=len(evil))
+    forged = canonical_json(doc)
+    client.put_manifest(repo, tag, forged)
+    attach(client, repo, oa.descriptor(oa.OCI_MANIFEST, sha256_bytes(forged), len(forged)), signing.BUNDLE_TYPE,
+           signature, {PREDICATE_ANNOTATION: MODEL_PREDICATE, SIGNER_ANNOTATION: "copied"})
+
+
+def test_a_tampered_artifact_is_refused_by_verify_and_by_the_signed_cache(published, tmp_path, registry, capsys,
+                                                                          keys) -> None:
+    import shutil
 
     spec, store, target = published["spec"], published["store"], f"{registry.host}/tampered"
     _publish(spec, store, target, capsys, "--commit", COMMIT, "--sign-key", str(keys["release"][0]))
@@ -142,23 +165,7 @@ def test_a_tampered_artifact_is_refused_by_verify_and_by_the_signed_cache(publis
     release = json.loads(client.read_blob(reg.repo(name), layer["digest"], layer["size"]))
     a = next(a for a in release["artifacts"] if a["kind"] == "tokenizer")
     tag = oa.artifact_tag(a["kind"], a["key"])
-    body, digest = client.get_manifest(repo, tag)
-    (signature,) = bundles(client, repo, digest, MODEL_PREDICATE)
-    # The attacker (registry write access, no key) swaps one file of the artifact for their own:
-    # a new blob, tree and manifest under the same tag, with the genuine signature copied onto it.
-    doc = json.loads(body)
-    tree = json.loads(client.read_blob(repo, doc["config"]["digest"], doc["config"]["size"]))
-    evil = b'{"evil": true}\n'
-    client.push_blob(repo, sha256_bytes(evil), len(evil), evil)
-    tree["files"][0].update(digest=sha256_bytes(evil), size=len(evil))
-    tree_bytes = canonical_json(tree)
-    client.push_blob(repo, sha256_bytes(tree_bytes), len(tree_bytes), tree_bytes)
-    doc["config"].update(digest=sha256_bytes(tree_bytes), size=len(tree_bytes))
-    doc["layers"][0].update(digest=sha256_bytes(evil), size=len(evil))
-    forged = canonical_json(doc)
-    client.put_manifest(repo, tag, forged)
-    attach(client, repo, oa.descriptor(oa.OCI_MANIFEST, sha256_bytes(forged), len(forged)), signing.BUNDLE_TYPE,
-           signature, {PREDICATE_ANNOTATION: MODEL_PREDICATE, SIGNER_ANNOTATION: "copied"})
+    _forge(client, repo, tag)
 
     code, _, err = _verify(capsys, f"{target}/{name}:{COMMIT}", "--key", str(keys["release"][1]))
     assert code == 1 and "[KS104]" in err and "tokenizer/tiny" in err and "Traceback" not in err
@@ -188,6 +195,8 @@ def test_the_signed_cache_imports_what_the_key_signed(published, keys, tmp_path,
     out = _build(local / "kiln.yaml", tmp_path / "fresh", capsys, "--cache", published["target"])
     # every artifact but the spec snapshot (the spec gained signed_by) comes from the registry, verified
     assert "1 executed, 0 cached, 10 fetched" in out
+    code, out, err = _verify(capsys, published["ref"], "--spec", str(local / "kiln.yaml"))  # trust from the spec
+    assert code == 0 and "signed by key" in out, err
     (local / "release.pub").write_bytes(keys["stranger"][1].read_bytes())  # now another signer is required
     code = main(["build", str(local / "kiln.yaml"), "--store", str(tmp_path / "fresh2"), "-q",
                  "--cache", published["target"]])
@@ -333,3 +342,37 @@ def test_images_are_signed_in_their_repository_and_checked_as_the_admission_poli
     with pytest.raises(SignatureError) as e:
         verify_image(name, unsigned, Trust(key=keys["release"][1]))
     assert e.value.code == "KS104"
+
+
+def test_a_rollback_builds_only_from_signed_artifacts(tmp_path, registry, capsys, keys) -> None:
+    """A revert's build on a fresh runner (the release workflow's) fetches the earlier release's
+    artifacts from the cache: a forged one among them fails the build."""
+    from tests.gitrepo import GitRepo
+
+    repo = GitRepo(tmp_path / "repo")
+    spec = light_spec(repo.root / "deploy")
+    target = f"{registry.host}/rollback"
+    (spec.parent / "release.pub").write_bytes(keys["release"][1].read_bytes())
+    spec.write_text(spec.read_text(encoding="utf-8")
+                    + f"publish: {{registry: {target}, signed_by: {{key: release.pub}}}}\n", encoding="utf-8")
+    store = tmp_path / "store"
+    repo.commit("first")
+    _build(spec, store, capsys)
+    _publish(spec, store, None, capsys, "--sign-key", str(keys["release"][0]))
+    repo.edit("deploy/kiln.yaml", "max_queue_size: 16", "max_queue_size: 32")
+    repo.commit("second")
+    _build(spec, store, capsys)
+    _publish(spec, store, None, capsys, "--sign-key", str(keys["release"][0]))
+    repo.git("revert", "--no-edit", "HEAD")
+    assert main(["build", str(spec), "--store", str(tmp_path / "clean"), "-q", "--cache", target]) == 0
+    capsys.readouterr()
+    reg = Registry.parse(target)
+    client = Client(reg)
+    first = json.loads(client.read_blob(reg.repo(_name(spec)), *next(
+        (l["digest"], l["size"]) for l in json.loads(client.get_manifest(reg.repo(_name(spec)),
+                                                                         repo.git("rev-parse", "HEAD~2"))[0])["layers"])))
+    a = next(a for a in first["artifacts"] if a["id"].startswith("triton-repo/"))
+    _forge(client, reg.repo(oa.ARTIFACTS_REPO), oa.artifact_tag(a["kind"], a["key"]))
+    code = main(["build", str(spec), "--store", str(tmp_path / "fresh"), "-q", "--cache", target])
+    err = capsys.readouterr().err
+    assert code == 1 and f"refused: {a['id']}: [KS104]" in err and "Traceback" not in err, err
