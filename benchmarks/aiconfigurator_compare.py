@@ -88,12 +88,10 @@ def main() -> int:
     import statistics
 
     from compiler.capacity.estimate_fit import fit_groups, predict, published_case
-    from compiler.capacity.published_rows import PRECISIONS
     from compiler.capacity.estimate_unit import coefficient_table, coefficients_for
+    from compiler.capacity.published_rows import MODEL_KEYS, PRECISIONS
     from compiler.catalog.gpus import load_gpu_catalog
     from compiler.catalog.models import load_model_catalog
-
-    from compiler.capacity.published_rows import MODEL_KEYS
 
     rows = json.loads(args.rows.read_text(encoding="utf-8"))["rows"]
     all_cases = [(r, published_case(r)) for r in rows]
