@@ -197,7 +197,9 @@ CALLS = [
     (r'kubectl -n "\$ns" create configmap "\$live" --from-file="\$work/cm" --dry-run=client', set()),  # local
     (r"kubectl apply -f -", {("configmaps", "get"), ("configmaps", "create"), ("configmaps", "patch")}),
     (r'kubectl -n "\$kiln_ns" get deployments -l', {("deployments", "list")}),
-    (r'kubectl -n "\$kiln_ns" scale deployment "\$w" --replicas=0', {("deployments/scale", "get"),
+    # kubectl scale.go RunScale reads the Deployment through the resource builder, then ScaleSimple
+    # patches its scale subresource (review N7: without `get` the Job failed, Forbidden)
+    (r'kubectl -n "\$kiln_ns" scale deployment "\$w" --replicas=0', {("deployments", "get"),
                                                                       ("deployments/scale", "patch")}),
 ]
 

@@ -80,3 +80,40 @@ def test_halving_tp_on_a_full_pool_is_refused_with_its_cause(tmp_path: Path) -> 
     assert not sim.result.completed and "Insufficient nvidia.com/gpu" in sim.result.stuck
     assert sim.result.end["big"] == 2 and sim.result.desired["big"] == 4
     assert [c for c, _, _ in sim.diagnostics()] == ["K863"]
+
+
+def _sim(tmp_path: Path, edits):
+    sim, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a"),
+                              graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(edits)))
+    return sim
+
+
+def test_an_image_bump_rolls_a_nodes_worth_at_a_time(tmp_path: Path) -> None:
+    """With maxUnavailable 1 a 32-replica workload rolled one pod per load (5h20m at the default
+    load); the rollout now takes what the budget lets a re-layout batch take: 4 rounds."""
+    r = _sim(tmp_path, IMAGE).result
+    load = r.duration_s / 4
+    assert r.completed and r.end == r.before and load == 600
+    assert all(r.low[m][0] == 24 for m in ("chat", "coder", "intent")) and r.low["big"][0] == 1
+
+
+def test_a_relayout_waits_for_the_pods_the_last_node_lost(tmp_path: Path) -> None:
+    """Review N13: the next node's evictions wait for the previous node's pods to load (the budgets
+    refuse them until then); with a 600 s bound the Job failed and left a node cordoned. Review N1:
+    the changed profile's model still goes to zero (its old pods cannot come back and the new
+    Deployment syncs after the Job), which the plan refuses with K864."""
+    sim = _sim(tmp_path, ONEFIELD)
+    r = sim.result
+    assert r.completed and "re-layout Job completed" in [s.text for s in r.steps]
+    assert r.low["chat"][0] == 24 and r.low["intent"][0] == 0
+    assert [c for c, _, _ in sim.diagnostics()] == ["K864"]
+
+
+def test_the_relayout_role_lets_kubectl_scale_a_retired_deployment(tmp_path: Path) -> None:
+    """Review N7: kubectl scale GETs the Deployment before it patches the scale subresource."""
+    from compiler.targets.kubernetes.sim import rbac, tree
+    from tests.k8s_tree import render
+
+    rev = tree.read_tree(render(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a"), tmp_path / "a"))
+    assert rev.relayout is not None and rev.relayout.rules
+    assert rbac.denied(rev.relayout.rules, "scale deployment", "chat-h100-pool") == []

@@ -49,6 +49,7 @@ class DeploymentParams(Params):
     pod_resources: dict  # CPU and memory requests and limits (compiler/targets/kubernetes/runtime.pod_resources)
     weights_action: str | None = None  # weights-image/<model>, mounted at the model's directory; None: the
     # checkpoint is in the pool's serving image (node_pool.weights: in-image)
+    max_unavailable: int = 1  # pods the rolling update takes out at once (rollout_unavailable)
 
 
 def namespace_of(spec) -> str:
@@ -88,6 +89,13 @@ def max_unavailable(ir, pool: str) -> int:
     """Nodes of the pool a re-layout batch takes out (`node_pool.max_unavailable`, at most the pool)."""
     np = ir.hosts[pool].spec.node_pool
     return min(np.max_unavailable, np.nodes) if np is not None else 1
+
+
+def rollout_unavailable(ir, pool: str, w) -> int:
+    """The rolling update's maxUnavailable: the workload's pods on the pool's `max_unavailable` nodes,
+    what its PodDisruptionBudget already lets a re-layout batch take (at most its replicas). With
+    maxSurge 0 on a full pool, 1 rolls a 32-replica workload one pod per load."""
+    return max(1, min(w.replicas, slots_per_node(ir.pools[pool], w) * max_unavailable(ir, pool)))
 
 
 def weights_deps(weights_action: str | None) -> set[str]:
@@ -138,7 +146,8 @@ def workload_params(ctx: LowerContext) -> list[DeploymentParams]:
                 command=list(c.command), ports=list(c.ports), liveness=c.liveness, readiness=c.readiness,
                 resource=resource, count=w.gpus, selector=dict(pool.selector),
                 gpu_product=gfd_product(pool, strategy, w.mig_profile), pod_resources=pod_resources(ir, w),
-                weights_action=weights_image.action_id(w.model) if mounts_weights(ir, pname) else None))
+                weights_action=weights_image.action_id(w.model) if mounts_weights(ir, pname) else None,
+                max_unavailable=rollout_unavailable(ir, pname, w)))
     return out
 
 
@@ -156,7 +165,8 @@ def render(params: DeploymentParams, image_ref: str, image_digest: str,
                              container=container, resource=params.resource, count=params.count,
                              selector=params.selector, gpu_product=params.gpu_product,
                              artifacts=artifacts, pod_resources=params.pod_resources,
-                             weights=weights[0] if weights is not None else None),
+                             weights=weights[0] if weights is not None else None,
+                             max_unavailable=params.max_unavailable),
     ]
     return tree.documents(objects).encode()
 
@@ -179,7 +189,9 @@ class K8sDeployment(ActionKind[DeploymentParams]):
                      params.resource, ref)
 
     def disruptions(self, old: DeploymentParams | None, new: DeploymentParams) -> list[Disruption]:
-        if old is not None and old.to_json() == new.to_json():  # only an input changed: a pushed image
+        # only an input changed: a pushed image (the rollout's maxUnavailable is not in the pod template;
+        # when it alone changes this still says a roll: the plan's simulated rollout has the truth)
+        if old is not None and {**old.to_json(), "max_unavailable": 0} == {**new.to_json(), "max_unavailable": 0}:
             return [plan.roll(new.pool, new.name, rebuilt(new.pool, new.model, new.weights_action))]
         return plan.workload_disruptions(new.pool, new.name, old.to_json() if old is not None else None,
                                          new.to_json(), ROLLS, device=f"{new.count} x {new.resource}")

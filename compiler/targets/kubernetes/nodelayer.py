@@ -38,6 +38,7 @@ from compiler.ir.migparted import (ATTRIBUTES, ENTRY_KEYS, SLICE_COUNTS, mig_par
 from compiler.ir.pools import ALL_DISABLED
 
 from . import meta, tree
+from .runtime import PROGRESS_DEADLINE_S
 
 TEMPLATE_DIR = resources.template_dir("k8s")
 LABEL_TEMPLATE, TUNING_TEMPLATE = "label-nodes.sh.j2", "gpu-tuning.sh.j2"
@@ -56,8 +57,10 @@ def desired_name(spec_name: str) -> str:
     return mig_configmap_name(spec_name) + "-desired"
 
 
-# label-nodes.sh's bounds (KILN_EVICT_S, KILN_MIG_S, KILN_CONFIG_SYNC_S): the Job's deadline from them
-EVICT_S, MIG_S, CONFIG_SYNC_S = 600, 900, 120
+# label-nodes.sh's bounds (KILN_EVICT_S, KILN_MIG_S, KILN_CONFIG_SYNC_S): the Job's deadline from them.
+# Emptying a node waits until the pods the previous node lost are Ready again (their budgets refuse
+# the next evictions until then): a pull and a load, the Deployments' progress deadline (review N13).
+EVICT_S, MIG_S, CONFIG_SYNC_S = PROGRESS_DEADLINE_S, 900, 120
 RELAYOUT = "relayout"  # the re-layout Job's ServiceAccount, roles and bindings: <spec>-relayout
 SCRIPT_KEY = "label-nodes.sh"
 
@@ -105,8 +108,8 @@ def rbac(spec_name: str, namespace: str, workload_namespace: str | None = None) 
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}, "subjects": subject},
     ] + ([] if workload_namespace is None else [  # retiring Deployments that left the spec (kubectl scale)
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": md(workload_namespace),
-         "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]},
-                   {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]}]},
+         "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list"]},
+                   {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["patch"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": md(workload_namespace),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}, "subjects": subject}])
 
@@ -254,6 +257,7 @@ def label_script(spec_name: str, operator_namespace: str, pools: list[dict], nam
     spec's Deployments (runtime deployment) in `namespace`, the others of the spec are retired."""
     return _environment().get_template(LABEL_TEMPLATE).render(
         spec_name=spec_name, live=configmap_name(spec_name), desired=desired_name(spec_name),
+        evict_s=EVICT_S, mig_s=MIG_S, sync_s=CONFIG_SYNC_S,
         operator_namespace=operator_namespace, pools=pools, namespace=namespace, workloads=" ".join(workloads))
 
 

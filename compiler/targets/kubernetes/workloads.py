@@ -6,10 +6,11 @@ runtime defines (runtime.py), the MIG device or GPUs it requests, /dev/shm as me
 the pool keeps weights in its image) its model's weights image mounted read-only at the model's
 directory (runtime.weights_volume).
 
-Rolling updates replace one pod at a time without a surge pod (maxSurge 0): a pool's devices are
-all assigned, so a surge pod could never be scheduled. The PodDisruptionBudget lets one pod of a
-workload go at a time (maxUnavailable 1, which still lets a one-replica workload be evicted by the
-re-layout Job's eviction, node-layer/relayout); the Service spans every pool that serves the model.
+Rolling updates replace a node's worth of pods at a time (the workload's pods on the pool's
+`max_unavailable` nodes, as its PodDisruptionBudget allows) without a surge pod (maxSurge 0): a
+pool's devices are all assigned, so a surge pod could never be scheduled, and with maxUnavailable 1
+a 32-replica workload rolled one pod per load (hours; issue 32's simulation). The Service spans
+every pool that serves the model.
 
 The selector is the workload label alone (`kiln.io/workload: <name>`): a Deployment's selector is
 immutable, so it holds nothing that can change while the name stays (not the spec's name). The
@@ -49,9 +50,10 @@ def tolerations() -> list[dict]:
 def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: str, replicas: int,
                image: str, container: ServingContainer, resource: str, count: int, selector: dict[str, str],
                gpu_product: str | None, artifacts: dict[str, str], pod_resources: dict,
-               weights: str | None = None) -> dict:
+               weights: str | None = None, max_unavailable: int = 1) -> dict:
     """`pod_resources`: CPU and memory requests and limits (runtime.pod_resources). `weights`: the
-    model's weights image by digest, mounted at its model directory (None: in the serving image)."""
+    model's weights image by digest, mounted at its model directory (None: in the serving image).
+    `max_unavailable`: pods the rolling update may take out at once (k8s_deployment.rollout_unavailable)."""
     pod_labels = meta.labels(spec_name, model=model, workload=name, pool=pool, shape=shape(resource, count))
     main = {
         "name": "server",
@@ -74,7 +76,7 @@ def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: s
             "replicas": replicas,
             "progressDeadlineSeconds": PROGRESS_DEADLINE_S,
             "selector": {"matchLabels": _selector(name)},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": max_unavailable}},
             "template": {
                 "metadata": {"labels": pod_labels},
                 "spec": {

@@ -96,10 +96,11 @@ def revision(objects: list[dict], values: dict) -> Revision:
         keep = _script_var(script, "workloads")
         rules = [r for x in objects if x["kind"] == "Role" and x["metadata"]["name"] == sa
                  and x["metadata"].get("namespace") == kiln_ns for r in x.get("rules", [])]
-        relayout = Relayout(argocd.key_of(o), _script_pools(script),
-                            [f"{kiln_ns}/{w}" for w in keep.split()] if keep else None, rules, kiln_ns,
-                            _bound(script, "KILN_EVICT_S", 600), _bound(script, "KILN_MIG_S", 900),
-                            _bound(script, "KILN_CONFIG_SYNC_S", 120))
+        relayout = Relayout(key=argocd.key_of(o), pools=_script_pools(script),
+                            keep=[f"{kiln_ns}/{w}" for w in keep.split()] if keep else None, namespace=kiln_ns,
+                            rules=rules, evict_s=_bound(script, "KILN_EVICT_S", 600),
+                            mig_s=_bound(script, "KILN_MIG_S", 900),
+                            config_sync_s=_bound(script, "KILN_CONFIG_SYNC_S", 120))
     pools = {p.name: p for p in relayout.pools} if relayout is not None else {}
     strategy = ((values.get("mig") or {}).get("strategy")) or "mixed"
     return Revision(by_key, workloads, budgets, services, strategy, layouts, pools, relayout)

@@ -18,8 +18,10 @@
 #   sh label-nodes.sh --dry-run  say what it would do, change nothing
 #   sh label-nodes.sh --check    exit 1 when a node's label or MIG state is not the desired one
 #
-# Bounds (seconds, from the environment): KILN_EVICT_S (600) to empty a node, KILN_MIG_S (900) for
-# the MIG manager, KILN_CONFIG_SYNC_S (120) for the kubelet to refresh a changed ConfigMap.
+# Bounds (seconds, from the environment): KILN_EVICT_S (2700: a pull and a load, so the pods the
+# previous node lost are Ready again and its budgets allow the next evictions) to empty a node,
+# KILN_MIG_S (900) for the MIG manager, KILN_CONFIG_SYNC_S (120) for the kubelet to refresh a
+# changed ConfigMap.
 set -eu
 mode=${1:-apply}
 case $mode in apply|--dry-run|--check) ;; *) echo "usage: label-nodes.sh [--dry-run|--check]" >&2; exit 2 ;; esac
@@ -27,7 +29,7 @@ ns=gpu-operator
 spec=fleet
 live=fleet-mig-layouts
 desired=fleet-mig-layouts-desired
-evict_s=${KILN_EVICT_S:-600}
+evict_s=${KILN_EVICT_S:-2700}
 mig_s=${KILN_MIG_S:-900}
 sync_s=${KILN_CONFIG_SYNC_S:-120}
 status=0
@@ -36,8 +38,10 @@ trap 'rm -rf "$work"' EXIT
 
 say() { echo "label-nodes: $*" >&2; }
 
-# Kiln Deployments of this spec that left it: Argo CD prunes them after this (wave 0), but their pods
-# would take the new slices from the workloads that stay and stall those workloads' evictions.
+# Kiln Deployments of this spec that left it: current Argo CD prunes them before this Job (prune waves
+# run in reverse order: a removed wave-0 Deployment goes at the first wave), an older one or a sync
+# without prune leaves them; their pods would take the new slices from the workloads that stay and
+# stall those workloads' evictions. `kubectl scale` reads the Deployment (get) and patches its scale.
 kiln_ns=inference
 workloads='big-b200-pool chat-h100-pool coder-h100-pool intent-h100-pool'
 retire() {
