@@ -199,6 +199,11 @@ def build_prepared(outcome: BuildOutcome, digests: DigestCache, store: LocalStor
     # nothing in the store references this build's new artifacts, and `kiln store gc` (which takes
     # the lock alone) would remove them.
     interrupt = interrupt if interrupt is not None else Interrupt()
+    builder = builder if builder is not None else Builder()
+    if builder.machine is None:  # this machine's GPUs, memory and free disk under the store
+        from compiler.machines import probe
+
+        builder.machine = probe(store.root, ())
     with store.lock():
         # From here an interrupt stops the executor instead of raising, and a release being recorded
         # is recorded whole (the CLI then reports the interrupt all the same).

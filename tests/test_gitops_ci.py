@@ -37,7 +37,7 @@ def installed(tmp_path: Path, capsys) -> dict[str, str]:
     shutil.copytree(SPEC, tmp_path / "deploy")
     assert main(["init", str(tmp_path / "deploy" / "kiln.yaml"), "--dir", str(tmp_path),
                  "--registry", "127.0.0.1:5000/team", *SOURCE]) == 0
-    assert capsys.readouterr().out.count("wrote: ") == 4  # two workflows, actionlint.yaml, .gitignore
+    assert capsys.readouterr().out.count("wrote: ") == 5  # two workflows, actionlint.yaml, kiln-builders.yml, .gitignore
     return {p.name: p.read_text(encoding="utf-8") for p in sorted((tmp_path / ".github" / "workflows").iterdir())}
 
 
@@ -140,7 +140,10 @@ def test_every_kiln_command_line_is_one_kiln_accepts(installed) -> None:
 def test_the_release_fans_gpu_work_out_through_the_plan_matrix(installed) -> None:
     jobs = _load(installed["kiln-release.yml"])["jobs"]
     assert jobs["gpu"]["strategy"]["matrix"] == "${{ fromJSON(needs.cpu.outputs.matrix) }}"
-    assert jobs["gpu"]["runs-on"] == ["self-hosted", "linux", "gpu"]
+    assert jobs["gpu"]["runs-on"] == "${{ matrix.runs-on }}"  # the class `kiln plan --matrix` put the chain on
+    assert jobs["gpu"]["steps"][-2]["env"]["KILN_BUILDER_CLASS"] == "${{ matrix.class }}"
+    assert jobs["cpu"]["env"] == {"KILN_BUILDER_CLASS": "cpu"}
+    assert _load(installed["kiln-release.yml"])["env"]["KILN_BUILDERS"] == ".github/kiln-builders.yml"
     assert "--matrix" in jobs["cpu"]["steps"][-1]["run"]
     assert set(jobs["release"]["needs"]) == {"cpu", "gpu"}
     plan = _load(installed["kiln-plan.yml"])
@@ -155,7 +158,7 @@ def test_init_keeps_what_it_wrote_and_refuses_to_overwrite_edits(tmp_path: Path,
     release = tmp_path / ".github" / "workflows" / "kiln-release.yml"
     assert '--registry "registry.example.com/inference"' in release.read_text(encoding="utf-8")
     capsys.readouterr()
-    assert main(args) == 0 and capsys.readouterr().out.count("unchanged: ") == 3
+    assert main(args) == 0 and capsys.readouterr().out.count("unchanged: ") == 4
     release.write_text(release.read_text(encoding="utf-8") + "# local edit\n", encoding="utf-8")
     assert main(args) == 2
     assert "exists and differs" in capsys.readouterr().err
@@ -282,7 +285,7 @@ def test_init_from_a_subdirectory_writes_at_the_repository_root_and_ignores_the_
     assert f"updated: {repo.root / '.gitignore'}" in out
     assert f"kiln-compiler @ git+{KILN_REPO}@{KILN_COMMIT}" in out
     assert main(["init", "kiln.yaml", *SOURCE]) == 0
-    assert capsys.readouterr().out.count("unchanged: ") == 3  # .gitignore already has the entry
+    assert capsys.readouterr().out.count("unchanged: ") == 4  # .gitignore already has the entry
 
 
 def test_init_outside_a_git_repository_needs_dir(tmp_path: Path, capsys) -> None:

@@ -79,3 +79,80 @@ def test_an_engine_build_needs_tp_times_pp_gpus_of_the_serving_architecture(tmp_
     source = total_params(out.validation.resolved.models["llama70b"].arch) * 2 / GiB
     assert source / 8 < way[0].gpu_mem_gib < source  # a share of the model per GPU, not all of it
     assert way[0].host_mem_gib > source
+
+
+# --- builders: declared classes, placement, the release workflow ----------------------------------
+def _init(tmp_path: Path, capsys) -> Path:
+    import shutil
+
+    from compiler.cli import main
+
+    shutil.copytree(NEWCOMER.parent, tmp_path / "deploy")
+    assert main(["init", str(tmp_path / "deploy" / "kiln.yaml"), "--dir", str(tmp_path), "--kiln-repo",
+                 "https://git.example/acme/kiln", "--kiln-commit", "0123456789abcdef0123456789abcdef01234567"]) == 0
+    capsys.readouterr()
+    return tmp_path
+
+
+def test_the_newcomers_release_workflow_builds_each_action_on_a_class_that_holds_it(tmp_path, capsys,
+                                                                                     monkeypatch) -> None:
+    from ruamel.yaml import YAML
+
+    from compiler.cli import main
+    from compiler.machines import load_builders
+
+    root = _init(tmp_path, capsys)
+    release = YAML(typ="safe").load((root / ".github" / "workflows" / "kiln-release.yml").read_text(encoding="utf-8"))
+    assert release["jobs"]["cpu"]["env"]["KILN_BUILDER_CLASS"] == "cpu"
+    builders = load_builders(root / release["env"]["KILN_BUILDERS"])
+    assert not builders.diagnostics
+    assert [m.name for m in builders.machines] == ["cpu", "h100-sxm5-80gb", "h200-sxm-141gb"]
+    # The CPU job (its class: GitHub's hosted runner) defers the calibrations it cannot hold.
+    cpu = builders.get("cpu")
+    store = open_store(tmp_path / "store", create=False, missing_ok=True)
+    plan = {p.id: p for p in plan_spec(root / "deploy" / "kiln.yaml", store,
+                                       builder=Builder(fixed=cpu.has, machine=cpu)).plan}
+    for model in ("small", "big"):
+        assert plan[f"quantize/{model}"].deferred.startswith("more machine than cpu has"), plan[f"quantize/{model}"]
+    assert plan["weights-image/big"].deferred  # waits for quantize/big, and needs 2 x its weights of disk anyway
+    assert plan["llmapi-options/small"].deferred is None
+    # What is left fans out to the class that holds each chain.
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("KILN_BUILDERS", release["env"]["KILN_BUILDERS"])
+    assert main(["plan", "deploy/kiln.yaml", "--store", str(tmp_path / "store"), "--matrix"]) == 0
+    jobs = json.loads(capsys.readouterr().out)["include"]
+    on = {a: (j["class"], j["runs-on"]) for j in jobs for a in j["actions"].split()}
+    assert on["quantize/small"][0] == "h100-sxm5-80gb"  # 16 GiB of bf16 on one 80 GB GPU
+    assert on["quantize/big"][0] == "h200-sxm-141gb"  # 132 GiB of bf16 needs one 141 GB GPU
+    assert on["quantize/big"][1] == ["self-hosted", "linux", "gpu", "h200-sxm-141gb"]
+    assert on["spec-snapshot"][0] == "cpu"
+
+
+def test_an_action_no_builder_holds_is_a_plan_time_diagnostic(tmp_path, capsys) -> None:
+    from compiler.cli import main
+
+    small = tmp_path / "builders.yml"
+    text = (NEWCOMER.parent / "builders.yml").read_text(encoding="utf-8")
+    # no H200 class, and an H100 class whose host memory cannot calibrate the 70B on CPU either
+    small.write_text(text.split("  h200:")[0].replace("host_memory_gib: 200", "host_memory_gib: 64"), encoding="utf-8")
+    assert main(["plan", str(NEWCOMER), "--store", str(tmp_path / "s"), "--builders", str(small)]) == 1
+    out = capsys.readouterr().out
+    line = next(i for i, t in enumerate(NEWCOMER.read_text(encoding="utf-8").splitlines(), 1) if t == "  big:")
+    assert f"kiln.yaml:{line}:3: error: no builder holds quantize/big: it needs 1 x GPU >= " in out
+    from compiler.catalog import load_gpu_catalog
+
+    h100 = load_gpu_catalog().get("H100-SXM5-80GB").memory_mib / 1024
+    assert "[K405]" in out and f"note: h100 lacks {out.split('GPU >= ')[1].split(' GiB')[0]} GiB per GPU, it has " \
+        f"{round(h100, 1):g}" in out
+    assert "quantize/small" not in out.split("[K405]")[0].split("error:")[-1]
+
+
+def test_a_builders_file_kiln_cannot_use_is_reported_where_it_is_wrong(tmp_path, capsys) -> None:
+    from compiler.cli import main
+
+    bad = tmp_path / "builders.yml"
+    bad.write_text("builders:\n  gpu:\n    gpu: H100-SXM5-80GB\n    host_memory_gib: lots\n", encoding="utf-8")
+    assert main(["plan", str(NEWCOMER), "--store", str(tmp_path / "s"), "--builders", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "builders.yml:4:22: error: host_memory_gib is a number >= 0 [K406]" in err
+

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .builders import add_builders, declared_builder
 from .common import STORE_HELP, check_output_file, remote_cache, require_file, store_path, write_output
 from .errors import UsageError
 from .exitcodes import ExitCode
@@ -28,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "without it such a build exits 4")
     b.add_argument("--cache", metavar="REGISTRY", help="fetch artifacts missing from the store from this registry "
                                                       "(see `kiln publish`) instead of building them")
+    add_builders(b, as_class=True)
     b.set_defaults(handler=cmd_build)
 
 
@@ -45,12 +47,13 @@ def cmd_build(args: argparse.Namespace) -> ExitCode:
     store = open_store(store_path(args.store, args.spec))
     progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     remote = remote_cache(args.cache, store) if args.cache else None  # the registry as a shared cache
+    builder = declared_builder(args)  # --as CLASS of a builders file; else this machine, probed
     interrupt = Interrupt()
     try:
         with stopping_on_signals(interrupt):
             outcome = build_spec(args.spec, store, jobs=args.jobs, progress=progress,
                                  selection=Selection(tuple(args.only), tuple(args.skip)), remote=remote,
-                                 interrupt=interrupt)
+                                 interrupt=interrupt, builder=builder)
     except BadSelection as e:
         raise UsageError(str(e)) from None
     result = outcome.validation

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from .builders import add_builders, declared_builders
 from .common import STORE_HELP, add_gpu_profiles, gpu_profiles, remote_cache, require_file, store_path
 from .errors import UsageError
 from .exitcodes import ExitCode
@@ -26,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="print only the GitHub Actions job matrix of the actions left to build that this "
                         "builder cannot run (a GPU, or what $KILN_BUILDER_HAS leaves out)")
     p.add_argument("--cache", metavar="REGISTRY", help="count artifacts in this registry cache as built")
+    add_builders(p)
     p.set_defaults(handler=cmd_plan)
 
 
@@ -49,8 +51,11 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
 
     # planning reads the store, never creates it
     store = open_store(store_path(args.store, args.spec), create=False, missing_ok=True)
+    builders = declared_builders(args)
     outcome = plan_spec(args.spec, store, Options(gpu_profiles=gpu_profiles(args)))
     result = outcome.validation
+    if builders is not None and outcome.graph is not None:
+        _place(outcome, builders)
     figures = result.resolved.capacity_rows() if result.resolved is not None else []
     placements = placement_rows(result.resolved.units) if result.resolved is not None else []
     processes = process_rows(result.resolved) if result.resolved is not None else []
@@ -86,6 +91,20 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK if result.ok else ExitCode.ERRORS
 
 
+def _place(outcome, builders) -> None:
+    """Each action to run on the first declared class that holds it; K405 for those none holds."""
+    from compiler.machines import place, unplaceable
+    from compiler.targets.registry import REGISTRY
+
+    todo = [p for p in outcome.plan if not p.cached]
+    for p in todo:
+        home = place(REGISTRY, outcome.graph.actions[p.id], builders.machines)
+        p.builder = home.name if home is not None else None
+    spec = outcome.validation.spec
+    outcome.validation.diagnostics.extend(unplaceable(outcome.graph, REGISTRY, builders.machines, [p.id for p in todo],
+                                                      outcome.validation.resolved.document, spec.models, spec.hosts))
+
+
 def store_line(store) -> str:
     """The store a plan was made against (it may not exist yet: nothing was built there)."""
     return f"Store: {store.root}" + ("" if (store.root / "objects").is_dir() else " (none there yet)")
@@ -97,7 +116,7 @@ def _plan_gitops(args: argparse.Namespace) -> ExitCode:
     from compiler.gitops.gitrev import GitError
     from compiler.gitops.planbase import plan_against
     from compiler.gitops.render import render_semantic
-    from compiler.gitops.semplan import builder_lacks, job_matrix
+    from compiler.gitops.semplan import builder_lacks, class_matrix, job_matrix
     from compiler.pipeline import Options
 
     if args.base is None and not args.matrix:
@@ -112,7 +131,21 @@ def _plan_gitops(args: argparse.Namespace) -> ExitCode:
             print_diagnostics([outcome.validation], stream=sys.stderr)
             return ExitCode.ERRORS
         todo = [p for p in outcome.plan if not p.cached and not has_remote(p.key, p.kind)]
-        emit(json.dumps(job_matrix(todo, outcome.graph, builder_lacks()), sort_keys=True, separators=(",", ":")), None)
+        builders = declared_builders(args)
+        if builders is None:
+            matrix = job_matrix(todo, outcome.graph, builder_lacks())
+        else:  # every chain on the first declared class that holds it
+            from compiler.machines import unplaceable
+            from compiler.targets.registry import REGISTRY
+
+            matrix, homeless = class_matrix(todo, outcome.graph, REGISTRY, builders.machines)
+            if homeless:
+                result = outcome.validation
+                result.diagnostics.extend(unplaceable(outcome.graph, REGISTRY, builders.machines, homeless,
+                                                      result.resolved.document, result.spec.models, result.spec.hosts))
+                print_diagnostics([result], stream=sys.stderr)
+                return ExitCode.ERRORS
+        emit(json.dumps(matrix, sort_keys=True, separators=(",", ":")), None)
         return ExitCode.OK
     try:
         result = plan_against(args.spec, args.base, store, options, has_remote)

@@ -21,6 +21,15 @@ from .kilnsource import QUANTIZE_EXTRA, TORCH_PIN, KilnSource
 TEMPLATES = resources.template_dir("ci")
 WORKFLOWS = {"kiln-plan.yml": "kiln-plan.yml.j2", "kiln-release.yml": "kiln-release.yml.j2"}
 ACTIONLINT_CONFIG = "actionlint.yaml"  # beside workflows/, under .github/, where actionlint looks for it
+BUILDERS_FILE = "kiln-builders.yml"  # under .github/: the runner classes the release builds on
+# GitHub's standard hosted Linux runner for public repositories: 4 CPUs, 16 GB of memory, 14 GB of
+# SSD (GitHub docs, "GitHub-hosted runners reference", standard runners); read as GiB, a slight
+# overstatement of 7 %, below the margins of the sizes.
+HOSTED_RUNNER = {"runs-on": ["ubuntu-latest"], "host_memory_gib": 16, "disk_gib": 14, "has": ["torch", "network", "docker"]}
+# A GPU runner class kiln init writes for each GPU model of the spec's hosts: host memory and disk
+# per GPU memory, Kiln's guess (an 8 x H100 DGX has 2 TB of memory for 640 GB of GPU memory, about 3x);
+# the file says to declare what the runners really have.
+HOST_PER_GPU_MEMORY, DISK_PER_GPU_MEMORY = 2, 4
 _PATH_RE = re.compile(r"[A-Za-z0-9._/-]+")
 _REGISTRY_RE = re.compile(r"[A-Za-z0-9._:/-]+")
 _LABEL_RE = re.compile(r"[A-Za-z0-9._-]+")
@@ -45,6 +54,35 @@ def pinned_uses() -> dict[str, str]:
         (release,) = [r for r in entry["releases"] if r["tag"] == entry["pin"]]
         out[action] = f"{action}@{release['commit']} # {release['tag']}"
     return out
+
+
+def builders_text(hosts, gpu_runner: tuple[str, ...]) -> str:
+    """.github/kiln-builders.yml (compiler/machines.py): the hosted runner, then one class per
+    GPU model of the spec's hosts (ResolvedHost), smallest GPU memory first, on the GPU runner
+    labels plus the GPU's own label."""
+    gpus: dict[str, tuple] = {}
+    for h in hosts:
+        if h.gpu is not None:
+            count = max(gpus.get(h.gpu.name, (None, 0))[1], h.spec.count or 1)
+            gpus[h.gpu.name] = (h.gpu, count)
+    lines = ["# Installed by `kiln init`: the classes of CI runners that build the spec's actions, cheapest first.",
+             "# Each action builds on the class that holds it (`kiln plan --builders` shows where). The GPU classes",
+             f"# come from the spec's hosts; their memory and disk are Kiln's guesses ({HOST_PER_GPU_MEMORY}x and "
+             f"{DISK_PER_GPU_MEMORY}x the GPUs' memory):",
+             "# declare what your runners have. Edit freely, `kiln init --force` rewrites it.", "builders:", "  cpu:"]
+    lines += [f"    {k}: [{', '.join(v)}]" if isinstance(v, list) else f"    {k}: {v}" for k, v in HOSTED_RUNNER.items()]
+    for gpu, count in sorted(gpus.values(), key=lambda gc: (gc[0].memory_mib, gc[0].name)):
+        total = gpu.memory_mib / 1024 * count
+        lines += [f"  {runner_label(gpu.name)}:", f"    runs-on: [{', '.join(gpu_runner + (runner_label(gpu.name),))}]",
+                  f"    gpu: {gpu.name}", f"    gpus: {count}",
+                  f"    host_memory_gib: {int(total * HOST_PER_GPU_MEMORY)}",
+                  f"    disk_gib: {int(total * DISK_PER_GPU_MEMORY)}", "    has: [torch, gpu, docker, network]"]
+    return "\n".join(lines) + "\n"
+
+
+def runner_label(gpu_name: str) -> str:
+    """A runner label for a GPU model: "H100-SXM5-80GB" -> "h100-sxm5-80gb"."""
+    return re.sub(r"[^a-z0-9.-]+", "-", gpu_name.lower()).strip("-")
 
 
 def actionlint_config(gpu_runner: tuple[str, ...]) -> str:
@@ -137,13 +175,15 @@ def install_workflows(root: Path, spec: Path, source: KilnSource, *, registry: s
         rel = spec.resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
         raise InitConflict(f"{spec} is not inside {root}") from None
-    if registry is None:
-        from compiler.pipeline import validate_path
+    from compiler.pipeline import validate_path
 
-        parsed = validate_path(spec).spec
+    validated = validate_path(spec)
+    if registry is None:
+        parsed = validated.spec
         if parsed is None or parsed.publish is None:
             raise InitConflict(f"{spec} has no publish.registry: set it or pass --registry")
         registry = parsed.publish.registry
+    hosts = validated.resolved.hosts.values() if validated.resolved is not None else ()
     texts = render_workflows(rel, registry, source, gpu_runner=gpu_runner, branch=branch, sign=sign)
     host = loopback_host(registry)
     if host is not None:
@@ -152,7 +192,9 @@ def install_workflows(root: Path, spec: Path, source: KilnSource, *, registry: s
              "registry the runners can reach")
     target = root / ".github" / "workflows"
     files = {target / name: text for name, text in texts.items()}
-    files[root / ".github" / ACTIONLINT_CONFIG] = actionlint_config(gpu_runner)
+    labels = tuple(dict.fromkeys(gpu_runner + tuple(runner_label(h.gpu.name) for h in hosts if h.gpu is not None)))
+    files[root / ".github" / ACTIONLINT_CONFIG] = actionlint_config(labels)
+    files[root / ".github" / BUILDERS_FILE] = builders_text(hosts, gpu_runner)
     plan = []
     for path, text in files.items():
         old = path.read_text(encoding="utf-8") if path.is_file() else None

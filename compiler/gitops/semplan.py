@@ -183,6 +183,39 @@ def job_matrix(todo: list, graph: Graph | None, lacks) -> dict:
     return {"include": include}
 
 
+def class_matrix(todo: list, graph: Graph | None, kinds, machines: list) -> tuple[dict, list[str]]:
+    """The job matrix over declared builder classes (compiler/machines.py): one job per
+    chain of actions left to build (an action no other depends on, with the actions it waits
+    for), on the first class that holds every action of the chain; each entry names the class
+    (`class`) and its runner labels (`runs-on`). Also the actions of chains no class holds."""
+    from compiler.machines import home as home_of, place
+
+    if graph is None:
+        return {"include": []}, []
+    left = {a.id for a in todo}
+
+    def ancestors(aid: str) -> set[str]:
+        seen: set[str] = set()
+        stack = [aid]
+        while stack:
+            for d in graph.actions[stack.pop()].deps:
+                if d in left and d not in seen:
+                    seen.add(d)
+                    stack.append(d)
+        return seen
+
+    has_dependent = {d for aid in left for d in ancestors(aid)}
+    include, homeless = [], []
+    for aid in sorted(left - has_dependent):
+        chain = [x for x in graph.order if x in ancestors(aid) | {aid}]
+        home = home_of([graph.actions[x] for x in chain], kinds, machines)
+        if home is None:
+            homeless += [x for x in chain if place(kinds, graph.actions[x], machines) is None] or [aid]
+            continue
+        include.append({"name": aid, "actions": " ".join(chain), "class": home.name, "runs-on": list(home.labels)})
+    return {"include": include}, sorted(set(homeless))
+
+
 def builder_lacks(builder=None, kinds=None):
     """`lacks` for job_matrix from this machine's builder (or $KILN_BUILDER_HAS)."""
     from compiler.graph.builder import Builder

@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from .sizes import Machine, holds, lacking
 
 NEED_TEXT = {
     "torch": "torch, transformers and nvidia-modelopt",
@@ -86,10 +87,19 @@ def _fixed_from_env() -> frozenset[str] | None:
 class Builder:
     """The builder's capabilities. `fixed` pins them (tests; $KILN_BUILDER_HAS for a CI job that
     must not attempt what another job does); otherwise each is probed the first time an action
-    asks for it."""
+    asks for it. `machine`: its GPUs, memory and disk (compiler/machines.py: probed by the
+    build, or a declared class); an action whose size it does not hold is deferred. None: sizes
+    are not checked (planning without a builder)."""
 
     fixed: frozenset[str] | None = field(default_factory=_fixed_from_env)
     _probed: dict[str, bool] = field(default_factory=dict)
+    machine: Machine | None = None
+
+    def too_small(self, size) -> str | None:
+        """What this builder's machine lacks to hold `size`, or None when it holds it (or is unknown)."""
+        if self.machine is None or holds(size, self.machine) is not None:
+            return None
+        return f"more machine than {self.machine.name} has: {lacking(size, self.machine)} (it needs {size.text()})"
 
     def has(self, need: str) -> bool:
         if self.fixed is not None:

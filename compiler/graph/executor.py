@@ -212,7 +212,7 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry
 
 def _lacking(kinds: KindRegistry, builder: Builder, action) -> str | None:
     missing = kinds.missing(action, builder)
-    return f"needs {describe(missing, builder)}" if missing else None
+    return f"needs {describe(missing, builder)}" if missing else builder.too_small(action.size)
 
 
 def _run_one(graph: Graph, kinds: KindRegistry, aid: str, store: LocalStore, spec_name: str, results: dict,

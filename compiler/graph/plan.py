@@ -27,6 +27,7 @@ class PlannedAction:
     last_duration_s: float | None = None
     deferred: str | None = None  # why this builder will not run it (see builder.py)
     size: Any = None  # the machine it needs (compiler/graph/sizes.py Size)
+    builder: str | None = None  # the declared builder class it runs on (`kiln plan --builders`)
 
 
 def make_plan(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry,
@@ -53,6 +54,8 @@ def make_plan(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegist
                     planned.deferred = f"waits for {waiting[0]}"
                 elif missing:
                     planned.deferred = f"needs {describe(missing, builder)}"
+                else:
+                    planned.deferred = builder.too_small(action.size)
                 if planned.deferred:
                     deferred.add(aid)
         out.append(planned)
@@ -231,7 +234,8 @@ def render_plan(plan: list[PlannedAction], fmt: str) -> str:
     if fmt == "json":
         return json.dumps({"actions": [{"id": p.id, "kind": p.kind, "key": p.key, "cached": p.cached,
                                         "reasons": p.reasons, "needs": list(p.needs), "deferred": p.deferred,
-                                        "size": p.size.to_json() if p.size is not None else None}
+                                        "size": p.size.to_json() if p.size is not None else None,
+                                        **({"builder": p.builder} if p.builder else {})}
                                        for p in plan],
                            "to_run": len(run), "cached": len(plan) - len(run),
                            "deferred": sum(p.deferred is not None for p in plan)}, indent=2, sort_keys=True)
@@ -251,6 +255,8 @@ def render_plan(plan: list[PlannedAction], fmt: str) -> str:
             lines.append(f"           {r}")
         if not p.cached and p.size is not None and p.size.ways != SMALL.ways:  # the small allowance goes unsaid
             lines.append(f"           needs: {p.size.text()}")
+        if p.builder:
+            lines.append(f"           builds on: {p.builder}")
         if p.deferred:
             lines.append(f"           deferred here: {p.deferred}")
     return "\n".join(lines)

@@ -4,7 +4,7 @@ A `Size` is computed from the IR when a spec is lowered (compiler/actions/sizing
 part of an action's key: the same artifact built on a bigger machine is the same artifact. A `Size`
 lists one or more ways to run (quantization runs on GPUs, or on CPU where the recipe allows it);
 a machine holds the action when it holds any way. A `Machine` is a builder (probed here) or a
-declared class of builders (a CI runner label set, a Ray node type: compiler/graph/machines.py).
+declared class of builders (a CI runner label set, a Ray node type: compiler/machines.py).
 """
 
 from __future__ import annotations
