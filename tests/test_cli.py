@@ -45,7 +45,8 @@ def test_readme_exit_codes_are_the_enum() -> None:
 
 def test_exit_code_values() -> None:
     assert {c.name: c.value for c in ExitCode} == {"OK": 0, "ERRORS": 1, "USAGE": 2, "INTERNAL": 3,
-                                                   "INCOMPLETE": 4, "CHANGES": 5, "INTERRUPTED": 130}
+                                                   "INCOMPLETE": 4, "CHANGES": 5, "INTERRUPTED": 130,
+                                                   "BROKEN_PIPE": 141}
 
 
 def _returns(tree: ast.AST):
@@ -149,7 +150,7 @@ def test_plan_base_and_init_return_exit_codes(tmp_path: Path, monkeypatch, capsy
 
 @pytest.mark.parametrize("exc,expected", [(RuntimeError("boom"), ExitCode.INTERNAL),
                                           (KeyboardInterrupt(), ExitCode.INTERRUPTED),
-                                          (BrokenPipeError(), ExitCode.OK)])
+                                          (BrokenPipeError(), ExitCode.BROKEN_PIPE)])
 def test_unexpected_exceptions(monkeypatch, capsys, exc: BaseException, expected: ExitCode) -> None:
     def handler(args):
         raise exc

@@ -359,6 +359,36 @@ def test_a_log_that_cannot_be_written_fails_its_action_clearly_and_leaves_no_rec
     assert rc == 0, out + err
 
 
+# --- issue 36: a reader that goes away ---------------------------------------------------------------
+def kiln_unread(*argv: str) -> int:
+    """The command line as a process whose stdout and stderr readers are gone before it writes."""
+    proc = subprocess.Popen([sys.executable, "-m", "compiler", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT), "KILN_BUILDER_HAS": ""})
+    proc.stdout.close()
+    proc.stderr.close()
+    return proc.wait(timeout=120)
+
+
+def test_a_build_whose_reader_went_away_finishes_and_records_its_release(tmp_path: Path) -> None:
+    """`kiln build | head` stopped at its first progress line, recorded no release, and exited 0."""
+    spec = quickstart(tmp_path / "spec")
+    store = LocalStore(tmp_path / "store")
+    assert kiln_unread("build", str(spec), "--store", str(store.root), "--allow-partial") == 0
+    assert len(store.releases("quickstart")) == 1
+
+
+def test_a_failed_build_whose_reader_went_away_exits_1(built) -> None:
+    """The first failure line met the closed pipe and the build exited 0."""
+    spec, store, outcome = built
+    key = outcome.results["host-plan/dev-h100"].key
+    store.drop_action(key)
+    log = store.log_path(key)
+    log.unlink()
+    log.mkdir()  # the action fails (its log cannot be written)
+    (log / "x").write_text("x")
+    assert kiln_unread("build", str(spec), "--store", str(store.root), "--allow-partial") == 1
+
+
 # --- 4: concurrent writers of one release history ---------------------------------------------------
 ADD_RELEASES = """
 import sys

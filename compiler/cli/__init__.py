@@ -18,6 +18,7 @@ from compiler import __version__
 from . import artifacts, build, catalog, lock, plan, release, render, store, tune, validate
 from .errors import UsageError
 from .exitcodes import ExitCode
+from .readergone import guarded_output
 
 __all__ = ["ExitCode", "UsageError", "build_parser", "main"]
 
@@ -46,13 +47,22 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
-    from compiler.diagnostics.render import shown
-    from compiler.gitops.oci import redact
-    from compiler.store.local import StoreError, StoreUnusable
-
     for stream in (sys.stdout, sys.stderr):  # a path from argv may hold surrogates (undecodable bytes)
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
+
+    with guarded_output():
+        try:
+            return _run(args)
+        except BrokenPipeError as e:  # not through stdout/stderr's text (they go on): the command stopped
+            print(f"kiln: stopped: a pipe it wrote to was closed ({e.strerror or e})", file=sys.stderr)
+            return ExitCode.BROKEN_PIPE
+
+
+def _run(args: argparse.Namespace) -> ExitCode:
+    from compiler.diagnostics.render import shown
+    from compiler.gitops.oci import redact
+    from compiler.store.local import StoreError, StoreUnusable
 
     try:
         return args.handler(args)
@@ -63,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
         print(f"kiln: error: store: {shown(redact(str(e)))}", file=sys.stderr)
         return ExitCode.ERRORS
     except BrokenPipeError:
-        return ExitCode.OK
+        raise  # main: the command stopped before it finished
     except KeyboardInterrupt:
         print("kiln: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED

@@ -13,3 +13,4 @@ class ExitCode(IntEnum):
     INCOMPLETE = 4  # `kiln build` deferred some actions (`--allow-partial` makes that OK)
     CHANGES = 5  # `kiln plan --base` found changes
     INTERRUPTED = 130  # Ctrl-C
+    BROKEN_PIPE = 141  # the reader of kiln's output went away before the command finished (128 + SIGPIPE)
