@@ -172,10 +172,10 @@ ENS, PRE, TRT, POST = ("tiny/config.pbtxt", "tiny-preprocessing/config.pbtxt", "
 
 BROKEN = [
     ("placeholder-in-number", lambda f: edit(f, TRT, "max_batch_size: 8", "max_batch_size: ${triton_max_batch_size}"),
-     "tiny-tensorrt_llm/config.pbtxt:10:17: not a valid Triton model configuration: "
+     "tiny-tensorrt_llm/config.pbtxt:14:17: not a valid Triton model configuration: "
      "'max_batch_size: ${triton_max_batch_size}': Couldn't parse integer: $"),
     ("placeholder-in-string", lambda f: edit(f, TRT, '"/opt/kiln/models/tiny/engine"', '"${engine_dir}"'),
-     "tiny-tensorrt_llm/config.pbtxt:164: a template placeholder `${...}` survived"),
+     "tiny-tensorrt_llm/config.pbtxt:168: a template placeholder `${...}` survived"),
     ("unknown-field", lambda f: edit(f, PRE, "max_batch_size: 8", "max_batch_size: 8\nmax_input_len: 256"),
      'Message type "inference.ModelConfig" has no field named "max_input_len"'),
     ("preferred-above-max", lambda f: edit(f, PRE, "max_queue_delay_microseconds: 100",
@@ -376,6 +376,18 @@ def test_golden_repository(target: str, update_expectations: bool) -> None:
             (where / rel).write_bytes(data)
     assert where.is_dir(), f"no golden repository for {target}: run pytest --update-expectations"
     assert tree(where) == files, f"{where} differs from the generated repository; review and --update-expectations"
+
+
+def test_the_engine_models_header_says_its_queue_timeout_never_fires() -> None:
+    """Serving review D6: the backend hands every request to its executor at once, so Triton's queue
+    policy on <m>-tensorrt_llm bounds the queue but its timeout never fires; the header must not
+    call that policy the admission control, and names the model whose admission enforces it."""
+    _, files = rendered("quickstart", "dev-h100", "engine")
+    name = next(rel for rel in files if rel.endswith("-tensorrt_llm/config.pbtxt"))
+    header = " ".join(line[2:] for line in files[name].decode().splitlines() if line.startswith("# "))
+    assert "Admission control: the queue policy below." not in header
+    model = name.split("-tensorrt_llm/")[0]
+    assert "its timeout never fires" in header and f"send to {model}-bls" in header
 
 
 def test_action_refuses_templates_edited_after_planning(tmp_path: Path) -> None:
