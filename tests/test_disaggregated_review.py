@@ -76,3 +76,49 @@ def test_n9_decode_servers_keep_cuda_graphs_up_to_their_batch() -> None:
                        "runtime: {kv_cache_memory_fraction: 0.9, cuda_graph_batch_sizes: [1, 8, 32]}"})
     assert emit.role_options(listed, "decode", "1.2.1")["cuda_graph_config"] == {
         "batch_sizes": [1, 8, 32], "enable_padding": True}
+
+
+def _resolved(**edits: str):
+    text = EXAMPLE.read_text()
+    for old, new in edits.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    v = validate_text(text, EXAMPLE.parent)
+    assert v.resolved is not None
+    return v.resolved
+
+
+def test_n11_the_memory_budget_holds_each_servers_transfer_buffers() -> None:
+    """Every server pre-allocates a send and a receive buffer of max_tokens_in_buffer tokens of its
+    own KV cache before the KV cache is sized (CacheTransBufferManager::preAllocBufferSize)."""
+    from compiler.capacity.memory import kv_bytes_per_token
+
+    ir = _resolved()
+    rm = ir.models["chat"]
+    for u in ir.units:
+        cap = u.figures.capacity
+        [term] = [t for t in cap.reserve if t.name == "kv-transfer"]
+        tp = 4 if u.role == "decode" else 1
+        assert term.bytes == 2 * 4096 * kv_bytes_per_token(rm.arch, rm.formats.storage_kv, tp=tp, pp=1,
+                                                           seq_len=5120)
+        assert cap.reserve_bytes == sum(t.bytes for t in cap.reserve)
+
+
+def test_n11_ttft_includes_the_kv_transfer_over_the_link_between_the_roles() -> None:
+    from compiler.capacity.memory import kv_bytes_per_token
+    from compiler.ir.role_capacity import role_capacity
+
+    ir = _resolved()
+    rm = ir.models["chat"]
+    prefill = role_capacity(ir.spec, ir, "chat").role("prefill")
+    moved = 3000 * kv_bytes_per_token(rm.arch, rm.formats.storage_kv)  # the workload's prompt, whole model
+    gpu = ir.hosts["h200"].gpu
+    assert abs(prefill.transfer_ms - moved / (gpu.nvlink_gbps / 2 * 1e9) * 1e3) < 1e-6
+    assert "to move its KV cache" in prefill.note
+    # decode on another host: the transfer crosses the network (an assumed RDMA NIC), slower than NVLink
+    two = _resolved(**{"      - {index: [4, 5, 6, 7], serves: chat, role: decode}\n":
+                       "  h200-b:\n    gpu: H200-SXM-141GB\n    count: 8\n    gpus:\n"
+                       "      - {index: [4, 5, 6, 7], serves: chat, role: decode}\n"})
+    across = role_capacity(two.spec, two, "chat").role("prefill")
+    assert across.transfer_ms > prefill.transfer_ms
+    assert abs(across.transfer_ms - moved / (facts.fact("transfer_time")["across_hosts_gbps"] * 1e9) * 1e3) < 1e-6

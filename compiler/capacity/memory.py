@@ -252,6 +252,21 @@ def reserve_estimate(arch: ModelArch, gpu_memory_bytes: float, max_num_tokens: i
     return sum(t.bytes for t in reserve_terms(arch, gpu_memory_bytes, max_num_tokens))
 
 
+def transfer_buffer_term(per_token: float, buffer_tokens: int, max_seq_len: int, tokens_per_block: int) -> ReserveTerm:
+    """A disaggregated server's KV-transfer buffers, per GPU: a send and a receive buffer of
+    max_tokens_in_buffer tokens (at most the sequence rounded up to a block) of its own KV cache,
+    taken before the KV cache is sized (catalog/data/disaggregated.json transceiver.buffer_memory:
+    CacheTransBufferManager::preAllocBufferSize)."""
+    from compiler.catalog import disaggregated as facts
+
+    count = facts.fact("transceiver", "buffer_memory")["buffers"]
+    window = -(-max_seq_len // tokens_per_block) * tokens_per_block
+    tokens = min(buffer_tokens, window)
+    return ReserveTerm("kv-transfer", count * tokens * per_token,
+                       f"{count} KV-transfer buffers (send, receive) of {tokens:,} tokens x {per_token:,.0f} B "
+                       "of KV cache per token")
+
+
 @dataclass(frozen=True)
 class UnitCapacity:
     gpu_memory_bytes: float  # per GPU (or MIG instance)
@@ -291,6 +306,7 @@ def unit_capacity(
     activation_reserve_bytes: float | None = None,
     tokens_per_block: int = TOKENS_PER_BLOCK,
     attention_dp: bool = False,
+    transfer_buffer_tokens: int = 0,
 ) -> UnitCapacity:
     """KV pool and sequence capacity of one GPU of a tp x pp unit.
 
@@ -312,18 +328,22 @@ def unit_capacity(
         attention_dp=attention_dp,
     )
     mem = max(0.0, float(gpu_memory_bytes))
+    per_token = kv_bytes_per_token(arch, kv_fmt, tp=1 if attention_dp else tp, pp=pp, seq_len=max_seq_len)
     terms: tuple[ReserveTerm, ...] = ()
     if activation_reserve_bytes is None:
         terms = reserve_terms(arch, mem, max_num_tokens)
         reserve = sum(t.bytes for t in terms)
     else:
         reserve = float(activation_reserve_bytes)
+    if transfer_buffer_tokens > 0 and per_token > 0:
+        term = transfer_buffer_term(per_token, transfer_buffer_tokens, max_seq_len, tokens_per_block)
+        terms += (term,)
+        reserve += term.bytes
     headroom = mem - weights.total_bytes - reserve
     fits = headroom >= 0
     free = max(0.0, headroom)
     pool = free * kv_cache_memory_fraction
     ranks = tp if attention_dp else 1
-    per_token = kv_bytes_per_token(arch, kv_fmt, tp=1 if attention_dp else tp, pp=pp, seq_len=max_seq_len)
     blocks_per_seq = math.ceil(max_seq_len / tokens_per_block)
     if per_token > 0:
         tokens = int(pool // per_token)

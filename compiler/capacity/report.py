@@ -40,6 +40,7 @@ class Sizing:
     tokens_per_block: int
     reserves_whole_request: bool  # GUARANTEED_NO_EVICT: a request's whole length is reserved at admission
     workload: TrafficShape | None = None
+    transfer_buffer_tokens: int = 0  # a disaggregated server's KV-transfer buffer (max_tokens_in_buffer)
 
     @property
     def quant(self) -> dict:
@@ -74,7 +75,8 @@ def unit_figures(unit, sizing: Sizing, arch: ModelArch, gpu: GpuSpec, price_per_
     cap = unit_capacity(arch, gpu_memory_bytes(gpu, profile), tp=tp, pp=pp, max_seq_len=sizing.max_seq_len,
                         max_batch_size=sizing.max_batch_size, max_num_tokens=sizing.max_num_tokens,
                         kv_cache_memory_fraction=sizing.kv_cache_memory_fraction,
-                        tokens_per_block=sizing.tokens_per_block, attention_dp=adp, **q)
+                        tokens_per_block=sizing.tokens_per_block, attention_dp=adp,
+                        transfer_buffer_tokens=sizing.transfer_buffer_tokens, **q)
     if profile is not None:
         bw = mig_bandwidth_tbps(gpu, profile)
         derate = SHARED_GPU_DERATE if unit.instances_on_gpu > 1 else 1.0

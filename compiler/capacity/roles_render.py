@@ -17,7 +17,8 @@ def _per_server(r: dict) -> str:
     if "prompt_ms" in p:
         if p["busy_max"] is None:  # one prompt alone is over the ttft: no busy share meets it
             return f"{p['prompt_ms']:,.0f} ms per prompt, over the sla's ttft_ms alone"
-        return (f"{p['prompt_ms']:,.0f} ms per prompt, busy <= {p['busy_max']:.0%}: "
+        moved = f" + {p['transfer_ms']:,.1f} ms KV transfer" if p.get("transfer_ms") is not None else ""
+        return (f"{p['prompt_ms']:,.0f} ms per prompt{moved}, busy <= {p['busy_max']:.0%}: "
                 f"{p['prompts_per_s']:,.2f} prompts/s")
     return f"batch {p['batch']} at {p['step_ms']:,.1f} ms/token: {p['tokens_per_s']:,.0f} tok/s"
 
@@ -58,7 +59,10 @@ def render_roles(rows: list[dict], fmt: str = "text") -> str:
     notes = [f"{row['model']}: {text}" for row in rows for text in
              [_router_text(row), _summary(row)] + [r["basis"] for r in row["roles"] if r["basis"]]]
     foot = ("The per-server figures are modelled (compiler/capacity/estimate.py) with no tail: with a p99 sla "
-            "the servers needed are a lower bound.")
+            "the servers needed are a lower bound. TTFT here is the wait, the prefill and the KV transfer to a "
+            "decode server. A decode server's ms/token here is its step with decode alone (prefill runs on "
+            "other servers): it is the TPOT that applies to it; the estimate table's TPOT for the same unit "
+            "is the aggregated figure, with prompts' prefill interleaved.")
     if fmt == "markdown":
         out = ["### Disaggregated roles", "", "| " + " | ".join(_COLS) + " |", "|" + "---|" * len(_COLS)]
         out += ["| " + " | ".join(c) + " |" for c in cells]

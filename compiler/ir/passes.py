@@ -19,6 +19,7 @@ from compiler.capacity.report import Sizing, unit_figures
 from compiler.capacity.workload import traffic_shape
 from compiler.catalog.formats import SIXTEEN_BIT, load_format_table, normalize_activations
 
+from .disaggregated import buffer_tokens
 from .measured import batch_limit
 from .types import Formats, ModuleFormat, Ports, Resolved, ResolvedHost, ResolvedModel, ServingUnit
 
@@ -257,7 +258,8 @@ def sizing(rm: ResolvedModel, role: str | None = None) -> Sizing:
                   kv_cache_memory_fraction=pick(r and r.runtime.kv_cache_memory_fraction,
                                                 m.runtime.kv_cache_memory_fraction),
                   tokens_per_block=pick(r and r.runtime.tokens_per_block, m.runtime.tokens_per_block),
-                  reserves_whole_request=m.runtime.scheduler == "guaranteed_no_evict", workload=shape)
+                  reserves_whole_request=m.runtime.scheduler == "guaranteed_no_evict", workload=shape,
+                  transfer_buffer_tokens=buffer_tokens(m, d) if r is not None else 0)
 
 
 def capacity_pass(ir: Resolved) -> Resolved:

@@ -3,9 +3,10 @@
 ratio they make. K462 (compiler/checks/disaggregated.py) warns from these figures and `kiln plan`
 shows them (`roles_rows`, rendered by compiler/capacity/roles_render.py), so the two always agree.
 
-prefill: one prompt's prefill time T (alone on the server: prefill servers run no decode); a
-server busy a fraction r of the time makes a prompt wait r*T / (2*(1 - r)) on average (M/D/1),
-so TTFT = T + that wait meets ttft_ms up to some r_max, and the role needs rate * T / r_max
+prefill: one prompt's prefill time T (alone on the server: prefill servers run no decode) and the
+time X its KV cache takes to reach a decode server (transfer_time); a server busy a fraction r of
+the time makes a prompt wait r*T / (2*(1 - r)) on average (M/D/1), so TTFT = T + that wait + X
+meets ttft_ms up to some r_max, and the role needs rate * T / r_max
 servers. decode: the largest batch at which one server's step time meets tpot_ms (within
 max_batch_size and the KV cache), and, by Little's law, rate * output_tokens * tpot sequences
 running at once; the role needs that many sequences over that batch."""
@@ -34,6 +35,7 @@ class RoleFigures:
     # prefill: one prompt's prefill time and the busy fraction that keeps TTFT within the sla
     prompt_ms: float | None = None
     busy_max: float | None = None
+    transfer_ms: float | None = None  # the prompt's KV cache to a decode server, part of TTFT
     # decode: the largest batch within tpot_ms per server, its step time, the sequences running at once
     batch: int | None = None
     step_ms: float | None = None
@@ -79,6 +81,30 @@ def _parallelism(m, role: str) -> str:
     return f"tp{p.tp} x pp{p.pp}" + (f" x ep{p.ep}" if p.ep > 1 else "") + (" (attention dp)" if p.attention_dp else "")
 
 
+def transfer_time(spec, ir, name: str, rm, gpu, tokens: float) -> tuple[float, str]:
+    """Seconds to move one prompt's KV cache (`tokens` x the model's KV bytes per token, every layer
+    and head) from a prefill to a decode server, and the link it is modelled on: within a host the
+    GPUs' NVLink (or PCIe), every prefill rank sending its shard at once; across hosts or node
+    pools one RDMA NIC per prefill GPU, an assumption (catalog/data/disaggregated.json
+    `transfer_time`). A role-pair on one host shares its namespaces, so UCX uses cuda_ipc there."""
+    from compiler.capacity.estimate import PCIE_LINK_GBPS
+    from compiler.capacity.memory import kv_bytes_per_token
+    from compiler.catalog import disaggregated as facts
+
+    whole = kv_bytes_per_token(rm.arch, rm.formats.storage_kv, tp=1, pp=1) * tokens
+    p = role_spec(rm.spec, "prefill").parallelism
+    ranks = p.tp * p.pp
+    units = [u for u in ir.units if u.model == name and u.role is not None]
+    one_host = len({u.host for u in units}) == 1 and all(replicas(spec, u) == 1 for u in units)
+    if one_host:
+        gbps = gpu.nvlink_gbps / 2 if gpu.nvlink_gbps else PCIE_LINK_GBPS
+        link = f"{ranks} x {gbps:g} GB/s {'NVLink' if gpu.nvlink_gbps else 'PCIe'}"
+    else:
+        gbps = facts.fact("transfer_time")["across_hosts_gbps"]
+        link = f"{ranks} x {gbps:g} GB/s RDMA between hosts, assumed"
+    return whole / (ranks * gbps * 1e9), link
+
+
 def role_capacity(spec, ir, name: str) -> ModelRoles | None:
     """The roles of disaggregated model `name` (None when it is not disaggregated)."""
     from compiler.capacity.estimate import cohort_work, prefill_work
@@ -117,17 +143,20 @@ def role_capacity(spec, ir, name: str) -> ModelRoles | None:
                 out.append(RoleFigures(**base, sized=True))
                 continue
             t = prefill_work(case.shape, case.traffic.mean_input, 0, 0.0).time(coef)
-            k = sla.ttft_ms / 1e3 / t
+            x, link = transfer_time(spec, ir, name, rm, host.gpu, case.traffic.mean_input)
+            moved = f" + {x * 1e3:,.1f} ms to move its KV cache ({link})"
+            k = (sla.ttft_ms / 1e3 - x) / t  # TTFT = wait + prefill + the KV transfer
             if k <= 1:
-                out.append(RoleFigures(**base, sized=True, need=-1, prompt_ms=t * 1e3,
-                                       note=f"prefill: one prompt takes {t * 1e3:,.0f} ms alone, over ttft_ms "
-                                            f"{sla.ttft_ms:g} at any server count"))
+                out.append(RoleFigures(**base, sized=True, need=-1, prompt_ms=t * 1e3, transfer_ms=x * 1e3,
+                                       note=f"prefill: one prompt takes {t * 1e3:,.0f} ms alone{moved}, over "
+                                            f"ttft_ms {sla.ttft_ms:g} at any server count"))
                 continue
             r_max = 2 * (k - 1) / (1 + 2 * (k - 1))
             need = max(1, math.ceil(rate * t / r_max))
             out.append(RoleFigures(**base, sized=True, need=need, prompt_ms=t * 1e3, busy_max=r_max,
-                                   note=f"prefill: {t * 1e3:,.0f} ms per prompt, busy at most {r_max:.0%} for "
-                                        f"ttft_ms {sla.ttft_ms:g}: {need} server(s)"))
+                                   transfer_ms=x * 1e3,
+                                   note=f"prefill: {t * 1e3:,.0f} ms per prompt{moved}, busy at most {r_max:.0%} "
+                                        f"for ttft_ms {sla.ttft_ms:g}: {need} server(s)"))
         else:
             if sla.tpot_ms is None:
                 out.append(RoleFigures(**base, sized=True))
@@ -193,7 +222,7 @@ def _role_row(r) -> dict:
 
     per_server = None
     if r.prompt_ms is not None:
-        per_server = {"prompt_ms": rnd(r.prompt_ms), "busy_max": rnd(r.busy_max, 4),
+        per_server = {"prompt_ms": rnd(r.prompt_ms), "busy_max": rnd(r.busy_max, 4), "transfer_ms": rnd(r.transfer_ms),
                       "prompts_per_s": rnd(r.busy_max / (r.prompt_ms / 1e3)) if r.busy_max else None}
     elif r.batch is not None:
         per_server = {"batch": r.batch, "step_ms": rnd(r.step_ms),
