@@ -405,3 +405,28 @@ def test_the_facts_are_passes_and_only_their_pass_computes_them() -> None:
     disaggregated = {n for n, m in ir.spec.models.items() if m.serving.disaggregated is not None}
     assert disaggregated and set(ir.routers) == set(ir.roles) == disaggregated
     assert all(r is None or r in ir.hosts for r in ir.routers.values())
+
+
+def test_the_runtimes_outside_the_spec_choices_have_their_module_data_file_and_flag_table() -> None:
+    """The disaggregated router (ROUTER) and Dynamo's worker (WORKER) are runtimes too, one module
+    and one data file each; the DGD's worker container runs exactly the argv WORKER answers."""
+    import pytest
+
+    from compiler.runtimes import REGISTRY, ROUTER, WORKER, ServingCommandError, Unit
+    from compiler.runtimes.base import check_argv
+
+    for rt in (ROUTER, WORKER):
+        module = rt.data_file.removesuffix(".json")
+        assert rt.name not in REGISTRY and rt.data["name"] == rt.name
+        assert (ROOT / "compiler" / "runtimes" / f"{module}.py").is_file()
+    assert check_argv(ROUTER.data, ROUTER.command(Unit(model="m", target="llmapi", ports={"http": 8000}))) == []
+    for role, kv in ((None, False), ("prefill", True), ("decode", False)):
+        argv = WORKER.argv("m", role, kv)
+        assert argv[:3] == ["python3", "-m", "dynamo.trtllm"] and check_argv(WORKER.data, argv) == []
+        assert ("--publish-events-and-metrics" in argv) == kv
+    assert check_argv(WORKER.data, ["python3", "-m", "dynamo.vllm"]) == ["python3 must run -m dynamo.trtllm, not "
+                                                                        "-m dynamo.vllm"]
+    assert check_argv(WORKER.data, [*WORKER.argv("m"), "--disaggregation-mode", "both"]) == [
+        "--disaggregation-mode 'both' is not one of prefill, decode"]
+    with pytest.raises(ServingCommandError, match="not one of prefill, decode"):
+        WORKER.argv("m", "encode")

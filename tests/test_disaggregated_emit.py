@@ -11,6 +11,7 @@ from pathlib import Path
 from compiler.catalog import disaggregated as facts
 from compiler.pipeline import validate_path, validate_text
 from compiler.actions import disaggregated as emit
+from compiler.runtimes import WORKER
 
 from .test_llmapi_options import FIELDS, check
 
@@ -100,7 +101,7 @@ def test_dynamo_pieces_follow_the_facts() -> None:
         + "0" * 64 + ", max_gpus: 16}")
     rm = validate_text(text, EXAMPLE.parent).resolved.models["chat"]
     assert [emit.component_type(r) for r in emit.ROLES] == ["prefill", "decode"]
-    assert emit.worker_args("decode") == ["--disaggregation-mode", "decode"]
+    assert WORKER.role_args("decode") == ["--disaggregation-mode", "decode"]
     assert emit.frontend_args(rm) == ["--router-mode", "kv", "--kv-cache-block-size", "32"]
     config = emit.planner_config(rm)
     assert set(config) <= set(facts.fact("dynamo_planner")["config_keys"])

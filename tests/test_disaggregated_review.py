@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compiler.actions import disaggregated as emit
+from compiler.runtimes import WORKER
 from compiler.catalog import disaggregated as facts
 from compiler.pipeline import validate_text
 
@@ -46,8 +47,8 @@ def test_n4_dynamo_workers_publish_kv_events_where_the_frontend_routes_by_kv() -
     flag = facts.fact("kv_events", "dynamo")["worker_flag"]
     assert flag == "--publish-events-and-metrics"
     for role in emit.ROLES:
-        assert emit.worker_args(role, kv_aware=True) == ["--disaggregation-mode", role, flag]
-        assert emit.worker_args(role, kv_aware=False) == ["--disaggregation-mode", role]
+        assert WORKER.role_args(role, kv_aware=True) == ["--disaggregation-mode", role, flag]
+        assert WORKER.role_args(role, kv_aware=False) == ["--disaggregation-mode", role]
 
 
 def test_n7_the_transceiver_interface_reaches_every_servers_environment() -> None:

@@ -154,17 +154,6 @@ def component_type(role: str) -> str:
     return facts.fact("dynamo")["role_component_type_v1beta1"][role]
 
 
-def worker_args(role: str, kv_aware: bool = False) -> list[str]:
-    """What `python3 -m dynamo.trtllm` adds for a role's worker: its mode, and under KV-aware
-    routing the flag that publishes its KV-cache events to the frontend's router (default off:
-    the router would learn nothing; catalog/data/disaggregated.json `kv_events`)."""
-    args = [facts.fact("dynamo")["worker_flag"], role]
-    events = facts.fact("kv_events", "dynamo")
-    if kv_aware and role in events["roles"]:
-        args.append(events["worker_flag"])
-    return args
-
-
 def frontend_args(rm: ResolvedModel) -> list[str]:
     """Dynamo frontend arguments for a disaggregated model: KV-aware routing in the workers' block
     size (the frontend's own default would differ from a tokens_per_block the spec sets)."""

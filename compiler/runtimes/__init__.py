@@ -7,17 +7,20 @@ per runtime behind the ServingRuntime protocol (base.py).
   trtllm_serve.py   trtllm-serve on the model's checkpoint and options file (data/trtllm_serve.json)
   trtllm_disaggregated.py  trtllm-serve disaggregated, the router of a disaggregated model
                     (data/trtllm_disaggregated.json)
+  dynamo_trtllm.py  Dynamo's TensorRT-LLM worker, a DynamoGraphDeployment's component on a node
+                    pool (data/dynamo_trtllm.json)
 
 REGISTRY is the only list of runtimes: the spec's `serving.runtime` choices are its names (a test
 holds them equal), and every caller asks a runtime object instead of comparing names. ROUTER
 (trtllm_disaggregated.py) is the process in front of a disaggregated model's servers, not a
-`serving.runtime` choice.
+`serving.runtime` choice; nor is WORKER (dynamo_trtllm.py), which `kubernetes.runtime: dynamo` runs.
 """
 
 from __future__ import annotations
 
 from .base import (ENTRYPOINT, Ignored, ServingCommandError, ServingRuntime, Unit, UnitServing, check_argv,
                    container_options, flag_value, health_command, ready_timeout_s)
+from .dynamo_trtllm import WORKER
 from .trtllm_disaggregated import ROUTER
 from .triton import RUNTIME as TRITON
 from .trtllm_serve import RUNTIME as TRTLLM_SERVE
@@ -26,7 +29,7 @@ from .trtllm_serve import options_path
 REGISTRY: dict[str, ServingRuntime] = {r.name: r for r in (TRITON, TRTLLM_SERVE)}
 NAMES = tuple(REGISTRY)
 
-__all__ = ["ENTRYPOINT", "NAMES", "REGISTRY", "ROUTER", "Ignored", "ServingCommandError", "ServingRuntime", "Unit",
+__all__ = ["ENTRYPOINT", "NAMES", "REGISTRY", "ROUTER", "WORKER", "Ignored", "ServingCommandError", "ServingRuntime", "Unit",
            "UnitServing", "check_argv", "check_command", "container_options", "flag_value", "get", "health_command",
            "options_path", "ready_timeout_s", "unit_serving"]
 

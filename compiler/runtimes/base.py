@@ -187,9 +187,13 @@ def check_argv(data: dict, argv: list[str]) -> list[str]:
     problems: list[str] = []
     if not argv or argv[0] != data["program"]:
         return [f"the program is {argv[0] if argv else 'missing'!r}, not {data['program']!r}"]
+    i = 1
+    if data.get("module"):  # a Python module run by the interpreter: `python3 -m <module> ...`
+        if argv[1:3] != ["-m", data["module"]]:
+            return [f"{data['program']} must run -m {data['module']}, not {' '.join(argv[1:3]) or 'nothing'}"]
+        i = 3
     positional: list[str] = []
     seen: set[str] = set()
-    i = 1
     while i < len(argv):
         word = argv[i]
         if not word.startswith("--"):

@@ -30,8 +30,8 @@ import hashlib
 import json
 
 from compiler.actions.disaggregated import component_type
-from compiler.actions.disaggregated import worker_args as worker_role_args
 from compiler.ir.k8s_names import options_configmap_prefix
+from compiler.runtimes import WORKER
 from compiler.serving import layout
 
 from compiler.catalog import k8s_controllers
@@ -42,8 +42,8 @@ from .workloads import node_selector, pod_security, tolerations
 
 API_VERSION = "nvidia.com/v1beta1"
 POWER_ANNOTATION = "dynamo.nvidia.com/gpu-power-limit"
-OPTIONS_DIR = "/etc/kiln/llm-api"
-OPTIONS_FILE = "llm-api-options.yaml"
+OPTIONS_DIR = WORKER.options_dir  # where the worker reads its LLM-API options (the ConfigMap's mount)
+OPTIONS_FILE = WORKER.data["options_file"]
 # Argo CD prunes a replaced options ConfigMap last, once the DGD is healthy (its managed rolling
 # update has retired the old workers that mount it): argo-cd docs/user-guide/sync-options.md.
 KEEP_UNTIL_ROLLED = {"argocd.argoproj.io/sync-options": "PruneLast=true"}
@@ -86,6 +86,7 @@ def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, i
     `kv_events`: a disaggregated role's worker publishes its KV-cache events to the frontend's
     KV router (--publish-events-and-metrics)."""
     surge, unavailable = k8s_controllers.rolling_update_annotations()
+    argv = WORKER.argv(model, role, kv_events)  # compiler/runtimes/dynamo_trtllm.py
     template: dict = {
         "metadata": {"labels": meta.labels(spec_name, model=model, pool=pool),
                      "annotations": {surge: "0", unavailable: "1"}},
@@ -98,10 +99,8 @@ def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, i
             "containers": [{
                 "name": "main",
                 "image": image,
-                "command": ["python3", "-m", "dynamo.trtllm"],
-                "args": ["--model-path", layout.model_dir(model), "--served-model-name", model,
-                         "--extra-engine-args", f"{OPTIONS_DIR}/{OPTIONS_FILE}",
-                         *(worker_role_args(role, kv_events) if role is not None else [])],
+                "command": argv[:3],  # python3 -m dynamo.trtllm
+                "args": argv[3:],
                 "resources": {"requests": {**pod_resources["requests"], resource: str(count)},
                               "limits": {**pod_resources["limits"], resource: str(count)}},
                 "securityContext": container_security(),
