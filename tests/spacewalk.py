@@ -105,9 +105,6 @@ class Space:
     gpu_clocks: dict  # GPU -> (graphics max MHz, first memory clock or None)
     models: tuple[str, ...]
     moe_models: frozenset
-    weights: tuple[str, ...]
-    activations: dict  # weights -> valid activations (None: the weights' default)
-    kv_formats: tuple[str, ...]
     moe_backends: tuple[str | None, ...]
     transfer_backends: tuple[str, ...]
     dynamo: tuple[tuple[str, str], ...]  # (Dynamo release, its TensorRT-LLM)
@@ -137,9 +134,6 @@ def space() -> Space:
         gpu_clocks={n: (gpus.get(n).graphics_mhz[1], (gpus.get(n).memory_mhz or (None,))[0]) for n in names},
         models=tuple(arch),
         moe_models=frozenset(n for n in models.names if models.get(n).experts),
-        weights=tuple(table.weights),
-        activations={w: (None, *[a for a in table.valid_activations(w) if a is not None]) for w in table.weights},
-        kv_formats=tuple(table.kv_formats),
         moe_backends=(None, *[b.lower() for b in table.moe_backends]),
         transfer_backends=disagg_facts.transceiver("1.2.1").backends,
         dynamo=tuple((f"{line}.1", dynamo_facts.release(line).tensorrt_llm) for line in dynamo_facts.known_lines()),
@@ -557,7 +551,7 @@ def _k8s_problems(tree: dict[str, bytes]) -> list[str]:
     import kubernetes_validate
 
     from compiler.targets.kubernetes import nodelayer
-    from tests.test_k8s import _patch_schema, _pod_template, _shape, _validate_core
+    from tests.test_k8s import _pod_template, _shape, _validate_core
 
     problems: list[str] = []
     for path, data in sorted(tree.items()):

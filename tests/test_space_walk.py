@@ -31,7 +31,7 @@ def spec_dir(tmp_path_factory) -> Path:
 
 # Bounded: a spec takes a fraction of a second to validate, build and check (shellcheck most of it).
 @seed(33)
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(data=st.data())
 def test_what_validates_builds_and_its_files_are_accepted(spec_dir: Path, data) -> None:
     text = dump(generate(DrawChooser(data)))
