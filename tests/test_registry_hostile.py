@@ -502,3 +502,16 @@ def test_a_registry_timeout_that_is_not_a_number_of_seconds_is_refused(monkeypat
     assert operation_timeout() == 90.0 and Client(Registry.parse("127.0.0.1:1")).timeout == 90.0
     monkeypatch.delenv("KILN_REGISTRY_TIMEOUT_S")
     assert Client(Registry.parse("127.0.0.1:1")).timeout == 60
+
+
+@pytest.mark.parametrize("raw", ["inf", "1e308"])
+def test_a_cache_budget_of_inf_is_a_long_budget_not_a_traceback_per_request(tmp_path, monkeypatch, raw) -> None:
+    """Issue 36: the deadline arithmetic met inf on every request (a traceback each)."""
+    monkeypatch.setenv("KILN_CACHE_BUDGET_S", raw)
+    with Server(lambda r: Answer(404, [("Content-Length", "0")])) as s:
+        warnings: list[str] = []
+        cache = RemoteCache(Registry.parse(s.host), LocalStore(tmp_path / "store"), warn=warnings.append)
+        assert cache.budget == 30 * 86400.0
+        assert cache.has("sha256:" + "c" * 64, "spec-snapshot") is False
+        assert cache.has("sha256:" + "d" * 64, "spec-snapshot") is False
+    assert warnings == [] and len(s.requests) == 2

@@ -17,6 +17,7 @@ bounded by what the artifact's manifest and tree say (compiler/gitops/oci.py).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -32,12 +33,19 @@ CACHE_BUDGET_S = 3600.0
 MAX_TREE_BYTES = 64 << 20  # a tree manifest lists files by path and digest: a few MB for the largest model
 
 
+MAX_SECONDS = 30 * 86400.0  # "no limit" in practice: inf or 1e308 would overflow the deadline arithmetic
+
+
 def _seconds(name: str, default: float) -> float:
+    """A positive number of seconds from the environment (a bad value: the default; inf and values
+    past MAX_SECONDS: MAX_SECONDS)."""
     try:
         value = float(os.environ.get(name, default))
     except ValueError:
         return default
-    return value if value > 0 else default
+    if math.isnan(value) or value <= 0:
+        return default
+    return min(value, MAX_SECONDS)
 
 
 class RemoteCache:
