@@ -176,7 +176,9 @@ def remove_entry(root: Path, rel: str) -> None:
     """Remove the entry root/rel itself: a file, a link (never its target), a FIFO or device node.
     A folder is not removed (see remove_tree)."""
     parts = _split(rel)
-    with contextlib.suppress(FileNotFoundError), open_dir(root, "/".join(parts[:-1])) as dfd:
+    # IsADirectoryError: a folder was swapped in since the caller looked (a race with another
+    # process): it is not removed here; the next verify reports it
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError), open_dir(root, "/".join(parts[:-1])) as dfd:
         os.unlink(parts[-1], dir_fd=dfd)
 
 
@@ -187,8 +189,13 @@ def remove_tree(root: Path, rel: str) -> None:
 
     parts = _split(rel)
     with contextlib.suppress(FileNotFoundError), open_dir(root, "/".join(parts[:-1])) as dfd:
-        st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(parts[-1], dir_fd=dfd)  # fd-based: safe against links, even ones raced in
-        else:
-            os.unlink(parts[-1], dir_fd=dfd)
+        for _ in range(3):  # swapped between the stat and the removal (a folder for a file, or back): again
+            st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+            try:
+                if stat.S_ISDIR(st.st_mode):
+                    shutil.rmtree(parts[-1], dir_fd=dfd)  # fd-based: safe against links, even ones raced in
+                else:
+                    os.unlink(parts[-1], dir_fd=dfd)
+                return
+            except (IsADirectoryError, NotADirectoryError):
+                continue
