@@ -111,3 +111,23 @@ def test_a_record_the_spec_moved_away_from_is_used_for_nothing(tmp_path: Path) -
         assert e["basis"] == "modelled"
         (not_used,) = e["measurements_not_used"]
         assert "K914" in not_used["why"] and "workload changed" in not_used["why"]
+
+
+def test_a_p99_record_is_a_floor_and_its_interval_reaches_the_models_p50() -> None:
+    """At concurrency 64 the model's p50 request time is 80% of its p99 one: the measured rate (from
+    p99 latencies) is the low end, the high end is that rate / 0.8, capped at the ceiling."""
+    from compiler.ir.estimates import _Evaluated, _measured
+
+    est = {"output_tokens_per_s": {"value": 900.0, "low": 800.0, "high": 1000.0},
+           "ttft_ms": {"value": 100.0, "low": 50.0, "high": 200.0}, "tpot_ms": {"value": 20.0, "low": 15.0, "high": 25.0},
+           "curve": [], "ceiling_tokens_per_s": 2000.0, "sources": ["fit"], "cost_per_million_tokens": None}
+    e = _Evaluated("tune/x.json", "u", "H100-SXM5-80GB", "fp8", 64, 1000.0, 120.0, 21.0, "p99", 900.0,
+                   p50_share=(0.8, 0.5, 0.9))
+    out = _measured(est, e, price=3.0, share=1.0)
+    assert out["output_tokens_per_s"] == {"value": 1000.0, "low": 1000.0, "high": 1250.0}
+    assert out["ttft_ms"] == {"value": 120.0, "low": 60.0, "high": 120.0}
+    assert out["tpot_ms"] == {"value": 21.0, "low": pytest.approx(18.9), "high": 21.0}
+    cost = out["cost_per_million_tokens"]
+    assert cost["low"] < cost["value"] == pytest.approx(3.0 / 3600 / 1000.0 * 1e6, rel=1e-3) == cost["high"]
+    capped = _measured({**est, "ceiling_tokens_per_s": 1100.0}, e, price=None, share=None)
+    assert capped["output_tokens_per_s"]["high"] == 1100.0
