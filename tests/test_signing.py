@@ -376,3 +376,12 @@ def test_a_rollback_builds_only_from_signed_artifacts(tmp_path, registry, capsys
     code = main(["build", str(spec), "--store", str(tmp_path / "fresh"), "-q", "--cache", target])
     err = capsys.readouterr().err
     assert code == 1 and f"refused: {a['id']}: [KS104]" in err and "Traceback" not in err, err
+
+
+def test_keyless_publish_without_an_oidc_token_is_a_clear_error(published, monkeypatch, capsys) -> None:
+    for name in ("SIGSTORE_ID_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    code = main(["publish", str(published["spec"]), "--store", str(published["store"]), "--registry",
+                 published["target"], "--commit", COMMIT, "--keyless"])
+    err = capsys.readouterr().err
+    assert code == 1 and "[KS106]" in err and "id-token: write" in err and "Traceback" not in err

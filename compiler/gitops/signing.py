@@ -37,6 +37,7 @@ WRONG_SIGNER = "KS102"  # signed, but by another key or identity than the one tr
 MISSING = "KS103"  # no signature or attestation where one is required
 DIGEST_MISMATCH = "KS104"  # the signature holds, but what the registry serves is not what was signed
 MALFORMED = "KS105"  # not a bundle Kiln can read
+UNAVAILABLE = "KS106"  # keyless: Sigstore's trust root (TUF), Fulcio or the OIDC token cannot be had
 
 
 class SignatureError(Exception):
@@ -91,8 +92,13 @@ class Signer:
             self.signer_id = key_hint(self._key.public_key())
         else:  # keyless: the CI's OIDC token (ambient: GitHub's id-token), a Fulcio certificate, Rekor
             from model_signing._signing import sign_sigstore
+            from sigstore.errors import Error as SigstoreError
 
-            self._signer = sign_sigstore.Signer(use_ambient_credentials=True, identity_token=identity_token)
+            token = identity_token or _ambient_token()
+            try:
+                self._signer = sign_sigstore.Signer(use_ambient_credentials=False, identity_token=token)
+            except SigstoreError as e:
+                raise _unavailable(e) from None
             self._key = None
             self.signer_id = "sigstore"
 
@@ -102,9 +108,14 @@ class Signer:
 
         stmt = dsse.Statement(statement)
         if self._key is None:
-            token = self._signer._get_identity_token()
-            with self._signer._signing_context.signer(token) as signer:
-                return signer.sign_dsse(stmt).to_json().encode()
+            from sigstore.errors import Error as SigstoreError
+
+            try:
+                token = self._signer._get_identity_token()
+                with self._signer._signing_context.signer(token) as signer:
+                    return signer.sign_dsse(stmt).to_json().encode()
+            except SigstoreError as e:
+                raise _unavailable(e) from None
         envelope = json.loads(dsse._sign(self._key, stmt).to_json())
         return canonical_json({"mediaType": BUNDLE_TYPE,
                                "verificationMaterial": {"publicKey": {"hint": self.signer_id}, "tlogEntries": []},
@@ -113,8 +124,12 @@ class Signer:
     def sign_checkpoint(self, name: str, files: list[tuple[str, str]]) -> bytes:
         """The model-signing bundle of a checkpoint: `files` are (path in the checkpoint, sha256:...)."""
         from model_signing._signing import signing
+        from sigstore.errors import Error as SigstoreError
 
-        return self._signer.sign(signing.Payload(checkpoint_manifest(name, files))).bundle.to_json().encode()
+        try:
+            return self._signer.sign(signing.Payload(checkpoint_manifest(name, files))).bundle.to_json().encode()
+        except SigstoreError as e:
+            raise _unavailable(e) from None
 
 
 def key_hint(public_key) -> str:
@@ -181,8 +196,41 @@ def _verifier(trust: Trust):
 
         return sign_certificate.Verifier(list(trust.roots))
     from model_signing._signing import sign_sigstore
+    from sigstore.errors import Error as SigstoreError
 
-    return sign_sigstore.Verifier(identity=trust.identity, oidc_issuer=trust.issuer)
+    try:
+        return sign_sigstore.Verifier(identity=trust.identity, oidc_issuer=trust.issuer)
+    except SigstoreError as e:
+        raise _unavailable(e) from None
+
+
+def _unavailable(e: Exception) -> SignatureError:
+    return SignatureError(UNAVAILABLE, f"Sigstore's public-good instance cannot be used from here ({e}): keyless "
+                                       "signatures need its trust root (TUF), and signing also needs Fulcio and "
+                                       "Rekor; use a key (--sign-key, --key) where they cannot be reached")
+
+
+def _ambient_token() -> str:
+    """The CI's OIDC token: SIGSTORE_ID_TOKEN, or GitHub Actions' (a job with id-token: write).
+    Never an interactive browser login (sigstore's fallback): a CI job has no one to click."""
+    import os
+
+    from sigstore.errors import Error as SigstoreError
+    from sigstore.oidc import detect_credential
+
+    if os.environ.get("SIGSTORE_ID_TOKEN"):
+        return os.environ["SIGSTORE_ID_TOKEN"]
+    if not os.environ.get("ACTIONS_ID_TOKEN_REQUEST_URL"):
+        raise SignatureError(UNAVAILABLE, "--keyless needs an OIDC token: run it in a GitHub Actions job with "
+                                          "`permissions: id-token: write` (the release workflow kiln init writes), "
+                                          "or set SIGSTORE_ID_TOKEN; elsewhere sign with --sign-key")
+    try:
+        token = detect_credential()
+    except SigstoreError as e:
+        raise _unavailable(e) from None
+    if not token:
+        raise SignatureError(UNAVAILABLE, "GitHub Actions gave no OIDC token: the job needs `id-token: write`")
+    return token
 
 
 def check_identity(certificate, trust: Trust) -> None:
