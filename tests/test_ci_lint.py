@@ -91,13 +91,26 @@ def test_unsigned_workflows_lint_clean_and_ask_for_no_oidc_token(tmp_path: Path,
 
 
 @needs_actionlint
-def test_actionlint_knows_the_gpu_runner_labels_only_from_the_config_init_writes(tmp_path: Path, capsys) -> None:
+def test_actionlint_knows_every_runner_label_of_the_builders_file_from_the_config_init_writes(tmp_path: Path,
+                                                                                               capsys) -> None:
+    """The GPU jobs run on `${{ matrix.runs-on }}` (a class of .github/kiln-builders.yml): with each
+    class's labels written in, actionlint passes with the config init wrote, and fails without it."""
     github = _init(tmp_path, "quickstart", "--gpu-runner", "self-hosted,linux,h100-pool")
     capsys.readouterr()
     assert "    - h100-pool\n" in (github / "actionlint.yaml").read_text(encoding="utf-8")
-    assert _actionlint(github).returncode == 0
-    bare = _actionlint(github, config=False)  # without it the label is unknown: the config is what passes
-    assert bare.returncode != 0 and "h100-pool" in bare.stdout, bare.stdout
+    release = github / "workflows" / "kiln-release.yml"
+    text = release.read_text(encoding="utf-8")
+    assert "runs-on: ${{ matrix.runs-on }}" in text
+    classes = YAML(typ="safe").load((github / "kiln-builders.yml").read_text(encoding="utf-8"))["builders"]
+    gpu_classes = [c for c in classes.values() if "self-hosted" in c["runs-on"]]
+    assert gpu_classes
+    for cls in gpu_classes:
+        release.write_text(text.replace("${{ matrix.runs-on }}", "[" + ", ".join(cls["runs-on"]) + "]"),
+                           encoding="utf-8")
+        lint = _actionlint(github)
+        assert lint.returncode == 0, lint.stdout + lint.stderr
+        bare = _actionlint(github, config=False)  # without it the labels are unknown: the config is what passes
+        assert bare.returncode != 0 and "h100-pool" in bare.stdout, bare.stdout
 
 
 @needs_zizmor
