@@ -441,3 +441,20 @@ def test_an_entry_that_became_a_folder_is_left_for_the_next_verify_not_a_crash(t
     assert (tmp_path / "actions" / "ab" / "record.json" / "inside").is_file()
     safeio.remove_tree(tmp_path, "actions/ab/record.json")
     assert not (tmp_path / "actions" / "ab" / "record.json").exists()
+
+
+def test_export_to_a_full_disk_blames_the_destination_not_the_store(built, tmp_path: Path) -> None:
+    """Issue 36: a write that failed (ENOSPC; here EFBIG, files capped at 4 KiB) was reported as a
+    store object that cannot be read, with `kiln store verify --repair` as the fix."""
+    spec, store, outcome = built
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    done = subprocess.run([sys.executable, "-m", "compiler", "export", outcome.manifest_digest, "--store",
+                           str(store.root), "--to", str(tmp_path / "out"), "--only", "tokenizer/*"],
+                          capture_output=True, text=True,
+                          timeout=90, env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=small_files)
+    assert done.returncode == 1 and f"cannot write {tmp_path / 'out'}" in done.stderr, done.stderr
+    assert "File too large" in done.stderr and "repair" not in done.stderr and "cannot be read" not in done.stderr
+    assert "Traceback" not in done.stderr

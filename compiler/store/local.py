@@ -304,8 +304,14 @@ class LocalStore:
 
         def sink(chunk: bytes) -> None:
             h.update(chunk)
-            dest.write(chunk)
-        self._stream_blob(digest, sink)
+            try:
+                dest.write(chunk)
+            except OSError as e:  # the destination's fault (a full disk): not a store object that cannot be read
+                raise _DestinationError(e) from None
+        try:
+            self._stream_blob(digest, sink)
+        except _DestinationError as e:
+            raise e.error from None
         if "sha256:" + h.hexdigest() != digest:
             raise StoreError(f"object {digest} in {self.root} is corrupt (its content no longer matches its digest)")
 
@@ -355,9 +361,12 @@ class LocalStore:
                 fd = os.open(os.path.join(parent, name), flags, 0o644)
             except OSError as e:
                 raise StoreError(f"cannot write {entry.path} under {dest}: {e.strerror or e}") from None
-            with os.fdopen(fd, "wb") as out:
-                self.copy_blob(entry.digest, out)
-                os.fchmod(out.fileno(), 0o755 if entry.executable else 0o644)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    self.copy_blob(entry.digest, out)
+                    os.fchmod(out.fileno(), 0o755 if entry.executable else 0o644)
+            except OSError as e:  # the destination (a full disk); the store's own faults are StoreErrors
+                raise StoreError(f"cannot write {entry.path} under {dest}: {e.strerror or e}") from None
 
     # --- action records --------------------------------------------------------------------------
     def _action_rel(self, key: str) -> str:
@@ -472,6 +481,13 @@ class LocalStore:
         """The specs with a release history (regular files only: verify reports anything else)."""
         return [name[: -len(".jsonl")] for name, mode in safeio.listdir(self.root, "releases")
                 if name.endswith(".jsonl") and stat.S_ISREG(mode)]
+
+
+class _DestinationError(Exception):
+    """Carries an OSError of the destination of copy_blob past _stream_blob's read errors."""
+
+    def __init__(self, error: OSError) -> None:
+        self.error = error
 
 
 def _begun(root: Path) -> bool:
