@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -434,3 +435,20 @@ def test_an_aiperf_run_with_a_zero_latency_is_a_result_error(tmp_path: Path) -> 
     (tmp_path / src.name).write_text(json.dumps(doc), encoding="utf-8")
     with pytest.raises(ResultError, match="ttft_ms"):
         read_probe(tmp_path / src.name, _record("grid").sla)
+
+
+def test_a_record_whose_path_holds_a_bar_keeps_the_markdown_table_whole(tmp_path: Path, capsys) -> None:
+    """Issue 36: `tune/a|b.json` split the "Measured vs modelled" row into one cell too many."""
+    from compiler.cli import main
+
+    spec = _quickstart(tmp_path, "grid")
+    (tmp_path / "tune" / record_name(UNIT)).rename(tmp_path / "tune" / "a|b.json")
+    spec.write_text(spec.read_text(encoding="utf-8").replace("tune/" + record_name(UNIT), "tune/a|b.json"),
+                    encoding="utf-8")
+    capsys.readouterr()
+    assert main(["plan", str(spec), "--store", str(tmp_path / "store"), "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    table = md.split("#### Measured vs modelled concurrency\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert len(table) == 3 and "tune/a\\|b.json" in table[2], table
+    cells = [len(re.findall(r"(?<!\\)\|", line)) for line in table]
+    assert cells[0] == cells[2] == 8, table

@@ -77,10 +77,15 @@ def _measured_cells(r: dict) -> list[str]:
     return [unit_label(r), r["model"], f"{m['bound']:,}", f"{m['concurrency']:,}", f"{m['limit']:,}", ratio, record]
 
 
+def _md(cell: str) -> str:
+    """A markdown table cell: a `|` (a record's file name may hold one) would end the cell."""
+    return cell.replace("|", "\\|").replace("\n", " ")
+
+
 def _table(cols: list[str], cells: list[list[str]], fmt: str) -> list[str]:
     if fmt == "markdown":
-        return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] + ["| " + " | ".join(c) + " |"
-                                                                            for c in cells]
+        return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] + [
+            "| " + " | ".join(_md(x) for x in c) + " |" for c in cells]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
     line = "  ".join("{:<%d}" % w for w in widths)
     return [line.format(*cols).rstrip(), "  ".join("-" * w for w in widths)] + [line.format(*c).rstrip()
@@ -110,7 +115,7 @@ def render_capacity(rows: list[dict], fmt: str = "text") -> str:
     assumptions = _assumptions(rows)
     if fmt == "markdown":
         out = ["### Capacity", "", "| " + " | ".join(_COLS) + " |", "|" + "---|" * len(_COLS)]
-        out += ["| " + " | ".join(c) + " |" for c in cells]
+        out += ["| " + " | ".join(_md(x) for x in c) + " |" for c in cells]
         out += _measured_section(rows, fmt)
         out += render_estimates(rows, fmt)
         if weak:
