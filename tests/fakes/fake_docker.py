@@ -8,7 +8,11 @@ list at its commas: docker/cli opts/gpus.go), `--env` without NAME=VALUE.
 
 A started container is a small HTTP server answering 200 to every GET on the port its health
 check probes (`--health-cmd '... --probe PORT ...'`), the way a served model answers its
-readiness paths; `rm -f` stops it. Containers record the environment they were given (`--env`),
+readiness paths; `rm -f` stops it. With KILN_FAKE_DOCKER_EXEC_ROOT set, a container runs its
+command instead: the image's files are that directory (a path under /opt/kiln in the command or
+--workdir is read there), its `trtllm-serve` is tests/disagg_standin.py (run by
+KILN_FAKE_DOCKER_PYTHON), with the --env values in its environment and its output in
+<root>/logs/<name>.log; it is running while its process lives. Containers record the environment they were given (`--env`),
 whether they got a GPU, their working directory and IPC/PID namespaces, which the tests read
 from the state file.
 """
@@ -88,8 +92,14 @@ def run(argv: list[str], state: dict) -> int:
         return 125
     health = shlex.split(opts["--health-cmd"][0])
     port = int(health[health.index("--probe") + 1])
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(port)], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    root = os.environ.get("KILN_FAKE_DOCKER_EXEC_ROOT")
+    if root:
+        proc = execute(root, name, command, workdir, opts.get("--env", []))
+        if proc is None:
+            return 125
+    else:
+        proc = subprocess.Popen([sys.executable, "-c", SERVER, str(port)], start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     labels = dict(label.split("=", 1) for label in opts.get("--label", []))
     state[name] = {"image": image, "command": command, "labels": labels, "pid": proc.pid,
                    "env": sorted(opts.get("--env", [])), "gpus": opts.get("--gpus", []),
@@ -99,16 +109,55 @@ def run(argv: list[str], state: dict) -> int:
     return 0
 
 
+IMAGE_ROOT = "/opt/kiln"  # compiler/serving/layout.py IMAGE_ROOT: what the image holds
+STANDINS = {"trtllm-serve": os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                         "disagg_standin.py")}
+
+
+def execute(root: str, name: str, command: list[str], workdir: str, env: list[str]):
+    """Start a container's command on this machine, the image's files under `root`."""
+    def here(path: str) -> str:
+        return root + path if path == IMAGE_ROOT or path.startswith(IMAGE_ROOT + "/") else path
+
+    if not command or command[0] not in STANDINS:
+        print(f"fake docker: no stand-in for {command[:1]}", file=sys.stderr)
+        return None
+    argv = [os.environ["KILN_FAKE_DOCKER_PYTHON"], STANDINS[command[0]], *[here(a) for a in command]]
+    cwd = here(workdir) if workdir else root
+    if not os.path.isdir(cwd):
+        print(f"docker: the working directory {workdir!r} does not exist in the image", file=sys.stderr)
+        return None
+    logs = os.path.join(root, "logs")
+    os.makedirs(logs, exist_ok=True)
+    environ = {**os.environ, **dict(e.split("=", 1) for e in env)}
+    with open(os.path.join(logs, name + ".log"), "ab") as out:
+        return subprocess.Popen(argv, cwd=cwd, env=environ, start_new_session=True, stdout=out,
+                                stderr=subprocess.STDOUT)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a child of an exited fake docker is reaped by init; a zombie is not running
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
 def inspect(argv: list[str], state: dict) -> int:
     fmt, name = argv[1], argv[2]
     c = state.get(name)
     if c is None:
         print(f"Error: No such object: {name}", file=sys.stderr)
         return 1
+    running = "true" if not os.environ.get("KILN_FAKE_DOCKER_EXEC_ROOT") or alive(c["pid"]) else "false"
     if ".State.Running" in fmt:
-        print(f"true {c['labels'].get('kiln.config', '')}")
+        print(f"{running} {c['labels'].get('kiln.config', '')}")
     elif ".State.Status" in fmt:
-        print("running 0 0")
+        print("running 0 0" if running == "true" else "exited 1 0")
     else:
         print("0")  # RestartCount
     return 0
@@ -129,6 +178,10 @@ def main(argv: list[str]) -> int:
                 print(name, c["labels"].get("kiln.gpu", ""))
         return 0
     if cmd == "logs":
+        log = os.path.join(os.environ.get("KILN_FAKE_DOCKER_EXEC_ROOT", ""), "logs", rest[-1] + ".log")
+        if os.environ.get("KILN_FAKE_DOCKER_EXEC_ROOT") and os.path.exists(log):
+            with open(log, encoding="utf-8", errors="replace") as f:
+                sys.stdout.write("".join(f.readlines()[-15:]))
         return 0
     if cmd == "inspect":
         return inspect(rest, state)
@@ -138,7 +191,7 @@ def main(argv: list[str]) -> int:
         if c is None:
             return 1
         try:
-            os.kill(c["pid"], signal.SIGTERM)
+            os.killpg(c["pid"], signal.SIGTERM)  # its own session: the server and what it started
         except ProcessLookupError:
             pass
         save(state_file, state)
