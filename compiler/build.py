@@ -9,13 +9,14 @@ from pathlib import Path
 from compiler.graph.builder import Builder, Selection
 from compiler.graph.executor import ActionResult, Interrupt, execute
 from compiler.graph.inputs import DigestCache
-from compiler.graph.kinds import DISRUPTION_ORDER, POOL, Disruption, KindRegistry
+from compiler.graph.kinds import POOL, Disruption, KindRegistry
 from compiler.graph.model import Graph
 from compiler.graph.plan import PlannedAction, make_plan, spec_diff
 from compiler.lower import lower_or_report
 from compiler.pipeline import Options, Validation, validate_path
 from compiler.release import build_manifest, manifest_sections
 from compiler.store.local import LocalStore
+from compiler.targets import DISRUPTION_ORDER
 from compiler.targets.registry import REGISTRY
 
 DEFAULT_STORE = Path(".kiln/store")

@@ -430,3 +430,23 @@ def test_the_runtimes_outside_the_spec_choices_have_their_module_data_file_and_f
         "--disaggregation-mode 'both' is not one of prefill, decode"]
     with pytest.raises(ServingCommandError, match="not one of prefill, decode"):
         WORKER.argv("m", "encode")
+
+
+def test_the_graph_knows_no_targets_vocabulary() -> None:
+    """The kinds of disruption and how a plan words them are the deploy targets' (each target's
+    `disruptions`, compiler/targets/disruption.py); the graph that computes them names none."""
+    import ast
+
+    from compiler.targets import DISRUPTION_ORDER, TARGETS
+
+    assert DISRUPTION_ORDER == {k: r for t in TARGETS for k, r in t.disruptions.items()}
+    assert all(DISRUPTION_ORDER[k] == r for t in TARGETS for k, r in t.disruptions.items())  # one meaning each
+    words = set(DISRUPTION_ORDER) | {"node pool", "node_pool", "kubernetes", "Kubernetes"}
+    found = []
+    for path in sorted((ROOT / "compiler" / "graph").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and any(w in node.value for w in words):  # its docstrings included
+                found.append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno} {node.value[:40]!r}")
+    assert found == []
+

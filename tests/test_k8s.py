@@ -23,7 +23,7 @@ import kubernetes_validate
 import pytest
 from ruamel.yaml import YAML
 
-from compiler.graph.plan import render_disruptions
+from compiler.targets.disruption import render_disruptions
 from compiler.gitops.semplan import host_disruptions
 from compiler.targets.kubernetes import meta, nodelayer
 from tests.k8s_tree import graph_of, kustomize, render, tree_files

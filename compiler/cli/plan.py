@@ -45,7 +45,8 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
     from compiler.capacity.render import render_capacity
     from compiler.capacity.roles_render import render_roles
     from compiler.ir.role_capacity import roles_rows
-    from compiler.graph.plan import render_disruptions, render_plan, summary_line
+    from compiler.graph.plan import render_plan, summary_line
+    from compiler.targets.disruption import disrupted_phrase, render_disruptions
     from compiler.pipeline import Options
     from compiler.runtimes.plan import process_rows, render_processes
 
@@ -60,7 +61,7 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
     placements = placement_rows(result.resolved.units) if result.resolved is not None else []
     processes = process_rows(result.resolved) if result.resolved is not None else []
     roles = roles_rows(result.resolved) if result.resolved is not None else []
-    summary = summary_line(outcome.plan, outcome.disruptions) if outcome.graph is not None else None
+    summary = summary_line(outcome.plan, disrupted_phrase(outcome.disruptions)) if outcome.graph is not None else None
     if args.format == "json":
         emit(json.dumps({"summary": summary, "diagnostics": diagnostic_records([result]), "store": str(store.root),
                          "actions": json.loads(render_plan(outcome.plan, "json")) if outcome.graph else None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from compiler.graph.plan import disrupted_phrase, render_disruptions
+from compiler.targets.disruption import disrupted_phrase, render_disruptions
 
 from .semplan import CapacityDelta, SemanticPlan
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Generic, Iterable, Iterator, Literal, Mapping, Protocol, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Iterable, Iterator, Mapping, Protocol, TypeVar
 
 from pydantic import ValidationError
 
@@ -36,23 +36,18 @@ from .model import Action
 
 P = TypeVar("P", bound=Params)
 
-DisruptionKind = Literal["mig-reslice", "clocks", "power", "serving-change", "container-restart",
-                         "node-relayout", "workload-roll", "replicas", "recreate", "workload-delete"]
-# The order a plan lists the kinds of one GPU (or node pool) in.
-DISRUPTION_ORDER: dict[str, int] = {"mig-reslice": 0, "node-relayout": 0, "serving-change": 1, "workload-roll": 1,
-                                    "replicas": 2, "container-restart": 2, "clocks": 3, "power": 4, "recreate": 0,
-                                    "workload-delete": 0}
-POOL = -1  # `gpu_index` of a disruption that concerns a Kubernetes node pool as a whole
+POOL = -1  # `gpu_index` of a disruption that concerns a host of the spec as a whole, not one of its GPUs
 
 
 @dataclass(frozen=True)
 class Disruption:
     """What applying an artifact does to one serving GPU of a host (drain it first), or, with
-    `gpu_index` POOL, to a Kubernetes node pool (`host` is the pool)."""
+    `gpu_index` POOL, to the host as a whole. Its `kind` is the vocabulary of the deploy target that
+    reports it (compiler/targets/: each target's `disruptions`, in the order a plan lists them)."""
 
     host: str
     gpu_index: int
-    kind: DisruptionKind
+    kind: str
     detail: str
 
     @property

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from compiler.store.local import LocalStore
 
 from .builder import Builder, describe
-from .kinds import POOL, KindRegistry
+from .kinds import KindRegistry
 from .model import Graph
 from .sizes import SMALL
 
@@ -212,21 +212,14 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def disrupted_phrase(items: list) -> str:
-    """"1 host disrupted", "2 hosts and 1 node pool disrupted", "nothing disrupted"."""
-    hosts = {d.host for d in items if not _is_pool(d)}
-    pools = {d.host for d in items if _is_pool(d)}
-    parts = ([_count(len(hosts), "host")] if hosts else []) + ([_count(len(pools), "node pool")] if pools else [])
-    return " and ".join(parts) + " disrupted" if parts else "nothing disrupted"
-
-
-def summary_line(plan: list[PlannedAction], disruptions: list) -> str:
-    """The plan in one line: "3 actions to run, 12 cached; 1 host disrupted"."""
+def summary_line(plan: list[PlannedAction], disrupted: str) -> str:
+    """The plan in one line: "3 actions to run, 12 cached; 1 host disrupted" (`disrupted`: what the
+    deploy targets say of the disruptions, compiler/targets/disruption.py)."""
     run = [p for p in plan if not p.cached]
     deferred = sum(p.deferred is not None for p in plan)
     tail = f" ({deferred} deferred on this builder)" if deferred else ""
     return (f"{_count(len(run), 'action')} to run{tail}, {len(plan) - len(run)} cached; "
-            f"{disrupted_phrase(disruptions)}")
+            f"{disrupted}")
 
 
 def render_plan(plan: list[PlannedAction], fmt: str) -> str:
@@ -264,33 +257,3 @@ def render_plan(plan: list[PlannedAction], fmt: str) -> str:
 
 def _md_cell(reasons: list[str]) -> str:
     return "<br>".join(r.replace("|", "\\|") for r in reasons)
-
-
-def _is_pool(d) -> bool:
-    return d.gpu_index == POOL
-
-
-def render_disruptions(items: list, fmt: str) -> str:
-    """Which hosts and GPUs applying the plan disrupts (drain those first), and which Kubernetes
-    node pools (entries with gpu_index POOL: re-layouts, rolled workloads, replica changes)."""
-    if fmt == "json":
-        return json.dumps([{"host": d.host, "gpu": None if _is_pool(d) else d.gpu_index, "kind": d.kind,
-                            "detail": d.detail, **({"node_pool": True} if _is_pool(d) else {})} for d in items],
-                          indent=2, sort_keys=True)
-    if not items:
-        return "Disruption: no host or GPU changes" if fmt == "text" else "### Disruption\n\nNo host or GPU changes."
-    if fmt == "markdown":
-        lines = ["### Disruption", "", "| host | GPU | change | detail |", "|---|---|---|---|"]
-        lines += [f"| {d.host} | {'node pool' if _is_pool(d) else d.gpu_index} | {d.kind} | "
-                  f"{d.detail.replace('|', '/')} |" for d in items]
-        return "\n".join(lines)
-    gpus = [d for d in items if not _is_pool(d)]
-    pools = {d.host for d in items if _is_pool(d)}
-    parts = [f"{len({(d.host, d.gpu_index) for d in gpus})} GPU(s) on {len({d.host for d in gpus})} host(s)"] \
-        if gpus else []
-    parts += [f"{len(pools)} node pool(s)"] if pools else []
-    head = "Disruption: " + "; ".join(parts)
-    lines = [head]
-    lines += [f"  {d.host} (node pool): {d.kind}: {d.detail}" if _is_pool(d) else
-              f"  {d.host} GPU {d.gpu_index}: {d.kind}: {d.detail}" for d in items]
-    return "\n".join(lines)

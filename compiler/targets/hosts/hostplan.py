@@ -14,6 +14,8 @@ from compiler.actions.gpustate import GpuState, HostState, MigInstanceState, des
 from compiler.graph.model import Action
 from compiler.store.canonical import pretty_json
 
+from .target import TARGET
+
 OUTPUT = "host-plan.json"
 
 
@@ -51,7 +53,7 @@ KIND = HostPlan()
 #   power           the power limit changes (applied while serving).
 #   serving-change  the model a GPU, a GPU instance or a parallel group serves changes, or a GPU
 #                   joins or leaves the plan: its containers are replaced.
-_ORDER = {"mig-reslice": 0, "serving-change": 1, "container-restart": 2, "clocks": 3, "power": 4}
+# (their order: the target's `disruptions`, target.py)
 
 
 def _instances(gpu: GpuState | None) -> dict[int, MigInstanceState]:
@@ -156,5 +158,5 @@ def disruptions(old_state: HostState | None, new_state: HostState) -> list[Disru
             def watts(v: int | None) -> str:
                 return "default" if v is None else f"{v} W"
             add("power", f"{watts(old_pl)} -> {watts(new.power_limit_w)}")
-    out.sort(key=lambda d: (d.gpu_index, _ORDER[d.kind]))
+    out.sort(key=lambda d: (d.gpu_index, TARGET.disruptions[d.kind]))
     return out

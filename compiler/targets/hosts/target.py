@@ -17,6 +17,9 @@ class Hosts:
     disruption_scope = "gpu"
     node_pool = False
     runs_router = True
+    # what a change does to one GPU, in the order a plan lists them (hostplan.py says what each means;
+    # the serving image's rebuild restarts containers: compiler/actions/image.py)
+    disruptions = {"mig-reslice": 0, "serving-change": 1, "container-restart": 2, "clocks": 3, "power": 4}
 
     def replicas(self, host) -> int:
         return 1

@@ -1,0 +1,48 @@
+"""How a plan words what applying it disrupts (`kiln plan`, the CI's plan comment): each deploy
+target's vocabulary, so the graph that computes the disruptions knows none. A disruption is one
+GPU of a host, or (`gpu_index` POOL, `Disruption.pool`) a node pool as a whole; each target's
+`disruptions` table (compiler/targets/*/target.py) orders the kinds one GPU or pool lists.
+
+Imports nothing of the compiler: the records are compiler.graph.kinds.Disruption, read by attribute."""
+
+from __future__ import annotations
+
+import json
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def disrupted_phrase(items: list) -> str:
+    """"1 host disrupted", "2 hosts and 1 node pool disrupted", "nothing disrupted"."""
+    hosts = {d.host for d in items if not d.pool}
+    pools = {d.host for d in items if d.pool}
+    parts = ([_count(len(hosts), "host")] if hosts else []) + ([_count(len(pools), "node pool")] if pools else [])
+    return " and ".join(parts) + " disrupted" if parts else "nothing disrupted"
+
+
+def render_disruptions(items: list, fmt: str) -> str:
+    """Which hosts and GPUs applying the plan disrupts (drain those first), and which Kubernetes
+    node pools (entries with gpu_index POOL: re-layouts, rolled workloads, replica changes)."""
+    if fmt == "json":
+        return json.dumps([{"host": d.host, "gpu": None if d.pool else d.gpu_index, "kind": d.kind,
+                            "detail": d.detail, **({"node_pool": True} if d.pool else {})} for d in items],
+                          indent=2, sort_keys=True)
+    if not items:
+        return "Disruption: no host or GPU changes" if fmt == "text" else "### Disruption\n\nNo host or GPU changes."
+    if fmt == "markdown":
+        lines = ["### Disruption", "", "| host | GPU | change | detail |", "|---|---|---|---|"]
+        lines += [f"| {d.host} | {'node pool' if d.pool else d.gpu_index} | {d.kind} | "
+                  f"{d.detail.replace('|', '/')} |" for d in items]
+        return "\n".join(lines)
+    gpus = [d for d in items if not d.pool]
+    pools = {d.host for d in items if d.pool}
+    parts = [f"{len({(d.host, d.gpu_index) for d in gpus})} GPU(s) on {len({d.host for d in gpus})} host(s)"] \
+        if gpus else []
+    parts += [f"{len(pools)} node pool(s)"] if pools else []
+    head = "Disruption: " + "; ".join(parts)
+    lines = [head]
+    lines += [f"  {d.host} (node pool): {d.kind}: {d.detail}" if d.pool else
+              f"  {d.host} GPU {d.gpu_index}: {d.kind}: {d.detail}" for d in items]
+    return "\n".join(lines)
