@@ -183,8 +183,8 @@ def test_tree_content(trees) -> None:
     assert patch == {"spec": {"mig": {"strategy": "mixed"}, "migManager": {
         "enabled": True, "config": {"name": "fleet-mig-layouts", "default": "all-disabled"}}}}
     # clocks of the MIG pool and power of the B200 pool are left to the node-tuning scripts
-    assert "gpu 7 1755,1755 '' '' '' || drift=1" in (root / "node-layer" / "node-tuning-h100-pool.sh").read_text()
-    assert "gpu 0 '' '' '' 1000 || drift=1" in (root / "node-layer" / "node-tuning-b200-pool.sh").read_text()
+    assert "rc=0; gpu 7 1755,1755 '' '' '' || rc=$?" in (root / "node-layer" / "node-tuning-h100-pool.sh").read_text()
+    assert "rc=0; gpu 0 '' '' '' 1000 || rc=$?" in (root / "node-layer" / "node-tuning-b200-pool.sh").read_text()
     app = YAML_.load((root / "argocd" / "application.yaml").read_text())
     assert app["spec"]["source"] == {"repoURL": "https://git.example.com/inference/fleet-deploy.git",
                                      "path": "releases/fleet", "targetRevision": "main"}
@@ -340,7 +340,7 @@ def test_dgd_has_the_v1beta1_shape(trees) -> None:
     chat_worker = next(c for c in chat["spec"]["components"] if c["type"] == "worker")
     # power is the node tuning's on every worker (the Power Agent is a chart nothing installs)
     assert "dynamo.nvidia.com/gpu-power-limit" not in chat_worker["podTemplate"]["metadata"]["annotations"]
-    assert "gpu 0 '' '' '' 1000 || drift=1" in (trees["k8s-two-pools-dynamo"] / "node-layer" /
+    assert "rc=0; gpu 0 '' '' '' 1000 || rc=$?" in (trees["k8s-two-pools-dynamo"] / "node-layer" /
                                                "node-tuning-b200-pool.sh").read_text()
     assert chat_worker["podTemplate"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == "1"
     # the options ConfigMap outlives the old workers that mount it: pruned last, once the DGD is healthy

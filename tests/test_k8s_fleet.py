@@ -292,6 +292,8 @@ def test_tuning_daemonset_uses_the_drivers_nvidia_smi_and_reports(tmp_path: Path
     pod = ds["spec"]["template"]["spec"]
     assert ds["metadata"]["namespace"] == "gpu-operator" and pod["nodeSelector"] == {"kiln.io/pool": "h100-pool"}
     assert "driver-ready" in " ".join(pod["initContainers"][0]["command"])  # after the operator's validation
+    # root (review N3): a non-root process in a privileged container has no capabilities
+    assert pod["containers"][0]["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsNonRoot": False}
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "run-nvidia")
     assert mount["mountPropagation"] == "HostToContainer"  # a restarted driver's root shows up
     # it reports on its own node's label: nodes get and patch, nothing else
@@ -301,12 +303,39 @@ def test_tuning_daemonset_uses_the_drivers_nvidia_smi_and_reports(tmp_path: Path
     assert kubectl == ['kubectl label node "$NODE_NAME" "kiln.io/gpu-tuning=$1" --overwrite >/dev/null || true']
 
 
+def _run_tuning(tmp_path: Path, smi_rc: int) -> tuple[int, str]:
+    """The h100-pool tuning script once, as the DaemonSet runs it, with a stand-in nvidia-smi (no GPU
+    here) that exits `smi_rc` and a kubectl that records the node label it is asked to set."""
+    import subprocess
+
+    script = (_tree(tmp_path / "t") / "node-layer" / "node-tuning-h100-pool.sh").read_text()
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "nvidia-smi").write_text(f"#!/bin/sh\necho 0\nexit {smi_rc}\n")
+    (bin_ / "kubectl").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'labels'}\n")
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "NODE_NAME": "h100-1", "KILN_DRIVER_ROOT": str(tmp_path / "none")}
+    proc = subprocess.run(["sh", "-c", script, "gpu-tuning.sh", "--once"], env=env, capture_output=True, text=True)
+    labels = (tmp_path / "labels").read_text() if (tmp_path / "labels").exists() else ""
+    return proc.returncode, labels
+
+
+def test_a_tuning_that_fails_is_reported_failed_not_applied(tmp_path: Path) -> None:
+    """Review N3: `gpu ... || drift=1` suspended `set -e` inside gpu(), so a failing nvidia-smi -lgc
+    was swallowed and the node labelled `applied`."""
+    rc, labels = _run_tuning(tmp_path / "bad", smi_rc=1)
+    assert rc == 1 and "kiln.io/gpu-tuning=failed" in labels and "applied" not in labels
+    rc, labels = _run_tuning(tmp_path / "good", smi_rc=0)
+    assert rc == 0 and "kiln.io/gpu-tuning=applied" in labels
+
+
 def test_dropping_clocks_restores_the_defaults(tmp_path: Path) -> None:
     """A spec without clocks still runs the tuning on the pool: on its first round it resets what the
     spec does not set, so the dropped lock does not stay on the GPUs."""
     root = _tree(tmp_path, _text(("    clocks: {graphics_mhz: 1755}\n", "")))
     script = (root / "node-layer" / "node-tuning-h100-pool.sh").read_text()
-    assert "gpu 7 '' '' '' '' || drift=1" in script and '-rgc' in script
+    assert "rc=0; gpu 7 '' '' '' '' || rc=$?" in script and '-rgc' in script
 
 
 def test_gpu_operator_helm_values(tmp_path: Path) -> None:

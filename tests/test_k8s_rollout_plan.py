@@ -117,3 +117,21 @@ def test_the_relayout_role_lets_kubectl_scale_a_retired_deployment(tmp_path: Pat
     rev = tree.read_tree(render(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a"), tmp_path / "a"))
     assert rev.relayout is not None and rev.relayout.rules
     assert rbac.denied(rev.relayout.rules, "scale deployment", "chat-h100-pool") == []
+
+
+def test_a_spec_rename_rolls_without_emptying_the_services(tmp_path: Path) -> None:
+    """Review N6: the Service selected `app.kubernetes.io/part-of: <spec>`, so after a rename it
+    selected none of the old pods and every model dropped to zero; it selects the model now, and
+    the pods (whose labels carry the spec name) roll a node's worth at a time."""
+    sim = _sim(tmp_path, (("name: fleet\n", "name: fleet2\n"),))
+    r = sim.result
+    assert r.completed and not sim.diagnostics()
+    assert r.low["chat"][0] == 24 and r.low["big"][0] == 1
+
+
+def test_a_namespace_rename_is_refused_with_when_and_how_long(tmp_path: Path) -> None:
+    """Review N5: every object is created in the new namespace and the old ones pruned: each model
+    has no ready pod until its new pods load; the plan says so (K864), per model."""
+    sim = _sim(tmp_path, (("namespace: inference", "namespace: serving"),))
+    assert sim.result.completed
+    assert sorted(m.split("'")[1] for c, m, _ in sim.diagnostics() if c == "K864") == ["big", "chat", "coder", "intent"]

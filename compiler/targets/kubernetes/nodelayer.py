@@ -173,7 +173,9 @@ def tuning_daemonset(spec_name: str, namespace: str, pool: str, selector: dict[s
                       "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                               {"name": "HOME", "value": "/tmp"}],
                       "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "128Mi"}},
-                      "securityContext": {"privileged": True},
+                      # root: a non-root process in a privileged container has no capabilities, so
+                      # chroot and nvidia-smi -lgc/-pl fail (an image like bitnami/kubectl runs as 1001)
+                      "securityContext": {"privileged": True, "runAsUser": 0, "runAsNonRoot": False},
                       "volumeMounts": [run_nvidia, {"name": "script", "mountPath": "/kiln", "readOnly": True}]}],
                   "volumes": [{"name": "run-nvidia", "hostPath": {"path": "/run/nvidia", "type": "Directory"}},
                               {"name": "script", "configMap": {"name": f"{name}-{digest}"}}],

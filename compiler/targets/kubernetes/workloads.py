@@ -123,15 +123,22 @@ def disruption_budget(*, name: str, spec_name: str, namespace: str, pool: str, m
     }
 
 
+# appProtocol of each port (core/v1 ServicePort; review S3): meshes and gateways pick HTTP/2 for gRPC
+APP_PROTOCOL = {"http": "http", "grpc": "kubernetes.io/h2c", "metrics": "http"}
+
+
 def service(*, model: str, spec_name: str, namespace: str, ports: list[tuple[str, int]]) -> dict:
-    """One Service per model: its pods in every pool (selected by model, not by workload)."""
+    """One Service per model: its pods in every pool (selected by model, not by workload). The
+    selector holds no spec name: renaming the spec rolls every pod (their labels carry it), and a
+    selector on it would drop every old pod from the Service at once (review N6)."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": meta.metadata(model, spec_name, namespace=namespace, labels_=meta.labels(spec_name, model=model)),
         "spec": {
             "type": "ClusterIP",
-            "selector": {"app.kubernetes.io/part-of": spec_name, meta.MODEL_LABEL: model},
-            "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in ports],
+            "selector": {"app.kubernetes.io/managed-by": meta.MANAGED_BY, meta.MODEL_LABEL: model},
+            "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP",
+                       **({"appProtocol": APP_PROTOCOL[n]} if n in APP_PROTOCOL else {})} for n, p in ports],
         },
     }

@@ -364,6 +364,10 @@ class Simulation:
             for rs in d.rss:
                 rs.available = sum(1 for p in self.pods if p.rs == rs.name and p.ready)
             return "Healthy" if dc.complete(d.spec.replicas, olds, new) else "Progressing"
+        if kind == "DynamoGraphDeployment":  # Kiln's dgd-health.lua: Healthy once the operator's rollout is done
+            ks = self.new.groups.get(key, [])
+            return "Healthy" if all(self._health(("Deployment",) + tuple(k.split("/", 1))) == "Healthy"
+                                    for k in ks if k in self.deploys) else "Progressing"
         if kind == "Job" and self.job is not None and self.job[2] == key:
             return "Degraded" if self.job_failed else "Progressing" if self.job[0] is not None else "Healthy"
         return "Healthy"
@@ -375,13 +379,26 @@ class Simulation:
             self._say(f"Argo CD prunes {kind} {key}")
             if kind == "Deployment":
                 self._delete_deployment(key)
+            elif kind == "DynamoGraphDeployment":
+                for k in self.base.groups.get(task.key, []):
+                    self._delete_deployment(k)
             elif kind == "PodDisruptionBudget":
                 self.budgets = [b for b in self.budgets if b.name != key]
             elif kind == "Service":
                 self.services.pop(key, None)
             return
         self._say(f"Argo CD applies {kind} {key}")
-        if kind == "Deployment":
+        if kind == "DynamoGraphDeployment":
+            if task.key in self.new.recreate:
+                for k in self.base.groups.get(task.key, []):
+                    self._delete_deployment(k)
+                self._say(f"{key}: the Dynamo webhook refuses the update; deleted and created anew (K855)")
+            for k in self.new.groups.get(task.key, []):
+                self._apply_deployment(Workload(**dict(self.new.workloads[k].__dict__)))
+            gone = set(self.base.groups.get(task.key, [])) - set(self.new.groups.get(task.key, []))
+            for k in sorted(gone):
+                self._delete_deployment(k)
+        elif kind == "Deployment":
             self._apply_deployment(Workload(**dict(self.new.workloads[key].__dict__)))
         elif kind == "PodDisruptionBudget":
             self.budgets = [b for b in self.budgets if b.name != key] + [b for b in self.new.budgets if b.name == key]
@@ -429,7 +446,34 @@ class Simulation:
             self._say(str(e))
         self._settle()
 
+    def refused(self) -> str | None:
+        """An update the API server refuses (kubernetes pkg/apis/apps/validation ValidateDeploymentSpecUpdate:
+        spec.selector is immutable; pkg/apis/batch/validation ValidateJobSpecUpdate: spec.template is)."""
+        for key in sorted(set(self.base.objects) & set(self.new.objects)):
+            kind, b, a = key[0], self.base.objects[key], self.new.objects[key]
+            if kind == "Deployment" and (b.get("spec") or {}).get("selector") != (a.get("spec") or {}).get("selector"):
+                return f"the API server refuses the update of Deployment {key[1]}/{key[2]}: spec.selector is immutable"
+            if kind == "Job" and (b.get("spec") or {}).get("template") != (a.get("spec") or {}).get("template"):
+                return f"the API server refuses the update of Job {key[1]}/{key[2]}: spec.template is immutable"
+        return None
+
+    def webhook_refusals(self) -> set:
+        """DynamoGraphDeployments whose update Dynamo's webhook refuses: a changed set of component
+        names (catalog k8s_controllers.json dynamo_webhook `component-set`); Kiln plans a recreate (K855)."""
+        out = set()
+        for key in set(self.base.groups) & set(self.new.groups):
+            names = [{c["name"] for c in rev.objects[key]["spec"].get("components") or []}
+                     for rev in (self.base, self.new)]
+            if names[0] != names[1]:
+                out.add(key)
+        return out
+
     def run(self) -> Result:
+        self.new.recreate = self.webhook_refusals()
+        refused = self.refused()
+        if refused is not None:
+            self._say(refused + "; Argo CD's sync fails on every retry")
+            return Result(self.steps, False, refused, 0.0, self.before, {}, self.ready_by_model(), self._low())
         self.strategy = self.new.strategy
         if self.new.strategy != self.base.strategy:
             self._say(f"the GPU Operator's MIG strategy is {self.new.strategy} from now on (helm upgrade); "

@@ -54,9 +54,43 @@ def _bound(script: str, var: str, default: int) -> int:
     return int(m.group(1)) if m else default
 
 
+WORKER_TYPES = ("worker", "prefill", "decode")  # the components Dynamo's worker hash covers
+
+
+def dgd_workloads(o: dict) -> list[Workload]:
+    """A DynamoGraphDeployment's worker components as the rollouts Dynamo's operator runs: one hash
+    covers every worker component (ai-dynamo/dynamo docs rolling-update.md, 6659a0a2), so a change
+    to any worker's pod template rolls them all; replicas are not in it. Each rolls within its
+    podTemplate's surge/unavailable annotations (default 25%) with the Deployment controller's
+    arithmetic (deployment.py): the operator's own ordering of old and new components is not ported."""
+    from compiler.catalog import k8s_controllers
+
+    ru = k8s_controllers.table()["dynamo_webhook"]["rolling_update"]
+    md, comps = o["metadata"], o["spec"].get("components") or []
+    workers = [c for c in comps if c.get("type") in WORKER_TYPES]
+    worker_hash = yaml.safe_dump([c.get("podTemplate") for c in workers], sort_keys=True)
+    out = []
+    for c in workers:
+        t = c.get("podTemplate") or {}
+        spec, tmd = t.get("spec") or {}, t.get("metadata") or {}
+        ann = tmd.get("annotations") or {}
+        limits = {k: int(v) for k, v in ((spec.get("containers") or [{}])[0].get("resources", {}).get("limits") or {}).items()
+                  if k.startswith("nvidia.com/")}
+        labels = {**(tmd.get("labels") or {}), "nvidia.com/dynamo-component": c["name"]}
+
+        def num(v):
+            return int(v) if str(v).isdigit() else str(v)
+        out.append(Workload(f"{md['name']}-{c['name']}", md.get("namespace", ""), labels.get("kiln.io/model", md["name"]),
+                            labels.get("kiln.io/pool", ""), int(c.get("replicas", 1)), worker_hash, labels,
+                            spec.get("nodeSelector") or {}, spec.get("tolerations") or [], limits,
+                            num(ann.get(ru["max_surge"], ru["default"])), num(ann.get(ru["max_unavailable"], ru["default"])),
+                            10 ** 9))  # the operator has no progress deadline: a stuck rollout waits
+    return out
+
+
 def revision(objects: list[dict], values: dict) -> Revision:
     by_key = {argocd.key_of(o): o for o in objects}
-    workloads, budgets, services, layouts, relayout = {}, [], {}, {}, None
+    workloads, budgets, services, layouts, relayout, groups = {}, [], {}, {}, None, {}
     scripts = {}
     for o in objects:
         md, kind = o["metadata"], o["kind"]
@@ -73,6 +107,12 @@ def revision(objects: list[dict], values: dict) -> Revision:
                          _int_or_str(ru.get("maxSurge", "25%")), _int_or_str(ru.get("maxUnavailable", "25%")),
                          spec.get("progressDeadlineSeconds", 600))
             workloads[w.key] = w
+        elif kind == "DynamoGraphDeployment":
+            ws = dgd_workloads(o)
+            workloads.update({w.key: w for w in ws})
+            groups[argocd.key_of(o)] = [w.key for w in ws]
+            model = (md.get("labels") or {}).get("kiln.io/model", md["name"])
+            services[f"{ns}/{md['name']}-frontend"] = (model, {"kiln.io/model": model})
         elif kind == "PodDisruptionBudget":
             budgets.append(Budget(f"{ns}/{md['name']}", o["spec"]["selector"].get("matchLabels") or {},
                                   int(o["spec"].get("maxUnavailable", 0))))
@@ -103,7 +143,7 @@ def revision(objects: list[dict], values: dict) -> Revision:
                             config_sync_s=_bound(script, "KILN_CONFIG_SYNC_S", 120))
     pools = {p.name: p for p in relayout.pools} if relayout is not None else {}
     strategy = ((values.get("mig") or {}).get("strategy")) or "mixed"
-    return Revision(by_key, workloads, budgets, services, strategy, layouts, pools, relayout)
+    return Revision(by_key, workloads, budgets, services, strategy, layouts, pools, relayout, groups)
 
 
 def read_tree(root: Path) -> Revision:

@@ -6,7 +6,8 @@
 # nvidia-smi on the host: it is the driver's, reached with chroot /run/nvidia/driver (issue #942).
 # Every KILN_TUNING_PERIOD_S (60) seconds it reads the settings back and applies them again when
 # they differ (a driver restart or a GPU reset undoes them), and reports on the node label
-# kiln.io/gpu-tuning: `applied`, or `drift-corrected` when it had to re-apply. On its first round it
+# kiln.io/gpu-tuning: `applied`, `drift-corrected` when it had to re-apply, or `failed` when a
+# setting could not be applied (it needs root: the DaemonSet runs it as user 0). On its first round it
 # restores the defaults of what the spec does not set (-rgc, -rmc, -rac, the default power limit),
 # so dropping a setting from the spec undoes it. It is the only thing that sets power on either runtime
 # (a DynamoGraphDeployment carries no power annotation: Dynamo's Power Agent is a chart of its own).
@@ -20,6 +21,8 @@ smi() {
   if [ -x "$driver_root/usr/bin/nvidia-smi" ]; then chroot "$driver_root" nvidia-smi "$@"; else nvidia-smi "$@"; fi
 }
 
+[ "$(id -u)" = 0 ] || { echo "gpu-tuning: clocks and power need root (this runs as uid $(id -u))" >&2; fail_root=1; }
+
 report() { # value: the node label, when running in the DaemonSet
   [ -n "${NODE_NAME:-}" ] || return 0
   kubectl label node "$NODE_NAME" "kiln.io/gpu-tuning=$1" --overwrite >/dev/null || true
@@ -29,19 +32,21 @@ query() { # gpu field
   smi -i "$1" --query-gpu="$2" --format=csv,noheader,nounits | tr -d ' '
 }
 
+# gpu returns 0 (as set), 1 (re-applied a drift) or 2 (a setting failed). It runs inside `|| rc=$?`,
+# where `set -e` is suspended, so every call that sets what the spec asks says `|| return 2` itself.
 gpu() { # index lgc lmc ac pl ("" not set: defaults restored on the first round)
   i=$1 lgc=$2 lmc=$3 ac=$4 pl=$5 drifted=0
   # locked clocks cannot be read back through nvidia-smi's query: set every round (idempotent)
-  if [ -n "$lgc" ]; then smi -i "$i" -lgc "$lgc" >/dev/null; elif [ "$first" = 1 ]; then smi -i "$i" -rgc >/dev/null || true; fi
-  if [ -n "$lmc" ]; then smi -i "$i" -lmc "$lmc" >/dev/null; elif [ "$first" = 1 ]; then smi -i "$i" -rmc >/dev/null || true; fi
+  if [ -n "$lgc" ]; then smi -i "$i" -lgc "$lgc" >/dev/null || return 2; elif [ "$first" = 1 ]; then smi -i "$i" -rgc >/dev/null || true; fi
+  if [ -n "$lmc" ]; then smi -i "$i" -lmc "$lmc" >/dev/null || return 2; elif [ "$first" = 1 ]; then smi -i "$i" -rmc >/dev/null || true; fi
   if [ -n "$ac" ]; then
     if [ "$(query "$i" clocks.applications.memory),$(query "$i" clocks.applications.graphics)" != "$ac" ]; then
-      smi -i "$i" -ac "$ac" >/dev/null; drifted=1
+      smi -i "$i" -ac "$ac" >/dev/null || return 2; drifted=1
     fi
   elif [ "$first" = 1 ]; then smi -i "$i" -rac >/dev/null || true; fi
   case $pl in
     "") if [ "$first" = 1 ]; then smi -i "$i" -pl "$(query "$i" power.default_limit | cut -d. -f1)" >/dev/null || true; fi ;;
-    *) if [ "$(query "$i" power.limit | cut -d. -f1)" != "$pl" ]; then smi -i "$i" -pl "$pl" >/dev/null; drifted=1; fi ;;
+    *) if [ "$(query "$i" power.limit | cut -d. -f1)" != "$pl" ]; then smi -i "$i" -pl "$pl" >/dev/null || return 2; drifted=1; fi ;;
   esac
   [ "$first" = 1 ] && return 0
   return "$drifted"
@@ -49,16 +54,25 @@ gpu() { # index lgc lmc ac pl ("" not set: defaults restored on the first round)
 
 first=1
 while :; do
-  drift=0
-  gpu 0 '' '' '' 1000 || drift=1
-  gpu 1 '' '' '' 1000 || drift=1
-  gpu 2 '' '' '' 1000 || drift=1
-  gpu 3 '' '' '' 1000 || drift=1
-  gpu 4 '' '' '' 1000 || drift=1
-  gpu 5 '' '' '' 1000 || drift=1
-  gpu 6 '' '' '' 1000 || drift=1
-  gpu 7 '' '' '' 1000 || drift=1
-  if [ "$first" = 1 ]; then report applied; elif [ "$drift" = 1 ]; then report drift-corrected; fi
+  drift=0 failed=${fail_root:-0}
+  rc=0; gpu 0 '' '' '' 1000 || rc=$?
+  case $rc in 0) ;; 1) drift=1 ;; *) failed=1 ;; esac
+  rc=0; gpu 1 '' '' '' 1000 || rc=$?
+  case $rc in 0) ;; 1) drift=1 ;; *) failed=1 ;; esac
+  rc=0; gpu 2 '' '' '' 1000 || rc=$?
+  case $rc in 0) ;; 1) drift=1 ;; *) failed=1 ;; esac
+  rc=0; gpu 3 '' '' '' 1000 || rc=$?
+  case $rc in 0) ;; 1) drift=1 ;; *) failed=1 ;; esac
+  rc=0; gpu 4 '' '' '' 1000 || rc=$?
+  case $rc in 0) ;; 1) drift=1 ;; *) failed=1 ;; esac
+  rc=0; gpu 5 '' '' '' 1000 || rc=$?
+  case $rc in 0) ;; 1) drift=1 ;; *) failed=1 ;; esac
+  rc=0; gpu 6 '' '' '' 1000 || rc=$?
+  case $rc in 0) ;; 1) drift=1 ;; *) failed=1 ;; esac
+  rc=0; gpu 7 '' '' '' 1000 || rc=$?
+  case $rc in 0) ;; 1) drift=1 ;; *) failed=1 ;; esac
+  if [ "$failed" = 1 ]; then report failed; [ "${1:-}" != --once ] || exit 1
+  elif [ "$first" = 1 ]; then report applied; elif [ "$drift" = 1 ]; then report drift-corrected; fi
   first=0
   [ "${1:-}" != --once ] || exit 0
   sleep "$period"

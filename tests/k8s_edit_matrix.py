@@ -1,0 +1,151 @@
+"""The generated edit matrix of issue 32: every spec field of examples/k8s-two-pools that reaches the
+Kubernetes tree, changed one at a time and in pairs, on both runtimes (deployment, dynamo).
+
+Fields are not hand-picked: every scalar leaf of the spec gets one mutation by its type (an integer
+doubled, else halved, else +1; a float times 0.9; a boolean flipped; a string with a suffix), and an
+edit is kept when the spec still validates and a Kubernetes action's key changes (the field reaches
+the tree). tests/test_k8s_edit_matrix.py runs a seeded part; benchmarks/bench_k8s_edit_matrix.py all.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from compiler.diagnostics import Severity  # noqa: F401  (severity of the plan's diagnostics)
+from compiler.gitops.semplan import change_simulations
+from tests.k8s_tree import graph_of
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "k8s-two-pools" / "kiln.yaml"
+DYNAMO = (('tensorrt_llm: "1.2.1"', 'tensorrt_llm: "1.3.0rc29"'),
+          ("  runtime: deployment\n", '  runtime: dynamo\n  dynamo: {version: "1.6.1"}\n'),
+          ("image: {repository: registry.example.com/inference/fleet}",
+           "image:\n  repository: registry.example.com/inference/fleet\n"
+           "  base: nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.6.1@sha256:" + "1" * 64))
+RUNTIMES = ("deployment", "dynamo")
+
+
+def base_text(runtime: str) -> str:
+    text = EXAMPLE.read_text(encoding="utf-8")
+    for old, new in (DYNAMO if runtime == "dynamo" else ()):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+def leaves(doc, path=()):
+    """(path, value) of every scalar leaf."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from leaves(v, path + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from leaves(v, path + (i,))
+    else:
+        yield path, doc
+
+
+def candidates(value) -> list:
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int):
+        return [v for v in (value * 2, value // 2, value + 1) if v != value and v > 0]
+    if isinstance(value, float):
+        return [round(value * 0.9, 4)]
+    if isinstance(value, str):
+        return [value + "x"]
+    return []
+
+
+def _set(doc, path, value):
+    for k in path[:-1]:
+        doc = doc[k]
+    doc[path[-1]] = value
+
+
+@dataclass(frozen=True)
+class Edit:
+    runtime: str
+    changes: tuple  # ((path, value), ...)
+
+    @property
+    def name(self) -> str:
+        return self.runtime + ":" + "+".join(".".join(map(str, p)) + "=" + str(v) for p, v in self.changes)
+
+    def text(self) -> str:
+        doc = yaml.safe_load(base_text(self.runtime))
+        for path, value in self.changes:
+            _set(doc, path, value)
+        return yaml.safe_dump(doc, sort_keys=False)
+
+
+def k8s_keys(graph) -> dict:
+    return {a: k for a, k in graph.keys.items() if graph.actions[a].kind.startswith("k8s-")}
+
+
+def single_edits(runtime: str, work: Path, sample: int | None = None, seed: int = 0) -> list[Edit]:
+    """The edits of one field that validate and reach the tree (`sample`: that many leaves, seeded)."""
+    from compiler.pipeline import validate_text
+
+    doc = yaml.safe_load(base_text(runtime))
+    base = k8s_keys(graph_of(EXAMPLE, work / "base", yaml.safe_dump(doc, sort_keys=False)))
+    paths = [(p, v) for p, v in leaves(doc) if p[0] != "kiln"]
+    if sample is not None:
+        paths = random.Random(seed).sample(paths, min(sample, len(paths)))
+    out = []
+    for i, (path, value) in enumerate(paths):
+        for new in candidates(value):
+            edit = Edit(runtime, ((path, new),))
+            result = validate_text(edit.text(), EXAMPLE.parent, EXAMPLE.name)
+            if not result.ok:
+                continue
+            if k8s_keys(graph_of(EXAMPLE, work / f"e{i}", edit.text())) != base:
+                out.append(edit)
+            break
+    return out
+
+
+def pairs(edits: list[Edit], count: int, seed: int = 0) -> list[Edit]:
+    rng = random.Random(seed)
+    all_pairs = [(a, b) for i, a in enumerate(edits) for b in edits[i + 1:] if a.changes[0][0] != b.changes[0][0]]
+    chosen = rng.sample(all_pairs, min(count, len(all_pairs)))
+    return [Edit(a.runtime, a.changes + b.changes) for a, b in chosen]
+
+
+def check(edit: Edit, work: Path) -> tuple[str, object]:
+    """Run the edit's change through the simulator and assert issue 32's four properties; returns
+    ("completes" | "refused K863" | "refused K864", the simulation)."""
+    from compiler.pipeline import validate_text
+
+    if not validate_text(edit.text(), EXAMPLE.parent, EXAMPLE.name).ok:
+        return "invalid", None  # a pair of valid edits need not be valid together
+    base = graph_of(EXAMPLE, work / "a", base_text(edit.runtime))
+    head = graph_of(EXAMPLE, work / "b", edit.text())
+    sims = change_simulations(base, head)
+    assert len(sims) == 1, edit.name
+    sim = sims[0]
+    r = sim.result
+    codes = [c for c, _, _ in sim.diagnostics()]
+    # 1. no update the API server refuses, no API call forbidden
+    assert "refuses the update" not in (r.stuck or "") and "forbidden" not in (r.stuck or ""), (edit.name, r.stuck)
+    # 2. the rollout completes, or the plan refuses the change (K863)
+    assert r.completed or "K863" in codes, edit.name
+    # 3. every model served before and after keeps a ready pod, or the plan says when and why not (K864)
+    zero = [m for m in r.before if r.before[m] and r.desired.get(m) and min(
+        [r.before[m]] + [s.ready.get(m, 0) for s in r.steps]) == 0]
+    assert bool(zero) == ("K864" in codes), (edit.name, zero, codes)
+    for m in zero:
+        assert any(f"model {m!r} has no ready pod" in msg for _, msg, _ in sim.diagnostics())
+    # 4. the plan's text is the simulation: its figures recomputed from the timeline
+    text = sim.text()
+    for m, (lowest, _, _) in r.low.items():
+        seen = min([r.before.get(m, 0)] + [s.ready.get(m, 0) for s in r.steps])
+        assert lowest == seen, (edit.name, m)
+        if r.before.get(m) and lowest < r.before[m]:
+            assert f"{m}: {r.before[m]} -> {r.end.get(m, 0)} ready" in text and f"lowest {lowest} " in text
+    assert all(step.text in text for step in r.steps)
+    return ("completes" if r.completed and not codes else "refused " + ",".join(codes)), sim
