@@ -129,6 +129,12 @@ def test_the_provenance_statement_links_spec_commit_and_every_artifact(tmp_path,
     assert build["externalParameters"]["spec"]["path"] == "deploy/kiln.yaml"
     assert build["externalParameters"]["spec"]["digest"] == json.loads(outcome.manifest)["spec"]["digest"]
     assert {"gitCommit": commit} in [d["digest"] for d in build["resolvedDependencies"]]
+    # every file the build read, by the spec field that names it
+    inputs = {d["name"]: d["digest"]["sha256"] for d in build["resolvedDependencies"] if "name" in d}
+    for action in outcome.graph.actions.values():
+        for role, digest in action.inputs.items():
+            assert digest.removeprefix("sha256:") in inputs.values(), (action.id, role)
+    assert "models.tiny.source.path:source/model.safetensors" in inputs
     # pushed next to the release, and the same bytes as written locally
     pushed = json.loads(client.get_manifest("prov/quickstart", f"{commit}.provenance")[0])
     assert pushed["subject"]["digest"] == release_digest

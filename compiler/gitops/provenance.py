@@ -26,8 +26,26 @@ def _hex(digest: str) -> dict:
     return {"sha256": digest.removeprefix("sha256:")}
 
 
+def input_dependencies(graph) -> list[dict]:
+    """Every file the build read (compiler/graph: each action's inputs, by digest), named by the spec
+    field that names it, and every Hugging Face source by its commit: SLSA resolvedDependencies."""
+    seen: dict[tuple[str, str], dict] = {}
+    for aid in graph.order:
+        action = graph.actions[aid]
+        for role, digest in sorted(action.inputs.items()):
+            field = action.input_paths.get(role, f"{aid}:{role}")
+            name = role.split(":", 1)[-1]
+            name = f"{field}:{name}" if "/" in name else field  # a directory's file, or the file itself
+            seen.setdefault((name, digest), {"name": name, "digest": _hex(digest)})
+        params = action.params_json
+        if isinstance(params, dict) and params.get("huggingface") and params.get("revision"):
+            uri = f"https://huggingface.co/{params['huggingface']}"
+            seen.setdefault((uri, params["revision"]), {"uri": uri, "digest": {"gitCommit": params["revision"]}})
+    return [seen[k] for k in sorted(seen)]
+
+
 def statement(release: bytes, release_ref: str, release_oci_digest: str, spec_path: str, commit: str, *,
-              dirty: bool = False) -> bytes:
+              dirty: bool = False, inputs: list[dict] = ()) -> bytes:
     """release: the release manifest bytes; release_ref: where it was pushed ("<repo>:<commit>").
     `dirty`: built from uncommitted changes on top of `commit`, so the commit is no dependency: the
     statement says so and names the commit only as the base."""
@@ -48,6 +66,7 @@ def statement(release: bytes, release_ref: str, release_oci_digest: str, spec_pa
     image = doc["toolchain"].get("triton_image")
     if image and "@sha256:" in image:
         deps.append({"uri": f"oci://{image.split('@')[0]}", "digest": _hex(image.split("@")[1])})
+    deps += inputs
     predicate = {
         "buildDefinition": {
             "buildType": BUILD_TYPE,

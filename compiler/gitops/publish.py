@@ -14,7 +14,7 @@ from compiler.store.local import LocalStore, StoreError, sha256_bytes
 
 from . import artifacts as oa
 from .oci import OCI_MANIFEST, Client, Registry, RegistryConflict, json_object
-from .provenance import statement
+from .provenance import input_dependencies, statement
 
 
 class NotBuilt(Exception):
@@ -194,7 +194,7 @@ def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | 
         outcome.release_digest = sha256_bytes(manifest)
         outcome.release_ref = f"{outcome.registry.host}/{release_repo}:{tag}"
         outcome.provenance = statement(release, outcome.release_ref, outcome.release_digest, _spec_path(spec), commit,
-                                       dirty=dirty)
+                                       dirty=dirty, inputs=input_dependencies(graph))
         subject = oa.descriptor(OCI_MANIFEST, outcome.release_digest, len(manifest))
         provenance = oa.provenance_artifact(outcome.provenance, subject)
         # Before anything is pushed: a tag that names other content stops the whole publish.
