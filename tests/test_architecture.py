@@ -408,14 +408,15 @@ def test_the_facts_are_passes_and_only_their_pass_computes_them() -> None:
 
 
 def test_the_runtimes_outside_the_spec_choices_have_their_module_data_file_and_flag_table() -> None:
-    """The disaggregated router (ROUTER) and Dynamo's worker (WORKER) are runtimes too, one module
-    and one data file each; the DGD's worker container runs exactly the argv WORKER answers."""
+    """The disaggregated router on hosts (ROUTER), Dynamo's worker (WORKER) and its frontend
+    (FRONTEND, the router on node pools) are runtimes too, one module and one data file each; the
+    DGD's containers run exactly the argv they answer."""
     import pytest
 
-    from compiler.runtimes import REGISTRY, ROUTER, WORKER, ServingCommandError, Unit
+    from compiler.runtimes import FRONTEND, REGISTRY, ROUTER, WORKER, ServingCommandError, Unit
     from compiler.runtimes.base import check_argv
 
-    for rt in (ROUTER, WORKER):
+    for rt in (ROUTER, WORKER, FRONTEND):
         module = rt.data_file.removesuffix(".json")
         assert rt.name not in REGISTRY and rt.data["name"] == rt.name
         assert (ROOT / "compiler" / "runtimes" / f"{module}.py").is_file()
@@ -430,6 +431,11 @@ def test_the_runtimes_outside_the_spec_choices_have_their_module_data_file_and_f
         "--disaggregation-mode 'both' is not one of prefill, decode"]
     with pytest.raises(ServingCommandError, match="not one of prefill, decode"):
         WORKER.argv("m", "encode")
+    assert FRONTEND.argv() == ["python3", "-m", "dynamo.frontend"] and FRONTEND.routing_args(None) == []
+    routed = FRONTEND.argv(FRONTEND.routing_args(32))
+    assert routed[3:] == ["--router-mode", "kv", "--kv-cache-block-size", "32"]
+    assert check_argv(FRONTEND.data, [*routed, "--router-mode", "random"]) == [
+        "--router-mode 'random' is not one of kv", "--router-mode is given twice"]
 
 
 def test_the_graph_knows_no_targets_vocabulary() -> None:

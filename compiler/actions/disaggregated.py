@@ -17,6 +17,7 @@ from compiler.graph.model import Action
 from compiler.ir import Resolved, ResolvedModel
 from compiler.ir.disaggregated import ROLES, buffer_tokens
 from compiler.ir.disaggregated import role_spec as _role_spec
+from compiler.runtimes import FRONTEND
 from compiler.serving.yamlout import dump_yaml
 from compiler.store.canonical import pretty_json
 
@@ -157,12 +158,8 @@ def component_type(role: str) -> str:
 def frontend_args(rm: ResolvedModel) -> list[str]:
     """Dynamo frontend arguments for a disaggregated model: KV-aware routing in the workers' block
     size (the frontend's own default would differ from a tokens_per_block the spec sets)."""
-    d = rm.spec.serving.disaggregated
-    if not d.router.kv_aware:
-        return []
-    dyn = facts.fact("dynamo")
-    return [dyn["frontend_router_mode_flag"], dyn["frontend_kv_router_mode"],
-            dyn["frontend_block_size_flag"], str(role_spec(rm, "prefill").runtime.tokens_per_block)]
+    kv = rm.spec.serving.disaggregated.router.kv_aware
+    return FRONTEND.routing_args(role_spec(rm, "prefill").runtime.tokens_per_block if kv else None)
 
 
 def planner_config(rm: ResolvedModel) -> dict:

@@ -9,17 +9,21 @@ per runtime behind the ServingRuntime protocol (base.py).
                     (data/trtllm_disaggregated.json)
   dynamo_trtllm.py  Dynamo's TensorRT-LLM worker, a DynamoGraphDeployment's component on a node
                     pool (data/dynamo_trtllm.json)
+  dynamo_frontend.py  Dynamo's frontend, the DGD's OpenAI endpoint and (disaggregated) router
+                    (data/dynamo_frontend.json)
 
 REGISTRY is the only list of runtimes: the spec's `serving.runtime` choices are its names (a test
 holds them equal), and every caller asks a runtime object instead of comparing names. ROUTER
 (trtllm_disaggregated.py) is the process in front of a disaggregated model's servers, not a
-`serving.runtime` choice; nor is WORKER (dynamo_trtllm.py), which `kubernetes.runtime: dynamo` runs.
+`serving.runtime` choice; nor are WORKER (dynamo_trtllm.py) and FRONTEND (dynamo_frontend.py),
+which `kubernetes.runtime: dynamo` runs.
 """
 
 from __future__ import annotations
 
 from .base import (ENTRYPOINT, Ignored, ServingCommandError, ServingRuntime, Unit, UnitServing, check_argv,
                    container_options, flag_value, health_command, ready_timeout_s)
+from .dynamo_frontend import FRONTEND
 from .dynamo_trtllm import WORKER
 from .trtllm_disaggregated import ROUTER
 from .triton import RUNTIME as TRITON
@@ -29,7 +33,7 @@ from .trtllm_serve import options_path
 REGISTRY: dict[str, ServingRuntime] = {r.name: r for r in (TRITON, TRTLLM_SERVE)}
 NAMES = tuple(REGISTRY)
 
-__all__ = ["ENTRYPOINT", "NAMES", "REGISTRY", "ROUTER", "WORKER", "Ignored", "ServingCommandError", "ServingRuntime", "Unit",
+__all__ = ["ENTRYPOINT", "FRONTEND", "NAMES", "REGISTRY", "ROUTER", "WORKER", "Ignored", "ServingCommandError", "ServingRuntime", "Unit",
            "UnitServing", "check_argv", "check_command", "container_options", "flag_value", "get", "health_command",
            "options_path", "ready_timeout_s", "unit_serving"]
 

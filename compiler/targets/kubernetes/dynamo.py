@@ -31,7 +31,7 @@ import json
 
 from compiler.actions.disaggregated import component_type
 from compiler.ir.k8s_names import options_configmap_prefix
-from compiler.runtimes import WORKER
+from compiler.runtimes import FRONTEND, WORKER
 from compiler.serving import layout
 
 from compiler.catalog import k8s_controllers
@@ -62,9 +62,10 @@ def options_configmap(*, model: str, spec_name: str, namespace: str, options: by
 
 def frontend(*, image: str, version: str, args: list[str] = ()) -> dict:
     """`args`: a disaggregated model's routing (--router-mode kv --kv-cache-block-size <workers'>)."""
+    argv = FRONTEND.argv(args)  # compiler/runtimes/dynamo_frontend.py
     return {"name": "frontend", "type": "frontend", "replicas": 1, "runtimeVersionOverride": version,
             "podTemplate": {"spec": {"containers": [
-                {"name": "main", "image": image, "command": ["python3"], "args": ["-m", "dynamo.frontend", *args]}]}}}
+                {"name": "main", "image": image, "command": argv[:1], "args": argv[1:]}]}}}
 
 
 def planner(*, image: str, version: str, config: dict) -> dict:
