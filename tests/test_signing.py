@@ -385,3 +385,33 @@ def test_keyless_publish_without_an_oidc_token_is_a_clear_error(published, monke
                  published["target"], "--commit", COMMIT, "--keyless"])
     err = capsys.readouterr().err
     assert code == 1 and "[KS106]" in err and "id-token: write" in err and "Traceback" not in err
+
+
+def test_keyless_provenance_identity_is_checked_through_the_same_code(tmp_path) -> None:
+    """An SLSA statement signed by a leaf of the test CA (as Fulcio certifies a workflow run):
+    accepted for its repository, refused for another, refused once its payload is altered."""
+    from google.protobuf import json_format
+    from in_toto_attestation.v1 import statement_pb2
+    from model_signing._signing import sign_certificate
+
+    ca, leaf, key = _test_ca(tmp_path, "acme/deploy")
+    statement = {"_type": "https://in-toto.io/Statement/v1", "predicateType": SLSA_PREDICATE,
+                 "subject": [{"name": "release.json", "digest": {"sha256": "4" * 64}}],
+                 "predicate": {"buildDefinition": {"buildType": "urn:kiln:build:v1"}}}
+
+    class Payload:  # what model-signing's signers read: .statement.pb, an in-toto Statement
+        pb = json_format.ParseDict(statement, statement_pb2.Statement())
+    Payload.statement = Payload
+    bundle = sign_certificate.Signer(key, leaf, [ca]).sign(Payload).bundle.to_json().encode()
+    trusted = Trust(repository="acme/deploy", roots=(ca,))
+    assert signing.verify_statement(bundle, trusted)["subject"] == statement["subject"]
+    with pytest.raises(SignatureError) as e:
+        signing.verify_statement(bundle, Trust(repository="evil/deploy", roots=(ca,)))
+    assert e.value.code == "KS102"
+    doc = json.loads(bundle)
+    payload = json.loads(base64.b64decode(doc["dsseEnvelope"]["payload"]))
+    payload["subject"][0]["digest"]["sha256"] = "5" * 64
+    doc["dsseEnvelope"]["payload"] = base64.b64encode(json.dumps(payload).encode()).decode()
+    with pytest.raises(SignatureError) as e:
+        signing.verify_statement(json.dumps(doc).encode(), trusted)
+    assert e.value.code == "KS101"
