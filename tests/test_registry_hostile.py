@@ -515,3 +515,32 @@ def test_a_cache_budget_of_inf_is_a_long_budget_not_a_traceback_per_request(tmp_
         assert cache.has("sha256:" + "c" * 64, "spec-snapshot") is False
         assert cache.has("sha256:" + "d" * 64, "spec-snapshot") is False
     assert warnings == [] and len(s.requests) == 2
+
+
+def test_the_first_ctrl_c_stops_a_registry_cache_fetch_where_it_is(tmp_path) -> None:
+    """Issue 36: the fetch runs in the executor's own thread; the first Ctrl-C said "stopping" and
+    the transfer went on (a dripping registry: until KILN_CACHE_BUDGET_S, an hour)."""
+    import signal
+
+    spec = light_spec(tmp_path / "spec")
+    body = b'{"schemaVersion": 2}' * 500
+    with Server(lambda r: Answer(200, [("Content-Length", str(len(body)))], body, drip_s=0.5)) as s:
+        proc = subprocess.Popen([sys.executable, "-m", "compiler", "build", str(spec), "--store",
+                                 str(tmp_path / "store"), "--cache", s.host], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            for _ in range(600):  # the build reached its first cache request (at most a minute)
+                if s.requests or proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+            assert s.requests, proc.communicate(timeout=5)
+            time.sleep(0.5)  # inside the transfer
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)  # the dripping answer alone would take 5,000 s
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 130, err
+    assert "stopping the fetch of" in err and "Traceback" not in err, err
+    assert not any((tmp_path / "store" / "releases").glob("*.jsonl")), "an interrupted build records no release"

@@ -2,7 +2,8 @@
 stops it (compiler/graph/executor.py: Interrupt): no action starts any more, the processes of
 isolated actions (quantization, engine builds) are killed, and the build ends with exit 130 once
 the actions running in threads have finished their step, recording no release. A second one exits
-130 at once. Before the executor runs (validating, lowering) the first one interrupts as usual.
+130 at once. Before the executor runs (validating, lowering) the first one interrupts as usual, and
+so it does a registry cache fetch (it runs in the executor's own thread: it stops where it is).
 
 The handlers write with os.write: a signal can arrive while the main thread is inside a print to
 the same stream, and Python's buffered streams refuse a reentrant write."""
@@ -23,9 +24,9 @@ def _say(text: str) -> None:
         os.write(2, (text + "\n").encode("utf-8", "replace"))
 
 
-def stop_message(killed: list[str], left: list[str]) -> str:
+def stop_message(killed: list[str], left: list[str], fetching: str | None = None) -> str:
     """What the first interrupt stops, in one line."""
-    parts = []
+    parts = [f"stopping the fetch of {fetching} from the registry cache"] if fetching else []
     if killed:
         parts.append(f"stopping {', '.join(killed)} (killing its process{'es' if len(killed) > 1 else ''})")
     if left:
@@ -54,7 +55,10 @@ def stopping_on_signals(interrupt) -> Iterator[None]:
             os._exit(130)
         if not interrupt.active:
             raise KeyboardInterrupt
-        _say(stop_message(*interrupt.stop()))
+        fetching = interrupt.fetching
+        _say(stop_message(*interrupt.stop(), fetching=fetching))
+        if fetching is not None:  # the executor's thread is in a registry transfer: stop it there
+            raise KeyboardInterrupt
 
     previous = {s: signal.signal(s, handler) for s in SIGNALS}
     try:

@@ -99,6 +99,9 @@ class Interrupt:
         self._event = threading.Event()
         self.running: dict[str, Running] = {}
         self.active = False  # an executor is running the build (the CLI raises KeyboardInterrupt otherwise)
+        # the action whose registry cache fetch the executor's own thread is in (the signal handler
+        # raises KeyboardInterrupt into it: a transfer stops where it is, not at the cache's budget)
+        self.fetching: str | None = None
 
     def is_set(self) -> bool:
         return self._event.is_set()
@@ -147,6 +150,8 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry
                                                     error="not started: the build was interrupted")
                     pending = []
                 for aid in list(pending):
+                    if interrupt.is_set():
+                        break  # the while loop marks what is left "interrupted"
                     deps = graph.actions[aid].deps
                     if any(results.get(d) is None for d in deps):
                         continue  # a dependency is still running or waiting
@@ -164,7 +169,18 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry
                     record = store.get_action(key)
                     fetched = False
                     if record is None and remote is not None:  # a registry cache (compiler/gitops/cache.py)
-                        record = remote(graph, aid, spec_name)
+                        interrupt.fetching = aid  # in this thread: an interrupt stops it where it is
+                        try:
+                            record = remote(graph, aid, spec_name)
+                        except KeyboardInterrupt:
+                            if not interrupt.is_set():
+                                raise
+                            results[aid] = ActionResult(aid, key, "interrupted",
+                                                        error="its fetch from the registry cache was stopped")
+                            progress(f"[{len(results)}/{total}] stopped {aid} (fetch from the registry cache)")
+                            continue
+                        finally:
+                            interrupt.fetching = None
                         fetched = record is not None
                     if record is not None:
                         results[aid] = ActionResult(aid, key, "cached", record.tree, record.duration_s,
