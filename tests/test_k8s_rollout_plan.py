@@ -135,3 +135,27 @@ def test_a_namespace_rename_is_refused_with_when_and_how_long(tmp_path: Path) ->
     sim = _sim(tmp_path, (("namespace: inference", "namespace: serving"),))
     assert sim.result.completed
     assert sorted(m.split("'")[1] for c, m, _ in sim.diagnostics() if c == "K864") == ["big", "chat", "coder", "intent"]
+
+
+def test_a_rerun_relabels_a_node_that_failed_before(tmp_path: Path) -> None:
+    """Review N8: a node left `failed` by an earlier re-layout carries the target label already, and
+    mig-manager acts only on a change of the value; relabelling it with the same value waited out
+    KILN_MIG_S and failed the Job again; and taken in name order, the other nodes' evictions waited on
+    budgets the failed node's missing pods already spend. The script now takes such a node first,
+    through all-disabled."""
+    from compiler.targets.kubernetes.kinds import KINDS
+    from compiler.targets.kubernetes.sim import simulate
+    from compiler.targets.kubernetes.sim.fromgraph import pool_nodes, render_revision
+
+    base_g = graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a")
+    head_g = graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(ONEFIELD))
+    base, new = render_revision(base_g, KINDS), render_revision(head_g, KINDS)
+    nodes = pool_nodes(base_g, head_g)
+    h100 = next(p for p in nodes if p.name == "h100-pool")
+    h100.preset = {"h100-pool-1": (new.pools["h100-pool"].layout, "failed", base.pools["h100-pool"].layout)}
+    r = simulate(base, new, nodes)
+    assert r.completed, r.stuck
+    assert any("h100-pool-1 labelled nvidia.com/mig.config=all-disabled first" in s.text for s in r.steps)
+    new.relayout.bounce = None  # the script before: nodes in name order, the same value again
+    r = simulate(base, new, nodes)
+    assert not r.completed  # h100-pool-0's evictions wait on the budgets the failed node already spends

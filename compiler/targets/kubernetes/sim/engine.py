@@ -95,8 +95,11 @@ class Simulation:
             layout = base.pools[p.name].layout if p.name in base.pools else "all-disabled"
             for i in range(p.count):
                 name = f"{p.name}-{i}"
-                self.nodes[name] = Node(name, p.name, p.gpus, p.product, dict(p.labels),
-                                        migmanager.MigNode(name, layout, layout), list(p.taints))
+                mig = migmanager.MigNode(name, layout, layout)
+                if name in p.preset:
+                    mig.label, mig.state, mig.applied = p.preset[name]
+                self.nodes[name] = Node(name, p.name, p.gpus, p.product, dict(p.labels), mig, list(p.taints),
+                                        unschedulable=mig.state != "success")
         self.budgets = list(base.budgets)
         self.services = dict(base.services)
         self.deploys: dict[str, Deploy] = {}
@@ -295,6 +298,8 @@ class Simulation:
         for pool in job.pools:
             members = [n for n in self.nodes.values() if n.pool == pool.name]
             todo = [n for n in members if not (n.mig.label == pool.layout and n.mig.state == "success")]
+            if job.bounce:  # the script takes nodes labelled with the layout but not at success first
+                todo = [n for n in todo if n.mig.label == pool.layout] + [n for n in todo if n.mig.label != pool.layout]
             for i in range(0, len(todo), pool.max_unavailable):
                 group = todo[i:i + pool.max_unavailable]
                 for n in group:
@@ -330,28 +335,36 @@ class Simulation:
                             nxt = self._next_event(job=False)
                             wait = retry if evicted or nxt is None else max(retry, nxt - self.now)
                             yield min(-(-wait // retry) * retry, max(retry, deadline - self.now))
+                for n in group:  # a node labelled with the layout but not at success goes through all-disabled
+                    if n.mig.label == pool.layout and job.bounce:
+                        migmanager.on_label(n.mig, job.bounce, self.now, self.d["mig_reconfigure_s"])
+                        self._say(f"re-layout Job: node {n.name} labelled {migmanager.CONFIG_LABEL}={job.bounce} "
+                                  "first (the MIG manager acts on a change of the value only)")
+                        yield from self._wait_state(n, job)
                 for n in group:
                     started = migmanager.on_label(n.mig, pool.layout, self.now, self.d["mig_reconfigure_s"])
                     n.mig.state = n.mig.state if started else ""  # `nvidia.com/mig.config.state-`
                     self._say(f"re-layout Job: node {n.name} labelled {migmanager.CONFIG_LABEL}={pool.layout}"
                               + ("" if started else " (the same value: the MIG manager does not act)"))
                 for n in group:
-                    deadline = self.now + job.mig_s
-                    while n.mig.state != "success":
-                        if n.mig.state == "failed":
-                            raise Stuck(f"re-layout Job: node {n.name}: the MIG manager reports failed; the node "
-                                        "stays cordoned and a rerun does not retry it (main.go acts on a change "
-                                        "of the label's value only)")
-                        if self.now >= deadline:
-                            raise Stuck(f"re-layout Job: node {n.name}: state '{n.mig.state}' after {job.mig_s}s; "
-                                        "the node stays cordoned")
-                        yield self.d["state_poll_s"]
+                    yield from self._wait_state(n, job)
                 for n in group:
                     n.unschedulable = False
                 self._say(f"re-layout Job: {', '.join(n.name for n in group)} uncordoned")
                 self._settle()
         self.config = {**{n.mig.label: self.config[n.mig.label] for n in self.nodes.values()
                           if n.mig.label in self.config}, **self.new.layouts}
+
+    def _wait_state(self, n: Node, job):
+        """label-nodes.sh wait_state: poll the node's state label until success, failed or the bound."""
+        deadline = self.now + job.mig_s
+        while n.mig.state != "success":
+            if n.mig.state == "failed":
+                raise Stuck(f"re-layout Job: node {n.name}: the MIG manager reports failed; the node stays cordoned")
+            if self.now >= deadline:
+                raise Stuck(f"re-layout Job: node {n.name}: state '{n.mig.state}' after {job.mig_s}s; the node "
+                            "stays cordoned (the MIG manager acts on a change of the label's value only)")
+            yield self.d["state_poll_s"]
 
     # --- health (gitops-engine pkg/health) --------------------------------------------------------------
     def _health(self, key: tuple) -> str:

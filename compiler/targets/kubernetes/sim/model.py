@@ -48,6 +48,7 @@ class Relayout:
     evict_s: int = 600
     mig_s: int = 900
     config_sync_s: int = 120
+    bounce: str | None = None  # the layout a node labelled with its target but not at success goes through first
 
 
 @dataclass
@@ -73,3 +74,6 @@ class PoolNodes:
     product: str | None
     labels: dict = field(default_factory=dict)
     taints: list = field(default_factory=list)  # scheduler.Taint
+    # node name -> (nvidia.com/mig.config, its state, the layout its GPUs carry): a node left behind
+    # by an earlier change (e.g. a re-layout that ended `failed`); the others run the base revision
+    preset: dict = field(default_factory=dict)

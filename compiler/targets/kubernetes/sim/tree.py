@@ -88,6 +88,12 @@ def dgd_workloads(o: dict) -> list[Workload]:
     return out
 
 
+def _bounce(script: str) -> str | None:
+    """The layout the script relabels a node through when the node already carries its target."""
+    m = re.search(r"nvidia\.com/mig\.config=([a-z0-9-]+) --overwrite\n\s*wait_state", script)
+    return m.group(1) if m else None
+
+
 def revision(objects: list[dict], values: dict) -> Revision:
     by_key = {argocd.key_of(o): o for o in objects}
     workloads, budgets, services, layouts, relayout, groups = {}, [], {}, {}, None, {}
@@ -140,7 +146,8 @@ def revision(objects: list[dict], values: dict) -> Revision:
                             keep=[f"{kiln_ns}/{w}" for w in keep.split()] if keep else None, namespace=kiln_ns,
                             rules=rules, evict_s=_bound(script, "KILN_EVICT_S", 600),
                             mig_s=_bound(script, "KILN_MIG_S", 900),
-                            config_sync_s=_bound(script, "KILN_CONFIG_SYNC_S", 120))
+                            config_sync_s=_bound(script, "KILN_CONFIG_SYNC_S", 120),
+                            bounce=_bounce(script))
     pools = {p.name: p for p in relayout.pools} if relayout is not None else {}
     strategy = ((values.get("mig") or {}).get("strategy")) or "mixed"
     return Revision(by_key, workloads, budgets, services, strategy, layouts, pools, relayout, groups)

@@ -126,10 +126,15 @@ pool() { # name selector layout nodes max_unavailable
   all=$(kubectl get nodes -l "$selector" -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}')
   found=$(echo "$all" | sed '/^$/d' | wc -l)
   [ "$found" -eq "$nodes" ] || say "pool $name: $found node(s) match $selector, the spec says $nodes"
-  todo=""
-  for n in $all; do
-    [ "$(node_state "$n")" = "$layout success" ] || todo="$todo $n"
+  todo="" late=""
+  for n in $all; do  # a node labelled $layout but not at success (it failed before) serves nothing: first,
+    case "$(node_state "$n")" in  # or its pods' budgets refuse the other nodes' evictions
+      "$layout success") ;;
+      "$layout "*) todo="$todo $n" ;;
+      *) late="$late $n" ;;
+    esac
   done
+  todo="$todo$late"
   if [ "$mode" = --check ]; then
     [ -z "$todo" ] || { say "pool $name: nodes not at layout $layout:$todo"; status=1; }
     return 0
@@ -143,6 +148,16 @@ pool() { # name selector layout nodes max_unavailable
     if [ "$mode" = --dry-run ]; then say "pool $name: would cordon, evict, relabel to $layout, uncordon:$group"; continue; fi
     for n in $group; do kubectl cordon "$n"; done
     for n in $group; do evict "$n" || exit 1; done
+    # mig-manager acts only on a change of the label's value (main.go: oldLabel != newLabel): a node
+    # already labelled $layout but not at success (it failed before) goes through all-disabled first,
+    # which its emptied GPUs take, so that the label changes again
+    for n in $group; do
+      case "$(node_state "$n")" in
+        "$layout "*) say "node $n: labelled $layout but not at success; relabelling through all-disabled"
+                     kubectl label node "$n" nvidia.com/mig.config=all-disabled --overwrite
+                     wait_state "$n" || exit 1 ;;
+      esac
+    done
     for n in $group; do kubectl label node "$n" "nvidia.com/mig.config=$layout" nvidia.com/mig.config.state- --overwrite; done
     for n in $group; do wait_state "$n" || exit 1; done
     for n in $group; do kubectl uncordon "$n"; done
