@@ -271,16 +271,24 @@ def test_a_record_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> 
 
 
 def test_a_huge_measured_concurrency_gives_at_most_the_largest_batch_limit(tmp_path: Path) -> None:
-    spec, record = _tuned(tmp_path)
-    doc = json.loads(record.read_text(encoding="utf-8"))
-    doc["result"]["concurrency"] = 10 ** 30
-    record.write_text(json.dumps(doc), encoding="utf-8")
+    """The largest concurrency a record may hold is capped at the largest batch limit; past the
+    record's own bound it is K913 at the field."""
+    from compiler.ir.measured import MAX_CONCURRENCY
     from tests.quickstart import on_engine_target
 
+    spec, record = _tuned(tmp_path)
     spec.write_text(on_engine_target(spec.read_text(encoding="utf-8")), encoding="utf-8")
-    result = validate_path(spec)
-    rm = result.resolved.models["tiny"]
+    doc = json.loads(record.read_text(encoding="utf-8"))
+    doc["result"]["concurrency"] = MAX_CONCURRENCY
+    record.write_text(json.dumps(doc), encoding="utf-8")
+    rm = validate_path(spec).resolved.models["tiny"]
+    assert MAX_CONCURRENCY > 65536
     assert rm.measured.limit == 65536 and "capped at 65536" in rm.measured.derivation
+    doc["result"]["concurrency"] = 10 ** 30
+    record.write_text(json.dumps(doc), encoding="utf-8")
+    result = validate_path(spec)
+    assert [d.code for d in result.diagnostics if d.is_error] == ["K913"]
+    assert "result.concurrency" in result.diagnostics[0].message
 
 
 def test_parse_record_refuses_deep_and_huge_json_as_record_errors() -> None:
