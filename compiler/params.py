@@ -1,8 +1,10 @@
 """The base of every typed parameter model (an action kind's, a serving unit's): immutable, strict
-about unknown keys. A leaf module, so that what describes a runtime's unit needs no graph."""
+about unknown keys, and the effect a change of each field has on what runs (Effect), declared where
+the field is. A leaf module, so that what describes a runtime's unit needs no graph."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -15,3 +17,43 @@ class Params(BaseModel):
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+# --- what changing a parameter does to what runs, declared where the parameter is ------------------
+EFFECTS = ("none", "reload", "restart", "roll", "re-layout", "replace", "scale")
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What changing one parameter does to what runs, declared on the field (`Annotated[T, Effect(...)]`):
+      none       nothing running reads it (or another field carries the change)
+      reload     applied while serving
+      restart    the processes that read it restart
+      roll       the pods are replaced one at a time (it is in their template)
+      re-layout  the devices are re-partitioned
+      replace    another object: deleted and created anew (an identity, or a field a controller
+                 refuses to update)
+      scale      servers added or removed, the others untouched
+    `why`: the rule it follows, with its source where it is a controller's."""
+
+    what: str
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        if self.what not in EFFECTS:
+            raise ValueError(f"unknown effect {self.what!r} (one of {', '.join(EFFECTS)})")
+
+
+def effect(model: type[BaseModel], name: str) -> Effect | None:
+    """The effect field `name` of `model` declares, or None."""
+    return next((m for m in model.model_fields[name].metadata if isinstance(m, Effect)), None)
+
+
+def fields_that(model: type[BaseModel], what: str) -> tuple[str, ...]:
+    """The fields of `model` whose change has effect `what`, in declaration order."""
+    return tuple(name for name in model.model_fields if (e := effect(model, name)) is not None and e.what == what)
+
+
+def undeclared(model: type[BaseModel]) -> list[str]:
+    """The fields of `model` that declare no effect."""
+    return [name for name in model.model_fields if effect(model, name) is None]

@@ -456,3 +456,26 @@ def test_the_graph_knows_no_targets_vocabulary() -> None:
                 found.append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno} {node.value[:40]!r}")
     assert found == []
 
+
+
+def test_a_workloads_fields_declare_what_their_change_does() -> None:
+    """Every field of a Kubernetes workload's parameters (Deployment, DGD worker) declares its effect
+    where it is defined; the fields that roll the pods are read from the declarations (the tuples
+    they replace, in the order the plan lists them)."""
+    import pytest
+
+    from compiler.params import EFFECTS, Effect, effect, fields_that, undeclared
+    from compiler.targets.kubernetes.k8s_deployment import ROLLS, DeploymentParams
+    from compiler.targets.kubernetes.k8s_dgd import WORKER_ROLLS, Worker
+
+    assert undeclared(DeploymentParams) == [] and undeclared(Worker) == []
+    assert ROLLS == ("image_action", "weights_action", "command", "ports", "liveness", "readiness", "resource",
+                     "count", "selector", "gpu_product", "pod_resources")
+    assert WORKER_ROLLS == ("image_action", "weights_action", "resource", "count", "selector", "gpu_product",
+                            "power_limit_w", "pod_resources")
+    assert fields_that(DeploymentParams, "scale") == fields_that(Worker, "scale") == ("replicas",)
+    assert effect(Worker, "options").what == "roll" and effect(DeploymentParams, "max_unavailable").what == "none"
+    assert all(effect(m, f).what in EFFECTS and effect(m, f).why for m in (DeploymentParams, Worker)
+               for f in m.model_fields)
+    with pytest.raises(ValueError, match="unknown effect"):
+        Effect("reboot")

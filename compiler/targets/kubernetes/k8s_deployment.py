@@ -13,43 +13,47 @@ Output: <workload>.yaml (the tree's workloads/ directory). Its PodDisruptionBudg
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
 from compiler.actions import image, runtimes, weights_image
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy, mounts_weights, resource_name
+from compiler.params import fields_that
 
 from . import plan, tree, workloads
 from . import runtime as runtime_
 from .runtime import ServingContainer
 
-ROLLS = ("image_action", "weights_action", "command", "ports", "liveness", "readiness", "resource", "count",
-         "selector", "gpu_product",
-         "pod_resources")
-
-
 class DeploymentParams(Params):
-    name: str
-    spec_name: str
-    namespace: str
-    pool: str
-    model: str
-    replicas: int
-    image_action: str  # image/<pool>: its image.json holds the pushed reference
-    runtime: str
-    command: list[str]
-    ports: list[tuple[str, int]]
-    liveness: str
-    readiness: str
-    resource: str
-    count: int
-    selector: dict[str, str]
-    gpu_product: str | None
-    pod_resources: dict  # CPU and memory requests and limits (compiler/targets/kubernetes/runtime.pod_resources)
-    weights_action: str | None = None  # weights-image/<model>, mounted at the model's directory; None: the
-    # checkpoint is in the pool's serving image (node_pool.weights: in-image)
-    max_unavailable: int = 1  # pods the rolling update takes out at once (rollout_unavailable)
+    """Each field declares what its change does to the running pool (plan.ROLL, SCALE, ...)."""
+
+    name: Annotated[str, plan.IDENTITY]
+    spec_name: Annotated[str, plan.IDENTITY]
+    namespace: Annotated[str, plan.IDENTITY]
+    pool: Annotated[str, plan.IDENTITY]
+    model: Annotated[str, plan.IDENTITY]
+    replicas: Annotated[int, plan.SCALE]
+    image_action: Annotated[str, plan.ROLL]  # image/<pool>: its image.json holds the pushed reference
+    # weights-image/<model>, mounted at the model's directory; None: the checkpoint is in the pool's
+    # serving image (node_pool.weights: in-image)
+    weights_action: Annotated[str | None, plan.ROLL] = None
+    runtime: Annotated[str, plan.UNREAD]  # `command` carries what runs
+    command: Annotated[list[str], plan.ROLL]
+    ports: Annotated[list[tuple[str, int]], plan.ROLL]
+    liveness: Annotated[str, plan.ROLL]
+    readiness: Annotated[str, plan.ROLL]
+    resource: Annotated[str, plan.ROLL]
+    count: Annotated[int, plan.ROLL]
+    selector: Annotated[dict[str, str], plan.ROLL]
+    gpu_product: Annotated[str | None, plan.ROLL]
+    # CPU and memory requests and limits (compiler/targets/kubernetes/runtime.pod_resources)
+    pod_resources: Annotated[dict, plan.ROLL]
+    max_unavailable: Annotated[int, plan.UNREAD] = 1  # pods the rolling update takes out at once (rollout_unavailable)
+
+
+ROLLS = fields_that(DeploymentParams, "roll")  # what replaces the pods, as the fields declare it
 
 
 def namespace_of(spec) -> str:

@@ -14,6 +14,7 @@ of the model too, and under disaggregated serving it rolls prefill and decode in
 from __future__ import annotations
 
 import hashlib
+from typing import Annotated
 
 from pydantic import Field
 
@@ -24,32 +25,39 @@ from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.k8s_names import dgd_component
 from compiler.ir.pools import cluster_strategy, mounts_weights, resource_name
+from compiler.params import fields_that
 from compiler.store.canonical import canonical_json
 
 from . import dynamo, plan, tree
 from .k8s_deployment import gfd_product, image_reference, namespace_of, pod_resources
 
-WORKER_ROLLS = ("image_action", "weights_action", "resource", "count", "selector", "gpu_product", "power_limit_w",
-                "pod_resources")
-
-
 class Worker(Params):
-    component: str
-    pool: str
-    replicas: int
-    image_action: str
-    resource: str
-    count: int
-    selector: dict[str, str]
-    gpu_product: str | None
-    power_limit_w: int | None  # dynamo.POWER_ANNOTATION: None, power is the node tuning's (a DGD from an
-    # earlier Kiln may carry it: forbidden_changes plans the recreate that removing it needs)
-    pod_resources: dict  # CPU and memory (compiler/targets/kubernetes/runtime.pod_resources)
-    weights_action: str | None = None  # weights-image/<model> mounted at --model-path; None: in the pool image
-    role: str | None = None  # disaggregated serving: prefill or decode (the component's type)
+    """Each field declares what its change does to the running pool (plan.ROLL, SCALE, ...); what
+    Dynamo's webhook refuses on a live DGD is forbidden_changes' (catalog k8s_controllers.json)."""
+
+    component: Annotated[str, plan.IDENTITY]
+    pool: Annotated[str, plan.IDENTITY]
+    replicas: Annotated[int, plan.SCALE]
+    image_action: Annotated[str, plan.ROLL]
+    # weights-image/<model> mounted at --model-path; None: in the pool image
+    weights_action: Annotated[str | None, plan.ROLL] = None
+    resource: Annotated[str, plan.ROLL]
+    count: Annotated[int, plan.ROLL]
+    selector: Annotated[dict[str, str], plan.ROLL]
+    gpu_product: Annotated[str | None, plan.ROLL]
+    # dynamo.POWER_ANNOTATION: None, power is the node tuning's (a DGD from an earlier Kiln may carry
+    # it: forbidden_changes plans the recreate that removing it needs)
+    power_limit_w: Annotated[int | None, plan.ROLL]
+    pod_resources: Annotated[dict, plan.ROLL]  # CPU and memory (compiler/targets/kubernetes/runtime.pod_resources)
+    role: Annotated[str | None, plan.IDENTITY] = None  # disaggregated serving: prefill or decode (the component's type)
     # disaggregated serving: the digest of its role's options (its own ConfigMap), so that a change to
     # one role's options is that role's component's change (left out when unset: other DGDs keep their keys)
-    options: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    options: Annotated[str | None, plan.ROLL] = Field(default=None, exclude_if=lambda v: v is None)
+
+
+# what replaces a worker's pods, as its fields declare it (the model's options and UCX environment,
+# DGD-wide, are compared per worker under the names "options" and "environment")
+WORKER_ROLLS = tuple(f for f in fields_that(Worker, "roll") if f != "options")
 
 
 class Planner(Params):

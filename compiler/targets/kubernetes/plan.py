@@ -11,10 +11,20 @@ from __future__ import annotations
 from typing import Mapping
 
 from compiler.graph.kinds import POOL, Disruption
+from compiler.params import Effect
 
 from .runtime import PROGRESS_DEADLINE_S
 
 RECREATE_CODE = "K855"  # compiler/checks/kubernetes.py KubernetesUpdateForbidden
+
+# What a workload's parameters do when they change (declared on each field of DeploymentParams and
+# the DGD's Worker; workload_disruptions derives the plan's lines from them)
+ROLL = Effect("roll", "in the pod template: the controller replaces the pods one at a time (k8s.io/kubernetes "
+                      "pkg/controller/deployment/sync.go getNewReplicaSet: a new ReplicaSet per pod-template-hash; "
+                      "Dynamo's worker hash over the workers' templates, docs rolling-update.md)")
+SCALE = Effect("scale", "spec.replicas: pods added or removed, the others untouched")
+IDENTITY = Effect("replace", "names the object or where it lives: another value is another object")
+UNREAD = Effect("none", "no pod reads it: the rollout strategy, or a field another one carries into the template")
 
 
 def down_for() -> str:
