@@ -118,7 +118,7 @@ def pairs(edits: list[Edit], count: int, seed: int = 0) -> list[Edit]:
 
 def check(edit: Edit, work: Path) -> tuple[str, object]:
     """Run the edit's change through the simulator and assert issue 32's four properties; returns
-    ("completes" | "refused K863" | "refused K864", the simulation)."""
+    ("completes" | "refused K858" | "refused K859", the simulation)."""
     from compiler.pipeline import validate_text
 
     if not validate_text(edit.text(), EXAMPLE.parent, EXAMPLE.name).ok:
@@ -132,12 +132,12 @@ def check(edit: Edit, work: Path) -> tuple[str, object]:
     codes = [c for c, _, _ in sim.diagnostics()]
     # 1. no update the API server refuses, no API call forbidden
     assert "refuses the update" not in (r.stuck or "") and "forbidden" not in (r.stuck or ""), (edit.name, r.stuck)
-    # 2. the rollout completes, or the plan refuses the change (K863)
-    assert r.completed or "K863" in codes, edit.name
-    # 3. every model served before and after keeps a ready pod, or the plan says when and why not (K864)
+    # 2. the rollout completes, or the plan refuses the change (K858)
+    assert r.completed or "K858" in codes, edit.name
+    # 3. every model served before and after keeps a ready pod, or the plan says when and why not (K859)
     zero = [m for m in r.before if r.before[m] and r.desired.get(m) and min(
         [r.before[m]] + [s.ready.get(m, 0) for s in r.steps]) == 0]
-    assert bool(zero) == ("K864" in codes), (edit.name, zero, codes)
+    assert bool(zero) == ("K859" in codes), (edit.name, zero, codes)
     for m in zero:
         assert any(f"model {m!r} has no ready pod" in msg for _, msg, _ in sim.diagnostics())
     # 4. the plan's text is the simulation: its figures recomputed from the timeline

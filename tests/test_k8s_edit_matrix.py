@@ -2,8 +2,8 @@
 benchmarks/bench_k8s_edit_matrix.py): spec fields of examples/k8s-two-pools that reach the
 Kubernetes tree, changed one at a time and in pairs, on both runtimes; for each the simulator runs
 the change and the test asserts that no update is refused by the API server, that the rollout
-completes or the plan refuses it (K863), that every model keeps a ready pod or the plan says when
-and for how long it has none (K864), and that the plan's text is the simulation's."""
+completes or the plan refuses it (K858), that every model keeps a ready pod or the plan says when
+and for how long it has none (K859), and that the plan's text is the simulation's."""
 
 from __future__ import annotations
 
@@ -28,12 +28,12 @@ def test_seeded_edits_apply_or_are_refused(runtime: str, tmp_path: Path) -> None
 
 def test_the_matrix_catches_what_the_review_found(tmp_path: Path) -> None:
     """Edits the review named are in the generated space and end as it says: a namespace rename
-    takes every model to zero (N5, refused K864); a pool selector no node carries sticks (K863)."""
+    takes every model to zero (N5, refused K859); a pool selector no node carries sticks (K858)."""
     from tests.k8s_edit_matrix import Edit
 
     ns = Edit("deployment", ((("kubernetes", "namespace"), "serving"),))
     outcome, sim = check(ns, tmp_path / "ns")
-    assert outcome.startswith("refused") and "K864" in outcome and sim.result.completed
+    assert outcome.startswith("refused") and "K859" in outcome and sim.result.completed
     sel = Edit("deployment", ((("hosts", "b200-pool", "node_pool", "selector", "kiln.io/pool"), "elsewhere"),))
     outcome, sim = check(sel, tmp_path / "sel")
-    assert outcome == "refused K863" and "didn't match Pod's node affinity/selector" in sim.result.stuck
+    assert outcome == "refused K858" and "didn't match Pod's node affinity/selector" in sim.result.stuck

@@ -1,5 +1,5 @@
 """`kiln plan --base` plays a Kubernetes change through the controllers (issue 32): the plan's rollout
-section is the simulation's (compiler/targets/kubernetes/sim/), a change that sticks is K863 and
+section is the simulation's (compiler/targets/kubernetes/sim/), a change that sticks is K858 and
 exits 1, and the review's edits have golden timelines (tests/golden/plan/k8s-<edit>.txt: the
 rollout section of the text plan)."""
 
@@ -63,10 +63,10 @@ def test_the_plan_renders_the_simulated_rollout(repo: GitRepo, capsys, edit: str
     assert len(sims) == 1 and section == sims[0].text() + "\n"
     sim = sims[0]
     if sim.result.completed and not sim.floor_breaches():
-        assert code == ExitCode.CHANGES and "[K863]" not in out and "[K864]" not in out
+        assert code == ExitCode.CHANGES and "[K858]" not in out and "[K859]" not in out
     else:
         assert code == ExitCode.ERRORS
-        assert ("[K863]" in out) == (not sim.result.completed) and ("[K864]" in out) == bool(sim.floor_breaches())
+        assert ("[K858]" in out) == (not sim.result.completed) and ("[K859]" in out) == bool(sim.floor_breaches())
     golden = GOLDEN / f"k8s-{edit}.txt"
     if update_expectations:
         golden.write_text(section, encoding="utf-8")
@@ -79,7 +79,7 @@ def test_halving_tp_on_a_full_pool_is_refused_with_its_cause(tmp_path: Path) -> 
                               graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(TP4)))
     assert not sim.result.completed and "Insufficient nvidia.com/gpu" in sim.result.stuck
     assert sim.result.end["big"] == 2 and sim.result.desired["big"] == 4
-    assert [c for c, _, _ in sim.diagnostics()] == ["K863"]
+    assert [c for c, _, _ in sim.diagnostics()] == ["K858"]
 
 
 def _sim(tmp_path: Path, edits):
@@ -101,12 +101,12 @@ def test_a_relayout_waits_for_the_pods_the_last_node_lost(tmp_path: Path) -> Non
     """Review N13: the next node's evictions wait for the previous node's pods to load (the budgets
     refuse them until then); with a 600 s bound the Job failed and left a node cordoned. Review N1:
     the changed profile's model still goes to zero (its old pods cannot come back and the new
-    Deployment syncs after the Job), which the plan refuses with K864."""
+    Deployment syncs after the Job), which the plan refuses with K859."""
     sim = _sim(tmp_path, ONEFIELD)
     r = sim.result
     assert r.completed and "re-layout Job completed" in [s.text for s in r.steps]
     assert r.low["chat"][0] == 24 and r.low["intent"][0] == 0
-    assert [c for c, _, _ in sim.diagnostics()] == ["K864"]
+    assert [c for c, _, _ in sim.diagnostics()] == ["K859"]
 
 
 def test_the_relayout_role_lets_kubectl_scale_a_retired_deployment(tmp_path: Path) -> None:
@@ -131,10 +131,10 @@ def test_a_spec_rename_rolls_without_emptying_the_services(tmp_path: Path) -> No
 
 def test_a_namespace_rename_is_refused_with_when_and_how_long(tmp_path: Path) -> None:
     """Review N5: every object is created in the new namespace and the old ones pruned: each model
-    has no ready pod until its new pods load; the plan says so (K864), per model."""
+    has no ready pod until its new pods load; the plan says so (K859), per model."""
     sim = _sim(tmp_path, (("namespace: inference", "namespace: serving"),))
     assert sim.result.completed
-    assert sorted(m.split("'")[1] for c, m, _ in sim.diagnostics() if c == "K864") == ["big", "chat", "coder", "intent"]
+    assert sorted(m.split("'")[1] for c, m, _ in sim.diagnostics() if c == "K859") == ["big", "chat", "coder", "intent"]
 
 
 def test_a_rerun_relabels_a_node_that_failed_before(tmp_path: Path) -> None:
@@ -159,3 +159,26 @@ def test_a_rerun_relabels_a_node_that_failed_before(tmp_path: Path) -> None:
     new.relayout.bounce = None  # the script before: nodes in name order, the same value again
     r = simulate(base, new, nodes)
     assert not r.completed  # h100-pool-0's evictions wait on the budgets the failed node already spends
+
+
+def test_a_removed_pool_keeps_its_tuning_and_the_plan_says_so(tmp_path: Path) -> None:
+    """Review N15: pruning a pool's tuning DaemonSet restores nothing on its nodes."""
+    sim = _sim(tmp_path, (("    power_limit_w: 1000\n", ""), ("    clocks: {graphics_mhz: 1755}\n", "")))
+    assert not any("keep the clocks" in s.text for s in sim.result.steps)  # the DaemonSets stay: they reset
+    from tests.test_k8s_change_matrix import NEW_POOL
+
+    base_g = graph_of(EXAMPLE / "kiln.yaml", tmp_path / "c", _edited((NEW_POOL,)))
+    sim, = change_simulations(base_g, graph_of(EXAMPLE / "kiln.yaml", tmp_path / "d"))
+    assert sim.result.completed and not sim.diagnostics()
+    assert any(s.text.startswith("the nodes of h100b-pool keep the clocks and power limit") for s in sim.result.steps)
+
+
+def test_a_single_strategy_flip_on_a_live_pool_is_refused(tmp_path: Path) -> None:
+    """Review N4: `single` is cluster-wide: while nodes are re-laid out one by one, a node still in the
+    three-profile layout is MIG-INVALID under it and advertises nothing; no node-by-node order keeps
+    the models serving, and the plan refuses the change (K859) with the strategy step in its timeline."""
+    from tests.test_k8s_change_matrix import H100_MIG, SEVEN
+
+    sim = _sim(tmp_path, ((H100_MIG, SEVEN),))
+    assert sim.result.steps[0].text.startswith("the GPU Operator's MIG strategy is single from now on")
+    assert "K859" in [c for c, _, _ in sim.diagnostics()] and sim.result.low["intent"][0] == 0

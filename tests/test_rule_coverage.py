@@ -20,7 +20,7 @@ NOT_A_TEXT_CASE = {"K008", "K009", "K010"}
 UNREACHABLE_FROM_CATALOG = {"K201"}
 # Needs two revisions (`kiln plan --base`): tests/test_k8s_fleet.py; or a builders file (K405, K406:
 # `kiln plan --builders`, tests/test_sizing.py).
-PLAN_TIME = {"K855", "K863", "K864", "K405", "K406"}
+PLAN_TIME = {"K855", "K858", "K859", "K405", "K406"}
 # Retired: registered for `kiln explain`, raised by nothing (tests/test_disaggregated.py builds what it refused).
 RETIRED = {"K164"}
 

@@ -361,7 +361,7 @@ class RolloutDoesNotComplete(Rule):
     rollout room (fewer replicas per node, a pool with a free node), or split the edit in two merges.
     """
 
-    code = "K863"
+    code = "K858"
     name = "rollout-does-not-complete"
     severity = Severity.ERROR
 
@@ -372,7 +372,7 @@ class RolloutTakesModelToZero(Rule):
     that do not exist yet. The plan says from when and for how long.
     """
 
-    code = "K864"
+    code = "K859"
     name = "rollout-takes-model-to-zero"
     severity = Severity.ERROR
 

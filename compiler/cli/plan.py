@@ -167,6 +167,6 @@ def _plan_gitops(args: argparse.Namespace) -> ExitCode:
     if args.format == "text":
         text += "\n\n" + footer_line([head])
     emit(text, None)
-    if not head.ok:  # the change itself is refused (K863, K864: it would stick or empty a model on the cluster)
+    if not head.ok:  # the change itself is refused (K858, K859: it would stick or empty a model on the cluster)
         return ExitCode.ERRORS
     return ExitCode.CHANGES if result.plan.changed else ExitCode.OK

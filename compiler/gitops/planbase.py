@@ -54,7 +54,7 @@ def plan_against(spec: Path, ref: str, store: LocalStore, options: Options | Non
 
 
 def rollout_diagnostics(head: Validation, rollouts: list) -> list:
-    """K863 (the change sticks on the cluster) and K864 (a model has no ready pod during it), from
+    """K858 (the change sticks on the cluster) and K859 (a model has no ready pod during it), from
     each target's simulation of the change; they point at the spec as a whole."""
     from compiler.checks import get_rule
     from compiler.diagnostics import Diagnostic, Span

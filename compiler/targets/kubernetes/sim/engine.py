@@ -399,6 +399,11 @@ class Simulation:
                 self.budgets = [b for b in self.budgets if b.name != key]
             elif kind == "Service":
                 self.services.pop(key, None)
+            elif kind == "DaemonSet":
+                labels = ((self.base.objects.get(task.key) or {}).get("metadata") or {}).get("labels") or {}
+                if labels.get("app.kubernetes.io/component") == "gpu-tuning":
+                    self._say(f"the nodes of {labels.get('kiln.io/pool', name)} keep the clocks and power limit "
+                              "it set until a reboot or a driver reload: nothing restores the defaults")
             return
         self._say(f"Argo CD applies {kind} {key}")
         if kind == "DynamoGraphDeployment":

@@ -1,7 +1,7 @@
 """The simulation as the plan shows it: whether the change completes (or where it sticks, and why),
 how long it takes, each model's fewest ready pods during it and for how long, and the timeline.
-Text, Markdown and JSON are three forms of the same `Result`; the diagnostics (K863 the change
-does not complete, K864 a model has no ready pod during it) come from it too."""
+Text, Markdown and JSON are three forms of the same `Result`; the diagnostics (K858 the change
+does not complete, K859 a model has no ready pod during it) come from it too."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .engine import Result, defaults
 
-STUCK_CODE, FLOOR_CODE = "K863", "K864"
+STUCK_CODE, FLOOR_CODE = "K858", "K859"
 
 
 def _t(seconds: float) -> str:
