@@ -10,7 +10,6 @@ Run from the repository root: python3 benchmarks/bench_seams.py [--repeat 7] [--
 from __future__ import annotations
 
 import argparse
-import ast
 import os
 import statistics
 import subprocess
@@ -20,7 +19,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET_NAMES = {"host", "hosts", "kubernetes"}  # the spec's `deploy` values and the targets' names
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from seams import target_comparisons  # noqa: E402  (scripts/seams.py: the test reads the same walk)
 
 # the modules one command imports, printed by the child itself
 _PROBE = """
@@ -45,23 +46,6 @@ def _time(argv: list[str], repeat: int, env: dict) -> tuple[float, float]:
         subprocess.run([sys.executable, "-m", "compiler", *argv], env=env, capture_output=True, check=False)
         walls.append(time.perf_counter() - t0)
     return statistics.median(walls), min(walls)
-
-
-def target_comparisons(root: Path = ROOT) -> list[str]:
-    """`x == "host"`, `"kubernetes" in deploys`, ...: a comparison naming a deploy target."""
-    found = []
-    for path in sorted((root / "compiler").rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        if rel.startswith("compiler/targets/"):
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Compare):
-                for c in [node.left, *node.comparators]:
-                    values = [c] if isinstance(c, ast.Constant) else list(getattr(c, "elts", []))
-                    if any(isinstance(v, ast.Constant) and v.value in TARGET_NAMES for v in values):
-                        found.append(f"{rel}:{node.lineno}")
-                        break
-    return found
 
 
 def complex_functions(root: Path = ROOT) -> list[str]:

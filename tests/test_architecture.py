@@ -13,11 +13,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "import_cycles.py"
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("import_cycles", SCRIPT)
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _script():
+    return _load("import_cycles")
 
 
 def test_no_import_cycle_between_packages() -> None:
@@ -184,25 +188,22 @@ def test_a_target_object_imports_nothing_else_of_the_compiler() -> None:
 def test_no_module_outside_the_targets_package_tests_a_target_by_name() -> None:
     """A deploy target's name (or the spec's `deploy` value) appears in comparisons only inside
     compiler/targets: everything else asks the target's object (`targets.of(host)`), so a new target
-    is one package and its registry lines (the AST is read, not the text)."""
-    import ast
-
+    is one package and its registry lines (the AST is read, not the text: scripts/seams.py)."""
     from compiler.targets import BY_DEPLOY
 
+    seams = _load("seams")
     names = set(BY_DEPLOY) | {t.name for t in BY_DEPLOY.values()}
-    assert names == {"host", "hosts", "kubernetes"}
-    found = []
-    for path in sorted((ROOT / "compiler").rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith("compiler/targets/"):
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Compare):
-                for c in [node.left, *node.comparators]:
-                    values = [c] if isinstance(c, ast.Constant) else list(getattr(c, "elts", []))
-                    if any(isinstance(v, ast.Constant) and v.value in names for v in values):
-                        found.append(f"{rel}:{node.lineno}")
-    assert found == []
+    assert names == set(seams.TARGET_NAMES)
+    assert seams.target_comparisons(ROOT, names) == []
+
+
+def test_the_comparison_walk_sees_what_it_looks_for(tmp_path: Path) -> None:
+    seams = _load("seams")
+    (tmp_path / "compiler" / "targets").mkdir(parents=True)
+    (tmp_path / "compiler" / "a.py").write_text('if h.deploy == "host" or "kubernetes" in ds or x in ("hosts", 1):\n'
+                                                '    y = {"host": 1}\n')
+    (tmp_path / "compiler" / "targets" / "t.py").write_text('ok = h.deploy == "host"\n')
+    assert seams.target_comparisons(tmp_path) == ["compiler/a.py:1"]
 
 
 def test_the_spec_offers_exactly_the_registered_targets() -> None:
@@ -441,19 +442,15 @@ def test_the_runtimes_outside_the_spec_choices_have_their_module_data_file_and_f
 def test_the_graph_knows_no_targets_vocabulary() -> None:
     """The kinds of disruption and how a plan words them are the deploy targets' (each target's
     `disruptions`, compiler/targets/disruption.py); the graph that computes them names none."""
-    import ast
-
     from compiler.targets import DISRUPTION_ORDER, TARGETS
 
     assert DISRUPTION_ORDER == {k: r for t in TARGETS for k, r in t.disruptions.items()}
     assert all(DISRUPTION_ORDER[k] == r for t in TARGETS for k, r in t.disruptions.items())  # one meaning each
     words = set(DISRUPTION_ORDER) | {"node pool", "node_pool", "kubernetes", "Kubernetes"}
-    found = []
-    for path in sorted((ROOT / "compiler" / "graph").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                    and any(w in node.value for w in words):  # its docstrings included
-                found.append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno} {node.value[:40]!r}")
+    seams = _load("seams")
+    found = [f"{path.relative_to(ROOT).as_posix()}:{line} {value[:40]!r}"
+             for path in sorted((ROOT / "compiler" / "graph").rglob("*.py"))
+             for line, value in seams.strings(path) if any(w in value for w in words)]  # docstrings included
     assert found == []
 
 

@@ -33,9 +33,9 @@ from .trtllm_serve import options_path
 REGISTRY: dict[str, ServingRuntime] = {r.name: r for r in (TRITON, TRTLLM_SERVE)}
 NAMES = tuple(REGISTRY)
 
-__all__ = ["ENTRYPOINT", "FRONTEND", "NAMES", "REGISTRY", "ROUTER", "WORKER", "Ignored", "ServingCommandError", "ServingRuntime", "Unit",
-           "UnitServing", "check_argv", "check_command", "container_options", "flag_value", "get", "health_command",
-           "options_path", "ready_timeout_s", "unit_serving"]
+__all__ = ["ENTRYPOINT", "FRONTEND", "NAMES", "REGISTRY", "ROUTER", "WORKER", "Ignored", "ServingCommandError",
+           "ServingRuntime", "Unit", "UnitServing", "check_argv", "check_command", "container_options", "flag_value",
+           "get", "health_command", "options_path", "ready_timeout_s", "unit_serving"]
 
 
 def get(name: str) -> ServingRuntime:

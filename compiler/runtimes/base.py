@@ -161,6 +161,14 @@ class ServingRuntime(ABC):
         return [f for f in ("command", "listens", "ready", "files", "options") if getattr(old, f) != getattr(new, f)]
 
     # --- the unit -----------------------------------------------------------------------------
+    def checked(self, command: list[str], model: str) -> list[str]:
+        """`command`, raising ServingCommandError when it does not fit the flag table."""
+        problems = check_argv(self.data, command)
+        if problems:
+            raise ServingCommandError(f"model {model!r}: the {self.name} command does not fit its command line: "
+                                      + "; ".join(problems))
+        return command
+
     def serve(self, unit: Unit) -> UnitServing:
         """The serving of one unit (pure), its command checked against the flag table."""
         why = self.refusal(unit.target)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from compiler.catalog import disaggregated as facts
 
-from .base import ServingCommandError, ServingRuntime, Unit, check_argv
+from .base import ServingRuntime, Unit
 
 
 class DynamoFrontend(ServingRuntime):
@@ -30,13 +30,9 @@ class DynamoFrontend(ServingRuntime):
     def command(self, unit: Unit, args: list[str] = ()) -> list[str]:
         return [self.data["program"], "-m", self.data["module"], *args]
 
-    def argv(self, args: list[str] = ()) -> list[str]:
+    def argv(self, args: list[str] = (), model: str = "") -> list[str]:
         """The frontend's argv with `args` (routing_args), checked against its flag table."""
-        command = self.command(Unit(model="", target=self.targets[0], ports={}), list(args))
-        problems = check_argv(self.data, command)
-        if problems:
-            raise ServingCommandError(f"the {self.name} command does not fit its command line: " + "; ".join(problems))
-        return command
+        return self.checked(self.command(Unit(model=model, target=self.targets[0], ports={}), list(args)), model)
 
     def files(self, unit: Unit) -> list[str]:
         return []

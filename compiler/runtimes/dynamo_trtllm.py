@@ -14,7 +14,7 @@ from __future__ import annotations
 from compiler.catalog import disaggregated as facts
 from compiler.serving import layout
 
-from .base import ServingCommandError, ServingRuntime, Unit, check_argv
+from .base import ServingRuntime, Unit
 
 
 class DynamoTrtllm(ServingRuntime):
@@ -46,12 +46,8 @@ class DynamoTrtllm(ServingRuntime):
     def argv(self, model: str, role: str | None = None, kv_aware: bool = False) -> list[str]:
         """The worker's argv for `model` (a role's, under disaggregated serving), checked against
         its flag table."""
-        command = self.command(Unit(model=model, target=self.targets[0], ports={}, role=role), kv_aware)
-        problems = check_argv(self.data, command)
-        if problems:
-            raise ServingCommandError(f"model {model!r}: the {self.name} command does not fit its command line: "
-                                      + "; ".join(problems))
-        return command
+        return self.checked(self.command(Unit(model=model, target=self.targets[0], ports={}, role=role), kv_aware),
+                            model)
 
     def files(self, unit: Unit) -> list[str]:
         return [layout.model_dir(unit.model), self.options_path]

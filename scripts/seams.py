@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Structural measures of Kiln's seams, read from the AST (tests/test_architecture.py holds them,
+benchmarks/bench_seams.py prints them):
+
+  target_comparisons   comparisons that name a deploy target (`x.deploy == "host"`,
+                       `"kubernetes" in deploys`) outside compiler/targets/: each should ask the
+                       target object instead
+  strings              the string constants of a file (docstrings included), with their lines
+
+    python3 scripts/seams.py      # print the target-name comparisons, exit 1 if there are any
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+from typing import Iterable, Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_NAMES = frozenset({"host", "hosts", "kubernetes"})  # the spec's `deploy` values and the targets' names
+
+
+def strings(path: Path, in_comparisons: bool = False) -> Iterator[tuple[int, str]]:
+    """(line, value) of each string constant of `path`; `in_comparisons`: only the operands of a
+    comparison (a constant, or an element of a tuple, list or set operand)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not in_comparisons:
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                yield node.lineno, node.value
+            continue
+        if isinstance(node, ast.Compare):
+            for operand in [node.left, *node.comparators]:
+                values = [operand] if isinstance(operand, ast.Constant) else list(getattr(operand, "elts", []))
+                yield from ((node.lineno, v.value) for v in values
+                            if isinstance(v, ast.Constant) and isinstance(v.value, str))
+
+
+def target_comparisons(root: Path = ROOT, names: Iterable[str] = TARGET_NAMES) -> list[str]:
+    """`path:line` of every comparison outside compiler/targets/ that names a deploy target."""
+    names = set(names)
+    found = []
+    for path in sorted((root / "compiler").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if not rel.startswith("compiler/targets/"):
+            found += sorted({f"{rel}:{line}" for line, value in strings(path, in_comparisons=True) if value in names},
+                            key=lambda s: int(s.rsplit(":", 1)[1]))
+    return found
+
+
+def main() -> int:
+    found = target_comparisons()
+    for place in found:
+        print(place)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
