@@ -56,6 +56,7 @@ import json
 import signal
 import sys
 import threading
+import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -186,15 +187,18 @@ def serve_role(role: str, model_dir: str, options_file: str, port: int) -> None:
                                                           "blocks": [{"block_hash": h} for h in hashes]}})
 
     def answer(body: dict, tokens):
+        # openai_protocol.py CompletionResponse / CompletionStreamResponse: object "text_completion"
+        head = {"id": f"cmpl-{next(ids)}", "object": "text_completion", "created": int(time.time()),
+                "model": body.get("model", model_dir)}
         if not body.get("stream"):
             out = list(tokens)
-            return 200, {"choices": [{"index": 0, "token_ids": out, "text": model.tokenizer.decode(out),
-                                      "finish_reason": "length"}]}
+            return 200, {**head, "choices": [{"index": 0, "token_ids": out, "text": model.tokenizer.decode(out),
+                                              "finish_reason": "length"}]}
 
         def events_():
             for t in tokens:
-                yield sse({"choices": [{"index": 0, "token_ids": [t], "text": model.tokenizer.decode([t]),
-                                        "finish_reason": None}]})
+                yield sse({**head, "choices": [{"index": 0, "token_ids": [t], "text": model.tokenizer.decode([t]),
+                                                "finish_reason": None}]})
             yield sse(b"[DONE]")
         return 200, events_()
 

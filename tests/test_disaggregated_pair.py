@@ -9,7 +9,8 @@ rest is Kiln's output as it is. A text request named by the model's name streams
 router, prefilled on one server and decoded on the other, with the tokens the model generates
 whole; the second time the KV-aware router finds the prompt's blocks on the prefill server, from
 the KV-cache events Kiln's options turn on (review N2), having tokenized it in the models
-directory Kiln's router runs in (review N3).
+directory Kiln's router runs in (review N3). Then AIPerf (the benchmark `kiln tune` runs) streams
+its own completions through the router.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -32,6 +34,7 @@ from compiler.graph.kinds import RunContext
 from compiler.lower import lower
 from compiler.pipeline import validate_path
 from compiler.targets.registry import REGISTRY
+from tests.aiperf_env import Unavailable, aiperf_executable
 from tests.services import free_ports
 from tests.test_host_scripts import FAKES, Host, generate, output, write_script
 
@@ -160,8 +163,28 @@ def test_the_boot_unit_starts_the_pair_and_a_stream_goes_through_it(tmp_path: Pa
         # again: the router now holds the prompt's blocks from the prefill server's KV-cache events
         again = _stream(f"http://127.0.0.1:{base}/v1/completions", body)
         assert [t for c in again for t in c["choices"][0]["token_ids"]] == streamed
-        first, second = _get(f"http://127.0.0.1:{base}/stats")
+        first, second = _get(f"http://127.0.0.1:{base}/stats")[:2]
         assert first["context"] == 0 and second["context"] >= 32, (first, second)
+
+        # AIPerf, the benchmark `kiln tune` runs, streams completions through the router
+        try:
+            exe = aiperf_executable()
+        except Unavailable as e:
+            pytest.skip(f"AIPerf cannot be installed here: {e}")
+        out = tmp_path / "aiperf"
+        run = subprocess.run([exe, "profile", "--model", "chat", "--url", f"http://127.0.0.1:{base}",
+                              "--endpoint-type", "completions", "--streaming",
+                              "--tokenizer", str(root / "opt/kiln/models/chat"),
+                              "--isl", "40", "--isl-stddev", "0", "--osl", "4", "--osl-stddev", "0",
+                              "--extra-inputs", "ignore_eos:true", "--request-count", "4", "--concurrency", "1",
+                              "--random-seed", "1", "--artifact-dir", str(out), "--ui", "none",
+                              "--no-server-metrics", "--no-gpu-telemetry"],
+                             capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        export = json.loads(next(out.rglob("profile_export_aiperf.json")).read_text(encoding="utf-8"))
+        assert export["request_count"]["avg"] == 4 and export.get("error_request_count") is None, export
+        assert export["time_to_first_token"]["avg"] > 0 and export["output_sequence_length"]["avg"] == 4
+        assert len(_get(f"http://127.0.0.1:{base}/stats")) == 2 + 4  # every request went through the router
     finally:
         for c in (json.loads(state.read_text()) if state.exists() else {}).values():
             try:
