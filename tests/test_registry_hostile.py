@@ -544,3 +544,47 @@ def test_the_first_ctrl_c_stops_a_registry_cache_fetch_where_it_is(tmp_path) -> 
     assert proc.returncode == 130, err
     assert "stopping the fetch of" in err and "Traceback" not in err, err
     assert not any((tmp_path / "store" / "releases").glob("*.jsonl")), "an interrupted build records no release"
+
+
+# --- issue 36: Retry-After is honoured, within a bound, and a failing cache is not asked per action --
+def test_a_retry_waits_what_retry_after_asks_for() -> None:
+    seen: list[float] = []
+
+    def answer(r: Request) -> Answer:
+        seen.append(time.monotonic())
+        if len(seen) <= 2:
+            return Answer(503, [("Retry-After", "1"), ("Content-Length", "0")])
+        return Answer(200, [("Content-Length", "2")])
+
+    with Server(answer) as s:
+        assert _client(s).has_blob("team/app", DIGEST)
+    assert len(seen) == 3 and seen[1] - seen[0] >= 0.9 and seen[2] - seen[1] >= 0.9, seen
+
+
+@pytest.mark.parametrize("header", ["3600", "Wed, 21 Oct 2099 07:28:00 GMT"], ids=["seconds", "http-date"])
+def test_a_retry_after_past_the_bound_is_not_waited_for(header: str) -> None:
+    from compiler.gitops.oci import RegistryBusy
+
+    with Server(lambda r: Answer(429, [("Retry-After", header), ("Content-Length", "0")])) as s:
+        with pytest.raises(RegistryBusy, match="retried in"):
+            _client(s).has_blob("team/app", DIGEST)
+        assert len(s.requests) == 1
+
+
+def test_retry_after_values() -> None:
+    from compiler.gitops.oci import retry_after
+
+    assert retry_after("120") == 120.0 and retry_after(None) is None and retry_after("soon") is None
+    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412480.0 - 30) == 30.0
+    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412480.0 + 30) == 0.0
+
+
+def test_a_cache_answering_503_is_given_up_for_the_build_not_asked_per_action(tmp_path) -> None:
+    with Server(lambda r: Answer(503, [("Retry-After", "0"), ("Content-Length", "0")])) as s:
+        warnings: list[str] = []
+        cache = RemoteCache(Registry.parse(s.host), LocalStore(tmp_path / "store"), warn=warnings.append)
+        assert cache.has("sha256:" + "c" * 64, "spec-snapshot") is False
+        asked = len(s.requests)
+        assert cache.has("sha256:" + "d" * 64, "spec-snapshot") is False
+        assert len(s.requests) == asked == 4  # one request and its 3 retries, then none
+    assert len(warnings) == 1 and "HTTP 503" in warnings[0] and "not asking it again" in warnings[0], warnings

@@ -26,7 +26,8 @@ from compiler.store.local import ActionRecord, LocalStore, StoreError
 from compiler.store.records import is_digest, parse_tree
 
 from . import artifacts as oa
-from .oci import Client, Registry, RegistryDeadline, RegistryError, RegistryUnreachable, json_object, redact
+from .oci import (Client, Registry, RegistryDeadline, RegistryError, RegistryServerError, RegistryUnreachable,
+                  json_object, redact)
 
 CACHE_TIMEOUT_S = 10.0
 CACHE_BUDGET_S = 3600.0
@@ -106,6 +107,9 @@ class RemoteCache:
         except RegistryUnreachable as e:
             self._unreachable(e)
             return False
+        except RegistryServerError as e:  # failing or busy after its retries: not asked again per action
+            self._give_up(str(e))
+            return False
         except RegistryError as e:
             self.warn(f"cache {self.registry}: {e}")
             return False
@@ -128,6 +132,9 @@ class RemoteCache:
             return None
         except RegistryUnreachable as e:
             self._unreachable(e)
+            return None
+        except RegistryServerError as e:  # failing or busy after its retries: not asked again per action
+            self._give_up(f"{aid}: {e}")
             return None
         except (RegistryError, StoreError, ValueError, KeyError, TypeError, OSError) as e:
             self.warn(f"cache {self.registry}: {aid}: {e}; building it here")

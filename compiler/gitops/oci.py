@@ -58,14 +58,36 @@ SERVER_ERROR_RETRY_S = (0.25, 0.5, 1.0)
 # blob of two concurrent publishes); the blob is then there, which is all the upload was for. An
 # upload itself is not repeated: its session is spent.
 BLOB_FAILED_LOOK_S = (0.0, 0.25, 0.5, 1.0)
+# The longest Retry-After (RFC 9110 section 10.2.3: seconds, or an HTTP date) a retry waits for;
+# a registry that asks for more is left for the build (RegistryBusy), not waited on per request.
+MAX_RETRY_AFTER_S = 60.0
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _REPO_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
 _HOST_RE = re.compile(r"[A-Za-z0-9.-]+(?::\d{1,5})?|\[[0-9A-Fa-f:.]+\](?::\d{1,5})?")
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _TOKEN_RE = re.compile(r"[\x21-\x7e]{1,65536}")  # what an Authorization header can carry
 __all__ = ["Client", "Registry", "RegistryError", "RegistryUnreachable", "RegistryDeadline", "RegistryConflict",
-           "RegistryBlobUnknown", "RegistryServerError", "json_object", "printable", "redact", "OCI_MANIFEST", "OCI_INDEX",
+           "RegistryBlobUnknown", "RegistryBusy", "RegistryServerError", "json_object", "printable", "redact", "OCI_MANIFEST", "OCI_INDEX",
            "MAX_MANIFEST", "MAX_JSON"]
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a Retry-After header asks for (delay-seconds or an HTTP date; RFC 9110 10.2.3), or
+    None when it is absent or neither."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit() and len(value) <= 12:
+        return float(value)
+    import email.utils
+
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 class RegistryError(Exception):
@@ -90,7 +112,17 @@ class RegistryConflict(RegistryError):
 
 
 class RegistryServerError(RegistryError):
-    """The registry answered 5xx: it failed, the request may not have been wrong."""
+    """The registry answered 5xx (or 429): it failed or is busy, the request may not have been
+    wrong. `retry_after`: the seconds its Retry-After header asked for (None: it named none)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RegistryBusy(RegistryUnreachable):
+    """The registry asked to be retried later than Kiln waits (Retry-After past MAX_RETRY_AFTER_S):
+    a cache gives up on it for the build, as on one that does not answer."""
 
 
 class RegistryBlobUnknown(RegistryError):
@@ -208,11 +240,21 @@ class Client:
         for wait in (*waits, None):
             try:
                 return self._open_once(method, url, repo, body, headers, ok, missing)
-            except RegistryServerError:
+            except RegistryServerError as e:
                 if wait is None:
                     raise
-                self._pause(wait)
+                self._pause(self._retry_wait(e, wait))
         raise AssertionError("not reached: the last try returns or raises")
+
+    def _retry_wait(self, e: RegistryServerError, wait: float) -> float:
+        """The wait before retrying after `e`: its Retry-After when it asked for one (at most
+        MAX_RETRY_AFTER_S: a longer one is RegistryBusy), else `wait`."""
+        if e.retry_after is None:
+            return wait
+        if e.retry_after > MAX_RETRY_AFTER_S:
+            raise RegistryBusy(f"{e} (it asks to be retried in {e.retry_after:.0f}s; Kiln waits at most "
+                               f"{MAX_RETRY_AFTER_S:.0f}s)") from None
+        return max(wait, e.retry_after)
 
     def _pause(self, wait: float) -> None:
         """Sleep `wait` seconds before a retry, unless that would pass the deadline."""
@@ -269,8 +311,10 @@ class Client:
                     raise RegistryError(f"{what}: HTTP {code} redirect to {printable(location, 200)!r} not followed "
                                         f"(only GET and HEAD follow redirects, to http(s) URLs, at most "
                                         f"{MAX_REDIRECTS})") from None
-                if code >= 500:
-                    raise RegistryServerError(f"{what}: HTTP {code} {_error_text(detail)}") from None
+                if code >= 500 or code == 429:
+                    raise RegistryServerError(f"{what}: HTTP {code} {_error_text(detail)}",
+                                              retry_after(e.headers.get("Retry-After") if e.headers else None)) \
+                        from None
                 if code == 404 and b"NAME_UNKNOWN" in detail:
                     hint = (f" (the repository {repo} does not exist; some registries, ECR among them, need it "
                             "created before the first push)")
@@ -471,10 +515,11 @@ class Client:
                 if wait is None:
                     raise RegistryBlobUnknown(f"{e} (still refused after {len(BLOB_UNKNOWN_RETRY_S)} retries "
                                               f"over {sum(BLOB_UNKNOWN_RETRY_S):g}s)") from None
-            except RegistryServerError:
+            except RegistryServerError as e:
                 wait = next(failed, None)
                 if wait is None:
                     raise
+                wait = self._retry_wait(e, wait)
             self._pause(wait)
         resp.close()
         # OCI 1.1: a registry that indexes referrers itself says so for a manifest with a subject
