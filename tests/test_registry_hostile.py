@@ -588,3 +588,17 @@ def test_a_cache_answering_503_is_given_up_for_the_build_not_asked_per_action(tm
         assert cache.has("sha256:" + "d" * 64, "spec-snapshot") is False
         assert len(s.requests) == asked == 4  # one request and its 3 retries, then none
     assert len(warnings) == 1 and "HTTP 503" in warnings[0] and "not asking it again" in warnings[0], warnings
+
+
+def test_publish_to_a_registry_that_drips_stops_at_its_overall_deadline(tmp_path, capsys) -> None:
+    """Issue 36: publish had no overall deadline; a registry that drips a byte every half second
+    never trips the per-read timeout, and each request could take hours."""
+    spec = light_spec(tmp_path / "spec")
+    _build(spec, tmp_path / "store", capsys)
+    with Server(lambda r: Answer(200, [("Content-Length", "64")], b"x" * 64, drip_s=0.5)) as s:
+        done = subprocess.run([sys.executable, "-m", "compiler", "publish", str(spec), "--store",
+                               str(tmp_path / "store"), "--registry", s.host, "--commit", "7" * 40],
+                              capture_output=True, text=True, timeout=90,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "KILN_PUBLISH_DEADLINE_S": "3"})
+    assert done.returncode == 1 and "KILN_PUBLISH_DEADLINE_S" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

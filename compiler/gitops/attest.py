@@ -75,7 +75,10 @@ def _image_at(name: str, clients: dict) -> tuple[Client, str]:
     """The client of the image's registry (credentials as for any registry) and its repository."""
     host, _, repo = name.partition("/")
     if host not in clients:
-        clients[host] = Client(Registry.parse(host))
+        client = Client(Registry.parse(host))
+        # the publish's deadline holds for every registry it writes to
+        client.deadline = min((c.deadline for c in clients.values() if c.deadline is not None), default=None)
+        clients[host] = client
     return clients[host], repo
 
 

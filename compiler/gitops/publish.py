@@ -5,6 +5,8 @@ but tags and the new commit's provenance."""
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +15,8 @@ from compiler.release import spec_digest
 from compiler.store.local import LocalStore, StoreError, sha256_bytes
 
 from . import artifacts as oa
-from .oci import OCI_MANIFEST, Client, Registry, RegistryConflict, json_object
+from .oci import (OCI_MANIFEST, Client, Registry, RegistryConflict, RegistryDeadline, RegistryError, json_object,
+                  printable)
 from .provenance import input_dependencies, statement
 
 
@@ -147,18 +150,44 @@ def put_tag_once(client: Client, repo: str, tag: str, body: bytes) -> None:
                        "commit's tag should name before publishing again")
 
 
+PUBLISH_DEADLINE_S = 6 * 3600.0  # a 70B checkpoint at 100 MB/s is about 25 minutes; a publish never hangs for ever
+
+
+def publish_deadline() -> float:
+    """Seconds a whole publish may take: PUBLISH_DEADLINE_S, or KILN_PUBLISH_DEADLINE_S (a positive
+    number of seconds, at most a week; anything else is refused)."""
+    raw = os.environ.get("KILN_PUBLISH_DEADLINE_S")
+    if raw is None:
+        return PUBLISH_DEADLINE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 7 * 86400:
+        raise RegistryError(f"KILN_PUBLISH_DEADLINE_S={printable(raw, 40)!r} is not a number of seconds between 0 "
+                            "and 604800")
+    return value
+
+
 def publish_spec(spec: Path, store: LocalStore, registry: str | None, commit: str | None, *,
                  artifacts_only: bool = False, dirty: bool = False, signer=None) -> PublishOutcome:
     """`dirty`: the spec's directory has uncommitted changes: the release is tagged
     `dirty_release_tag(commit, ...)`, never `commit`. `signer` (compiler/gitops/signing.Signer):
-    every artifact and the release's provenance are signed and the signatures attached as referrers."""
+    every artifact and the release's provenance are signed and the signatures attached as referrers.
+    Every request and transfer ends by publish_deadline() from the start (RegistryDeadline)."""
+    limit = publish_deadline()
+    deadline = time.monotonic() + limit
     # Shared with builds, so `kiln store gc` cannot remove an artifact while it is being pushed.
-    with store.lock():
-        return _publish(spec, store, registry, commit, artifacts_only, dirty, signer)
+    try:
+        with store.lock():
+            return _publish(spec, store, registry, commit, artifacts_only, dirty, signer, deadline)
+    except RegistryDeadline as e:
+        raise RegistryDeadline(f"{e}: a publish may take {limit:g}s (KILN_PUBLISH_DEADLINE_S); what it pushed "
+                               "stays in the registry and publishing again goes on from there") from None
 
 
 def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | None,
-             artifacts_only: bool, dirty: bool, signer) -> PublishOutcome:
+             artifacts_only: bool, dirty: bool, signer, deadline: float) -> PublishOutcome:
     prepared, digests = prepare_spec(spec, store)  # validated and lowered once, for the push and the release
     outcome = PublishOutcome(prepared.validation)
     graph, result = prepared.graph, prepared.validation
@@ -169,6 +198,7 @@ def _publish(spec: Path, store: LocalStore, registry: str | None, commit: str | 
         raise NotBuilt(f"{result.file}: no registry to publish to: set publish.registry or pass --registry")
     outcome.registry = Registry.parse(target)
     client = Client(outcome.registry)
+    client.deadline = deadline
     repo = outcome.registry.repo(oa.ARTIFACTS_REPO)
     records = {aid: store.get_action(graph.keys[aid]) for aid in graph.order}
     outcome.missing = [aid for aid, r in records.items() if r is None]
