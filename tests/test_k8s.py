@@ -106,9 +106,18 @@ def test_kubectl_kustomize_builds_the_tree(variant: str, trees) -> None:
                          "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"]
         assert len([o for o in built if o["kind"] == "Deployment"]) == 4
     else:
+        # a PodDisruptionBudget per worker too (review N16: a drain could evict every worker of a model)
         assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DynamoGraphDeployment", "Job",
-                         "Namespace",
+                         "Namespace", "PodDisruptionBudget",
                          "Role", "RoleBinding", "ServiceAccount"]
+        budgets = {o["metadata"]["name"]: o["spec"]["selector"]["matchLabels"] for o in built
+                   if o["kind"] == "PodDisruptionBudget"}
+        workers = [c for o in built if o["kind"] == "DynamoGraphDeployment" for c in o["spec"]["components"]
+                   if c["type"] == "worker"]
+        assert len(budgets) == len(workers) == 4  # each budget selects its worker's pods, and only those
+        for c in workers:
+            labels = c["podTemplate"]["metadata"]["labels"]
+            assert sum(all(labels.get(k) == v for k, v in sel.items()) for sel in budgets.values()) == 1
     spec_digest = YAML_.load((trees[variant] / "release-stamp.yaml").read_text())["annotations"][
         meta.SPEC_DIGEST_ANNOTATION]
     for o in built:  # the release stamp: every object, never a pod template

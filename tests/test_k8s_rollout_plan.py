@@ -182,3 +182,16 @@ def test_a_single_strategy_flip_on_a_live_pool_is_refused(tmp_path: Path) -> Non
     sim = _sim(tmp_path, ((H100_MIG, SEVEN),))
     assert sim.result.steps[0].text.startswith("the GPU Operator's MIG strategy is single from now on")
     assert "K859" in [c for c, _, _ in sim.diagnostics()] and sim.result.low["intent"][0] == 0
+
+
+def test_a_dgd_update_the_webhook_refuses_is_refused_by_the_plan(tmp_path: Path) -> None:
+    """Review NA3 (partly fixed before): a model gaining a shape adds a DGD component, which Dynamo's
+    webhook refuses; the plan said K855 (a warning) and the tree let Argo CD fail on every retry."""
+    from tests.k8s_edit_matrix import base_text
+    from tests.test_k8s_change_matrix import SECOND_SHAPE
+
+    text = base_text("dynamo")
+    sim, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a", text),
+                              graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", text.replace(*SECOND_SHAPE)))
+    assert not sim.result.completed and "Dynamo's webhook refuses the update" in sim.result.stuck
+    assert [c for c, _, _ in sim.diagnostics()] == ["K858"]

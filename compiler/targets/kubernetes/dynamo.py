@@ -38,7 +38,7 @@ from compiler.catalog import k8s_controllers
 
 from . import meta
 from .runtime import GRACE_S, container_security, shm_gib, weights_mount, weights_volume
-from .workloads import node_selector, pod_security, tolerations
+from .workloads import node_selector, pod_security, shape, tolerations
 
 API_VERSION = "nvidia.com/v1beta1"
 POWER_ANNOTATION = "dynamo.nvidia.com/gpu-power-limit"
@@ -89,7 +89,8 @@ def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, i
     surge, unavailable = k8s_controllers.rolling_update_annotations()
     argv = WORKER.argv(model, role, kv_events)  # compiler/runtimes/dynamo_trtllm.py
     template: dict = {
-        "metadata": {"labels": meta.labels(spec_name, model=model, pool=pool),
+        # the shape label is what the worker's PodDisruptionBudget selects (with model and pool)
+        "metadata": {"labels": meta.labels(spec_name, model=model, pool=pool, shape=shape(resource, count)),
                      "annotations": {surge: "0", unavailable: "1"}},
         "spec": {
             "automountServiceAccountToken": False,

@@ -55,6 +55,7 @@ class BudgetSpec(Params):
     model: str
     max_unavailable: int
     shape: str
+    dynamo: bool = False  # a DGD's worker pods: selected by model, pool and shape (they carry no workload label)
 
 
 class PoolSummary(Params):
@@ -94,17 +95,16 @@ def release_params(ctx: LowerContext, workload_actions: list[str]) -> ReleasePar
             rm = ir.models[model]
             ports = k8s_deployment.named_ports(rm.spec.serving.runtime, rm.spec.serving.ports.model_dump())
             services.append(ServiceSpec(model=model, ports=list(ports)))
-    budgets = []
-    if runtime == "deployment":
-        strategy = cluster_strategy(ir)
-        for pname, pool in sorted(ir.pools.items()):
-            for w in pool.workloads:
-                resource = resource_name(strategy, w.mig_profile)
-                if resource is None:
-                    continue
-                batch = k8s_deployment.slots_per_node(pool, w) * k8s_deployment.max_unavailable(ir, pname)
-                budgets.append(BudgetSpec(name=w.name, pool=pname, model=w.model, max_unavailable=min(w.replicas, batch),
-                                          shape=workloads.shape(resource, w.gpus)))
+    budgets = []  # both runtimes: without one a drain may evict every worker of a model at once (review N16)
+    strategy = cluster_strategy(ir)
+    for pname, pool in sorted(ir.pools.items()):
+        for w in pool.workloads:
+            resource = resource_name(strategy, w.mig_profile)
+            if resource is None:
+                continue
+            batch = k8s_deployment.slots_per_node(pool, w) * k8s_deployment.max_unavailable(ir, pname)
+            budgets.append(BudgetSpec(name=w.name, pool=pname, model=w.model, max_unavailable=min(w.replicas, batch),
+                                      shape=workloads.shape(resource, w.gpus), dynamo=runtime == "dynamo"))
     argo = None
     if k8s is not None and k8s.argocd is not None:
         a = k8s.argocd
@@ -148,7 +148,8 @@ def write_tree(params: ReleaseParams, out, deps) -> None:
         resources.append(f"{SERVICES_DIR}/{s.model}.yaml")
     for b in params.budgets:
         obj = workloads.disruption_budget(name=b.name, spec_name=params.spec_name, namespace=params.namespace,
-                                          pool=b.pool, model=b.model, max_unavailable=b.max_unavailable, shape_=b.shape)
+                                          pool=b.pool, model=b.model, max_unavailable=b.max_unavailable, shape_=b.shape,
+                                          by_workload=not b.dynamo)
         path = out / BUDGETS_DIR / f"{b.name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(tree.documents([obj]), encoding="utf-8")

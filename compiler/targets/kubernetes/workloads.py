@@ -102,7 +102,7 @@ def shape(resource: str, count: int) -> str:
 
 
 def disruption_budget(*, name: str, spec_name: str, namespace: str, pool: str, model: str,
-                      max_unavailable: int = 1, shape_: str) -> dict:
+                      max_unavailable: int = 1, shape_: str, by_workload: bool = True) -> dict:
     """`max_unavailable`: the workload's pods on the nodes one re-layout batch takes out (its pods
     per node times the pool's max_unavailable nodes): with every slice assigned an evicted pod stays
     Pending until its node is back, so a smaller budget would refuse the batch's evictions forever.
@@ -110,7 +110,8 @@ def disruption_budget(*, name: str, spec_name: str, namespace: str, pool: str, m
     It selects the workload's pods of its device shape only, and syncs before the re-layout Job
     (wave -2): when a re-layout changes the workload's shape, the old pods (whose slices the
     re-layout destroys, and which could never come back) are outside every budget, so evicting
-    them does not deadlock; pods whose shape stays are protected as before."""
+    them does not deadlock; pods whose shape stays are protected as before. A DynamoGraphDeployment's
+    worker pods carry no workload label: `by_workload=False` selects them by model, pool and shape."""
     md = meta.metadata(name, spec_name, namespace=namespace, labels_=meta.labels(spec_name, model=model, workload=name,
                                                                                 pool=pool))
     md["annotations"]["argocd.argoproj.io/sync-wave"] = "-2"
@@ -119,7 +120,9 @@ def disruption_budget(*, name: str, spec_name: str, namespace: str, pool: str, m
         "kind": "PodDisruptionBudget",
         "metadata": md,
         "spec": {"maxUnavailable": max_unavailable,
-                 "selector": {"matchLabels": {**_selector(name), meta.SHAPE_LABEL: shape_}}},
+                 "selector": {"matchLabels": {**(_selector(name) if by_workload else
+                                                 {meta.MODEL_LABEL: model, meta.POOL_LABEL: pool}),
+                                              meta.SHAPE_LABEL: shape_}}},
     }
 
 

@@ -407,10 +407,6 @@ class Simulation:
             return
         self._say(f"Argo CD applies {kind} {key}")
         if kind == "DynamoGraphDeployment":
-            if task.key in self.new.recreate:
-                for k in self.base.groups.get(task.key, []):
-                    self._delete_deployment(k)
-                self._say(f"{key}: the Dynamo webhook refuses the update; deleted and created anew (K855)")
             for k in self.new.groups.get(task.key, []):
                 self._apply_deployment(Workload(**dict(self.new.workloads[k].__dict__)))
             gone = set(self.base.groups.get(task.key, [])) - set(self.new.groups.get(task.key, []))
@@ -470,9 +466,11 @@ class Simulation:
         for key in sorted(set(self.base.objects) & set(self.new.objects)):
             kind, b, a = key[0], self.base.objects[key], self.new.objects[key]
             if kind == "Deployment" and (b.get("spec") or {}).get("selector") != (a.get("spec") or {}).get("selector"):
-                return f"the API server refuses the update of Deployment {key[1]}/{key[2]}: spec.selector is immutable"
+                return (f"the API server refuses the update of Deployment {key[1]}/{key[2]}: spec.selector is immutable; "
+                        "Argo CD's sync fails on every retry")
             if kind == "Job" and (b.get("spec") or {}).get("template") != (a.get("spec") or {}).get("template"):
-                return f"the API server refuses the update of Job {key[1]}/{key[2]}: spec.template is immutable"
+                return (f"the API server refuses the update of Job {key[1]}/{key[2]}: spec.template is immutable; "
+                        "Argo CD's sync fails on every retry")
         return None
 
     def webhook_refusals(self) -> set:
@@ -487,10 +485,13 @@ class Simulation:
         return out
 
     def run(self) -> Result:
-        self.new.recreate = self.webhook_refusals()
-        refused = self.refused()
+        webhook = sorted(self.webhook_refusals())
+        refused = self.refused() or (
+            f"Dynamo's webhook refuses the update of DynamoGraphDeployment {webhook[0][1]}/{webhook[0][2]} (a changed "
+            "set of components: 'component topology is immutable'); Argo CD's sync fails on every retry until "
+            "it is deleted by hand (K855)" if webhook else None)
         if refused is not None:
-            self._say(refused + "; Argo CD's sync fails on every retry")
+            self._say(refused)
             return Result(self.steps, False, refused, 0.0, self.before, {}, self.ready_by_model(), self._low())
         self.strategy = self.new.strategy
         if self.new.strategy != self.base.strategy:

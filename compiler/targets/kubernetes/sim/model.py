@@ -62,7 +62,6 @@ class Revision:
     pools: dict[str, PoolLayout]
     relayout: Relayout | None = None
     groups: dict = field(default_factory=dict)  # (kind, namespace, name) of a DGD -> its worker Workloads' keys
-    recreate: set = field(default_factory=set)  # object keys whose update a webhook refuses: deleted, created anew
 
 
 @dataclass
