@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ROWS = ROOT / "tests" / "data" / "perf" / "trtllm-published-throughput.json"
 ACTIVE_8B = 7_504_924_672
 ATTN_8B = 524_288
-UNIT = {"memory": 1.0, "compute": 1.0, "experts": 0.0, "link": 1.0, "calls": 0.0, "steps": 0.0, "requests": 0.0}
+UNIT = {"memory": 1.0, "compute": 1.0, "experts": 0.0, "link": 1.0, "calls": 0.0, "steps": 0.0, "requests": 0.0,
+        "layers": 0.0, "vector": 0.0}
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,30 @@ def test_cohort_terms_by_hand(llama8b, h100) -> None:
     assert w.steps == w.terms["steps"] == 100
     assert w.output_tokens == 400
     assert w.ceiling_s == pytest.approx(100 * step)
+    # off the tensor cores: 4,400 tokens x 32 layers x 4,096 over 132 SMs x 1,980 MHz; 32 layers a pass
+    assert w.terms["vector"] == pytest.approx(4400 * 32 * 4096 / (132 * 1980e6))
+    assert w.terms["layers"] == 100 * 32
+
+
+def test_what_does_not_scale_with_the_tensor_peaks_by_hand(llama8b) -> None:
+    """An NVFP4 checkpoint's attention runs at the FP8 KV cache's peak, its GEMMs at FP4's; the work
+    off the tensor cores at SMs x clock, which a GPU without a catalogued SM count gets from its
+    BF16 peak (GB200: 2,500 TFLOPS / (8,192 FLOPs per SM-clock x 1,965 MHz) = 155.3 SMs)."""
+    gpus = load_gpu_catalog()
+    b200, gb200 = gpus["B200-180GB"], gpus["GB200-186GB"]
+    w = cohort_work(Shape(arch=llama8b, gpu=b200, weights_fmt="nvfp4", kv_fmt="fp8"), 4, 1000, 100, 1050)
+    gemm = 2 * ACTIVE_8B * 4 * 1100
+    attn = ATTN_8B * 4 * 100 * 1050 + ATTN_8B * 4 * 1000 * 1000 / 2
+    assert w.terms["compute"] == pytest.approx(gemm / 9000e12 + attn / 4500e12)
+    assert w.terms["vector"] == pytest.approx(4400 * 32 * 4096 / (148 * 1965e6))
+    bf16 = cohort_work(Shape(arch=llama8b, gpu=b200, weights_fmt="nvfp4", kv_fmt="bf16"), 4, 1000, 100, 1050)
+    assert bf16.terms["compute"] == pytest.approx(gemm / 9000e12 + attn / 2250e12)
+    g = cohort_work(Shape(arch=llama8b, gpu=gb200, weights_fmt="nvfp4", kv_fmt="fp8"), 4, 1000, 100, 1050)
+    assert g.terms["vector"] == pytest.approx(4400 * 32 * 4096 / (2500e12 / 8192))
+    # tensor parallelism splits the GEMMs, not the norms of the replicated hidden states
+    tp2 = cohort_work(Shape(arch=llama8b, gpu=b200, weights_fmt="nvfp4", kv_fmt="fp8", tp=2), 4, 1000, 100, 1050)
+    assert tp2.terms["vector"] == pytest.approx(w.terms["vector"])
+    assert tp2.terms["compute"] == pytest.approx(w.terms["compute"] / 2)
 
 
 def test_tensor_parallel_terms_by_hand(llama8b, h100) -> None:
@@ -85,7 +110,7 @@ def test_tensor_parallel_terms_by_hand(llama8b, h100) -> None:
 def test_time_throughput_and_tpot_follow_from_the_coefficients(llama8b, h100) -> None:
     s = Shape(arch=llama8b, gpu=h100, weights_fmt="fp8", kv_fmt="fp8")
     w = cohort_work(s, 4, 1000, 100, 1050)
-    coef = {"memory": 2.0, "compute": 1.5, "experts": 0.5, "link": 1.0, "calls": 0.0, "steps": 0.001, "requests": 0.0}
+    coef = {"memory": 2.0, "compute": 1.5, "experts": 0.5, "link": 1.0, "calls": 0.0, "steps": 0.001, "requests": 0.0, "layers": 0.0, "vector": 0.0}
     t = 2.0 * w.terms["memory"] + 1.5 * w.terms["compute"] + 0.001 * 100
     assert w.time(coef) == pytest.approx(t)
     p = point(s, coef, 4, 1000, 100, 1050)
@@ -111,7 +136,8 @@ def test_moe_decode_reads_only_the_experts_a_small_batch_hits(h100) -> None:
 
 
 def test_fit_recovers_the_coefficients_that_made_the_times(published) -> None:
-    true = {"memory": 1.3, "compute": 1.8, "experts": 0.4, "link": 2.0, "calls": 4e-5, "steps": 0.002, "requests": 3e-6}
+    true = {"memory": 1.3, "compute": 1.8, "experts": 0.4, "link": 2.0, "calls": 4e-5, "steps": 0.002, "requests": 3e-6,
+            "layers": 2e-5, "vector": 3.0}
     cases = [Measured(c.label, c.group, c.work, c.work.output_tokens / c.work.time(true), c.facts)
              for c in published[:150]]
     got = fit(cases)
@@ -121,7 +147,7 @@ def test_fit_recovers_the_coefficients_that_made_the_times(published) -> None:
 
 def test_fit_keeps_coefficients_at_their_floors(published) -> None:
     # times faster than the peaks allow: the fit cannot go below 1 for memory and compute
-    fast = {"memory": 0.5, "compute": 0.5, "experts": 0.0, "link": 0.0, "calls": 0.0, "steps": 0.0, "requests": 0.0}
+    fast = {"memory": 0.5, "compute": 0.5, "experts": 0.0, "link": 0.0, "calls": 0.0, "steps": 0.0, "requests": 0.0, "layers": 0.0, "vector": 0.0}
     cases = [Measured(c.label, c.group, c.work, c.work.output_tokens / c.work.time(fast), c.facts)
              for c in published[:50]]
     got = fit(cases)

@@ -14,7 +14,7 @@ from compiler.capacity.estimate_unit import Traffic, coefficients_for, unit_esti
 from compiler.catalog.gpus import load_gpu_catalog
 from compiler.catalog.models import load_model_catalog
 
-COEF = {"memory": 1.1, "compute": 1.6, "experts": 0.0, "link": 1.8, "calls": 3e-5, "steps": 0.001, "requests": 4e-6}
+COEF = {"memory": 1.1, "compute": 1.6, "experts": 0.0, "link": 1.8, "calls": 3e-5, "steps": 0.001, "requests": 4e-6, "layers": 0.0, "vector": 0.0}
 
 
 @pytest.fixture(scope="module")

@@ -63,7 +63,7 @@ def test_attention_dp_packs_prompts_per_rank(models) -> None:
 
 def test_moe_estimates_stay_under_the_ceiling(models) -> None:
     gpus = load_gpu_catalog()
-    coef = {"memory": 1.0, "compute": 1.0, "experts": 0.0, "link": 0.0, "calls": 0.0, "steps": 0.0, "requests": 0.0}
+    coef = {"memory": 1.0, "compute": 1.0, "experts": 0.0, "link": 0.0, "calls": 0.0, "steps": 0.0, "requests": 0.0, "layers": 0.0, "vector": 0.0}
     for key, gpu, fmt, tp, adp in (("deepseek-v3", "H200-SXM-141GB", "fp8", 8, True),
                                    ("gpt-oss-120b", "B200-180GB", "mxfp4", 1, False),
                                    ("qwen3-235b-a22b", "H100-SXM5-80GB", "fp8", 8, False)):

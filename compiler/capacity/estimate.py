@@ -7,14 +7,16 @@ The estimate charges the same bytes and adds what the roofline leaves out, each 
 GPU's peak, so that one coefficient per term turns it into time:
 
     time = c_memory * memory_s + c_compute * compute_s + c_experts * experts_s + c_link * link_s
-           + c_calls * calls + c_step * steps
+           + c_calls * calls + c_step * steps + c_requests * requests + c_layers * layers
+           + c_vector * vector_s
 
 - memory_s: per decode step the weights touched (MoE: the experts the batch's tokens hit) plus the
   KV cache at each step's context, over HBM bandwidth: exactly the roofline's step, so with
   c_memory >= 1 the estimate never exceeds the ceiling. Steps beyond the decode steps (prefill that
   does not fit beside the decode tokens in max_num_tokens) stream the weights once more each.
-- compute_s: 2 x active parameters per token plus attention (4 x layers x heads x head_dim per
-  token of context; causal prefill half of a square) over the tensor-core peak of the precision;
+- compute_s: 2 x active parameters per token over the tensor-core peak of the weights' precision,
+  plus attention (4 x layers x heads x head_dim per token of context; causal prefill half of a
+  square) over the peak of the KV cache's precision (attention_peak_flops);
   MoE: the routed experts' grouped GEMMs in whole tiles: a pass of T tokens routed top-k over E
   experts gives each hit expert m = T k / h tokens (h the distinct experts hit), computed in whole
   tiles of MOE_TILE_TOKENS, so few tokens per expert cost whole tiles (expert_gemm_flops).
@@ -26,7 +28,16 @@ GPU's peak, so that one coefficient per term turns it into time:
   interconnect; `calls` counts them, for the latency each one costs.
 - steps: per-iteration overhead (launches, synchronisation); requests: per request per iteration
   (the executor's scheduling, sampling and response work for each request in flight on a rank), so
-  the per-pass cost at a small batch is not the one fitted at full load.
+  the per-pass cost at a small batch is not the one fitted at full load; layers: per layer per
+  pass (each kernel's launch, ramp and tail, absolute time that no peak shortens).
+- vector: the work off the tensor cores (norms and residual adds on every rank's replicated hidden
+  states, activations, quantizing activations for FP8/FP4 GEMMs, RoPE), tokens x layers x hidden per
+  rank, over SMs x clock (sm_count): it scales with the SMs, not with the tensor-core peak.
+
+Why those three do not scale with the peaks: fitted on Hopper FP8 alone and priced at Blackwell
+FP4's peaks, a step model whose every term scaled with the peaks overestimated Blackwell by 35%
+(the leave-one-generation-out fold): the GEMMs run 4.5x faster there, the SMs 1.1x. Attention is
+priced at the KV cache's precision (an NVFP4 checkpoint's attention runs FP8 FMHA), not the weights'.
 
 A cohort of B requests in flight, each I prompt and O output tokens, takes max(O, B (I + O) /
 max_num_tokens) steps: the scheduler packs prefill chunks beside the B decode tokens of a step up
@@ -52,10 +63,11 @@ from compiler.capacity.roofline import decode_ceiling, expected_experts_hit
 from compiler.catalog.models import estimate_params
 from compiler.catalog.types import GpuSpec, ModelArch
 
-FEATURES = ("memory", "compute", "experts", "link", "calls", "steps", "requests")
+FEATURES = ("memory", "compute", "experts", "link", "calls", "steps", "requests", "layers", "vector")
 #: Coefficients with a floor: a term cannot run faster than its peak (c >= 1), which keeps the
 #: estimate at or under the roofline (memory) and under the tensor-core peak (compute).
-FLOORS = {"memory": 1.0, "compute": 1.0, "experts": 0.0, "link": 0.0, "calls": 0.0, "steps": 0.0, "requests": 0.0}
+FLOORS = {"memory": 1.0, "compute": 1.0, "experts": 0.0, "link": 0.0, "calls": 0.0, "steps": 0.0, "requests": 0.0,
+          "layers": 0.0, "vector": 0.0}
 #: Tokens per M tile of the grouped GEMMs that run the experts: an expert that receives m tokens
 #: computes ceil(m / tile) whole tiles (CUTLASS grouped GEMM tiles of TensorRT-LLM's MoE runner,
 #: cpp/tensorrt_llm/kernels/cutlass_kernels/moe_gemm: CTA shapes 128 x N on Hopper and Blackwell).
@@ -63,6 +75,24 @@ MOE_TILE_TOKENS = 128
 #: GPUs without NVLink reduce over PCIe: one direction of a Gen5 x16 link (64 GB/s), an assumption.
 PCIE_LINK_GBPS = 64.0
 ACTIVATION_BYTES = 2  # hidden states move between ranks in BF16
+
+
+#: Dense BF16 tensor-core FLOPs per SM per clock by compute capability major (NVIDIA's architecture
+#: whitepapers: A100 1,024 FP16 FMA/clock/SM; Ada's SM half that; H100 twice A100 clock for clock;
+#: Blackwell twice Hopper): how an SM count the catalog lacks follows from the BF16 peak.
+BF16_FLOPS_PER_SM_CLOCK = {8: 2048, 9: 4096, 10: 8192, 12: 2048}
+#: Ada (8.9) runs half GA100's rate per SM (the L40S: 142 SMs x 1,024 x 2.52 GHz = 366 TFLOPS, dense 362)
+ADA_BF16_FLOPS_PER_SM_CLOCK = 1024
+
+
+def sm_count(gpu: GpuSpec) -> float:
+    """The GPU's SMs, or where the catalog does not give them (GB200, GB300: 'UNVERIFIED'), its BF16
+    peak over the generation's BF16 FLOPs per SM per clock at its top graphics clock."""
+    if gpu.sms:
+        return float(gpu.sms)
+    major, minor = gpu.compute_capability
+    per = ADA_BF16_FLOPS_PER_SM_CLOCK if (major, minor) == (8, 9) else BF16_FLOPS_PER_SM_CLOCK.get(major, 4096)
+    return (gpu.tflops.get("bf16") or 1.0) * 1e12 / (per * gpu.graphics_mhz[1] * 1e6)
 
 
 def compute_precision(weights_fmt: str) -> str:
@@ -112,6 +142,22 @@ class Shape:
             # cores (W4A8, the FP8 rate) and dequantizes them to BF16 elsewhere (W4A16): its GPT-OSS
             # deployment guide (docs/source/deployment-guide, gpt-oss), 1.0 to 1.2
             prec = "fp8" if self.gpu.tflops.get("fp4") else "bf16"
+        tf = self.gpu.tflops.get(prec) or self.gpu.tflops.get("bf16") or 1.0
+        return tf * 1e12 * self.compute_share
+
+    @property
+    def vector_rate(self) -> float:
+        """SM-cycles per second (SMs x the top graphics clock): what the work off the tensor cores
+        runs at (norms, residual adds, activations, quantizing activations, RoPE, sampling). It
+        grows far less from one generation to the next than the tensor-core peaks (H100 SXM -> B200:
+        1.1x, against 2.3x at FP8 and 4.5x from Hopper FP8 to Blackwell FP4)."""
+        return sm_count(self.gpu) * self.gpu.graphics_mhz[1] * 1e6 * self.compute_share
+
+    @property
+    def attention_peak_flops(self) -> float:
+        """The tensor-core peak attention runs at: the KV cache's precision, never the weights'
+        (an NVFP4 checkpoint's attention reads an FP8 KV cache and runs FP8 FMHA; a BF16 KV, BF16)."""
+        prec = "fp8" if self.kv_fmt.startswith("fp8") and self.gpu.tflops.get("fp8") else "bf16"
         tf = self.gpu.tflops.get(prec) or self.gpu.tflops.get("bf16") or 1.0
         return tf * 1e12 * self.compute_share
 
@@ -205,15 +251,17 @@ def cohort_work(s: Shape, batch: int, mean_input: float, mean_output: float, dec
     gpus = s.tp * s.pp
     tokens = batch * (mean_input + mean_output)
     attn = _attention_flops_per_context_token(s.arch)
-    flops = (2.0 * _active_params(s.arch) * tokens
-             + attn * batch * mean_output * decode_context  # decode: each step reads its context
-             + attn * batch * mean_input * mean_input / 2)  # causal prefill
+    flops = 2.0 * _active_params(s.arch) * tokens
+    attn_flops = (attn * batch * mean_output * decode_context  # decode: each step reads its context
+                  + attn * batch * mean_input * mean_input / 2)  # causal prefill
     real, tiled = expert_gemm_flops(s.arch, tokens / steps, steps)
     moved, calls = exchange_terms(s, tokens, steps)
-    return Work(terms={"memory": memory, "compute": (flops - real + tiled) / gpus / s.peak_flops,
+    return Work(terms={"memory": memory, "compute": ((flops - real + tiled) / s.peak_flops
+                                                     + attn_flops / s.attention_peak_flops) / gpus,
                        "experts": tiled / gpus / s.peak_flops,
                        "link": moved / (s.link_gbps * 1e9), "calls": calls, "steps": steps,
-                       "requests": steps * math.ceil(batch / s.ranks)},
+                       "requests": steps * math.ceil(batch / s.ranks), "layers": steps * s.arch.layers / s.pp,
+                       "vector": tokens * s.arch.layers * s.arch.hidden / (s.ranks * s.pp) / s.vector_rate},
                 batch=batch, output_tokens=batch * mean_output, steps=steps, ceiling_s=mean_output * step_s)
 
 
@@ -233,12 +281,16 @@ def prefill_work(s: Shape, prompt: float, running: int, decode_context: float,
     attn = _attention_flops_per_context_token(s.arch)
     tokens = prompt + running * chunks
     each = prompt if prompt_len is None else prompt_len
-    flops = 2.0 * _active_params(s.arch) * tokens + attn * (prompt * each / 2 + running * chunks * decode_context)
+    flops = 2.0 * _active_params(s.arch) * tokens
+    attn_flops = attn * (prompt * each / 2 + running * chunks * decode_context)
     moved, calls = exchange_terms(s, tokens, chunks)
     real, tiled = expert_gemm_flops(s.arch, tokens / chunks, chunks)
-    terms = {"memory": chunks * ceiling.step_ms / 1e3, "compute": (flops - real + tiled) / gpus / s.peak_flops,
+    terms = {"memory": chunks * ceiling.step_ms / 1e3,
+             "compute": ((flops - real + tiled) / s.peak_flops + attn_flops / s.attention_peak_flops) / gpus,
              "experts": tiled / gpus / s.peak_flops, "link": moved / (s.link_gbps * 1e9),
-             "calls": calls, "steps": float(chunks), "requests": float(chunks) * (1 + math.ceil(running / s.ranks))}
+             "calls": calls, "steps": float(chunks), "requests": float(chunks) * (1 + math.ceil(running / s.ranks)),
+             "layers": float(chunks) * s.arch.layers / s.pp,
+             "vector": tokens * s.arch.layers * s.arch.hidden / (s.ranks * s.pp) / s.vector_rate}
     return Work(terms=terms, batch=1, output_tokens=1.0, steps=float(chunks), ceiling_s=0.0)
 
 
