@@ -195,6 +195,7 @@ CALLS = [
     (r'kubectl create --raw "/api/v1/namespaces/\$pns/pods/\$pname/eviction"', {("pods/eviction", "create")}),
     (r'kubectl -n "\$ns" get configmap', {("configmaps", "get")}),
     (r'kubectl -n "\$ns" create configmap "\$live" --from-file="\$work/cm" --dry-run=client', set()),  # local
+    (r"kubectl annotate -f - --local", set()),  # local: the live ConfigMap's Prune=false (review N9)
     (r"kubectl apply -f -", {("configmaps", "get"), ("configmaps", "create"), ("configmaps", "patch")}),
     (r'kubectl -n "\$kiln_ns" get deployments -l', {("deployments", "list")}),
     # kubectl scale.go RunScale reads the Deployment through the resource builder, then ScaleSimple
@@ -354,3 +355,34 @@ def test_checks_do_not_import_the_emitters() -> None:
                 assert not node.module.startswith("compiler.targets.kubernetes"), f"{path.name} imports {node.module}"
             if isinstance(node, ast.Import):
                 assert not any(a.name.startswith("compiler.targets.kubernetes") for a in node.names), path.name
+
+
+@pytest.mark.skipif(__import__("shutil").which("kubectl") is None, reason="kubectl is not installed")
+def test_the_live_layouts_configmap_is_never_pruned(tmp_path: Path) -> None:
+    """Review N9: a tree from an earlier Kiln managed `<spec>-mig-layouts`, the ConfigMap the MIG
+    manager reads; the script writes it with Argo CD's Prune=false, so a sync never prunes it. The
+    script runs with the real kubectl for its local steps (create --dry-run=client, annotate --local)
+    and a recording stand-in for the API server's (no cluster here)."""
+    import shutil
+    import subprocess
+
+    script = (_tree(tmp_path / "t") / "node-layer" / "label-nodes.sh").read_text()
+    real = shutil.which("kubectl")
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    applied = tmp_path / "applied.yaml"
+    (bin_ / "kubectl").write_text(f"""#!/bin/sh
+case "$*" in
+  *"--dry-run=client"*|*"--local"*) exec {real} "$@" ;;
+  "apply -f -") echo --- >> {applied}; cat >> {applied}; echo "configmap/fleet-mig-layouts configured" ;;
+  *"jsonpath={{.data.layouts}}"*) echo all-disabled ;;
+  *"jsonpath={{.data.all-disabled}}"*) echo "- devices: all" ; echo "  mig-enabled: false" ;;
+esac
+""")
+    (bin_ / "kubectl").chmod(0o755)
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "KILN_CONFIG_SYNC_S": "0", "HOME": str(tmp_path)}
+    proc = subprocess.run(["sh", "-c", script, "label-nodes.sh"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    docs = [d for d in YAML_.load_all(applied.read_text()) if d]
+    assert docs and all(d["metadata"]["name"] == "fleet-mig-layouts" for d in docs)
+    assert all(d["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == "Prune=false" for d in docs)

@@ -82,7 +82,9 @@ write_layouts() {
   tr '\n' ' ' < "$work/names" > "$work/cm/layouts"
   mv "$work/config.yaml" "$work/cm/config.yaml"
   if [ "$mode" = --dry-run ]; then say "would write $live with: $(cat "$work/cm/layouts")"; return; fi
-  out=$(kubectl -n "$ns" create configmap "$live" --from-file="$work/cm" --dry-run=client -o yaml | kubectl apply -f -)
+  # Prune=false: a tree from an earlier Kiln managed this ConfigMap; Argo CD must never prune it (review N9)
+  out=$(kubectl -n "$ns" create configmap "$live" --from-file="$work/cm" --dry-run=client -o yaml \
+    | kubectl annotate -f - --local -o yaml argocd.argoproj.io/sync-options=Prune=false | kubectl apply -f -)
   say "$out"
   case $out in *unchanged*) ;; *) say "waiting ${sync_s}s for the kubelet to refresh $live on the nodes"; sleep "$sync_s" ;; esac
 }
