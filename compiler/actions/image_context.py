@@ -33,8 +33,8 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 from pydantic import Field
 
 from compiler import targets
@@ -48,6 +48,9 @@ from .base import ActionKind, LowerContext, Params, RunContext, checkpoint_actio
 from .image_templates import DOCKERFILE, ENTRYPOINT, TEMPLATE_DIR, base_image, template_digests
 from .runtimes import UnitServing, ir_unit_serving
 from .shell import Shell, shell_quote, words
+
+if TYPE_CHECKING:  # jinja2 loads when a template is rendered: plan and validate never need it
+    from jinja2 import Environment
 
 ENTRYPOINT_PATH = f"{layout.IMAGE_ROOT}/bin/serve"
 METADATA = "image-context.json"
@@ -65,11 +68,15 @@ def _label(value: object) -> Label:
 def _finalize(value: object) -> object:
     if isinstance(value, (Shell, Label)):
         return value
+    from jinja2 import TemplateError
+
     raise TemplateError(f"unquoted value {value!r} in an image template: pipe it through |q or |label")
 
 
 @functools.lru_cache(maxsize=16)  # compiled templates are kept: an action per host or model
 def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
     env = Environment(loader=FileSystemLoader(str(template_dir)), undefined=StrictUndefined,
                       keep_trailing_newline=True, autoescape=False, finalize=_finalize,
                       trim_blocks=True, lstrip_blocks=True)

@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
 
 def _run(args: argparse.Namespace) -> ExitCode:
     from compiler.diagnostics.render import shown
-    from compiler.gitops.oci import redact
+    from compiler.gitops.redaction import redact  # not .oci: urllib and http load only for registry commands
     from compiler.store.local import StoreError, StoreUnusable
 
     try:

@@ -23,8 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from pathlib import Path
-
-from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
+from typing import TYPE_CHECKING
 
 from compiler import resources
 from compiler.graph.kinds import Params
@@ -32,6 +31,9 @@ from compiler.ir import Resolved, ResolvedModel
 
 from .layout import ENGINE_PARTS, REPOSITORY_DIR, engine_dir, engine_names, model_dir
 from .yamlout import dump_yaml
+
+if TYPE_CHECKING:  # jinja2 loads when a template is rendered: plan and validate never need it
+    from jinja2 import Environment
 
 TEMPLATE_DIR = resources.template_dir("triton")
 TARGETS = ("llmapi", "engine")
@@ -132,6 +134,8 @@ def template_digests(target: str, template_dir: Path = TEMPLATE_DIR) -> dict[str
 # --- rendering ----------------------------------------------------------------------------------
 def _finalize(value: object) -> object:
     if value is None:
+        from jinja2 import TemplateError
+
         raise TemplateError("a template printed None: the value is missing from the parameters")
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -141,6 +145,8 @@ def _finalize(value: object) -> object:
 def _pbstr(value: object) -> str:
     """A protobuf text-format string literal (parameters are strings; bools as the backends parse them)."""
     if value is None:
+        from jinja2 import TemplateError
+
         raise TemplateError("a template quoted None: the value is missing from the parameters")
     text = ("true" if value else "false") if isinstance(value, bool) else str(value)
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
@@ -148,6 +154,8 @@ def _pbstr(value: object) -> str:
 
 @functools.lru_cache(maxsize=16)  # compiled templates are kept: an action per host or model
 def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
     env = Environment(loader=FileSystemLoader(str(template_dir)), undefined=StrictUndefined,
                       keep_trailing_newline=True, autoescape=False, finalize=_finalize,
                       trim_blocks=True, lstrip_blocks=True)

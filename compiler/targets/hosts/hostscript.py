@@ -23,8 +23,8 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
 from pydantic import Field
 
 from compiler import resources
@@ -35,6 +35,9 @@ from compiler.actions.runtimes import UnitServing, ir_unit_serving
 from compiler.actions.shell import Shell, shell_quote, words
 from compiler.graph.model import Action
 from compiler.serving.yamlout import dump_yaml
+
+if TYPE_CHECKING:  # jinja2 loads when a template is rendered: plan and validate never need it
+    from jinja2 import Environment
 
 TEMPLATE_DIR = resources.template_dir("host")
 SCRIPT_TEMPLATE, UNIT_TEMPLATE = "provision.sh.j2", "kiln-host.service.j2"
@@ -55,11 +58,15 @@ def unit_word(value: object) -> Shell:
 def _finalize(value: object) -> object:
     if isinstance(value, Shell):
         return value
+    from jinja2 import TemplateError
+
     raise TemplateError(f"unquoted value {value!r} in a host template: pipe it through |q")
 
 
 @functools.lru_cache(maxsize=16)  # compiled templates are kept: an action per host or model
 def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
     env = Environment(loader=FileSystemLoader(str(template_dir)), undefined=StrictUndefined,
                       keep_trailing_newline=True, autoescape=False, finalize=_finalize,
                       comment_start_string="{##", comment_end_string="##}")  # bash uses `${#x}`

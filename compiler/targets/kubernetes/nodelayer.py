@@ -27,8 +27,7 @@ import functools
 import hashlib
 import shlex
 from pathlib import Path
-
-from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateError
+from typing import TYPE_CHECKING
 
 from compiler import resources
 from compiler.ir.k8s_names import mig_configmap_name
@@ -39,6 +38,9 @@ from compiler.ir.pools import ALL_DISABLED
 
 from . import meta, tree
 from .runtime import PROGRESS_DEADLINE_S
+
+if TYPE_CHECKING:  # jinja2 loads when a template is rendered: plan and validate never need it
+    from jinja2 import Environment
 
 TEMPLATE_DIR = resources.template_dir("k8s")
 LABEL_TEMPLATE, TUNING_TEMPLATE = "label-nodes.sh.j2", "gpu-tuning.sh.j2"
@@ -244,7 +246,12 @@ def _environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
     def finalize(value: object) -> object:  # every value passes |q: a name never becomes shell syntax
         if isinstance(value, Shell):
             return value
+        from jinja2 import TemplateError
+
         raise TemplateError(f"unquoted value {value!r} in a k8s template: pipe it through |q")
+
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
 
     env = Environment(loader=FileSystemLoader(str(template_dir)), undefined=StrictUndefined,
                       keep_trailing_newline=True, autoescape=False, finalize=finalize,
