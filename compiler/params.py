@@ -34,10 +34,12 @@ class Effect:
       replace    another object: deleted and created anew (an identity, or a field a controller
                  refuses to update)
       scale      servers added or removed, the others untouched
-    `why`: the rule it follows, with its source where it is a controller's."""
+    `why`: the rule it follows, with its source where it is a controller's; `shows_as`: the kinds of
+    disruption a plan may list for such a change (the deploy target's vocabulary, which words them)."""
 
     what: str
     why: str = ""
+    shows_as: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.what not in EFFECTS:
@@ -57,3 +59,15 @@ def fields_that(model: type[BaseModel], what: str) -> tuple[str, ...]:
 def undeclared(model: type[BaseModel]) -> list[str]:
     """The fields of `model` that declare no effect."""
     return [name for name in model.model_fields if effect(model, name) is None]
+
+
+def changed_kinds(old: BaseModel | None, new: BaseModel) -> list[str]:
+    """The kinds of disruption the fields that differ between `old` (None: nothing before) and `new`
+    declare, each once, in declaration order: what a change may do, which the target then words
+    (and may find did nothing, where a field changed without changing what it stands for)."""
+    out: list[str] = []
+    for name in type(new).model_fields:
+        e = effect(type(new), name)
+        if e is not None and getattr(old, name, None) != getattr(new, name):
+            out += [k for k in e.shows_as if k not in out]
+    return out

@@ -476,3 +476,23 @@ def test_a_workloads_fields_declare_what_their_change_does() -> None:
                for f in m.model_fields)
     with pytest.raises(ValueError, match="unknown effect"):
         Effect("reboot")
+
+
+def test_a_gpus_fields_declare_the_disruptions_the_host_plan_words() -> None:
+    """GpuState's fields declare what their change may do to a GPU (the kinds of the host target);
+    one function, changed_kinds, reads them from the fields that differ, and hostplan.disruptions
+    words each where it changes anything."""
+    from compiler.actions.gpustate import GpuState
+    from compiler.params import changed_kinds, undeclared
+    from compiler.targets.hosts.target import TARGET
+
+    assert undeclared(GpuState) == []
+    declared = {k for f in GpuState.model_fields for k in GpuState.model_fields[f].metadata[0].shows_as}
+    assert declared == set(TARGET.disruptions) - {"container-restart"}  # the image kind restarts containers
+    gpu = GpuState(index=0, locked_clocks=None, application_clocks=None, power_limit_w=None, mig=None,
+                   serves="chat", group=None)
+    assert changed_kinds(gpu, gpu) == []
+    assert changed_kinds(gpu, gpu.model_copy(update={"power_limit_w": 500})) == ["power"]
+    assert changed_kinds(gpu, gpu.model_copy(update={"serves": "other", "power_limit_w": 500})) == \
+        ["power", "serving-change"]
+    assert changed_kinds(None, gpu) == ["serving-change"]  # a new GPU: only what it sets

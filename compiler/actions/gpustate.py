@@ -5,12 +5,13 @@ and a Kubernetes node pool's node layer is derived from it (compiler/targets/kub
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from compiler.capacity.placement import creation_commands
 from compiler.ir import ResolvedHost
+from compiler.params import Effect
 
 from .base import Params
 
@@ -44,15 +45,29 @@ class MigState(Params):
     create: list[str]  # `<id>:<start>` in creation order
 
 
+# What a change of each field does to a serving GPU (provision.sh applies the state; the host plan's
+# disruptions, compiler/targets/hosts/hostplan.py, word it)
+_CLOCKS = Effect("reload", "nvidia-smi -lgc/-lmc or -ac, applied while serving (shared by a GPU's MIG instances)",
+                 ("clocks",))
+_POWER = Effect("reload", "nvidia-smi -pl, applied while serving", ("power",))
+_LAYOUT = Effect("re-layout", "GPU instances destroyed or created (their clients stopped first); a MIG mode change "
+                              "needs an idle GPU and may need a reset; what the instances serve changes with them",
+                 ("mig-reslice", "serving-change"))
+_SERVING = Effect("restart", "the GPU's serving containers are replaced", ("serving-change",))
+
+
 class GpuState(Params):
-    index: int
-    locked_clocks: LockedClocks | None
-    application_clocks: AppClocks | None
-    power_limit_w: int | None
-    mig: MigState | None
-    serves: str | None
-    group: list[int] | None  # the tensor/pipeline-parallel group a whole GPU belongs to
-    role: str | None = Field(default=None, exclude_if=_absent)  # disaggregated serving: prefill or decode
+    """Each field declares what its change does to the GPU (compiler/params.py Effect)."""
+
+    index: Annotated[int, Effect("replace", "names the GPU: another index is another GPU")]
+    locked_clocks: Annotated[LockedClocks | None, _CLOCKS]
+    application_clocks: Annotated[AppClocks | None, _CLOCKS]
+    power_limit_w: Annotated[int | None, _POWER]
+    mig: Annotated[MigState | None, _LAYOUT]
+    serves: Annotated[str | None, _SERVING]
+    group: Annotated[list[int] | None, _SERVING]  # the tensor/pipeline-parallel group a whole GPU belongs to
+    # disaggregated serving: prefill or decode
+    role: Annotated[str | None, _SERVING] = Field(default=None, exclude_if=_absent)
 
 
 class HostState(Params):

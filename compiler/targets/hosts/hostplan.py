@@ -12,6 +12,7 @@ from __future__ import annotations
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.actions.gpustate import GpuState, HostState, MigInstanceState, desired_state
 from compiler.graph.model import Action
+from compiler.params import changed_kinds
 from compiler.store.canonical import pretty_json
 
 from .target import TARGET
@@ -94,6 +95,42 @@ def _serving(gpu: GpuState | None) -> dict:
     return {}
 
 
+def _reslice(old: GpuState | None, new: GpuState) -> str | None:
+    """The instances destroyed and created, or the MIG mode change; None where the layout stays."""
+    old_mig, new_mig = bool(old and old.mig), new.mig is not None
+    if old is not None and old_mig != new_mig:
+        return f"MIG mode {'enabled' if new_mig else 'disabled'}: needs an idle GPU, may need a GPU reset"
+    before, after = _instances(old), _instances(new)
+    kept = {s for s in before if s in after and before[s].profile_id == after[s].profile_id}
+    destroyed = [_label(before[s]) for s in sorted(before) if s not in kept]
+    created = [_label(after[s]) for s in sorted(after) if s not in kept]
+    if not destroyed and not created:
+        return None
+    parts = (["destroys " + ", ".join(destroyed)] if destroyed else []) + \
+        ([("creates " if destroyed else "creates only ") + ", ".join(created)] if created else [])
+    return "; ".join(parts)
+
+
+def _serving_change(old: GpuState | None, new: GpuState) -> str | None:
+    before, after = _serving(old), _serving(new)
+    return None if before == after else f"{_serving_text(before)} -> {_serving_text(after)}"
+
+
+def _clocks_change(old: GpuState | None, new: GpuState) -> str:
+    return f"{_clock_text(old)} -> {_clock_text(new)}"
+
+
+def _power_change(old: GpuState | None, new: GpuState) -> str:
+    def watts(v: int | None) -> str:
+        return "default" if v is None else f"{v} W"
+    return f"{watts(old.power_limit_w if old else None)} -> {watts(new.power_limit_w)}"
+
+
+# how this target words each kind a GpuState field declares (compiler/actions/gpustate.py)
+_WORDS = {"mig-reslice": _reslice, "serving-change": _serving_change, "clocks": _clocks_change,
+          "power": _power_change}
+
+
 def _with_role(model: str, role: str | None) -> str:
     return model if role is None else f"{model} ({role})"
 
@@ -109,54 +146,22 @@ def _serving_text(serving: dict) -> str:
 
 def disruptions(old_state: HostState | None, new_state: HostState) -> list[Disruption]:
     """Per physical GPU, what applying `new_state` over `old_state` (None: nothing applied before)
-    disrupts, so a plan can say which GPUs to drain first. Pure."""
+    disrupts, so a plan can say which GPUs to drain first: the kinds its changed fields declare
+    (GpuState, compiler/actions/gpustate.py), each worded here where it changes anything. Pure."""
     host = new_state.host
     old_gpus = {g.index: g for g in (old_state.gpus if old_state is not None else [])}
     new_gpus = {g.index: g for g in new_state.gpus}
     out: list[Disruption] = []
     for index in sorted(set(old_gpus) | set(new_gpus)):
         old, new = old_gpus.get(index), new_gpus.get(index)
-
-        def add(kind, detail: str) -> None:
-            out.append(Disruption(host, index, kind, detail))
-
         if new is None:  # provision.sh leaves GPUs outside its plan alone, but their containers go
             if _serving(old):
-                add("serving-change", f"leaves the plan: stops serving {_serving_text(_serving(old))}")
+                out.append(Disruption(host, index, "serving-change",
+                                      f"leaves the plan: stops serving {_serving_text(_serving(old))}"))
             continue
-
-        old_mig, new_mig = bool(old and old.mig), new.mig is not None
-        if old is not None and old_mig != new_mig:
-            add("mig-reslice", f"MIG mode {'enabled' if new_mig else 'disabled'}: needs an idle GPU, "
-                               "may need a GPU reset")
-        elif new_mig or old_mig:
-            before, after = _instances(old), _instances(new)
-            kept = {s for s in before if s in after and before[s].profile_id == after[s].profile_id}
-            destroyed = [_label(before[s]) for s in sorted(before) if s not in kept]
-            created = [_label(after[s]) for s in sorted(after) if s not in kept]
-            if destroyed or created:
-                parts = []
-                if destroyed:
-                    parts.append("destroys " + ", ".join(destroyed))
-                if created:
-                    parts.append("creates " + ", ".join(created))
-                detail = "; ".join(parts)
-                if not destroyed:
-                    detail = detail.replace("creates", "creates only", 1)
-                add("mig-reslice", detail)
-
-        if _serving(old) != _serving(new):
-            add("serving-change", f"{_serving_text(_serving(old))} -> {_serving_text(_serving(new))}")
-
-        old_clocks = (old.locked_clocks, old.application_clocks) if old is not None else None
-        if old_clocks != (new.locked_clocks, new.application_clocks):
-            if not (old is None and not new.locked_clocks and not new.application_clocks):
-                add("clocks", f"{_clock_text(old)} -> {_clock_text(new)}")
-
-        old_pl = old.power_limit_w if old else None
-        if old_pl != new.power_limit_w and not (old is None and new.power_limit_w is None):
-            def watts(v: int | None) -> str:
-                return "default" if v is None else f"{v} W"
-            add("power", f"{watts(old_pl)} -> {watts(new.power_limit_w)}")
+        for kind in changed_kinds(old, new):
+            detail = _WORDS[kind](old, new)
+            if detail is not None:
+                out.append(Disruption(host, index, kind, detail))
     out.sort(key=lambda d: (d.gpu_index, TARGET.disruptions[d.kind]))
     return out
