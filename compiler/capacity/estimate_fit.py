@@ -73,7 +73,8 @@ def bench_batch_and_tokens(sequences: int, isl: int, osl: int) -> tuple[int, int
 def published_case(row: Mapping) -> Measured | None:
     """A published row as a measurement, or None when its model, GPU or precision is not in the
     catalog or it does not fit (the tables only list configurations that ran, so that would be a
-    catalog gap). Optional row fields: `attention_dp` (each of the tp ranks its own requests),
+    catalog gap). Optional row fields: `attention_dp` (each of the tp ranks its own requests), `ep`
+    (expert parallelism; the whole group under attention DP when not given),
     `concurrency` (the benchmark's concurrency, when it was not trtllm-bench's maximum load) and
     `kv_precision`."""
     models, gpus = load_model_catalog(), load_gpu_catalog()
@@ -85,12 +86,14 @@ def published_case(row: Mapping) -> Measured | None:
     wfmt, kvfmt = formats
     tp, isl, osl = int(row["tp"]), int(row["isl"]), int(row["osl"])
     adp = bool(row.get("attention_dp")) and tp > 1
+    # TensorRT-LLM's published attention-DP configurations run the experts expert-parallel over the group
+    ep = int(row.get("ep") or (tp if adp else 1))
     tokens = 8192
     batch = 1
     for _ in range(2):  # the reserve depends on max_num_tokens, which depends on the batch
         cap = unit_capacity(arch, gpu_memory_bytes(gpu), weights_fmt=wfmt, kv_fmt=kvfmt, tp=tp,
                             max_seq_len=isl + osl, max_batch_size=BENCH_MAX_BATCH, max_num_tokens=tokens,
-                            kv_cache_memory_fraction=BENCH_KV_FRACTION, attention_dp=adp)
+                            kv_cache_memory_fraction=BENCH_KV_FRACTION, attention_dp=adp, ep=ep)
         if not cap.fits or cap.max_sequences < 1:
             return None
         held = cap.max_sequences if not row.get("concurrency") else min(cap.max_sequences, int(row["concurrency"]))

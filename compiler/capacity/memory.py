@@ -228,28 +228,43 @@ class ReserveTerm:
     derivation: str  # how the figure is made, for the plan
 
 
-def reserve_terms(arch: ModelArch, gpu_memory_bytes: float, max_num_tokens: int) -> tuple[ReserveTerm, ...]:
+def reserve_terms(arch: ModelArch, gpu_memory_bytes: float, max_num_tokens: int, *, weights_fmt: str = "bf16",
+                  tp: int = 1, ep: int = 1, attention_dp: bool = False) -> tuple[ReserveTerm, ...]:
     """What TensorRT-LLM holds besides weights before it sizes the KV cache, per GPU. The pinned
-    runtime (1.2, PyTorch backend) profiles one max_num_tokens forward pass and gives the KV cache
-    free_gpu_memory_fraction of `total - (weights + peak activations + memory outside torch)`
-    (_util.py KvCacheCreator.configure_kv_cache_capacity); the engine runtime gives it that fraction
-    of what is free after the engine, its activation workspace (also sized by max_num_tokens) and
-    its buffers are loaded. Both run-time terms are estimated here."""
+    runtime (1.2, PyTorch backend) profiles one max_num_tokens forward pass (per attention-DP rank)
+    and gives the KV cache free_gpu_memory_fraction of `total - (weights + peak activations + memory
+    outside torch)` (_util.py KvCacheCreator.configure_kv_cache_capacity); the engine runtime gives
+    it that fraction of what is free after the engine, its activation workspace (also sized by
+    max_num_tokens) and its buffers are loaded. An MoE model's peak holds the MoE runner's workspace
+    for all the tokens its layer takes in that pass (all ranks' under attention DP: moe_workspace.py,
+    a port); the other run-time terms are estimated."""
+    from compiler.capacity.moe_workspace import moe_workspace
+
     activations = max_num_tokens * arch.hidden * ACTIVATION_WIDTHS * 2
     context = min(CONTEXT_MAX, max(CONTEXT_MIN, gpu_memory_bytes / 64))
-    return (
+    terms = [
         ReserveTerm("activations", activations,
                     f"peak activations of a max_num_tokens pass: {max_num_tokens:,} tokens x hidden {arch.hidden:,} "
                     f"x {ACTIVATION_WIDTHS} x 2 B"),
         ReserveTerm("runtime", context,
                     "CUDA context, NCCL and library workspaces, CUDA graph pools: 1/64 of the memory, "
                     f"within {CONTEXT_MIN // MiB} MiB-{CONTEXT_MAX // GiB} GiB"),
-    )
+    ]
+    if arch.is_moe:
+        moe = moe_workspace(arch, max_num_tokens=max_num_tokens, weights_fmt=weights_fmt, tp=tp, ep=ep,
+                            attention_dp=attention_dp)
+        whose = f"all {tp} attention-DP ranks' tokens, " if attention_dp and tp > 1 else ""
+        terms.append(ReserveTerm(
+            "moe-workspace", moe.total,
+            f"the CUTLASS MoE runner's workspace for {moe.rows:,} tokens ({whose}top-{arch.experts_per_token} "
+            f"of {arch.experts} experts)" + (", with the gathered hidden states and router logits"
+                                             if moe.gathered_bytes else "")))
+    return tuple(terms)
 
 
-def reserve_estimate(arch: ModelArch, gpu_memory_bytes: float, max_num_tokens: int) -> float:
+def reserve_estimate(arch: ModelArch, gpu_memory_bytes: float, max_num_tokens: int, **kw) -> float:
     """Activation + CUDA context/workspace allowance per GPU. An estimate; see reserve_terms."""
-    return sum(t.bytes for t in reserve_terms(arch, gpu_memory_bytes, max_num_tokens))
+    return sum(t.bytes for t in reserve_terms(arch, gpu_memory_bytes, max_num_tokens, **kw))
 
 
 def transfer_buffer_term(per_token: float, buffer_tokens: int, max_seq_len: int, tokens_per_block: int) -> ReserveTerm:
@@ -307,6 +322,7 @@ def unit_capacity(
     tokens_per_block: int = TOKENS_PER_BLOCK,
     attention_dp: bool = False,
     transfer_buffer_tokens: int = 0,
+    ep: int = 1,
 ) -> UnitCapacity:
     """KV pool and sequence capacity of one GPU of a tp x pp unit.
 
@@ -331,7 +347,8 @@ def unit_capacity(
     per_token = kv_bytes_per_token(arch, kv_fmt, tp=1 if attention_dp else tp, pp=pp, seq_len=max_seq_len)
     terms: tuple[ReserveTerm, ...] = ()
     if activation_reserve_bytes is None:
-        terms = reserve_terms(arch, mem, max_num_tokens)
+        terms = reserve_terms(arch, mem, max_num_tokens, weights_fmt=weights_fmt, tp=tp, ep=ep,
+                              attention_dp=attention_dp)
         reserve = sum(t.bytes for t in terms)
     else:
         reserve = float(activation_reserve_bytes)

@@ -41,6 +41,7 @@ class Sizing:
     reserves_whole_request: bool  # GUARANTEED_NO_EVICT: a request's whole length is reserved at admission
     workload: TrafficShape | None = None
     transfer_buffer_tokens: int = 0  # a disaggregated server's KV-transfer buffer (max_tokens_in_buffer)
+    ep: int = 1  # expert parallelism (moe_tp = tp / ep: how the experts' FFN width is split)
 
     @property
     def quant(self) -> dict:
@@ -76,7 +77,8 @@ def unit_figures(unit, sizing: Sizing, arch: ModelArch, gpu: GpuSpec, price_per_
                         max_batch_size=sizing.max_batch_size, max_num_tokens=sizing.max_num_tokens,
                         kv_cache_memory_fraction=sizing.kv_cache_memory_fraction,
                         tokens_per_block=sizing.tokens_per_block, attention_dp=adp,
-                        transfer_buffer_tokens=sizing.transfer_buffer_tokens, **q)
+                        transfer_buffer_tokens=sizing.transfer_buffer_tokens, ep=sizing.ep if profile is None else 1,
+                        **q)
     if profile is not None:
         bw = mig_bandwidth_tbps(gpu, profile)
         derate = SHARED_GPU_DERATE if unit.instances_on_gpu > 1 else 1.0

@@ -259,7 +259,7 @@ def sizing(rm: ResolvedModel, role: str | None = None) -> Sizing:
                                                 m.runtime.kv_cache_memory_fraction),
                   tokens_per_block=pick(r and r.runtime.tokens_per_block, m.runtime.tokens_per_block),
                   reserves_whole_request=m.runtime.scheduler == "guaranteed_no_evict", workload=shape,
-                  transfer_buffer_tokens=buffer_tokens(m, d) if r is not None else 0)
+                  transfer_buffer_tokens=buffer_tokens(m, d) if r is not None else 0, ep=par.ep)
 
 
 def capacity_pass(ir: Resolved) -> Resolved:
