@@ -108,6 +108,7 @@ class Space:
     moe_backends: tuple[str | None, ...]
     transfer_backends: tuple[str, ...]
     dynamo: tuple[tuple[str, str], ...]  # (Dynamo release, its TensorRT-LLM)
+    toolchains: tuple[tuple[str, str], ...]  # (TensorRT-LLM, the Triton tag that ships it), 1.2.1 first
     attention: tuple[str, ...]
     schedulers: tuple[str, ...]
     block_sizes: tuple[int, ...]
@@ -117,6 +118,15 @@ def _default_first(model, name: str) -> tuple:
     """A spec field's choices (its Literal), its default first: the simplest spec leaves it out."""
     field = model.model_fields[name]
     return tuple(sorted(get_args(field.annotation), key=lambda v: v != field.default))
+
+
+def _toolchains() -> tuple[tuple[str, str], ...]:
+    """Each TensorRT-LLM release a Triton tag ships (images.json), with the last such tag."""
+    from compiler.catalog.images import load_image_table
+
+    family = load_image_table().family("nvcr.io/nvidia/tritonserver")
+    last = {version: tag for tag, version in family.tags.items()}
+    return tuple(sorted(last.items(), key=lambda vt: (vt[0] != "1.2.1", vt[0])))
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,6 +146,7 @@ def space() -> Space:
         moe_models=frozenset(n for n in models.names if models.get(n).experts),
         moe_backends=(None, *[b.lower() for b in table.moe_backends]),
         transfer_backends=disagg_facts.transceiver("1.2.1").backends,
+        toolchains=_toolchains(),
         dynamo=tuple((f"{line}.1", dynamo_facts.release(line).tensorrt_llm) for line in dynamo_facts.known_lines()),
         attention=_default_first(spec_models.Kernels, "attention"),
         schedulers=_default_first(spec_models.Runtime, "scheduler"),
@@ -275,12 +286,18 @@ def _parallelism(c, arch: str, s: Space, target: str) -> dict:
 
 
 def _host(c, s: Space, gpu: str, k8s: bool) -> dict:
+    from compiler.catalog.gpus import load_gpu_catalog
+
     h: dict[str, Any] = {"gpu": gpu, "count": 8}
     graphics, memory = s.gpu_clocks[gpu]
-    extra = c.pick(["none", "clocks", "power", "driver"])
+    extra = c.pick(["none", "clocks", "persistence", "driver", "application_clocks", "power_limit"])
     if extra == "clocks":
         h["clocks"] = {"graphics_mhz": graphics} if memory is None else {"graphics_mhz": graphics, "memory_mhz": memory}
-    elif extra == "power":
+    elif extra == "application_clocks" and memory is not None:
+        h["application_clocks"] = {"memory_mhz": memory, "graphics_mhz": graphics}
+    elif extra == "power_limit":
+        h["power_limit_w"] = load_gpu_catalog().get(gpu).tdp_w
+    elif extra == "persistence":
         h["persistence"] = False
     elif extra == "driver":
         h["driver"] = ">=580.82.07"
@@ -288,6 +305,94 @@ def _host(c, s: Space, gpu: str, k8s: bool) -> dict:
         h["deploy"] = "kubernetes"
         h["node_pool"] = {"nodes": c.pick([1, 2])}
     return h
+
+
+def _model_options(c, m: dict, shape: str, runtime: str, dynamo, hosts: dict) -> None:
+    """Ports, the traffic and its sla, and a disaggregated model's per-role settings."""
+    if _bool(c):
+        m.setdefault("serving", {})["ports"] = {"http": 9000, "grpc": 9001, "metrics": 9002}
+    if _bool(c):
+        m["workload"] = {"input_tokens": m["limits"]["max_input_len"] // 2, "output_tokens": 64,
+                         "requests_per_second": c.pick([1, 20])}
+        if _bool(c):
+            m["sla"] = {"ttft_ms": 2000, "tpot_ms": 50, "percentile": c.pick(["p99", "p50"])}
+    if shape != "disaggregated":
+        return
+    d = m["serving"]["disaggregated"]
+    for role in ("prefill", "decode"):
+        extra = c.pick(["none", "limits", "runtime", "overlap"])
+        r = d.setdefault(role, {})
+        if extra == "limits":
+            r["limits"] = {"max_batch_size": 4} if role == "prefill" else {"max_num_tokens": 256}
+        elif extra == "runtime":
+            r["runtime"] = {"kv_cache_memory_fraction": 0.8, "block_reuse": False, "cuda_graph_batch_sizes": [1, 2]}
+        elif extra == "overlap":
+            r["runtime"] = {"overlap_scheduler": role == "decode"}
+        if not r:
+            del d[role]
+    if _bool(c):
+        d.setdefault("kv_transfer", {})["timeout_ms"] = 5000
+    if "h2" in hosts and _bool(c):
+        d.setdefault("router", {})["host"] = "h2"
+    if runtime == "dynamo" and _bool(c):
+        d["planner"] = {"image": f"nvcr.io/nvidia/ai-dynamo/dynamo-planner:{dynamo[0]}{DIGEST}", "max_gpus": 16}
+
+
+def _kubernetes_options(c, kube: dict, host: dict) -> None:
+    """The options of the Kubernetes section and of a node pool that change the tree."""
+    extra = c.pick(["none", "namespace", "argocd", "resources", "version", "mig_strategy"])
+    if extra == "namespace":
+        kube["namespace"] = "inference"
+    elif extra == "argocd":
+        kube["argocd"] = {"repo_url": "https://git.example.com/walk.git", "path": "releases/walk"}
+    elif extra == "resources":
+        kube["pod_resources"] = {"m": {"cpu": 8, "memory_gib": 64}}
+    elif extra == "version":
+        kube["version"] = "1.33"
+    elif extra == "mig_strategy":
+        kube["mig_strategy"] = "mixed"
+    pool = c.pick(["none", "in-image", "selector", "gpu_product"])
+    if pool == "in-image":
+        host["node_pool"]["weights"] = "in-image"
+    elif pool == "selector":
+        host["node_pool"]["selector"] = {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+    elif pool == "gpu_product":
+        host["node_pool"]["gpu_product"] = "NVIDIA-" + host["gpu"]
+
+
+def _disaggregated(c, s: Space, m: dict, host: dict, hosts: dict) -> dict:
+    """Prefill and decode roles: their tp, the KV transfer, the router; on one host or two."""
+    serving = {"runtime": "trtllm-serve"}
+    d: dict[str, Any] = {}
+    for role in ("prefill", "decode"):
+        tp = c.pick([1, 2, 4])
+        if tp != 1:
+            d[role] = {"parallelism": {"tp": tp}}
+    backend = c.pick(s.transfer_backends)
+    kv: dict[str, Any] = {"backend": backend} if backend != "DEFAULT" else {}
+    placement = c.pick(["same-host", "two-hosts"])
+    ucx = c.pick([None, {"tls": ["cuda_copy", "cuda_ipc", "tcp"]},
+                  {"tls": ["cuda_copy", "rc"], "net_devices": ["mlx5_0:1"]}])
+    if ucx is not None:
+        kv["ucx"] = ucx
+    if _bool(c):
+        kv["max_tokens_in_buffer"] = m["limits"]["max_input_len"]
+    if kv:
+        d["kv_transfer"] = kv
+    if not c.pick([True, False]):
+        d["router"] = {"kv_aware": False}
+    serving["disaggregated"] = d
+    ptp = d.get("prefill", {}).get("parallelism", {}).get("tp", 1)
+    dtp = d.get("decode", {}).get("parallelism", {}).get("tp", 1)
+    pre = {"index": list(range(ptp)) if ptp > 1 else 0, "serves": "m", "role": "prefill"}
+    first = 0 if placement == "two-hosts" else ptp
+    dec = {"index": list(range(first, first + dtp)) if dtp > 1 else first, "serves": "m", "role": "decode"}
+    if placement == "two-hosts":
+        host["gpus"] = [pre]
+        hosts["h2"] = {**{k: v for k, v in host.items() if k != "gpus"}, "gpus": [dec]}
+    else:
+        host["gpus"] = [pre, dec]
+    return serving
 
 
 def generate(c) -> dict:
@@ -330,47 +435,31 @@ def generate(c) -> dict:
         width = p.get("tp", 1) * p.get("pp", 1)
         host["gpus"] = [{"index": list(range(width)) if width > 1 else 0, "serves": "m"}]
     elif shape == "mig":
-        profile = c.pick(s.mig[gpu])
-        instances = [{"profile": profile, "serves": "m"}] * c.pick([1, 2])
-        host["gpus"] = [{"index": c.pick([0, [0, 1]]), "mig": [dict(i) for i in instances]}]
-    else:
-        serving = {"runtime": "trtllm-serve"}
-        d: dict[str, Any] = {}
-        for role in ("prefill", "decode"):
-            tp = c.pick([1, 2, 4])
-            if tp != 1:
-                d[role] = {"parallelism": {"tp": tp}}
-        backend = c.pick(s.transfer_backends)
-        kv: dict[str, Any] = {"backend": backend} if backend != "DEFAULT" else {}
-        placement = c.pick(["same-host", "two-hosts"])
-        ucx = c.pick([None, {"tls": ["cuda_copy", "cuda_ipc", "tcp"]},
-                      {"tls": ["cuda_copy", "rc"], "net_devices": ["mlx5_0:1"]}])
-        if ucx is not None:
-            kv["ucx"] = ucx
+        instances = [{"profile": c.pick(s.mig[gpu]), "serves": "m"}]
         if _bool(c):
-            kv["max_tokens_in_buffer"] = m["limits"]["max_input_len"]
-        if kv:
-            d["kv_transfer"] = kv
-        if not c.pick([True, False]):
-            d["router"] = {"kv_aware": False}
-        serving["disaggregated"] = d
-        ptp = d.get("prefill", {}).get("parallelism", {}).get("tp", 1)
-        dtp = d.get("decode", {}).get("parallelism", {}).get("tp", 1)
-        pre = {"index": list(range(ptp)) if ptp > 1 else 0, "serves": "m", "role": "prefill"}
-        first = 0 if placement == "two-hosts" else ptp
-        dec = {"index": list(range(first, first + dtp)) if dtp > 1 else first, "serves": "m", "role": "decode"}
-        if placement == "two-hosts":
-            host["gpus"] = [pre]
-            hosts["h2"] = {**{k: v for k, v in host.items() if k != "gpus"}, "gpus": [dec]}
-        else:
-            host["gpus"] = [pre, dec]
+            instances.append({"profile": c.pick([instances[0]["profile"], *s.mig[gpu]]), "serves": "m"})
+        host["gpus"] = [{"index": c.pick([0, [0, 1]]), "mig": instances}]
+    else:
+        serving = _disaggregated(c, s, m, host, hosts)
     if serving:
         m["serving"] = serving
+    if runtime != "dynamo":
+        version, tag = c.pick(s.toolchains)
+        toolchain["tensorrt_llm"] = version
+        toolchain["triton_image"] = IMAGE.replace("26.04-", tag + "-")
+    _model_options(c, m, shape, runtime, dynamo, hosts)
+    models = {"m": m}
+    if shape != "disaggregated" and _bool(c):  # a second model on a GPU of its own, on its own ports
+        models["m2"] = {"source": {"path": "model"}, "architecture": s.models[0], "limits": dict(LIMITS[0]),
+                        "serving": {"ports": {"http": 8100, "grpc": 8101, "metrics": 8102}}}
+        if serving_runtime != "triton":
+            models["m2"]["serving"]["runtime"] = serving_runtime
+        host["gpus"].append({"index": 7, "serves": "m2"})
     spec: dict[str, Any] = {"kiln": "v1", "name": "walk"}
     if target != "llmapi":
         spec["target"] = target
     spec["toolchain"] = toolchain
-    spec["models"] = {"m": m}
+    spec["models"] = models
     spec["hosts"] = hosts
     if k8s:
         kube: dict[str, Any] = {}
@@ -378,6 +467,7 @@ def generate(c) -> dict:
             kube = {"runtime": "dynamo", "dynamo": {"version": dynamo[0]}}
         if _bool(c):
             kube["relayout_image"] = "docker.io/bitnami/kubectl:1.34" + DIGEST
+        _kubernetes_options(c, kube, host)
         spec["kubernetes"] = kube
     if k8s or _bool(c):
         image: dict[str, Any] = {"repository": "registry.example.com/walk"}
@@ -429,12 +519,16 @@ def _cause(text: str) -> str:
     return re.sub(r"\d+", "N", first)[:120]
 
 
+PREFLIGHT = ("engine", "model-source")
+
+
 def walk_one(text: str, spec_dir: Path, store_root: Path, check: bool = True) -> Outcome:
     """validate -> build (no torch, GPU, Docker or network) -> Kubernetes tree -> each file's checks."""
     from compiler.build import build_spec
     from compiler.graph.builder import Builder
     from compiler.pipeline import validate_text
     from compiler.store.local import LocalStore
+    from compiler.targets.registry import REGISTRY
 
     try:
         result = validate_text(text, spec_dir)
@@ -455,6 +549,17 @@ def walk_one(text: str, spec_dir: Path, store_root: Path, check: bool = True) ->
         r = sorted(outcome.failed, key=lambda r: r.id)[0]
         kind = outcome.graph.actions[r.id].kind
         return Outcome("failed", f"build {kind}: " + _cause(r.error or r.status), f"{r.id}: {r.error}")
+    for r in sorted(outcome.deferred, key=lambda r: r.id):
+        # what a deferred action refuses before it touches a model (the engine's trtllm-build and
+        # quantize.py flags against trtllm_cli.json); the quantize preflight imports ModelOpt and is
+        # tests/test_format_walk.py's
+        action = outcome.graph.actions[r.id]
+        if action.kind in PREFLIGHT:
+            try:
+                REGISTRY[action.kind].preflight(action.params)
+            except Exception as e:  # noqa: BLE001
+                return Outcome("failed", f"preflight {action.kind}: " + _cause(f"{type(e).__name__}: {e}"),
+                               f"{r.id}: {e}")
     if not check:
         return Outcome("built")
     files: dict[str, dict[str, bytes]] = {}
