@@ -28,6 +28,7 @@ import random
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence, get_args
@@ -53,33 +54,49 @@ LOG = logging.getLogger("space-walk")
 
 # --- choosers --------------------------------------------------------------------------------------
 
+def _site(counts: dict) -> tuple:
+    """The decision being made: where in the generator it is asked (function and line, through
+    `_bool`) and how many times that place asked before in this spec. A trace keyed by it replays
+    every other decision unchanged when one is lowered, even where that removes or adds decisions
+    before the others (an unquantized recipe asks nothing about calibration)."""
+    f = sys._getframe(2)
+    while f.f_code.co_name == "_bool":
+        f = f.f_back
+    site = (f.f_code.co_name, f.f_lineno)
+    counts[site] = counts.get(site, 0) + 1
+    return (*site, counts[site])
+
+
 class RandomChooser:
-    """Choices from a seeded random.Random; `trace` records them (indexes) for replay and shrinking.
-    The first (simplest) option is taken a third of the time besides its uniform share, so that a
-    spec combines a few departures from the defaults rather than one at every decision (which
-    nearly every spec would fail validation on: too big a model for a MIG slice, and so on)."""
+    """Choices from a seeded random.Random; `trace` records them (decision -> index) for replay and
+    shrinking. The first (simplest) option is taken a third of the time besides its uniform share,
+    so that a spec combines a few departures from the defaults rather than one at every decision
+    (which nearly every spec would fail validation on: too big a model for a MIG slice, and so on)."""
 
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
-        self.trace: list[int] = []
+        self.trace: dict[tuple, int] = {}
+        self._counts: dict = {}
 
     def pick(self, options: Sequence[Any]) -> Any:
         i = 0 if self.rng.random() < 1 / 3 else self.rng.randrange(len(options))
-        self.trace.append(i)
+        self.trace[_site(self._counts)] = i
         return options[i]
 
 
 class ReplayChooser:
-    """Replays a trace; past its end, or where an index is out of range, the first option."""
+    """Replays a trace; a decision it does not hold, or whose index is out of range, takes the first option."""
 
-    def __init__(self, trace: Sequence[int]) -> None:
-        self.given = list(trace)
-        self.trace: list[int] = []
+    def __init__(self, trace: dict) -> None:
+        self.given = dict(trace)
+        self.trace: dict[tuple, int] = {}
+        self._counts: dict = {}
 
     def pick(self, options: Sequence[Any]) -> Any:
-        k = len(self.trace)
-        i = self.given[k] if k < len(self.given) and self.given[k] < len(options) else 0
-        self.trace.append(i)
+        key = _site(self._counts)
+        i = self.given.get(key, 0)
+        i = i if i < len(options) else 0
+        self.trace[key] = i
         return options[i]
 
 
@@ -310,7 +327,9 @@ def _host(c, s: Space, gpu: str, k8s: bool) -> dict:
 def _model_options(c, m: dict, shape: str, runtime: str, dynamo, hosts: dict) -> None:
     """Ports, the traffic and its sla, and a disaggregated model's per-role settings."""
     if _bool(c):
-        m.setdefault("serving", {})["ports"] = {"http": 9000, "grpc": 9001, "metrics": 9002}
+        triton = m.get("serving", {}).get("runtime", "triton") == "triton"
+        m.setdefault("serving", {})["ports"] = {"http": 9000, "grpc": 9001, "metrics": 9002} if triton \
+            else {"http": 9000}
     if _bool(c):
         m["workload"] = {"input_tokens": m["limits"]["max_input_len"] // 2, "output_tokens": 64,
                          "requests_per_second": c.pick([1, 20])}
@@ -444,16 +463,20 @@ def generate(c) -> dict:
     if serving:
         m["serving"] = serving
     if runtime != "dynamo":
-        version, tag = c.pick(s.toolchains)
+        # the llmapi target needs the PyTorch backend's LLM API of 1.2 on (K805)
+        version, tag = c.pick([vt for vt in s.toolchains if target == "engine" or vt[0].startswith("1.2")])
         toolchain["tensorrt_llm"] = version
         toolchain["triton_image"] = IMAGE.replace("26.04-", tag + "-")
     _model_options(c, m, shape, runtime, dynamo, hosts)
     models = {"m": m}
     if shape != "disaggregated" and _bool(c):  # a second model on a GPU of its own, on its own ports
+        ports = {"http": 8100, "grpc": 8101, "metrics": 8102}
+        if serving_runtime != "triton":  # trtllm-serve listens on http alone (K812)
+            ports = {"runtime": serving_runtime, "ports": {"http": 8100}}
+        else:
+            ports = {"ports": ports}
         models["m2"] = {"source": {"path": "model"}, "architecture": s.models[0], "limits": dict(LIMITS[0]),
-                        "serving": {"ports": {"http": 8100, "grpc": 8101, "metrics": 8102}}}
-        if serving_runtime != "triton":
-            models["m2"]["serving"]["runtime"] = serving_runtime
+                        "serving": ports}
         host["gpus"].append({"index": 7, "serves": "m2"})
     spec: dict[str, Any] = {"kiln": "v1", "name": "walk"}
     if target != "llmapi":
@@ -746,26 +769,23 @@ def _server_config_problems(config: Any, where: str) -> list[str]:
 
 # --- shrinking --------------------------------------------------------------------------------------------
 
-def shrink(trace: list[int], fails: Callable[[dict], bool], budget: int = 300) -> list[int]:
-    """The trace lowered choice by choice (to the first, simplest option, else one lower) while the
-    spec it makes still fails the same way: a greedy pass over the decisions, repeated until none
-    can be lowered or `budget` specs were tried."""
-    best = list(trace)
+def shrink(trace: dict, fails: Callable[[dict], bool], budget: int = 300) -> dict:
+    """The trace lowered decision by decision (to the first, simplest option, else one lower) while
+    the spec it makes still fails the same way: greedy passes over the decisions until none can be
+    lowered or `budget` specs were tried."""
+    best = dict(trace)
     tries = 0
     changed = True
     while changed and tries < budget:
         changed = False
-        i = 0
-        while i < len(best):  # a lowered choice can shorten the trace (fewer decisions follow it)
-            for lower in sorted({0, best[i] - 1}):
-                if tries >= budget or lower >= best[i] or lower < 0:
+        for key in sorted(best, key=str):
+            for lower in sorted({0, best.get(key, 0) - 1}):
+                if tries >= budget or key not in best or not 0 <= lower < best[key]:
                     continue
-                candidate = best[:i] + [lower] + best[i + 1:]
                 tries += 1
-                c = ReplayChooser(candidate)
+                c = ReplayChooser({**best, key: lower})
                 if fails(generate(c)):
                     best = c.trace
                     changed = True
                     break
-            i += 1
     return best

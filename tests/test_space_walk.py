@@ -44,7 +44,7 @@ def test_the_sample_is_mostly_accepted_and_covers_the_space(spec_dir: Path) -> N
     """The generator reaches every part of the space, and most of what it makes validates (a walk
     of refusals would prove nothing about builds)."""
     rng = random.Random(7)
-    specs = [generate(RandomChooser(rng)) for _ in range(300)]
+    specs = [generate(RandomChooser(rng)) for _ in range(1000)]
     seen = set()
     for s in specs:
         m = s["models"]["m"]
