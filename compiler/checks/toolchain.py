@@ -100,6 +100,41 @@ class ModelOptMissing(Check):
                        help='add `modelopt: "<version>"` (the NVIDIA ModelOpt release that quantizes the checkpoints)')
 
 
+class ModelOptUnknown(Check):
+    """`toolchain.modelopt` pins a release Kiln has no builder row for.
+
+    Kiln quantizes with the torch and transformers versions its table pairs with each ModelOpt
+    release (compiler/catalog/data/checkpoint_config.json, `builders`, with sources). A pin it does
+    not list passed validation and plan and failed the build's quantize step, after torch had
+    loaded; it is refused here, as an unknown TensorRT-LLM pin is (K808). Pin a listed release, or
+    add the release's row with its source.
+    """
+
+    code = "K810"
+    name = "modelopt-unknown"
+    order = 80
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        from compiler.catalog.checkpoint_config import load_checkpoint_config
+
+        pinned = ctx.spec.toolchain.modelopt
+        if pinned is None:
+            return
+        table = load_checkpoint_config()
+        if table.builder(pinned) is not None:
+            return
+        quantized = sorted(name for name, m in ctx.spec.models.items() if m.quantization.quantized)
+        if not quantized:
+            return
+        known = ", ".join(sorted(table.builders, key=lambda v: parse_version(v) or ()))
+        shown = ", ".join(repr(n) for n in quantized[:3]) + (" and more" if len(quantized) > 3 else "")
+        yield ctx.diag(self, ("toolchain", "modelopt"),
+                       f"Kiln has no builder for ModelOpt {pinned} (the torch and transformers it quantizes with), "
+                       f"so it cannot quantize {shown}",
+                       help=f"pin one of {known}, or add {pinned} to the builders of "
+                            "compiler/catalog/data/checkpoint_config.json with its source")
+
+
 class ImageTrtllmMismatch(Check):
     """The serving image does not ship the pinned TensorRT-LLM version.
 
