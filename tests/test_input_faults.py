@@ -141,3 +141,11 @@ def test_a_config_json_with_extreme_values_is_k903_not_a_crash_or_a_stall(tmp_pa
     code, out, err = _run(capsys, "plan", str(spec), "--store", str(tmp_path / "store"))
     assert code == 1 and "Traceback" not in err and "internal error" not in err, out + err
     assert says in out and "K903" in out, out
+
+
+def test_a_missing_file_with_a_near_name_beside_it_gets_a_did_you_mean(tmp_path: Path, capsys) -> None:
+    """Issue 36: K905 named the missing file and nothing else."""
+    shutil.copytree(QUICKSTART.parent, tmp_path, dirs_exist_ok=True)
+    (tmp_path / "data" / "calib-prose.jsonl").rename(tmp_path / "data" / "calib_prose.jsonl")
+    code, out, err = _run(capsys, "validate", str(tmp_path / "kiln.yaml"))
+    assert code == 1 and "[K905]" in out and "help: did you mean 'data/calib_prose.jsonl'?" in out, out

@@ -57,7 +57,23 @@ class MissingFile(Check):
                 if not (path.is_dir() if directory else path.is_file()):
                     kind = "a directory" if directory else "a file"
                     state = f"is not {kind}" if path.exists() else "does not exist"
-                    yield ctx.diag(self, base + where, f"{what} {value!r} {state}")
+                    yield ctx.diag(self, base + where, f"{what} {value!r} {state}",
+                                   help=_nearby(value, path, directory))
+
+
+def _nearby(value: str, path, directory: bool) -> str | None:
+    """`did you mean 'data/calib.jsonl'?` when the folder holds a name close to the one given."""
+    import difflib
+
+    try:
+        names = sorted(p.name for p in path.parent.iterdir() if (p.is_dir() if directory else p.is_file()))[:1000]
+    except OSError:
+        return None
+    close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.6)
+    if not close:
+        return None
+    head = value[: len(value) - len(path.name)] if value.endswith(path.name) else ""
+    return f"did you mean {head + close[0]!r}?"
 
 
 class GpuIndexInvalid(Check):
