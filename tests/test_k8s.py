@@ -69,7 +69,8 @@ def _objects(root: Path) -> list[dict]:
     """Every object of the tree's YAML files (what kustomize reads and what is applied by hand)."""
     out = []
     for p in sorted(root.rglob("*.yaml")):
-        if p.name in ("kustomization.yaml", "release-stamp.yaml", "clusterpolicy-patch.yaml", "gpu-operator-values.yaml"):
+        if p.name in ("kustomization.yaml", "release-stamp.yaml", "clusterpolicy-patch.yaml", "gpu-operator-values.yaml",
+                      "argo-cd-values.yaml", "argocd-operator-health.yaml"):  # values and patches, not objects
             continue
         out += [d for d in YAML_.load_all(p.read_text(encoding="utf-8")) if d]
     return out
@@ -442,6 +443,18 @@ def test_mig_parted_profile_names() -> None:
         assert nodelayer.mig_profile_problem(ok) is None, ok
     for bad in ("1g.24gb-me", "2g.48gb+me.all", "1g", "1g.10", "g.10gb", "1g.10gb+me,me", "9g.80gb"):
         assert nodelayer.mig_profile_problem(bad), bad
+
+
+def test_dgd_health_check_for_each_way_argo_cd_is_installed(trees) -> None:
+    """Review S9: an argocd-cm patched by hand is undone by Argo CD's Helm chart or its operator; the
+    tree carries the same check as chart values and as an ArgoCD resourceHealthChecks patch."""
+    argo = trees["k8s-two-pools-dynamo"] / "argocd"
+    key = "resource.customizations.health.nvidia.com_DynamoGraphDeployment"
+    lua = YAML_.load((argo / "argocd-cm-health.yaml").read_text())["data"][key]
+    assert YAML_.load((argo / "argo-cd-values.yaml").read_text())["configs"]["cm"][key] == lua
+    check, = YAML_.load((argo / "argocd-operator-health.yaml").read_text())["spec"]["resourceHealthChecks"]
+    assert check == {"group": "nvidia.com", "kind": "DynamoGraphDeployment", "check": lua}
+    assert not (trees["k8s-two-pools"] / "argocd" / "argo-cd-values.yaml").exists()  # runtime deployment needs none
 
 
 # --- Argo CD's health check for the DGD, in the Lua Argo CD runs -------------------------------------

@@ -182,6 +182,15 @@ def write_tree(params: ReleaseParams, out, deps) -> None:
             "# Argo CD's health check for DynamoGraphDeployment (it has none built in). Merge it into argocd-cm:\n"
             f"#   kubectl -n {namespace} patch configmap argocd-cm --type merge --patch-file argocd/argocd-cm-health.yaml\n"
             + tree.documents([tree.health_check(namespace)]), encoding="utf-8")
+        # review S9: an argocd-cm patched by hand is undone by Helm or by the Argo CD operator
+        (out / ARGOCD_DIR / "argo-cd-values.yaml").write_text(
+            "# The same health check for an Argo CD installed with its Helm chart (argo/argo-cd), which renders\n"
+            "# argocd-cm from its values: helm upgrade argocd argo/argo-cd --reuse-values -f argocd/argo-cd-values.yaml\n"
+            + tree.dump(tree.health_helm_values()), encoding="utf-8")
+        (out / ARGOCD_DIR / "argocd-operator-health.yaml").write_text(
+            "# The same health check for an Argo CD run by the Argo CD operator, which reconciles argocd-cm from\n"
+            f"# its ArgoCD: kubectl -n {namespace} patch argocd <name> --type merge --patch-file argocd/argocd-operator-health.yaml\n"
+            + tree.dump(tree.health_operator_patch()), encoding="utf-8")
 
 
 class K8sRelease(ActionKind[ReleaseParams]):

@@ -106,6 +106,19 @@ def health_lua() -> str:
     return resources.template_dir("k8s").joinpath(HEALTH_LUA).read_text(encoding="utf-8")
 
 
+def health_helm_values() -> dict:
+    """The same check as values of Argo CD's Helm chart (argoproj/argo-helm charts/argo-cd values.yaml
+    `configs.cm`, which the chart renders into argocd-cm): a `helm upgrade` would undo a hand patch."""
+    return {"configs": {"cm": {HEALTH_KEY: health_lua()}}}
+
+
+def health_operator_patch() -> dict:
+    """The same check for an Argo CD run by the Argo CD operator (argoproj-labs/argocd-operator ArgoCD
+    `spec.resourceHealthChecks`: group, kind, check), which reconciles argocd-cm from its ArgoCD."""
+    return {"spec": {"resourceHealthChecks": [{"group": "nvidia.com", "kind": "DynamoGraphDeployment",
+                                               "check": health_lua()}]}}
+
+
 def health_check(argocd_namespace: str) -> dict:
     """A ConfigMap carrying only the health key: merge it into Argo CD's argocd-cm."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
