@@ -72,8 +72,6 @@ FLOORS = {"memory": 1.0, "compute": 1.0, "experts": 0.0, "link": 0.0, "calls": 0
 #: computes ceil(m / tile) whole tiles (CUTLASS grouped GEMM tiles of TensorRT-LLM's MoE runner,
 #: cpp/tensorrt_llm/kernels/cutlass_kernels/moe_gemm: CTA shapes 128 x N on Hopper and Blackwell).
 MOE_TILE_TOKENS = 128
-#: GPUs without NVLink reduce over PCIe: one direction of a Gen5 x16 link (64 GB/s), an assumption.
-PCIE_LINK_GBPS = 64.0
 ACTIVATION_BYTES = 2  # hidden states move between ranks in BF16
 
 
@@ -126,8 +124,8 @@ class Shape:
 
     @property
     def link_gbps(self) -> float:
-        """One direction of one GPU's interconnect, GB/s (the catalog gives both directions)."""
-        return self.gpu.nvlink_gbps / 2 if self.gpu.nvlink_gbps else PCIE_LINK_GBPS
+        """One direction of one GPU's interconnect, GB/s: NVLink, else PCIe of the GPU's generation."""
+        return self.gpu.link_gbps
 
     @property
     def ranks(self) -> int:

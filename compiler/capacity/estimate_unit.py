@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping
 
-from compiler.capacity.estimate import Shape, compute_precision, concurrency_points
+from compiler.capacity.estimate import FLOORS, Shape, compute_precision, concurrency_points
 from compiler.capacity.estimate_latency import largest_meeting, latency_point
 from compiler.capacity.estimate_fit import release_of
 from compiler.capacity.memory import mig_bandwidth_tbps
@@ -41,6 +41,21 @@ UNFITTED_SPREAD = 2.0
 @lru_cache(maxsize=1)
 def coefficient_table() -> dict:
     return json.loads(read_data("capacity", "data", "estimate_coefficients.json"))
+
+
+@lru_cache(maxsize=1)
+def memory_systems() -> dict:
+    return json.loads(read_data("capacity", "data", "memory_systems.json"))
+
+
+def memory_scale(memory_class: str) -> float:
+    """What the HBM-fitted memory efficiency is multiplied by on a GPU of `memory_class`: the share of
+    peak a streaming kernel reaches on HBM over the share it reaches on that memory system
+    (data/memory_systems.json, measured)."""
+    classes = memory_systems()["classes"]
+    if memory_class == "HBM" or memory_class not in classes:
+        return 1.0
+    return classes["HBM"]["stream_fraction"] / classes[memory_class]["stream_fraction"]
 
 
 @dataclass(frozen=True)
@@ -84,16 +99,24 @@ def coefficients_for(gpu_arch: str, weights_fmt: str, runtime_version: str, tabl
     published = f"fitted on published TensorRT-LLM throughput ({provenance.get('script', 'fit')}, " \
                 f"{provenance.get('date', '?')})"
 
+    scale = memory_scale(memory_class)
+
     def make(key: str, reasons: tuple[str, ...], distance: float) -> CoefficientSet:
         g = groups[key]
-        return CoefficientSet(key, g["coefficients"], g["residuals"], g["range"], reasons=reasons,
+        coefficients = g["coefficients"]
+        if scale != 1.0:
+            # streamed at the share of its own peak its memory system reaches, never past the roofline
+            coefficients = {**coefficients, "memory": max(FLOORS["memory"], coefficients["memory"] * scale)}
+        return CoefficientSet(key, coefficients, g["residuals"], g["range"], reasons=reasons,
                               sources=(f"{published}: {key}, {g['residuals']['rows']} rows",), distance=distance,
                               interval=doc.get("interval"))
 
     memory_reason: tuple[str, ...] = ()
     distance = 0.0
     if memory_class != "HBM":
-        memory_reason = (f"no published rows on a {memory_class} GPU; efficiencies fitted on HBM GPUs stand in",)
+        memory_reason = (f"no published rows on a {memory_class} GPU; the memory efficiency fitted on HBM GPUs "
+                         f"scaled by {scale:.2f}, the share of peak a streaming kernel reaches on each "
+                         "(data/memory_systems.json), the other efficiencies as fitted",)
         distance += 1.0
     fitted = [k for k in groups if not k.endswith("/*") and k != "*"]
     exact = f"{gpu_arch}/{prec}/{release}"

@@ -73,6 +73,7 @@ def _gpu(name: str, d: Mapping[str, Any]) -> GpuSpec:
         power_w=tuple(d["power_w"]), tdp_w=d["tdp_w"], nvlink_gbps=d["nvlink_gbps"],
         pci_device_id=d["pci_device_id"], min_driver=d["min_driver"], mig=mig,
         status=dict(d["status"]), sources=tuple(d["sources"]), memory_type=d.get("memory_type") or "",
+        pcie_gen=d.get("pcie_gen"),
     )
 
 

@@ -15,6 +15,10 @@ Status = Literal["verified", "partially-verified", "inferred", "unverified"]
 WEAK_STATUSES: frozenset[str] = frozenset({"inferred", "unverified"})
 
 
+#: One direction of a PCIe x16 link, GB/s, by generation (PCI-SIG: 16 and 32 GT/s per lane x 16 lanes,
+#: 128b/130b, rounded as the datasheets print them: the L40S's "PCIe Gen4 x16: 64 GB/s bidirectional").
+PCIE_X16_GBPS = {3: 16.0, 4: 32.0, 5: 64.0, 6: 128.0}
+
 @dataclass(frozen=True)
 class MigProfile:
     """One GPU-instance profile as `nvidia-smi mig -lgip` / `-lgipp` print it."""
@@ -81,11 +85,20 @@ class GpuSpec:
     status: Mapping[str, Status] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
     memory_type: str = ""  # "HBM3e", "GDDR7 (ECC)"...
+    pcie_gen: int | None = None  # the host link's PCIe generation where the catalog gives it (x16)
 
     @property
     def memory_class(self) -> str:
         """"HBM" or "GDDR": the memory system a performance fit on one does not carry to the other."""
         return "GDDR" if self.memory_type.upper().startswith("GDDR") else "HBM"
+
+    @property
+    def link_gbps(self) -> float:
+        """One direction of one GPU's interconnect, GB/s: half of NVLink's two directions, or a PCIe
+        x16 link of the GPU's generation (Gen5 where the catalog does not say)."""
+        if self.nvlink_gbps:
+            return self.nvlink_gbps / 2
+        return PCIE_X16_GBPS.get(self.pcie_gen or 5, PCIE_X16_GBPS[5])
 
     @property
     def sm_version(self) -> int:

@@ -87,7 +87,6 @@ def transfer_time(spec, ir, name: str, rm, gpu, tokens: float) -> tuple[float, s
     GPUs' NVLink (or PCIe), every prefill rank sending its shard at once; across hosts or node
     pools one RDMA NIC per prefill GPU, an assumption (catalog/data/disaggregated.json
     `transfer_time`). A role-pair on one host shares its namespaces, so UCX uses cuda_ipc there."""
-    from compiler.capacity.estimate import PCIE_LINK_GBPS
     from compiler.capacity.memory import kv_bytes_per_token
     from compiler.catalog import disaggregated as facts
 
@@ -97,7 +96,7 @@ def transfer_time(spec, ir, name: str, rm, gpu, tokens: float) -> tuple[float, s
     units = [u for u in ir.units if u.model == name and u.role is not None]
     one_host = len({u.host for u in units}) == 1 and all(replicas(spec, u) == 1 for u in units)
     if one_host:
-        gbps = gpu.nvlink_gbps / 2 if gpu.nvlink_gbps else PCIE_LINK_GBPS
+        gbps = gpu.link_gbps
         link = f"{ranks} x {gbps:g} GB/s {'NVLink' if gpu.nvlink_gbps else 'PCIe'}"
     else:
         gbps = facts.fact("transfer_time")["across_hosts_gbps"]
