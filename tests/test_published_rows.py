@@ -30,6 +30,9 @@ def test_names_as_other_tables_print_them() -> None:
     assert precision_formats({"precision": "W4A16"}) == ("int4_awq", "bf16")
     assert precision_formats({"precision": "FP4", "kv_precision": "BF16"}) == ("nvfp4", "bf16")
     assert precision_formats({"precision": "FP6"}) is None
+    # DeepSeek-R1's FP8 checkpoint is block-scaled (weight_block_size [128, 128]); Llama's is not
+    assert precision_formats({"precision": "FP8"}, "deepseek-v3") == ("fp8_block", "fp8")
+    assert precision_formats({"precision": "FP8"}, "llama-3.1-8b") == ("fp8", "fp8")
 
 
 @pytest.mark.parametrize("row", [

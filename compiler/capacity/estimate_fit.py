@@ -78,9 +78,10 @@ def published_case(row: Mapping) -> Measured | None:
     `concurrency` (the benchmark's concurrency, when it was not trtllm-bench's maximum load) and
     `kv_precision`."""
     models, gpus = load_model_catalog(), load_gpu_catalog()
-    arch = models.get(model_key(str(row["model"]), models.names) or "")
+    key = model_key(str(row["model"]), models.names) or ""
+    arch = models.get(key)
     gpu = gpus.get(gpu_key(str(row["gpu"]), gpus.names) or "")
-    formats = precision_formats(row)
+    formats = precision_formats(row, key)
     if arch is None or gpu is None or formats is None:
         return None
     wfmt, kvfmt = formats

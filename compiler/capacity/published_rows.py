@@ -65,10 +65,18 @@ def gpu_key(name: str, catalog: Sequence[str]) -> str | None:
     return next((k for k in catalog if _norm(k.split("-")[0]) == first), None)
 
 
-def precision_formats(row: Mapping) -> tuple[str, str] | None:
-    """(weights format, KV cache format) of a row: its precision, and its own KV precision if it gives one."""
+#: Catalog models whose published FP8 checkpoint is block-scaled: DeepSeek-V3/R1's config.json has
+#: quantization_config {"quant_method": "fp8", "weight_block_size": [128, 128]}, which TensorRT-LLM runs
+#: with FP8 block scales (its MoE runner's use_fp8_block_scaling path).
+BLOCK_FP8_MODELS = frozenset({"deepseek-v3"})
+
+
+def precision_formats(row: Mapping, model: str | None = None) -> tuple[str, str] | None:
+    """(weights format, KV cache format) of a row: its precision, and its own KV precision if it gives
+    one; FP8 of a model published block-scaled (`model`, its catalog key) is fp8_block."""
     p = PRECISIONS.get(str(row.get("precision", "")).upper().strip())
     if p is None:
         return None
+    weights = "fp8_block" if p[0] == "fp8" and model in BLOCK_FP8_MODELS else p[0]
     kv = row.get("kv_precision")
-    return (p[0], PRECISIONS[kv.upper()][1] if kv and kv.upper() in ("FP8", "BF16", "FP16") else p[1])
+    return (weights, PRECISIONS[kv.upper()][1] if kv and kv.upper() in ("FP8", "BF16", "FP16") else p[1])
