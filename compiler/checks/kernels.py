@@ -366,6 +366,33 @@ class WorkloadLongerThanSequence(Check):
                                help=f"raise limits.max_seq_len to {longest}, or shorten the workload")
 
 
+class SequenceLongerThanContext(Check):
+    """`limits.max_seq_len` is longer than the model's context (its `max_position_embeddings`).
+
+    Positions past the context the model was trained for (with its RoPE scaling, which the
+    context length already includes) are outside what it has learned: output there degrades, and
+    the KV cache is sized for sequences the model should not serve. Lower max_seq_len to the
+    model's context, or serve a long-context variant of the model. (Only a max_seq_len the spec
+    states is checked.)
+    """
+
+    code = "K614"
+    name = "sequence-longer-than-context"
+    severity = Severity.WARNING
+    order = 60
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, m in ctx.spec.models.items():
+            rm = ctx.ir.models.get(name)
+            context = rm.arch.max_position if rm is not None and rm.arch is not None else None
+            stated = "max_seq_len" in m.limits.model_fields_set  # the default (2048) is not the team's choice
+            if context and stated and m.limits.max_seq_len > context:
+                yield ctx.diag(self, _mpath(name, "limits", "max_seq_len"),
+                               f"model {name!r}: limits.max_seq_len {m.limits.max_seq_len:,} is longer than its "
+                               f"context of {context:,} tokens (max_position_embeddings)",
+                               help=f"set limits.max_seq_len to at most {context}")
+
+
 class MoeBackendUnsupported(Check):
     """The MoE backend does not run the recipe of the model's expert layers on this GPU.
 
