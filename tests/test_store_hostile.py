@@ -458,3 +458,19 @@ def test_export_to_a_full_disk_blames_the_destination_not_the_store(built, tmp_p
     assert done.returncode == 1 and f"cannot write {tmp_path / 'out'}" in done.stderr, done.stderr
     assert "File too large" in done.stderr and "repair" not in done.stderr and "cannot be read" not in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# --- issue 36: a partial release says so ---------------------------------------------------------------
+def test_a_partial_release_is_not_promised_whole_and_its_export_exits_4(tmp_path: Path, capsys) -> None:
+    """The next-step line after a partial build promised every artifact; export exited 0 with
+    artifacts pending."""
+    spec = quickstart(tmp_path / "spec")
+    rc, out, err = cli(capsys, "build", str(spec), "--store", str(tmp_path / "store"), "--allow-partial")
+    assert rc == 0 and "deferred" in out, out
+    nxt = next(line for line in out.splitlines() if line.startswith("next: "))
+    assert "every artifact" not in nxt and "pending artifact(s)" in nxt and "--allow-partial" in nxt, nxt
+    rc, out, err = cli(capsys, "export", str(spec), "--store", str(tmp_path / "store"), "--to", str(tmp_path / "a"))
+    assert rc == 4 and "pending: quantize/tiny" in err and "pending, not exported" in out, out + err
+    rc, out, err = cli(capsys, "export", str(spec), "--store", str(tmp_path / "store"), "--to", str(tmp_path / "b"),
+                       "--allow-partial")
+    assert rc == 0 and (tmp_path / "b" / "release.json").is_file(), out + err

@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--only", action="append", default=[], metavar="GLOB",
                    help="export only the artifacts whose id or kind matches, e.g. 'host-script/*'; repeatable")
     e.add_argument("--store", type=Path, help=STORE_HELP)
+    e.add_argument("--allow-partial", action="store_true",
+                   help="exit 0 when selected artifacts are still pending (a partial build's release): they are "
+                        "listed and left out either way; without it the exit code is 4")
     e.set_defaults(handler=cmd_export)
 
     s = sub.add_parser("show", help="print one file of a release's artifact (or list the artifact's files)")
@@ -76,8 +79,8 @@ def cmd_export(args: argparse.Namespace) -> ExitCode:
     for artifact in pending:
         print(f"pending: {artifact.id} ({artifact.pending}); not exported", file=sys.stderr)
     print(f"exported {len(written)} artifact(s) of release {release.digest} to {args.to}/ "
-          f"(manifest: {args.to / 'release.json'})")
-    return ExitCode.OK
+          f"(manifest: {args.to / 'release.json'})" + (f"; {len(pending)} pending, not exported" if pending else ""))
+    return ExitCode.INCOMPLETE if pending and not args.allow_partial else ExitCode.OK
 
 
 def cmd_show(args: argparse.Namespace) -> ExitCode:

@@ -149,6 +149,11 @@ def summary(args: argparse.Namespace, store, outcome) -> str:
                          f"{g['max_regression_pct']:g}%) {'passed' if g['passed'] else 'FAILED'}")
     spec = shlex.quote(str(args.spec))
     store_opt = f" --store {shlex.quote(str(args.store))}" if args.store is not None else ""
-    lines.append(f"next: kiln export {spec}{store_opt} --to DIR   (every artifact, provision.sh and the Triton "
-                 f"repositories included; `kiln show {spec}{store_opt} ARTIFACT/PATH` prints one file)")
+    if pending:  # a partial release: export writes what was built, and says what is pending
+        lines.append(f"next: a builder with what the {len(pending)} pending artifact(s) need completes the release "
+                     f"(`kiln build {spec}{store_opt}` there); `kiln export {spec}{store_opt} --to DIR --allow-partial` "
+                     f"writes the {len(release.artifacts) - len(pending)} built now")
+    else:
+        lines.append(f"next: kiln export {spec}{store_opt} --to DIR   (every artifact, provision.sh and the Triton "
+                     f"repositories included; `kiln show {spec}{store_opt} ARTIFACT/PATH` prints one file)")
     return "\n".join(lines)
