@@ -170,18 +170,20 @@ class BadSelection(Exception):
 def build_spec(spec: Path, store: LocalStore, *, jobs: int = 2, progress=lambda line: None,
                options: Options | None = None, builder: Builder | None = None,
                selection: Selection | None = None, remote=None, kinds: KindRegistry = REGISTRY,
-               interrupt: Interrupt | None = None) -> BuildOutcome:
-    """Build what this builder can. Without failures a manifest is written and recorded in the
-    store's release history; one with deferred actions says `complete: false` and lists them.
+               interrupt: Interrupt | None = None, engine=None) -> BuildOutcome:
+    """Build what this builder can, or, with `engine`, run the actions through it instead of the
+    local executor (compiler/distributed/driver.py `on_engine`: a distributed engine's machines).
+    Without failures a manifest is written and recorded in the store's release history; one with deferred actions says `complete: false` and lists them.
     `interrupt` stops the build (compiler/graph/executor.py); no release is recorded then."""
     outcome, digests = prepare_spec(spec, store, options, kinds)
     return build_prepared(outcome, digests, store, jobs=jobs, progress=progress, builder=builder,
-                          selection=selection, remote=remote, kinds=kinds, interrupt=interrupt)
+                          selection=selection, remote=remote, kinds=kinds, interrupt=interrupt, engine=engine)
 
 
 def build_prepared(outcome: BuildOutcome, digests: DigestCache, store: LocalStore, *, jobs: int = 2,
                    progress=lambda line: None, builder: Builder | None = None, selection: Selection | None = None,
-                   remote=None, kinds: KindRegistry = REGISTRY, interrupt: Interrupt | None = None) -> BuildOutcome:
+                   remote=None, kinds: KindRegistry = REGISTRY, interrupt: Interrupt | None = None,
+                   engine=None) -> BuildOutcome:
     """build_spec on a spec prepare_spec validated and lowered (`kiln publish` lowers once)."""
     if outcome.graph is None:
         return outcome
@@ -201,7 +203,7 @@ def build_prepared(outcome: BuildOutcome, digests: DigestCache, store: LocalStor
     # the lock alone) would remove them.
     interrupt = interrupt if interrupt is not None else Interrupt()
     builder = builder if builder is not None else Builder()
-    if builder.machine is None:  # this machine's GPUs, memory and free disk under the store
+    if builder.machine is None and engine is None:  # this machine's GPUs, memory and free disk under the store
         from compiler.machines import probe
 
         builder.machine = probe(store.root, ())
@@ -210,9 +212,13 @@ def build_prepared(outcome: BuildOutcome, digests: DigestCache, store: LocalStor
         # is recorded whole (the CLI then reports the interrupt all the same).
         interrupt.active = True
         try:
-            outcome.results = execute(outcome.graph, store, name, kinds, jobs=jobs, progress=progress,
-                                      digest_of=digests.digest, builder=builder, selected=selected, remote=remote,
-                                      interrupt=interrupt)
+            if engine is not None:  # a distributed engine runs the actions (compiler/distributed/driver.py)
+                outcome.results = engine(outcome.graph, store, name, kinds, progress=progress, selected=selected,
+                                         interrupt=interrupt)
+            else:
+                outcome.results = execute(outcome.graph, store, name, kinds, jobs=jobs, progress=progress,
+                                          digest_of=digests.digest, builder=builder, selected=selected,
+                                          remote=remote, interrupt=interrupt)
             if not outcome.failed and not interrupt.is_set():
                 trees = {aid: r.tree for aid, r in outcome.results.items()}
                 pending = {r.id: r.error or "deferred" for r in outcome.deferred}

@@ -4,7 +4,8 @@
 # elsewhere it would change the user's own packages. Run Kiln as .venv/bin/kiln, or
 # `source .venv/bin/activate` first.
 #   (no flag)     Kiln and what quantizing on this machine needs (torch, transformers, ModelOpt)
-#   --dev         the same, plus what the tests need
+#   --dev         the same, plus what the tests need (Ray among it)
+#   --distributed the same as no flag, plus Ray, for `kiln build --executor ray://HOST:PORT`
 #   --no-quantize Kiln alone: validate, plan, and build what needs no torch (quantization is deferred)
 # PYTHON picks the interpreter the environment is made from (default python3, 3.11 or newer).
 # Safe to run again: every step is a no-op when already done.
@@ -16,9 +17,10 @@ VENV=${KILN_VENV:-.venv}
 mode=${1:-}
 case "$mode" in
   --no-quantize) extras='' ;;
-  --dev) extras='[test,quantize]' ;;
+  --dev) extras='[test,quantize,distributed]' ;;
+  --distributed) extras='[quantize,distributed]' ;;
   '') extras='[quantize]' ;;
-  *) echo "usage: $0 [--dev | --no-quantize]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--dev | --distributed | --no-quantize]" >&2; exit 2 ;;
 esac
 
 say() { echo "install.sh: $*" >&2; }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -30,6 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--cache", metavar="REGISTRY", help="fetch artifacts missing from the store from this registry "
                                                       "(see `kiln publish`) instead of building them")
     add_builders(b, as_class=True)
+    b.add_argument("--executor", metavar="ENGINE", default=os.environ.get("KILN_EXECUTOR") or None,
+                   help="run the actions on a distributed engine: ray://HOST:PORT (a Ray cluster's GCS address); "
+                        "needs --cache, the registry every input and output moves through (default: $KILN_EXECUTOR)")
+    b.add_argument("--action-deadline", type=float, metavar="SECONDS",
+                   help="with --executor: cancel an action still running after this long (it fails)")
     b.set_defaults(handler=cmd_build)
 
 
@@ -48,14 +54,22 @@ def cmd_build(args: argparse.Namespace) -> ExitCode:
     progress = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     remote = remote_cache(args.cache, store) if args.cache else None  # the registry as a shared cache
     builder = declared_builder(args)  # --as CLASS of a builders file; else this machine, probed
+    engine = _engine(args, remote)
+    if engine is not None:
+        from compiler.distributed.driver import on_engine
     interrupt = Interrupt()
     try:
         with stopping_on_signals(interrupt):
             outcome = build_spec(args.spec, store, jobs=args.jobs, progress=progress,
                                  selection=Selection(tuple(args.only), tuple(args.skip)), remote=remote,
-                                 interrupt=interrupt, builder=builder)
+                                 interrupt=interrupt, builder=builder,
+                                 engine=None if engine is None else on_engine(engine, remote,
+                                                                              deadline_s=args.action_deadline))
     except BadSelection as e:
         raise UsageError(str(e)) from None
+    finally:
+        if engine is not None:
+            engine.close()  # cancels what is still submitted (an interrupt, an error)
     result = outcome.validation
     if not result.ok:
         print_diagnostics([result], stream=sys.stderr, suffix="; nothing built")
@@ -92,6 +106,25 @@ def cmd_build(args: argparse.Namespace) -> ExitCode:
     print(f"release {outcome.manifest_digest}: {counts}")
     print(summary(args, store, outcome))
     return ExitCode.OK
+
+
+def _engine(args, remote):
+    """The distributed engine of --executor, joined; None without one."""
+    if args.executor is None:
+        if args.action_deadline is not None:
+            raise UsageError("--action-deadline goes with --executor")
+        return None
+    if remote is None:
+        raise UsageError("--executor needs --cache REGISTRY: the registry every input and output moves through")
+    if args.action_deadline is not None and args.action_deadline <= 0:
+        raise UsageError("--action-deadline must be a positive number of seconds")
+    from compiler.distributed.connect import connect
+    from compiler.distributed.engine import EngineError
+
+    try:
+        return connect(args.executor)
+    except EngineError as e:
+        raise UsageError(str(e)) from None
 
 
 def interrupted_summary(outcome, store) -> str:
