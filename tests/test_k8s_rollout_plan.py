@@ -24,7 +24,16 @@ TP4 = (("parallelism: {tp: 8}", "parallelism: {tp: 4}"),
         "      - index: [0, 1, 2, 3]\n        serves: big\n      - index: [4, 5, 6, 7]\n        serves: big\n"))
 ONEFIELD = (("          - {profile: 1g.10gb, serves: intent}", "          - {profile: 1g.20gb, serves: intent}"),)
 IMAGE = (("1c9567411b9b6377df4939d3d8f77723f0dd06505688ba4881833a7661da11e0", "2" * 64),)
-EDITS = {"tp": TP4, "onefield": ONEFIELD, "image": IMAGE}
+H100_MIG = ("          - {profile: 3g.40gb, serves: chat}\n"
+            "          - {profile: 2g.20gb, serves: coder}\n"
+            "          - {profile: 1g.10gb, serves: intent}\n")
+SINGLE = ((H100_MIG, "".join("          - {profile: 1g.10gb, serves: intent}\n" for _ in range(7))),)
+NAMESPACE = (("namespace: inference", "namespace: serving"),)
+SPECNAME = (("name: fleet\n", "name: fleet2\n"),)
+MAXUNAVAIL = (("node_pool: {nodes: 4,", "node_pool: {nodes: 4, max_unavailable: 2,"),)
+# the review's edits (controllers-review-2026-12-05.md) and an image bump
+EDITS = {"tp": TP4, "onefield": ONEFIELD, "image": IMAGE, "single": SINGLE, "namespace": NAMESPACE,
+         "specname": SPECNAME, "maxunavail": MAXUNAVAIL}
 
 
 def _edited(edits) -> str:

@@ -415,7 +415,12 @@ class Simulation:
         elif kind == "Deployment":
             self._apply_deployment(Workload(**dict(self.new.workloads[key].__dict__)))
         elif kind == "PodDisruptionBudget":
-            self.budgets = [b for b in self.budgets if b.name != key] + [b for b in self.new.budgets if b.name == key]
+            prev = next((b for b in self.budgets if b.name == key), None)
+            now = next(b for b in self.new.budgets if b.name == key)
+            if prev is not None and prev.max_unavailable != now.max_unavailable:  # review N14: say what it allows
+                self._say(f"{key}: a voluntary disruption (a drain, the autoscaler) may now take "
+                          f"{now.max_unavailable} pods at once, was {prev.max_unavailable}")
+            self.budgets = [b for b in self.budgets if b.name != key] + [now]
         elif kind == "Service":
             self.services[key] = self.new.services[key]
         elif kind == "Job" and self.new.relayout is not None and task.key == self.new.relayout.key:
