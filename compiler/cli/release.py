@@ -217,6 +217,7 @@ def _write_example(spec: Path) -> ExitCode:
     from compiler.spec.starter import write_starter
 
     try:
+        spec.parent.mkdir(parents=True, exist_ok=True)  # `deploy/kiln.yaml` in a fresh repository
         write_starter(spec)
     except FileExistsError:
         raise UsageError(f"{spec} exists; --example writes a new file only (pick another name)") from None
