@@ -14,7 +14,7 @@ from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
 from compiler.ir import Resolved
 from compiler.ir.inputs import InputUnusable
-from compiler.targets.registry import REGISTRY
+from compiler.targets.registry import IMAGE_ADDITIONS, REGISTRY
 
 if TYPE_CHECKING:  # annotations only: validation compares measured records through lower_ir
     from compiler.pipeline import Validation
@@ -40,7 +40,7 @@ def lower(result: Validation, digests: DigestCache, kinds: KindRegistry = REGIST
 
 def lower_ir(ir: Resolved, digests: DigestCache, kinds: KindRegistry = REGISTRY) -> Graph:
     """The action graph of an analysed IR; an input unreadable now raises InputUnreadable."""
-    ctx = LowerContext(ir, digests)
+    ctx = LowerContext(ir, digests, IMAGE_ADDITIONS)
     return Graph.build([_sized(_with_input_paths(a, ctx), kind, ctx) for kind in kinds for a in kind.lower(ctx)])
 
 

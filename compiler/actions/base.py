@@ -4,14 +4,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping, Protocol
 
+from compiler import targets
 from compiler.graph.inputs import DigestCache, tree_digests
 from compiler.graph.kinds import ActionKind, Disruption, Params, RunContext
 from compiler.ir import Resolved
 from compiler.spec.models import Spec
 
-__all__ = ["ActionKind", "Disruption", "InputUnreadable", "LowerContext", "Params", "RunContext",
+__all__ = ["ActionKind", "Disruption", "ImageAdditions", "InputUnreadable", "LowerContext", "Params", "RunContext",
            "checkpoint_action_id", "input_spec_path"]
+
+
+class ImageAdditions(Protocol):
+    """What a deploy target adds to the serving image of each of its hosts, beyond the units' own
+    servers (the host target: a disaggregated model's routers and files, compiler/targets/hosts/
+    disaggregated.py). Registered per target in compiler/targets/registry.py and handed to the
+    common image kinds through LowerContext, so that they know no target."""
+
+    def routers(self, ctx: "LowerContext", host: str) -> list: ...  # units without a GPU: id, model, port, serving
+
+    def unit_inputs(self, ctx: "LowerContext", unit) -> str: ...  # what a unit reads beside its command ("")
+
+    def carries_options(self, ctx: "LowerContext", model: str) -> bool: ...  # options not from llmapi-options
+
+    def image_files(self, ctx: "LowerContext", host: str, routers: list) -> dict[str, tuple[str, list[str]]]: ...
 
 
 class InputUnreadable(Exception):
@@ -31,11 +48,16 @@ class LowerContext:
 
     ir: Resolved
     digests: DigestCache
+    image_additions: Mapping[str, ImageAdditions] = field(default_factory=dict)  # target name -> its additions
     _model_inputs: dict[str, dict[str, str]] | None = field(default=None, repr=False)
 
     @property
     def spec(self) -> Spec:
         return self.ir.spec
+
+    def additions(self, host: str) -> ImageAdditions | None:
+        """What the target that deploys `host` adds to its serving image (None: nothing)."""
+        return self.image_additions.get(targets.of(self.ir.spec.hosts[host]).name)
 
     @property
     def base_dir(self) -> Path:

@@ -23,11 +23,10 @@ import json
 
 from pydantic import Field
 
-from compiler import targets
 from compiler.graph.model import Action
 from compiler.store.canonical import pretty_json
 
-from . import disagg_hosts, dockerbuild, image_context
+from . import dockerbuild, image_context
 from .base import ActionKind, Disruption, LowerContext, Params, RunContext
 
 OUTPUT = "image.json"
@@ -36,7 +35,8 @@ OUTPUT = "image.json"
 class UnitGpus(Params):
     id: str
     gpus: list[int]
-    # a disaggregated server's (disagg_hosts.server_inputs): restarts only when it changes; left out
+    # a disaggregated server's (LowerContext.additions: the host target's server_inputs): restarts
+    # only when it changes; left out
     # of the parameters when empty, so an image that has none keeps its key
     inputs: str = Field(default="", exclude_if=lambda v: not v)
 
@@ -151,9 +151,8 @@ class Image(ActionKind[ImageParams]):
 
 
 def _unit(ctx: LowerContext, u) -> UnitGpus:
-    inputs = disagg_hosts.server_inputs(ctx, u.model, u.role) \
-        if targets.of(ctx.spec.hosts[u.host]).runs_router and disagg_hosts.is_disaggregated(ctx, u.model) else ""
-    return UnitGpus(id=u.id, gpus=list(u.gpu_indexes), inputs=inputs)
+    add = ctx.additions(u.host)  # the host target: a disaggregated server's own inputs
+    return UnitGpus(id=u.id, gpus=list(u.gpu_indexes), inputs=add.unit_inputs(ctx, u) if add is not None else "")
 
 
 KIND = Image()

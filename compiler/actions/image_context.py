@@ -37,13 +37,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from compiler import targets
 from compiler.graph.model import Action
 from compiler.ir.pools import mounts_weights
 from compiler.serving import layout
 from compiler.store.canonical import canonical_json, pretty_json
 
-from . import disagg_hosts, disaggregated, llmapi, runtimes
+from . import llmapi, runtimes
 from .base import ActionKind, LowerContext, Params, RunContext, checkpoint_action_id
 from .image_templates import DOCKERFILE, ENTRYPOINT, TEMPLATE_DIR, base_image, template_digests
 from .runtimes import UnitServing, ir_unit_serving
@@ -223,8 +222,8 @@ class ImageContext(ActionKind[ImageContextParams]):
             units = [ImageUnit(id=u.id, model=u.model, ports=u.ports.as_dict(), serving=ir_unit_serving(ctx.ir, u))
                      for u in ctx.ir.host_units(host)]
             models = sorted({u.model for u in units})
-            on_hosts = targets.of(ctx.ir.hosts[host].spec).runs_router  # node pools: the DGD's ConfigMaps instead
-            routers = disagg_hosts.routers(ctx, host) if on_hosts else []
+            add = ctx.additions(host)  # the host target: routers and disaggregated files (node pools: the DGD's)
+            routers = add.routers(ctx, host) if add is not None else []
             if not models and not routers:
                 continue  # a host that serves nothing has no serving image
             # a node pool that mounts each model's weights image (weights_image.py) gets none:
@@ -233,8 +232,8 @@ class ImageContext(ActionKind[ImageContextParams]):
             runtime = {u.model: u.serving.runtime for u in units}
             options = {m: f"{llmapi.KIND.kind}/{m}" for m in models
                        if "options" in runtimes.serving_image_needs([runtime[m]])
-                       and not (on_hosts and disagg_hosts.is_disaggregated(ctx, m))}
-            disagg = _disaggregated_files(ctx, host, routers) if on_hosts else {}
+                       and not (add is not None and add.carries_options(ctx, m))}
+            disagg = add.image_files(ctx, host, routers) if add is not None else {}
             # a disaggregated model's role servers are never Triton models (triton-repo leaves them out)
             triton = "repository" in runtimes.serving_image_needs(
                 {runtime[u.model] for u in ctx.ir.host_units(host) if u.role is None})
@@ -249,18 +248,6 @@ class ImageContext(ActionKind[ImageContextParams]):
 
     def run(self, params: ImageContextParams, ctx: RunContext) -> None:
         run(params, ctx)
-
-
-def _disaggregated_files(ctx: LowerContext, host: str, routers) -> dict[str, tuple[str, list[str]]]:
-    """Disaggregated model -> (its disagg-options action, the files of it this host's image holds):
-    each role's options where a server of the role runs here, the router's config where it does."""
-    files: dict[str, set[str]] = {}
-    for u in ctx.ir.host_units(host):
-        if disagg_hosts.is_disaggregated(ctx, u.model):
-            files.setdefault(u.model, set()).add(f"{u.role}/{llmapi.OUTPUT}")
-    for r in routers:
-        files.setdefault(r.model, set()).add(disaggregated.CONFIG)
-    return {m: (f"{disaggregated.KIND.kind}/{m}", sorted(f)) for m, f in sorted(files.items())}
 
 
 KIND = ImageContext()

@@ -1,6 +1,6 @@
 """The serving image's templates (compiler/templates/image/) and its base: what the image context
 renders (image_context.py) and what a disaggregated server's or router's digest covers
-(disagg_hosts.py), kept apart so neither imports the other."""
+(compiler/targets/hosts/disaggregated.py), kept apart so neither imports the other."""
 
 from __future__ import annotations
 

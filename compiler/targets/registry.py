@@ -13,6 +13,7 @@ from compiler.graph.kinds import POOL, ActionKind, Disruption, KindRegistry
 
 from . import TARGETS
 from .base import Scope
+from .hosts import disaggregated as hosts_image
 from .hosts.kinds import KINDS as HOSTS
 from .kubernetes.kinds import KINDS as KUBERNETES
 from .kubernetes.kinds import simulate_change as kubernetes_change
@@ -22,6 +23,9 @@ KINDS: dict[str, tuple[ActionKind, ...]] = {"hosts": HOSTS, "kubernetes": KUBERN
 # a target's simulation of a change on its live system (`kiln plan --base`), where it has one
 CHANGE_SIMULATORS = {"kubernetes": kubernetes_change}
 
+# what a target adds to its hosts' serving images (compiler/actions/base.py ImageAdditions), where it does
+IMAGE_ADDITIONS = {"hosts": hosts_image}
+
 REGISTRY = KindRegistry([*COMMON, *(kind for target in TARGETS for kind in KINDS[target.name])])
 
 
@@ -30,4 +34,4 @@ def in_scope(scope: Scope, d: Disruption) -> bool:
     return (d.gpu_index == POOL) == (scope == "pool")
 
 
-__all__ = ["CHANGE_SIMULATORS", "KINDS", "REGISTRY", "in_scope"]
+__all__ = ["CHANGE_SIMULATORS", "IMAGE_ADDITIONS", "KINDS", "REGISTRY", "in_scope"]

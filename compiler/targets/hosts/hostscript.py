@@ -10,7 +10,7 @@ Outputs:
 
 The action reads the host plan (a dependency), the host's serving units with their ports and what
 each runs, the routers of the disaggregated models it is the router host of
-(compiler/actions/disagg_hosts.py: one container each, without a GPU, started once the servers
+(disaggregated.py: one container each, without a GPU, started once the servers
 on the host are ready) (compiler.actions.runtimes: the server's command, its readiness paths, its container
 options, all in the parameters, so a change of the runtime table rebuilds the script), and the
 templates, whose digests are in its parameters so a template change rebuilds it. Every value put
@@ -30,14 +30,16 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from compiler import resources
-from compiler.actions import disagg_hosts, runtimes
+from compiler.actions import runtimes
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
-from compiler.actions.disagg_hosts import HostRouter
 from compiler.actions.runtimes import UnitServing, ir_unit_serving
 from compiler.actions.shell import Shell, shell_quote, words
 from compiler.graph.model import Action
 from compiler.ir.migparted import mig_parted_problems
 from compiler.serving.yamlout import dump_yaml
+
+from . import disaggregated as disagg_hosts
+from .disaggregated import HostRouter
 
 if TYPE_CHECKING:  # jinja2 loads when a template is rendered: plan and validate never need it
     from jinja2 import Environment

@@ -1,4 +1,4 @@
-"""Disaggregated serving on `deploy: host` hosts, beside each server's own command (pure): the
+"""Disaggregated serving on the host target's hosts, beside each server's own command (pure): the
 router each host runs (`trtllm-serve disaggregated`, compiler/runtimes/trtllm_disaggregated.py),
 the UCX environment of a server's container, and the digest of what a server or router reads
 from the host's serving image.
@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import hashlib
 
-from compiler import targets
 from compiler.catalog import disaggregated as facts
 from compiler.ir.disaggregated import ROLES
 from compiler.runtimes import ROUTER, Unit
 from compiler.store.canonical import canonical_json
 
-from . import disaggregated
-from .base import LowerContext, Params
-from .image_templates import ENTRYPOINT, base_image, template_digests
-from .runtimes import UnitServing
+from compiler.actions import disaggregated, llmapi
+from compiler.actions.base import LowerContext, Params
+from compiler.actions.image_templates import ENTRYPOINT, base_image, template_digests
+from compiler.actions.runtimes import UnitServing
+
+from .target import TARGET
 
 
 class HostRouter(Params):
@@ -40,6 +41,11 @@ class HostRouter(Params):
     # (host, GPU) of every server of the model: a router restart interrupts the model's requests
     # on each, wherever the router runs
     interrupts: list[tuple[str, int]]
+
+
+def _ours(ctx: LowerContext, host: str) -> bool:
+    """Whether this target deploys `host` (the routers serve only servers it runs)."""
+    return ctx.spec.hosts[host].deploy == TARGET.deploy
 
 
 def _digest(value: object) -> str:
@@ -107,14 +113,38 @@ def routers(ctx: LowerContext, host: str) -> list[HostRouter]:
     for model in sorted(ctx.ir.models):
         if not is_disaggregated(ctx, model) or ctx.ir.routers[model] != host:
             continue
-        if not any(u.model == model and targets.of(ctx.spec.hosts[u.host]).runs_router for u in ctx.ir.units):
+        if not any(u.model == model and _ours(ctx, u.host) for u in ctx.ir.units):
             continue  # no server on hosts: no config (disagg-options writes none)
         port = ctx.ir.models[model].spec.serving.ports.http
         serving = ROUTER.serve(Unit(model=model, target=ctx.ir.target, ports={"http": port}))
         config = disaggregated.server_config(ctx.ir, model)
         servers = {(u.host, g) for u in ctx.ir.units
-                   if u.model == model and targets.of(ctx.spec.hosts[u.host]).runs_router for g in u.gpu_indexes}
+                   if u.model == model and _ours(ctx, u.host) for g in u.gpu_indexes}
         out.append(HostRouter(id=f"{host}/{model}-router", model=model, port=port, serving=serving,
                               inputs=_digest({"config": config, **_image_facts(ctx)}),
                               interrupts=sorted(servers)))
     return out
+
+
+# --- what the host target adds to a host's serving image (compiler/actions/base.py ImageAdditions,
+# registered in compiler/targets/registry.py): the common image kinds know no target -----------------
+def unit_inputs(ctx: LowerContext, unit) -> str:
+    """A disaggregated server's digest of what it reads (provision.sh restarts it when it changes); ""."""
+    return server_inputs(ctx, unit.model, unit.role) if is_disaggregated(ctx, unit.model) else ""
+
+
+def carries_options(ctx: LowerContext, model: str) -> bool:
+    """A disaggregated model's options come with its disaggregated files (each role's), not llmapi-options."""
+    return is_disaggregated(ctx, model)
+
+
+def image_files(ctx: LowerContext, host: str, host_routers) -> dict[str, tuple[str, list[str]]]:
+    """Disaggregated model -> (its disagg-options action, the files of it this host's image holds):
+    each role's options where a server of the role runs here, the router's config where it does."""
+    files: dict[str, set[str]] = {}
+    for u in ctx.ir.host_units(host):
+        if is_disaggregated(ctx, u.model):
+            files.setdefault(u.model, set()).add(f"{u.role}/{llmapi.OUTPUT}")
+    for r in host_routers:
+        files.setdefault(r.model, set()).add(disaggregated.CONFIG)
+    return {m: (f"{disaggregated.KIND.kind}/{m}", sorted(f)) for m, f in sorted(files.items())}
