@@ -15,9 +15,10 @@ Kiln's code), for the change-matrix test (tests/test_k8s_change_matrix.py):
   Dynamo operator      rolling-update.md (6659a0a2), managed rolling updates: one hash covers every
                        worker component (types worker, prefill, decode); a change to any one's pod
                        template rolls them all (new DCDs under the new hash); replicas are not in it
-  Argo CD              prunes what leaves the tree (automated sync with prune); sync waves in order:
-                       the re-layout Job (wave -1) runs before the workloads (wave 0), so the PDBs
-                       in force during it are the earlier revision's
+  Argo CD              prunes what leaves the tree (automated sync with prune); here the re-layout
+                       runs before the workloads change (coarser than the tree: the Deployments sync
+                       in the Job's wave -1; the product's simulator, compiler/targets/kubernetes/sim/,
+                       plays the waves as gitops-engine does)
   scheduler            a pod fits a schedulable node whose labels hold its nodeSelector and whose
                        free extended resources cover its limits; the least allocated node wins
   Eviction API         policy/v1: an eviction is refused while the workload's unavailable pods

@@ -27,6 +27,9 @@ from .runtime import (GRACE_S, PROGRESS_DEADLINE_S, ServingContainer, container_
                       shm_gib, weights_mount, weights_volume)
 
 
+RELAYOUT_WAVE = "-1"  # the re-layout Job's sync wave (nodelayer.relayout_job)
+
+
 def _selector(workload: str) -> dict[str, str]:
     return {meta.WORKLOAD_LABEL: workload}
 
@@ -68,10 +71,15 @@ def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: s
         "lifecycle": lifecycle(),
         **probes(container),
     }
+    md = meta.metadata(name, spec_name, namespace=namespace, labels_=pod_labels, artifacts=artifacts)
+    # synced with the re-layout Job (wave -1), not after it: a workload whose device shape changes
+    # rolls onto each node's new slices as the Job frees them, instead of losing every old pod to the
+    # Job's evictions first (review N1); the budgets serialise the Job's evictions with the rollout
+    md["annotations"]["argocd.argoproj.io/sync-wave"] = RELAYOUT_WAVE
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": meta.metadata(name, spec_name, namespace=namespace, labels_=pod_labels, artifacts=artifacts),
+        "metadata": md,
         "spec": {
             "replicas": replicas,
             "progressDeadlineSeconds": PROGRESS_DEADLINE_S,

@@ -3,7 +3,8 @@
 
   pkg/sync/sync_tasks.go    tasks sort by phase, then wave (argocd.argoproj.io/sync-wave, default 0),
                             then kind (kindOrder: Namespace ... ConfigMap, ServiceAccount, Role,
-                            RoleBinding ... Service, Deployment ... Job), then name
+                            RoleBinding ... Service, Deployment ... Job), then name; here a wave's
+                            applies come before its prunes (not read upstream: an assumption)
   pkg/sync/sync_context.go  one wave at a time: the next starts once every resource of this one is
                             healthy (Degraded fails the operation, 484-487); prune tasks run in
                             reversed wave order (911-938, 5fd9f44, 2024-01), PruneLast=true prunes

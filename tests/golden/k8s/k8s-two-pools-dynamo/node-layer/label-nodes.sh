@@ -39,8 +39,8 @@ trap 'rm -rf "$work"' EXIT
 say() { echo "label-nodes: $*" >&2; }
 
 # Kiln Deployments of this spec that left it: current Argo CD prunes them before this Job (prune waves
-# run in reverse order: a removed wave-0 Deployment goes at the first wave), an older one or a sync
-# without prune leaves them; their pods would take the new slices from the workloads that stay and
+# run in reverse order: a removed Deployment goes before its budget), an older one or a sync without
+# prune leaves them; their pods would take the new slices from the workloads that stay and
 # stall those workloads' evictions. `kubectl scale` reads the Deployment (get) and patches its scale.
 kiln_ns=inference
 workloads=''
