@@ -463,16 +463,19 @@ def test_a_workloads_fields_declare_what_their_change_does() -> None:
 
     from compiler.params import EFFECTS, Effect, effect, fields_that, undeclared
     from compiler.targets.kubernetes.k8s_deployment import ROLLS, DeploymentParams
-    from compiler.targets.kubernetes.k8s_dgd import WORKER_ROLLS, Worker
+    from compiler.targets.kubernetes.k8s_dgd import WORKER_ROLLS, DgdParams, Worker
+    from compiler.targets.kubernetes.target import TARGET
 
-    assert undeclared(DeploymentParams) == [] and undeclared(Worker) == []
+    assert undeclared(DeploymentParams) == [] and undeclared(Worker) == [] and undeclared(DgdParams) == []
+    shown = {k for m in (DeploymentParams, Worker, DgdParams) for f in m.model_fields for k in effect(m, f).shows_as}
+    assert shown <= set(TARGET.disruptions)  # each a kind the Kubernetes target words
     assert ROLLS == ("image_action", "weights_action", "command", "ports", "liveness", "readiness", "resource",
                      "count", "selector", "gpu_product", "pod_resources")
     assert WORKER_ROLLS == ("image_action", "weights_action", "resource", "count", "selector", "gpu_product",
                             "power_limit_w", "pod_resources")
     assert fields_that(DeploymentParams, "scale") == fields_that(Worker, "scale") == ("replicas",)
     assert effect(Worker, "options").what == "roll" and effect(DeploymentParams, "max_unavailable").what == "none"
-    assert all(effect(m, f).what in EFFECTS and effect(m, f).why for m in (DeploymentParams, Worker)
+    assert all(effect(m, f).what in EFFECTS and effect(m, f).why for m in (DeploymentParams, Worker, DgdParams)
                for f in m.model_fields)
     with pytest.raises(ValueError, match="unknown effect"):
         Effect("reboot")

@@ -25,7 +25,7 @@ from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.k8s_names import dgd_component
 from compiler.ir.pools import cluster_strategy, mounts_weights, resource_name
-from compiler.params import fields_that
+from compiler.params import Effect, fields_that
 from compiler.store.canonical import canonical_json
 
 from . import dynamo, plan, tree
@@ -67,21 +67,31 @@ class Planner(Params):
     config: dict  # its --config JSON
 
 
+# the DGD's components that are not workers: Dynamo updates them in place, outside the worker hash
+_FRONTEND = Effect("restart", "the frontend is replaced in place, the workers keep running (Dynamo's rolling update "
+                              "hashes the workers only: catalog k8s_controllers.json)", ("workload-roll",))
+_PLANNER = Effect("restart", "the planner is replaced in place, outside the worker hash", ("workload-roll",))
+
+
 class DgdParams(Params):
-    model: str
-    spec_name: str
-    namespace: str
-    version: str  # Dynamo release (runtimeVersionOverride)
-    frontend_image: str  # image.base: Dynamo's tensorrtllm-runtime image, pinned by digest
-    options_action: str
-    options_digest: str  # of the options the file holds: new options roll every worker
-    workers: list[Worker]
+    """Each field declares what its change does (the workers' own: Worker); what Dynamo's webhook
+    refuses on a live DGD is forbidden_changes' (catalog k8s_controllers.json)."""
+
+    model: Annotated[str, plan.IDENTITY]
+    spec_name: Annotated[str, plan.IDENTITY]
+    namespace: Annotated[str, plan.IDENTITY]
+    version: Annotated[str, _FRONTEND]  # Dynamo release (runtimeVersionOverride)
+    frontend_image: Annotated[str, _FRONTEND]  # image.base: Dynamo's tensorrtllm-runtime image, pinned by digest
+    options_action: Annotated[str, plan.UNREAD]  # options_digest carries what the workers read
+    options_digest: Annotated[str, plan.ROLL]  # of the options the file holds: new options roll every worker
+    workers: Annotated[list[Worker], Effect("roll", "each worker's own fields (Worker) and Dynamo's worker hash, "
+                                                    "which covers all of them", ("workload-roll", "replicas"))]
     # disaggregated serving (options_action is then disagg-options/<model>, one options file per role)
-    frontend_args: list[str] = []
-    environment: dict[str, str] = {}  # the workers' UCX settings
-    planner: Planner | None = None
+    frontend_args: Annotated[list[str], _FRONTEND] = []
+    environment: Annotated[dict[str, str], plan.ROLL] = {}  # the workers' UCX settings, in every pod template
+    planner: Annotated[Planner | None, _PLANNER] = None
     # the workers publish their KV-cache events (the frontend routes by KV; absent: not disaggregated)
-    kv_events: bool = Field(default=False, exclude_if=lambda v: not v)
+    kv_events: Annotated[bool, plan.ROLL] = Field(default=False, exclude_if=lambda v: not v)
 
 
 def dgd_params(ctx: LowerContext) -> list[DgdParams]:

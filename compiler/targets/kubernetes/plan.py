@@ -21,8 +21,8 @@ RECREATE_CODE = "K855"  # compiler/checks/kubernetes.py KubernetesUpdateForbidde
 # the DGD's Worker; workload_disruptions derives the plan's lines from them)
 ROLL = Effect("roll", "in the pod template: the controller replaces the pods one at a time (k8s.io/kubernetes "
                       "pkg/controller/deployment/sync.go getNewReplicaSet: a new ReplicaSet per pod-template-hash; "
-                      "Dynamo's worker hash over the workers' templates, docs rolling-update.md)")
-SCALE = Effect("scale", "spec.replicas: pods added or removed, the others untouched")
+                      "Dynamo's worker hash over the workers' templates, docs rolling-update.md)", ("workload-roll",))
+SCALE = Effect("scale", "spec.replicas: pods added or removed, the others untouched", ("replicas",))
 IDENTITY = Effect("replace", "names the object or where it lives: another value is another object")
 UNREAD = Effect("none", "no pod reads it: the rollout strategy, or a field another one carries into the template")
 
