@@ -131,6 +131,36 @@ def test_a_wedged_action_is_cancelled_at_its_deadline_and_leaves_nothing_half_wr
     assert cache.client.manifest_digest(cache.repo, oa.artifact_tag("quantize", quantize.key)) is None
 
 
+def test_an_interrupt_cancels_the_submitted_tasks(tmp_path: Path, cluster: RayCluster, registry) -> None:
+    from compiler.distributed.connect import connect
+    from compiler.distributed.driver import on_engine
+    from compiler.graph.executor import Interrupt
+
+    spec = _spec(tmp_path, lambda text: text.replace("seed: 7", "seed: 9"))  # a key no other test built
+    store = LocalStore(tmp_path / "ray")
+    cache = remote_for(registry.host, store)
+    interrupt = Interrupt()
+
+    def progress(line: str) -> None:  # Ctrl-C as the CLI delivers it, once quantize/tiny is submitted
+        if line.strip().startswith("submitted quantize/tiny"):
+            interrupt.stop()
+
+    engine = connect(f"ray://{cluster.address}")
+    try:
+        out = build_spec(spec, store, remote=cache, engine=on_engine(engine, cache), progress=progress,
+                         interrupt=interrupt)
+    finally:
+        engine.close()
+    assert out.interrupted and out.manifest_digest is None
+    quantize = out.results["quantize/tiny"]
+    assert quantize.status == "interrupted" and "cancelled" in quantize.error
+    assert store.get_action(quantize.key) is None
+    deadline = time.monotonic() + 60  # the cancelled task's worker is killed (Ray's forced cancel)
+    while time.monotonic() < deadline and QUANTIZE_TASK in cluster.workers().values():
+        time.sleep(0.5)
+    assert QUANTIZE_TASK not in cluster.workers().values()
+
+
 @pytest.mark.parametrize("argv, error", [
     (["--executor", "ray://127.0.0.1:1"], "--executor needs --cache REGISTRY"),
     (["--executor", "slurm://head:1", "--cache", "127.0.0.1:1"], "no engine 'slurm' (Kiln runs on: ray)"),
