@@ -464,10 +464,12 @@ def test_a_workloads_fields_declare_what_their_change_does() -> None:
     from compiler.params import EFFECTS, Effect, effect, fields_that, undeclared
     from compiler.targets.kubernetes.k8s_deployment import ROLLS, DeploymentParams
     from compiler.targets.kubernetes.k8s_dgd import WORKER_ROLLS, DgdParams, Worker
+    from compiler.targets.kubernetes.k8s_nodes import PoolLayer
     from compiler.targets.kubernetes.target import TARGET
 
-    assert undeclared(DeploymentParams) == [] and undeclared(Worker) == [] and undeclared(DgdParams) == []
-    shown = {k for m in (DeploymentParams, Worker, DgdParams) for f in m.model_fields for k in effect(m, f).shows_as}
+    declaring = (DeploymentParams, Worker, DgdParams, PoolLayer)
+    assert [m.__name__ for m in declaring if undeclared(m)] == []
+    shown = {k for m in declaring for f in m.model_fields for k in effect(m, f).shows_as}
     assert shown <= set(TARGET.disruptions)  # each a kind the Kubernetes target words
     assert ROLLS == ("image_action", "weights_action", "command", "ports", "liveness", "readiness", "resource",
                      "count", "selector", "gpu_product", "pod_resources")

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from typing import Annotated
 
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.actions.gpustate import desired_state
 from compiler.graph.kinds import POOL
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy
+from compiler.params import Effect, changed_kinds
 
 from . import nodelayer, tree
 from .k8s_deployment import max_unavailable, namespace_of
@@ -44,16 +46,26 @@ class GpuTuning(Params):
     pl: str
 
 
+# What a change of a pool's node layer does to its nodes (disruptions words it)
+_RELAYOUT = Effect("re-layout", "the MIG manager re-partitions each node's GPUs (nvidia.com/mig.config), node by "
+                                "node once its pods are evicted", ("node-relayout",))
+_TUNING = Effect("reload", "nvidia-smi -lgc/-lmc/-ac/-pl on every node, applied while serving (the tuning DaemonSet "
+                           "or node-tuning-<pool>.sh)", ("clocks", "power"))
+_UNREAD = Effect("none", "read by the plan's text or the rollout's pace only")
+
+
 class PoolLayer(Params):
-    name: str
-    nodes: int
-    selector: dict[str, str]
-    layout: str
-    mig: bool  # the layout enables MIG somewhere
-    max_unavailable: int = 1  # nodes re-laid out at once
-    serves: dict[str, list[str]] = {}  # MIG profile -> the models its instances serve (plan text)
-    gpu_count: int = 0  # GPUs of a node (the tuning script covers every one)
-    tuning: list[GpuTuning]  # GPUs with clocks or power set; [] for none
+    """Each field declares what its change does to the pool's nodes (compiler/params.py Effect)."""
+
+    name: Annotated[str, Effect("replace", "names the pool: another name is another pool")]
+    nodes: Annotated[int, _RELAYOUT]  # new nodes get the layout
+    selector: Annotated[dict[str, str], Effect("replace", "which nodes are the pool's: others are labelled")]
+    layout: Annotated[str, _RELAYOUT]
+    mig: Annotated[bool, _RELAYOUT]  # the layout enables MIG somewhere
+    max_unavailable: Annotated[int, _UNREAD] = 1  # nodes re-laid out at once
+    serves: Annotated[dict[str, list[str]], _UNREAD] = {}  # MIG profile -> the models its instances serve (plan text)
+    gpu_count: Annotated[int, _TUNING] = 0  # GPUs of a node (the tuning script covers every one)
+    tuning: Annotated[list[GpuTuning], _TUNING]  # GPUs with clocks or power set; [] for none
 
 
 class NodeLayerParams(Params):
@@ -272,39 +284,55 @@ def _procedure(p: PoolLayer, job: bool) -> str:
 def disruptions(old: NodeLayerParams | None, new: NodeLayerParams) -> list[Disruption]:
     """Per node pool: MIG re-layouts (node by node: the MIG manager does not evict user pods, the
     re-layout script does), a new MIG strategy, and clocks or power that only the node-tuning
-    script applies. Pure."""
+    script applies: the kinds its changed fields declare (PoolLayer; the strategy is the cluster's),
+    each worded where it changes anything. Pure."""
     before = {p.name: p for p in (old.pools if old is not None else [])}
     out: list[Disruption] = []
     for p in new.pools:
         prev = before.get(p.name)
-        if prev is None or prev.layout != p.layout:
-            job = new.relayout_image is not None
-            if prev is None:
-                detail = f"layout {p.layout}: {_procedure(p, job)}"
-            else:
-                old_entries = old.layouts.get(prev.layout, [])
-                change = _layout_change(old_entries, new.layouts[p.layout])
-                detail = (f"layout {prev.layout} -> {p.layout} ({change}): {_procedure(p, job)}; destroyed on each "
-                          f"node: {_destroyed(old_entries, new.layouts[p.layout], prev.serves)}")
-            out.append(Disruption(p.name, POOL, "node-relayout", detail))
-        elif prev.nodes < p.nodes and p.mig:
-            out.append(Disruption(p.name, POOL, "node-relayout",
-                                  f"{p.nodes - prev.nodes} new node(s) get layout {p.layout}: {_procedure(p, new.relayout_image is not None)}"))
-        elif old is not None and old.strategy != new.strategy and p.mig:
-            out.append(Disruption(p.name, POOL, "node-relayout",
-                                  f"MIG strategy {old.strategy} -> {new.strategy}: apply node-layer/clusterpolicy-patch.yaml;"
-                                  " the device plugin advertises the MIG devices under new resource names"))
-        for what, kind in (("clocks", "clocks"), ("power", "power")):
-            b = _tuning_text(prev.tuning, what) if prev is not None else "not set"
-            a = _tuning_text(p.tuning, what)
-            if a != b:
-                how = (f"the DaemonSet {new.spec_name}-gpu-tuning-{p.name} applies it on every node through the "
-                       "driver's nvidia-smi and re-applies it after a driver restart (node label kiln.io/gpu-tuning)"
-                       if new.relayout_image is not None else
-                       f"not applied by the manifests (no GPU Operator setting, no relayout_image for the tuning "
-                       f"DaemonSet); run node-layer/node-tuning-{p.name}.sh on the pool's nodes")
-                out.append(Disruption(p.name, POOL, kind, f"{b} -> {a}: " + (
-                    how if a != "not set" else how.replace("applies it", "restores the default"))))
+        kinds = changed_kinds(prev, p)
+        if old is not None and old.strategy != new.strategy and "node-relayout" not in kinds:
+            kinds.insert(0, "node-relayout")  # the cluster's MIG strategy re-advertises every MIG pool's devices
+        for kind in kinds:
+            detail = _WORDS[kind](old, new, prev, p)
+            if detail is not None:
+                out.append(Disruption(p.name, POOL, kind, detail))
     # a pool that leaves the spec: its workloads are pruned (k8s-release); its nodes keep their layout,
     # which stays in the live ConfigMap while a node carries it (label-nodes.sh), so nothing fails
     return out
+
+
+def _relayout(old: NodeLayerParams | None, new: NodeLayerParams, prev: PoolLayer | None, p: PoolLayer) -> str | None:
+    job = new.relayout_image is not None
+    if prev is None:
+        return f"layout {p.layout}: {_procedure(p, job)}"
+    if prev.layout != p.layout:
+        old_entries = old.layouts.get(prev.layout, [])
+        change = _layout_change(old_entries, new.layouts[p.layout])
+        return (f"layout {prev.layout} -> {p.layout} ({change}): {_procedure(p, job)}; destroyed on each "
+                f"node: {_destroyed(old_entries, new.layouts[p.layout], prev.serves)}")
+    if prev.nodes < p.nodes and p.mig:
+        return f"{p.nodes - prev.nodes} new node(s) get layout {p.layout}: {_procedure(p, job)}"
+    if old.strategy != new.strategy and p.mig:
+        return (f"MIG strategy {old.strategy} -> {new.strategy}: apply node-layer/clusterpolicy-patch.yaml;"
+                " the device plugin advertises the MIG devices under new resource names")
+    return None
+
+
+def _tuning_change(what: str):
+    def word(old: NodeLayerParams | None, new: NodeLayerParams, prev: PoolLayer | None, p: PoolLayer) -> str | None:
+        b = _tuning_text(prev.tuning, what) if prev is not None else "not set"
+        a = _tuning_text(p.tuning, what)
+        if a == b:
+            return None
+        how = (f"the DaemonSet {new.spec_name}-gpu-tuning-{p.name} applies it on every node through the "
+               "driver's nvidia-smi and re-applies it after a driver restart (node label kiln.io/gpu-tuning)"
+               if new.relayout_image is not None else
+               f"not applied by the manifests (no GPU Operator setting, no relayout_image for the tuning "
+               f"DaemonSet); run node-layer/node-tuning-{p.name}.sh on the pool's nodes")
+        return f"{b} -> {a}: " + (how if a != "not set" else how.replace("applies it", "restores the default"))
+    return word
+
+
+# how the Kubernetes target words each kind a PoolLayer field declares
+_WORDS = {"node-relayout": _relayout, "clocks": _tuning_change("clocks"), "power": _tuning_change("power")}
