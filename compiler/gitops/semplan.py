@@ -153,6 +153,23 @@ def capacity_deltas(base_rows: list[dict], head_rows: list[dict]) -> list[Capaci
     return out
 
 
+def chains(graph: Graph, ids: set[str]) -> list[tuple[str, list[str]]]:
+    """(an action of `ids` none of `ids` depends on, it with the actions of `ids` it waits for,
+    dependencies first), by action id: what one job builds."""
+    def ancestors(aid: str) -> set[str]:
+        seen: set[str] = set()
+        stack = [aid]
+        while stack:
+            for d in graph.actions[stack.pop()].deps:
+                if d in ids and d not in seen:
+                    seen.add(d)
+                    stack.append(d)
+        return seen
+
+    has_dependent = {d for aid in ids for d in ancestors(aid)}
+    return [(aid, [x for x in graph.order if x in ancestors(aid) | {aid}]) for aid in sorted(ids - has_dependent)]
+
+
 def job_matrix(todo: list, graph: Graph | None, lacks) -> dict:
     """A GitHub Actions `strategy.matrix` with one job per chain of actions this builder cannot run.
 
@@ -164,50 +181,22 @@ def job_matrix(todo: list, graph: Graph | None, lacks) -> dict:
     if graph is None:
         return {"include": []}
     far = {a.id for a in todo if lacks(graph.actions[a.id])}
-
-    def ancestors(aid: str) -> set[str]:
-        seen: set[str] = set()
-        stack = [aid]
-        while stack:
-            for d in graph.actions[stack.pop()].deps:
-                if d in far and d not in seen:
-                    seen.add(d)
-                    stack.append(d)
-        return seen
-
-    has_dependent = {d for aid in far for d in ancestors(aid)}
-    include = []
-    for aid in sorted(far - has_dependent):
-        chain = [x for x in graph.order if x in ancestors(aid) | {aid}]
-        include.append({"name": aid, "actions": " ".join(chain)})
+    include = [{"name": aid, "actions": " ".join(chain)} for aid, chain in chains(graph, far)]
     return {"include": include}
 
 
 def class_matrix(todo: list, graph: Graph | None, kinds, machines: list) -> tuple[dict, list[str]]:
     """The job matrix over declared builder classes (compiler/machines.py): one job per
     chain of actions left to build (an action no other depends on, with the actions it waits
-    for), on the first class that holds every action of the chain; each entry names the class
+    for), on the class that holds every action of the chain in its most preferred way (the first of
+    equals: compiler/machines.py home); each entry names the class
     (`class`) and its runner labels (`runs-on`). Also the actions of chains no class holds."""
     from compiler.machines import home as home_of, place
 
     if graph is None:
         return {"include": []}, []
-    left = {a.id for a in todo}
-
-    def ancestors(aid: str) -> set[str]:
-        seen: set[str] = set()
-        stack = [aid]
-        while stack:
-            for d in graph.actions[stack.pop()].deps:
-                if d in left and d not in seen:
-                    seen.add(d)
-                    stack.append(d)
-        return seen
-
-    has_dependent = {d for aid in left for d in ancestors(aid)}
     include, homeless = [], []
-    for aid in sorted(left - has_dependent):
-        chain = [x for x in graph.order if x in ancestors(aid) | {aid}]
+    for aid, chain in chains(graph, {a.id for a in todo}):
         home = home_of([graph.actions[x] for x in chain], kinds, machines)
         if home is None:
             homeless += [x for x in chain if place(kinds, graph.actions[x], machines) is None] or [aid]
