@@ -207,3 +207,14 @@ def test_a_dgd_update_the_webhook_refuses_is_refused_by_the_plan(tmp_path: Path)
                               graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", text.replace(*SECOND_SHAPE)))
     assert not sim.result.completed and "Dynamo's webhook refuses the update" in sim.result.stuck
     assert [c for c, _, _ in sim.diagnostics()] == ["K858"]
+
+
+def test_a_changed_profile_on_dynamo_keeps_the_model_serving(tmp_path: Path) -> None:
+    """Review N1 on the Dynamo runtime (`dyn_onefield`): the DGD syncs in the Job's wave, its options
+    ConfigMap before it; its workers roll onto the new slices as the Job frees them."""
+    from tests.k8s_edit_matrix import base_text
+
+    text = base_text("dynamo")
+    sim, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a", text),
+                              graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", text.replace(*ONEFIELD[0])))
+    assert sim.result.completed and sim.diagnostics() == [] and sim.result.low["intent"][0] > 0

@@ -38,7 +38,7 @@ from compiler.catalog import k8s_controllers
 
 from . import meta
 from .runtime import GRACE_S, container_security, shm_gib, weights_mount, weights_volume
-from .workloads import node_selector, pod_security, shape, tolerations
+from .workloads import RELAYOUT_WAVE, node_selector, pod_security, shape, tolerations
 
 API_VERSION = "nvidia.com/v1beta1"
 POWER_ANNOTATION = "dynamo.nvidia.com/gpu-power-limit"
@@ -57,6 +57,7 @@ def options_configmap(*, model: str, spec_name: str, namespace: str, options: by
     md = meta.metadata(options_configmap_name(model, options), spec_name, namespace=namespace,
                        labels_=meta.labels(spec_name, model=model))
     md["annotations"].update(KEEP_UNTIL_ROLLED)
+    md["annotations"]["argocd.argoproj.io/sync-wave"] = "-2"  # before the DGD (wave -1) whose workers mount it
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": {OPTIONS_FILE: options.decode("utf-8")}}
 
 
@@ -125,7 +126,10 @@ def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, i
 
 def graph_deployment(*, model: str, spec_name: str, namespace: str, components: list[dict],
                      artifacts: dict[str, str]) -> dict:
-    return {"apiVersion": API_VERSION, "kind": "DynamoGraphDeployment",
-            "metadata": meta.metadata(model, spec_name, namespace=namespace,
-                                      labels_=meta.labels(spec_name, model=model), artifacts=artifacts),
+    """Synced in the re-layout Job's wave (-1), like the Deployments (workloads.RELAYOUT_WAVE): a worker
+    whose MIG profile changes rolls onto each node's new slices as the Job frees them (review N1)."""
+    md = meta.metadata(model, spec_name, namespace=namespace, labels_=meta.labels(spec_name, model=model),
+                       artifacts=artifacts)
+    md["annotations"]["argocd.argoproj.io/sync-wave"] = RELAYOUT_WAVE
+    return {"apiVersion": API_VERSION, "kind": "DynamoGraphDeployment", "metadata": md,
             "spec": {"backendFramework": "trtllm", "components": components}}
