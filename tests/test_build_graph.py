@@ -200,8 +200,23 @@ ROWS = [
 ]
 
 
+def _list_modelopt(monkeypatch, version: str, like: str) -> None:
+    """The checkpoint-config table with a builder row for `version` (torch and transformers as
+    `like`'s): only the keys' response to the pin is under test, not the row's facts."""
+    import dataclasses
+
+    from compiler.catalog import checkpoint_config
+
+    table = checkpoint_config.load_checkpoint_config()
+    row = dataclasses.replace(table.builders[like], modelopt=version)
+    extended = dataclasses.replace(table, builders={**table.builders, version: row})
+    monkeypatch.setattr(checkpoint_config, "load_checkpoint_config", lambda: extended)
+
+
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
-def test_one_edit_rebuilds_exactly_what_reads_it(row: Row, tmp_path: Path) -> None:
+def test_one_edit_rebuilds_exactly_what_reads_it(row: Row, tmp_path: Path, monkeypatch) -> None:
+    if row.id == "toolchain-modelopt":  # K810 refuses a pin the builder table lacks: list 0.45.0 as 0.47.0 is
+        _list_modelopt(monkeypatch, "0.45.0", like="0.47.0")
     spec = copy_example(row.example, tmp_path / "spec")
     store = LocalStore(tmp_path / "store")
     first = build_spec(spec, store)

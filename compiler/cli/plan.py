@@ -79,6 +79,10 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
                 plan_text = f"{store_line(store)}\n{plan_text}"
             parts.append(plan_text)
             parts.append(render_disruptions(outcome.disruptions, args.format))
+            notes = idle_gpu_lines(result.resolved) + [kubernetes_version_note(result.resolved) or ""]
+            notes = [n for n in notes if n]
+            if notes:
+                parts.append("\n".join(f"- {n}" if args.format == "markdown" else n for n in notes))
         if placements:
             parts.append(render_placements(placements, args.format))
         if processes:  # only units that start more than one process (engine tp * pp > 1 under mpirun)
@@ -104,6 +108,37 @@ def _place(outcome, builders) -> None:
     spec = outcome.validation.spec
     outcome.validation.diagnostics.extend(unplaceable(outcome.graph, REGISTRY, builders.machines, [p.id for p in todo],
                                                       outcome.validation.resolved.document, spec.models, spec.hosts))
+
+
+def idle_gpu_lines(ir) -> list[str]:
+    """Per host (or node of a pool) whose GPUs are not all assigned: which serve nothing. A host that
+    serves 1 of its 8 GPUs said nothing of the other 7."""
+    out = []
+    for name, host in (ir.hosts.items() if ir is not None else ()):
+        used = {g for a in host.spec.gpus for g in a.indexes}
+        idle = [g for g in range(host.spec.count) if g not in used]
+        if idle and used:
+            where = "each node of node pool" if name in ir.pools else "host"
+            out.append(f"Idle: {where} {name} serves on {len(used)} of its {host.spec.count} GPUs; "
+                       f"GPU{'s' * (len(idle) > 1)} {', '.join(map(str, idle))} serve{'s' * (len(idle) == 1)} nothing")
+    return out
+
+
+def kubernetes_version_note(ir) -> str | None:
+    """What a Kubernetes tree assumes of the cluster when the spec does not name its release: the
+    default one, whose image volumes carry the node pools' weights."""
+    from compiler.ir.pools import mounts_weights
+    from compiler.spec.models import DEFAULT_KUBERNETES_VERSION
+
+    k8s = ir.spec.kubernetes if ir is not None else None
+    if ir is None or not ir.pools or (k8s is not None and "version" in k8s.model_fields_set):
+        return None
+    volumes = sorted(p for p in ir.pools if mounts_weights(ir, p))
+    why = (f"; {', '.join(volumes)} mount{'s' * (len(volumes) == 1)} each model's weights as an image volume, "
+           f"on by default from Kubernetes {DEFAULT_KUBERNETES_VERSION} (K857 checks an older cluster once "
+           "kubernetes.version names it)") if volumes else ""
+    return (f"Kubernetes: kubernetes.version is not set, so the tree is written for Kubernetes "
+            f"{DEFAULT_KUBERNETES_VERSION}{why}")
 
 
 def store_line(store) -> str:

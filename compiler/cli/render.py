@@ -41,4 +41,9 @@ def cmd_render(args: argparse.Namespace) -> ExitCode:
     print(f"wrote the Kubernetes tree of {args.spec} to {out} for review: `kubectl kustomize {out}` builds it")
     print(f"not deployable: its images are placeholders ({PLACEHOLDER_REGISTRY}/...), and nothing went to the store; "
           "a release's tree comes from `kiln build` and `kiln export`")
+    from .plan import kubernetes_version_note
+
+    note = kubernetes_version_note(result.resolved)
+    if note:
+        print(note)
     return ExitCode.OK
