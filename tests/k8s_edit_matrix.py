@@ -2,9 +2,9 @@
 Kubernetes tree, changed one at a time and in pairs, on both runtimes (deployment, dynamo).
 
 Fields are not hand-picked: every scalar leaf of the spec gets one mutation by its type (an integer
-doubled, else halved, else +1; a float times 0.9; a boolean flipped; a string with a suffix), and an
-edit is kept when the spec still validates and a Kubernetes action's key changes (the field reaches
-the tree). tests/test_k8s_edit_matrix.py runs a seeded part; benchmarks/bench_k8s_edit_matrix.py all.
+doubled, else halved, else +1; a float times 0.9; a boolean flipped; a string with a suffix; a MIG
+profile another of its GPU's, a `serves` another model), the first that validates, and an edit is
+kept when a Kubernetes action's key changes (the field reaches the tree). tests/test_k8s_edit_matrix.py runs a seeded part; benchmarks/bench_k8s_edit_matrix.py all.
 """
 
 from __future__ import annotations
@@ -49,7 +49,16 @@ def leaves(doc, path=()):
         yield path, doc
 
 
-def candidates(value) -> list:
+def candidates(value, path: tuple = (), doc: dict | None = None) -> list:
+    """Values to try for a leaf, the first that validates is the edit. Named fields take their
+    domain's other values: a MIG profile the host's GPU has (catalog), another model to serve."""
+    if doc is not None and path and path[-1] == "profile" and path[0] == "hosts":
+        from compiler.catalog import load_gpu_catalog
+
+        gpu = load_gpu_catalog()[doc["hosts"][path[1]]["gpu"]]
+        return [p for p in gpu.mig.profile_names if p != value]
+    if doc is not None and path and path[-1] == "serves" and path[0] == "hosts":
+        return [m for m in doc["models"] if m != value]
     if isinstance(value, bool):
         return [not value]
     if isinstance(value, int):
@@ -98,7 +107,7 @@ def single_edits(runtime: str, work: Path, sample: int | None = None, seed: int 
         paths = random.Random(seed).sample(paths, min(sample, len(paths)))
     out = []
     for i, (path, value) in enumerate(paths):
-        for new in candidates(value):
+        for new in candidates(value, path, doc):
             edit = Edit(runtime, ((path, new),))
             result = validate_text(edit.text(), EXAMPLE.parent, EXAMPLE.name)
             if not result.ok:

@@ -107,6 +107,8 @@ def test_mixed_strategy_names_each_profile() -> None:
     assert devices.advertised("mixed", gpus) == Counter({"nvidia.com/mig-1g.10gb": 4, "nvidia.com/mig-3g.40gb": 1,
                                                          "nvidia.com/gpu": 1})
     assert devices.product_label("P", "mixed", gpus) == "P"
+    me = devices.gpus_of([{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb+me": 1}}], 1)
+    assert devices.advertised("mixed", me) == Counter({"nvidia.com/mig-1g.10gb.me": 1})  # found by the edit matrix
 
 
 # --- kube-scheduler filters ---------------------------------------------------------------------------

@@ -4,8 +4,9 @@ product label and the device plugin's extended resources, ported from
   NVIDIA/gpu-feature-discovery internal/lm/mig-strategy.go (migStrategySingle.Labels, the
   mixed and none labelers), its cases in internal/lm/mig-strategy_test.go TestMigStrategySingleLabels;
   NVIDIA/k8s-device-plugin v0.20.0 internal/rm (the single strategy's check that every MIG device
-  of a node is one type, else no device is advertised) and internal/lm/resource.go (product naming,
-  compiler/catalog/k8s_controllers.py gpu_product_label).
+  of a node is one type, else no device is advertised; rm.go AddDefaultResourcesToConfig: the mixed
+  strategy's resource `nvidia.com/mig-<profile>` with `+` written `.`) and internal/lm/resource.go
+  (product naming, compiler/catalog/k8s_controllers.py gpu_product_label).
 
 `devices`: per GPU of a node, a Counter of MIG profiles (empty: MIG disabled, a whole GPU), or None
 for a GPU in MIG mode with no instance. Left out: the memory/engine labels, `none` with MIG enabled
@@ -69,8 +70,8 @@ def advertised(strategy: str, devices: list[Counter | None]) -> Counter:
         if not d:
             res[GPU] += 1
         for prof, n in d.items():
-            if strategy == "mixed":
-                res["nvidia.com/mig-" + prof] += n
+            if strategy == "mixed":  # internal/rm/rm.go AddDefaultResourcesToConfig: `+` written `.`
+                res["nvidia.com/mig-" + prof.replace("+", ".")] += n
     return res
 
 
