@@ -155,3 +155,30 @@ def test_the_disaggregated_tree_validates_and_builds(tmp_path: Path) -> None:
     for o in core:
         _validate_core(o)
     assert [o["metadata"]["name"] for o in kustomize(tree) if o["kind"] == "DynamoGraphDeployment"] == ["chat"]
+
+
+def test_the_planners_replicas_are_not_self_healed(tmp_path: Path) -> None:
+    """Review N11: Dynamo's planner writes the prefill and decode components' replicas; Argo CD's
+    self-heal reverted each decision to the tree's. The Application ignores exactly those fields
+    (checked with jq on the tree's DGD where jq is installed)."""
+    import shutil
+    import subprocess
+
+    argo = 'kubernetes:\n  runtime: dynamo\n  argocd: {repo_url: "https://git.example.com/x.git", path: x}\n'
+    text = _spec().replace("kubernetes:\n  runtime: dynamo\n", argo)
+    tree = render(graph_of(EXAMPLE, tmp_path / "work", text), tmp_path / "work")
+    app = YAML(typ="safe", pure=True).load((tree / "argocd" / "application.yaml").read_text())
+    [ignore] = app["spec"]["ignoreDifferences"]
+    assert (ignore["kind"], ignore["name"]) == ("DynamoGraphDeployment", "chat")
+    assert app["spec"]["syncPolicy"]["syncOptions"] == ["RespectIgnoreDifferences=true"]
+    if shutil.which("jq"):
+        docs = list(YAML(typ="safe", pure=True).load_all((tree / "workloads" / "chat.yaml").read_text()))
+        [dgd] = [d for d in docs if d["kind"] == "DynamoGraphDeployment"]
+        out = subprocess.run(["jq", "-c", ignore["jqPathExpressions"][0]], input=json.dumps(dgd), text=True,
+                             capture_output=True, check=True).stdout.split()
+        roles = [c for c in dgd["spec"]["components"] if c["type"] in ("prefill", "decode")]
+        assert sorted(map(int, out)) == sorted(c["replicas"] for c in roles) and len(out) == 2
+    # without a planner nothing is ignored
+    plain = text.replace(f"\n        planner: {{image: {PLANNER_IMAGE}, max_gpus: 16}}", "")
+    tree = render(graph_of(EXAMPLE, tmp_path / "plain", plain), tmp_path / "plain")
+    assert "ignoreDifferences" not in YAML(typ="safe", pure=True).load((tree / "argocd" / "application.yaml").read_text())["spec"]

@@ -77,11 +77,14 @@ class ReleaseParams(Params):
     pools: dict[str, PoolSummary]
     budgets: list[BudgetSpec] = []  # runtime deployment
     admission: adm.AdmissionParams | None = None  # publish.signed_by
+    planned: list[str] = []  # DGDs (models) whose worker replicas Dynamo's planner sets
 
     def to_json(self) -> dict:
         out = super().to_json()
         if out.get("admission") is None:  # unset, left out: the key of a tree without it is unchanged
             out.pop("admission", None)
+        if not out.get("planned"):
+            out.pop("planned", None)
         return out
 
 
@@ -115,7 +118,10 @@ def release_params(ctx: LowerContext, workload_actions: list[str]) -> ReleasePar
                          namespace=k8s_deployment.namespace_of(spec), runtime=runtime,
                          mig_strategy=cluster_strategy(ir), node_layer=k8s_nodes.KIND.kind,
                          workloads=sorted(workload_actions), services=services, argocd=argo, pools=pools,
-                         budgets=budgets, admission=adm.admission_params(spec))
+                         budgets=budgets, admission=adm.admission_params(spec),
+                         planned=sorted(m for m, rm in ir.models.items() if runtime == "dynamo"
+                                        and rm.spec.serving.disaggregated is not None
+                                        and rm.spec.serving.disaggregated.planner is not None))
 
 
 def _copy(src, dest) -> list[str]:
@@ -172,7 +178,8 @@ def write_tree(params: ReleaseParams, out, deps) -> None:
     if params.argocd is not None:
         a = params.argocd
         app = tree.application(spec_name=params.spec_name, namespace_=params.namespace, argocd_namespace=a.namespace,
-                               project=a.project, repo_url=a.repo_url, path=a.path, revision=a.revision)
+                               project=a.project, repo_url=a.repo_url, path=a.path, revision=a.revision,
+                               planned=params.planned)
         (out / ARGOCD_DIR / "application.yaml").write_text(
             "# Apply once: kubectl apply -f argocd/application.yaml (it points Argo CD at this tree)\n"
             + tree.documents([app]), encoding="utf-8")
