@@ -204,3 +204,31 @@ def test_plan_base_on_a_fresh_clone_leaves_no_half_store_behind(repo: GitRepo, t
     for argv in (["store", "verify"], ["store", "gc", "--keep", "1"]):
         assert main(argv) == 0, capsys.readouterr()
     assert (store / "objects").is_dir()
+
+
+def test_an_edit_of_another_host_is_not_given_as_why_a_pool_rebuilds(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Issue 36: a parameter no spec change of its own matched was explained by every spec change,
+    so a clock edit on the MIG host was listed as a cause of the node pool's release."""
+    r = GitRepo(tmp_path / "nc")
+    shutil.copytree(ROOT / "tests" / "data" / "newcomer", r.root / "deploy")
+    r.commit("base")
+    monkeypatch.chdir(r.root)
+    r.edit("deploy/kiln.yaml", "clocks: {graphics_mhz: 1755}", "clocks: {graphics_mhz: 1700}")
+    r.edit("deploy/kiln.yaml", "max_batch_size: 32", "max_batch_size: 24")
+    code, out = _plan(capsys, "--base", "HEAD", "--format", "json")
+    assert code == 5
+    reasons = {a["id"]: a["reasons"] for a in json.loads(out)["actions"]}
+    assert any("hosts.h100-a.clocks" in x for x in reasons["host-plan/h100-a"])
+    for aid in ("k8s-release", "k8s-deployment/big-h200-pool", "llmapi-options/big"):
+        assert not any("hosts.h100-a" in x for x in reasons[aid]), (aid, reasons[aid])
+
+
+def test_a_long_value_is_cut_around_what_changed() -> None:
+    """Issue 36: values were cut at 37 characters (an image digest's change never showed) and
+    mappings printed as JSON."""
+    from compiler.graph.plan import _change
+
+    image = "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3@sha256:" + "1c95" * 16
+    shown = _change(image, image.replace("sha256:1c95", "sha256:2c95"))
+    assert "sha256:1c95" in shown and "sha256:2c95" in shown, shown
+    assert _change(None, {"graphics_mhz": 1755}) == "null -> {graphics_mhz: 1755}"

@@ -9,7 +9,7 @@ from compiler.targets.disruption import disrupted_phrase, render_disruptions
 from .semplan import CapacityDelta, SemanticPlan
 
 _CAP_FIELDS = (("headroom_gib", "headroom", " GiB"), ("max_sequences", "sequences", ""),
-               ("decode_tok_s", "decode", " tok/s"), ("cost_per_mtok", "$/Mtok", ""))
+               ("decode_tok_s", "est.", " tok/s"), ("cost_per_mtok", "est. $/Mtok", ""))
 
 
 def _duration(seconds: float) -> str:

@@ -131,12 +131,17 @@ def change_simulations(base: Graph | None, head: Graph) -> list:
 def _unit_row(row: dict) -> dict:
     """The capacity figures a reviewer compares, from a capacity row (compiler.capacity.render)."""
     decode = row["decode"]
+    est = row.get("estimate")
+    # throughput and price as the plan's estimate table shows them (the ceiling is only its bound);
+    # a unit without an estimate keeps the ceiling's figures
+    tok_s = est["output_tokens_per_s"]["value"] if est else None if decode is None else decode["tokens_per_s_at_batch"]
+    cost = est.get("cost_per_million_tokens") if est else None
     return {
         "host": row["host"], "model": row["model"], "slice": row["slice"],
         "headroom_gib": round(row["headroom_bytes"] / GIB, 2),
         "max_sequences": row["max_sequences"],
-        "decode_tok_s": None if decode is None else round(decode["tokens_per_s_at_batch"], 1),
-        "cost_per_mtok": row["cost_per_million_tokens"],
+        "decode_tok_s": None if tok_s is None else round(tok_s, 1),
+        "cost_per_mtok": cost["value"] if cost else None if est else row["cost_per_million_tokens"],
     }
 
 

@@ -118,7 +118,7 @@ def record_reasons(last: dict, graph: Graph, aid: str, will_run: Mapping[str, li
     # what it changes in the artifact (its params); params speak when the cause did not move.
     changes = _diff_fields(last.get("cause") or {}, dict(action.cause))
     if changes:
-        reasons += [f"{path}: {_short(old)} -> {_short(new)}" for path, old, new in changes]
+        reasons += [f"{path}: {_change(old, new)}" for path, old, new in changes]
     else:
         reasons += _param_reasons(action, _diff(last.get("params", {}), action.params_json), spec_changes)
     reasons += _input_reasons(last, action)
@@ -136,8 +136,9 @@ def record_reasons(last: dict, graph: Graph, aid: str, will_run: Mapping[str, li
 def _param_reasons(action, changes: list, spec_changes: list | None) -> list[str]:
     """Parameter changes named by the spec fields with the same old and new values (the action's
     own model or host first). A parameter that is a transformed value (an enum spelled for the
-    tool) is named by the spec changes of the action's model or host, else by every spec change;
-    when the spec did not change at all, it is Kiln's or its catalog's. `spec_changes` None: unknown."""
+    tool) is named by the spec changes of the action's model or host, else by the parameter itself
+    (an edit of another host or model is never given as the cause); when the spec did not change
+    at all, it is Kiln's or its catalog's. `spec_changes` None: unknown."""
     subject = action.id.partition("/")[2]
     scope = (f"models.{subject}.", f"hosts.{subject}.")
     known = spec_changes or []
@@ -145,11 +146,12 @@ def _param_reasons(action, changes: list, spec_changes: list | None) -> list[str
     out: list[str] = []
     for path, old, new in changes:
         same = [c for c in known if c[1] == old and c[2] == new]
-        named = [c for c in same if c[0].startswith(scope)] or same or scoped or known
+        # never every spec change: an edit of another host or model is not why this action runs
+        named = [c for c in same if c[0].startswith(scope)] or same or scoped
         if named:
-            out += [f"{p}: {_short(o)} -> {_short(n)}" for p, o, n in named]
+            out += [f"{p}: {_change(o, n)}" for p, o, n in named]
         else:
-            out.append(f"{action.kind} parameter {path}: {_short(old)} -> {_short(new)}"
+            out.append(f"{action.kind} parameter {path}: {_change(old, new)}"
                        + (" (the spec did not change: Kiln or its catalog did)" if spec_changes == [] else ""))
     return list(dict.fromkeys(out))
 
@@ -203,9 +205,38 @@ def _diff(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
     return [] if old == new else [(path, old, new)]
 
 
-def _short(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True)
-    return text if len(text) <= 40 else text[:37] + "..."
+def _shown(value: Any) -> str:
+    """A value as the spec writes it: strings quoted, mappings and lists in flow style."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_shown(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
+    return json.dumps(value, sort_keys=True)
+
+
+SHOWN = 48  # characters of a value a reason shows whole; a longer one is cut around what changed
+
+
+def _change(old: Any, new: Any) -> str:
+    """`old -> new`, each cut to the part where they differ when long (an image reference differs in
+    its digest, past the first 40 characters, where a cut at the start hid it)."""
+    a, b = _shown(old), _shown(new)
+    if len(a) <= SHOWN and len(b) <= SHOWN:
+        return f"{a} -> {b}"
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+
+    def cut(t: str) -> str:
+        start, end = max(0, head - 12), len(t) - max(0, tail - 12)
+        if end - start > SHOWN:
+            end = start + SHOWN
+        return ("..." if start else "") + t[start:end] + ("..." if end < len(t) else "")
+
+    return f"{cut(a)} -> {cut(b)}"
 
 
 def _count(n: int, word: str) -> str:
