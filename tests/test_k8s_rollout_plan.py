@@ -31,9 +31,13 @@ SINGLE = ((H100_MIG, "".join("          - {profile: 1g.10gb, serves: intent}\n" 
 NAMESPACE = (("namespace: inference", "namespace: serving"),)
 SPECNAME = (("name: fleet\n", "name: fleet2\n"),)
 MAXUNAVAIL = (("node_pool: {nodes: 4,", "node_pool: {nodes: 4, max_unavailable: 2,"),)
+# big at tp4 on half of each B200 node, intent on the other half's whole GPUs (review N12)
+MOVEMODEL = (TP4[0], ("      - index: [0, 1, 2, 3, 4, 5, 6, 7]\n        serves: big\n",
+                      "      - index: [0, 1, 2, 3]\n        serves: big\n"
+                      + "".join(f"      - index: [{i}]\n        serves: intent\n" for i in range(4, 8))))
 # the review's edits (controllers-review-2026-12-05.md) and an image bump
 EDITS = {"tp": TP4, "onefield": ONEFIELD, "image": IMAGE, "single": SINGLE, "namespace": NAMESPACE,
-         "specname": SPECNAME, "maxunavail": MAXUNAVAIL}
+         "specname": SPECNAME, "maxunavail": MAXUNAVAIL, "movemodel": MOVEMODEL}
 
 
 def _edited(edits) -> str:
@@ -218,3 +222,12 @@ def test_a_changed_profile_on_dynamo_keeps_the_model_serving(tmp_path: Path) -> 
     sim, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a", text),
                               graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", text.replace(*ONEFIELD[0])))
     assert sim.result.completed and sim.diagnostics() == [] and sim.result.low["intent"][0] > 0
+
+
+def test_moving_a_model_onto_a_mixed_whole_gpu_pool_is_refused(tmp_path: Path) -> None:
+    """Review N12: once an old big pod goes, intent's new 1-GPU pods (scheduled first) take every GPU
+    it freed; big's new 4-GPU pod stays Pending and its rollout stops at one replica."""
+    sim = _sim(tmp_path, MOVEMODEL)
+    r = sim.result
+    assert not r.completed and r.end["big"] == 1 and "big-b200-pool never completes" in r.stuck
+    assert "Insufficient nvidia.com/gpu" in r.stuck and [c for c, _, _ in sim.diagnostics()] == ["K858"]
