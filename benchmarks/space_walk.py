@@ -2,7 +2,8 @@
 generator (the catalog's GPUs and MIG profiles, its models, the format table, the transfer backends,
 the Dynamo releases), each validated; the accepted ones, up to --build of them (spread over the
 run), built as `kiln build --allow-partial` builds on a machine without torch, GPU, Docker or
-network, their Kubernetes trees rendered, and every emitted file checked by its consumer's rules.
+network, the deferred engine, model-source and (with ModelOpt installed) quantize actions' preflights
+run, their Kubernetes trees rendered, and every emitted file checked by its consumer's rules.
 
 Building and checking takes a fraction of a second a spec (shellcheck most of it), validating a few
 hundredths: all specs are validated, a bounded subset built. Each failure cause is shrunk to a
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib.util
 import random
 import sys
 import tempfile
@@ -61,8 +63,9 @@ def main() -> int:
             refusals.update({d.code for d in result.diagnostics if d.is_error})
     validated_s = time.perf_counter() - start
     stride = max(1, len(accepted) // max(1, args.build))
+    quantize = importlib.util.find_spec("modelopt") is not None  # its preflight builds ModelOpt's configs
     for trace, text in accepted[::stride][:args.build]:
-        o = walk_one(text, spec_dir, store)
+        o = walk_one(text, spec_dir, store, quantize=quantize)
         counts["build attempted"] += 1
         counts["artifacts checked"] += o.artifacts
         if o.status == "built":
@@ -83,7 +86,7 @@ def main() -> int:
         print(f"  {n:5}  {cause}")
 
         def same(spec: dict, cause=cause) -> bool:
-            return walk_one(dump(spec), spec_dir, store, check=True).cause == cause
+            return walk_one(dump(spec), spec_dir, store, quantize=quantize).cause == cause
 
         small = dump(generate(ReplayChooser(shrink(first[cause], same, budget=150))))
         print("         shrunk to:\n" + "".join(f"           {line}\n" for line in small.splitlines()))
