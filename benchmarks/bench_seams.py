@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from seams import target_comparisons  # noqa: E402  (scripts/seams.py: the test reads the same walk)
+from seams import spec_reads, target_comparisons  # noqa: E402  (scripts/seams.py: the test reads the same walk)
 
 # the modules one command imports, printed by the child itself
 _PROBE = """
@@ -74,6 +74,9 @@ def main() -> int:
           f"{len({f.split(':')[0] for f in found})} modules")
     for f in found:
         print(f"  {f}")
+    reads = spec_reads()
+    print(f"reads of the parsed spec in compiler/checks/ (ctx.spec, ctx.ir.spec): {sum(reads.values())}: "
+          + ", ".join(f"{p.rsplit('/', 1)[1]} {n}" for p, n in reads.items()))
     cc = complex_functions()
     print(f"functions above McCabe 25 (ruff C901): {len(cc)}")
     for line in cc:

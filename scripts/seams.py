@@ -5,6 +5,9 @@ benchmarks/bench_seams.py prints them):
   target_comparisons   comparisons that name a deploy target (`x.deploy == "host"`,
                        `"kubernetes" in deploys`) outside compiler/targets/: each should ask the
                        target object instead
+  spec_reads           reads of the parsed spec in compiler/checks/ (`ctx.spec`, `ctx.ir.spec`):
+                       a check should read what the passes resolved (ctx.models(), ctx.hosts(),
+                       ctx.ir.units, ...) and the span only from the document
   strings              the string constants of a file (docstrings included), with their lines
 
     python3 scripts/seams.py      # print the target-name comparisons, exit 1 if there are any
@@ -46,6 +49,22 @@ def target_comparisons(root: Path = ROOT, names: Iterable[str] = TARGET_NAMES) -
             found += sorted({f"{rel}:{line}" for line, value in strings(path, in_comparisons=True) if value in names},
                             key=lambda s: int(s.rsplit(":", 1)[1]))
     return found
+
+
+def spec_reads(root: Path = ROOT) -> dict[str, int]:
+    """compiler/checks/ module -> how many times it reads `ctx.spec` or `ctx.ir.spec` (the AST)."""
+    out = {}
+    for path in sorted((root / "compiler" / "checks").glob("*.py")):
+        n = 0
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "spec":
+                base = node.value
+                if isinstance(base, ast.Attribute) and base.attr == "ir":
+                    base = base.value
+                n += isinstance(base, ast.Name) and base.id == "ctx"
+        if n:
+            out[path.relative_to(root).as_posix()] = n
+    return out
 
 
 def main() -> int:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Iterable
+from typing import ClassVar, Iterable, Iterator
 
 from compiler.diagnostics import Diagnostic, Rule, Severity
 from compiler.ir import Resolved
 from compiler.spec.loader import Document
-from compiler.spec.models import Spec
+from compiler.spec.models import Host, Model, Spec
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,29 @@ class CheckContext:
     @property
     def spec(self) -> Spec:
         return self.ir.spec
+
+    # What the checks read: the IR's models and hosts as the passes left them (a measured limit is a
+    # number by now), not the parsed spec; `spec` stays for the sections no pass resolves (toolchain,
+    # image, kubernetes), and spans come from `doc`.
+    @property
+    def target(self) -> str:
+        return self.ir.target
+
+    def models(self) -> Iterator[tuple[str, Model]]:
+        """(name, model) of every model the IR resolved, in spec order."""
+        return ((name, rm.spec) for name, rm in self.ir.models.items())
+
+    def model(self, name: str) -> Model | None:
+        rm = self.ir.models.get(name)
+        return rm.spec if rm is not None else None
+
+    def hosts(self) -> Iterator[tuple[str, Host]]:
+        """(name, host) of every host the IR resolved, in spec order."""
+        return ((name, rh.spec) for name, rh in self.ir.hosts.items())
+
+    def host(self, name: str) -> Host | None:
+        rh = self.ir.hosts.get(name)
+        return rh.spec if rh is not None else None
 
     @property
     def doc(self) -> Document:

@@ -30,7 +30,7 @@ def _dpath(name: str, *rest) -> tuple:
 
 
 def _disaggregated(ctx: CheckContext) -> Iterable[tuple[str, Model, Disaggregated]]:
-    for name, m in ctx.spec.models.items():
+    for name, m in ctx.models():
         if m.serving.disaggregated is not None:
             yield name, m, m.serving.disaggregated
 
@@ -71,7 +71,7 @@ class DisaggregatedPlacement(Check):
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         seen: set[tuple] = set()
         for u in ctx.ir.units:
-            m = ctx.spec.models.get(u.model)
+            m = ctx.model(u.model)
             if m is None or u.path in seen:
                 continue
             seen.add(u.path)
@@ -117,13 +117,13 @@ class DisaggregatedRuntime(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m, d in _disaggregated(ctx):
-            if ctx.spec.target != "llmapi":
+            if ctx.target != "llmapi":
                 yield ctx.diag(self, _dpath(name), "disaggregated serving needs the llmapi target "
-                               f"(the spec's target is {ctx.spec.target})", key=True,
+                               f"(the spec's target is {ctx.target})", key=True,
                                help="set `target: llmapi`; TensorRT-LLM's disaggregated servers load the checkpoint")
                 continue
             units = [u for u in ctx.ir.units if u.model == name]
-            deploys = {targets.of(ctx.spec.hosts[u.host]) for u in units if u.host in ctx.spec.hosts}
+            deploys = {targets.of(ctx.host(u.host)) for u in units if u.host in ctx.ir.hosts}
             runtime = serving_runtimes.get(m.serving.runtime)
             if any(t.runs_router for t in deploys) and not runtime.serves_roles:
                 able = [n for n, r in serving_runtimes.REGISTRY.items() if r.serves_roles]
@@ -141,8 +141,8 @@ class DisaggregatedRuntime(Check):
                                f"ITL targets, and model {name!r} has no `sla` with both ttft_ms and tpot_ms", key=True,
                                help="add sla: {ttft_ms: ..., tpot_ms: ...} to the model")
             if d.planner is not None:
-                pool_roles = {u.role for u in units if u.host in ctx.spec.hosts
-                              and targets.of(ctx.spec.hosts[u.host]).node_pool}
+                pool_roles = {u.role for u in units if u.host in ctx.ir.hosts
+                              and targets.of(ctx.host(u.host)).node_pool}
                 if k8s is None or k8s.runtime != "dynamo" or not set(ROLES) <= pool_roles:
                     yield ctx.diag(self, _dpath(name, "planner"), "Dynamo's planner scales prefill and decode "
                                    "workers (component types prefill and decode) on Kubernetes: it needs "
@@ -169,12 +169,12 @@ class RouterPlacement(Check):
         for name, m, d in _disaggregated(ctx):
             named = d.router.host
             if named is not None:
-                host = ctx.spec.hosts.get(named)
+                host = ctx.host(named)
                 if host is None or not targets.of(host).runs_router:
                     why = "is not a host of the spec" if host is None else "is a Kubernetes node pool"
                     yield ctx.diag(self, _dpath(name, "router", "host"),
                                    f"router.host {named!r} {why}; the router runs on a `deploy: host` host",
-                                   help=f"name one of: {', '.join(h for h, x in ctx.spec.hosts.items() if targets.of(x).runs_router) or '(none)'}")
+                                   help=f"name one of: {', '.join(h for h, x in ctx.hosts() if targets.of(x).runs_router) or '(none)'}")
                     continue
             where = ctx.ir.routers[name]
             if where is None:
@@ -183,9 +183,9 @@ class RouterPlacement(Check):
 
             port = m.serving.ports.http
             for u in ctx.ir.units:
-                if u.host != where or u.model == name or u.ports is None or u.model not in ctx.spec.models:
+                if u.host != where or u.model == name or u.ports is None or u.model not in ctx.ir.models:
                     continue
-                listens = _listening_kinds(ctx.spec.models[u.model].serving.runtime)
+                listens = _listening_kinds(ctx.model(u.model).serving.runtime)
                 if port in [p for kind, p in u.ports.as_dict().items() if kind in listens]:
                     yield ctx.diag(self, ("models", name, "serving", "ports"),
                                    f"the router of model {name!r} listens on port {port} of host {where!r}, where "

@@ -35,9 +35,9 @@ class MoeBackendOnDenseModel(Check):
     order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.target == "engine":
+        if ctx.target == "engine":
             return  # on engines the knob is refused altogether (K604)
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             rm = ctx.ir.models.get(name)
             if m.kernels.moe is None or rm is None or rm.arch is None or rm.arch.is_moe:
                 continue
@@ -70,12 +70,12 @@ class Fp8ContextFmhaMisused(Check):
     order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             flag = m.kernels.fp8_context_fmha
             if flag is None:
                 continue
             path = _mpath(name, "kernels", "fp8_context_fmha")
-            if ctx.spec.target == "llmapi":
+            if ctx.target == "llmapi":
                 yield ctx.diag(self, path, f"model {name!r}: fp8_context_fmha is an engine-build flag "
                                            "(trtllm-build --use_fp8_context_fmha) with no LLM-API field, so the "
                                            "llmapi target cannot apply it",
@@ -104,14 +104,14 @@ class CudaGraphSizesInvalid(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         seen: set[tuple] = set()  # a value both roles of a disaggregated model share: once
-        for name, model in ctx.spec.models.items():
+        for name, model in ctx.models():
             for v in served(name, model):
                 m = v.spec
                 sizes = m.runtime.cuda_graph_batch_sizes
                 if sizes is None:
                     continue
                 path = v.where("runtime", "cuda_graph_batch_sizes")
-                if ctx.spec.target == "engine":
+                if ctx.target == "engine":
                     if path not in seen:
                         seen.add(path)
                         yield ctx.diag(self, path, f"model {name!r}: cuda_graph_batch_sizes is a PyTorch-backend "
@@ -142,9 +142,9 @@ class PytorchOnlyKernel(Check):
     order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.target != "engine":
+        if ctx.target != "engine":
             return
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             k = m.kernels
             if k.attention != "trtllm":
                 yield ctx.diag(self, _mpath(name, "kernels", "attention"),
@@ -181,7 +181,7 @@ class PromptExceedsTokenBudget(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         seen: set[tuple] = set()
-        for name, model in ctx.spec.models.items():
+        for name, model in ctx.models():
             for v in served(name, model):
                 if v.role in GENERATION_ONLY:
                     continue
@@ -218,7 +218,7 @@ class BatchExceedsTokenBudget(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         seen: set[tuple] = set()
-        for name, model in ctx.spec.models.items():
+        for name, model in ctx.models():
             for v in served(name, model):
                 lim = v.spec.limits
                 path = v.where("limits", "max_batch_size")
@@ -250,10 +250,10 @@ class MultipleInstances(Check):
     order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             n = m.serving.instances
             # only where the runtime runs instances (elsewhere K812 refuses the setting)
-            if n > 1 and serving_runtimes.get(m.serving.runtime).honours("instances", ctx.spec.target):
+            if n > 1 and serving_runtimes.get(m.serving.runtime).honours("instances", ctx.target):
                 yield ctx.diag(self, _mpath(name, "serving", "instances"),
                                f"model {name!r}: {n} Triton instances per serving unit would each load the weights "
                                f"and claim kv_cache_memory_fraction {m.runtime.kv_cache_memory_fraction} of the "
@@ -277,9 +277,9 @@ class StreamTextOnEngine(Check):
     order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.target != "engine":
+        if ctx.target != "engine":
             return
-        for name, m in sorted(ctx.spec.models.items()):
+        for name, m in sorted(ctx.models()):
             if "stream_text" in m.serving.model_fields_set:
                 yield ctx.diag(self, _mpath(name, "serving", "stream_text"),
                                f"model {name!r}: serving.stream_text is an llmapi-target setting; the engine "
@@ -302,9 +302,9 @@ class FlashinferBackend(Check):
     order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.target == "engine":
+        if ctx.target == "engine":
             return  # refused there (K604)
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             a = m.kernels.attention
             if a in ("flashinfer", "flashinfer_star_attention"):
                 yield ctx.diag(self, _mpath(name, "kernels", "attention"),
@@ -330,7 +330,7 @@ class WorkloadPromptTooLong(Check):
     order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             if m.workload is None:
                 continue
             longest = max(_lengths(m.workload.input_tokens))
@@ -354,7 +354,7 @@ class WorkloadLongerThanSequence(Check):
     order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             w = m.workload
             if w is None:
                 continue
@@ -382,7 +382,7 @@ class SequenceLongerThanContext(Check):
     order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             rm = ctx.ir.models.get(name)
             context = rm.arch.max_position if rm is not None and rm.arch is not None else None
             stated = "max_seq_len" in m.limits.model_fields_set  # the default (2048) is not the team's choice
@@ -412,7 +412,7 @@ class MoeBackendUnsupported(Check):
     order = 61
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.target != "llmapi":
+        if ctx.target != "llmapi":
             return  # engines bake the MoE plugin in at build time
         table = load_format_table()
         for p in served_pairs(ctx):
@@ -469,11 +469,11 @@ class BatcherSettingOnLlmapi(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in sorted(ctx.spec.models.items()):
+        for name, m in sorted(ctx.models()):
             rt = serving_runtimes.get(m.serving.runtime)
-            for ignored in rt.ignored_on_target(ctx.spec.target):
+            for ignored in rt.ignored_on_target(ctx.target):
                 if ignored.setting in m.serving.model_fields_set:
                     yield ctx.diag(self, ("models", name, "serving", ignored.setting),
                                    f"serving.{ignored.setting} of model {name!r} has no effect with {rt.name} on "
-                                   f"the {ctx.spec.target} target: {ignored.why}", key=True,
+                                   f"the {ctx.target} target: {ignored.why}", key=True,
                                    help=f"remove `{ignored.setting}`")

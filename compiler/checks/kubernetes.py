@@ -129,7 +129,7 @@ class ParallelGroupExceedsNode(Check):
         for name, pool in sorted(ctx.ir.pools.items()):
             count = ctx.ir.hosts[name].spec.count
             for u in ctx.ir.host_units(name):
-                m = ctx.spec.models.get(u.model)
+                m = ctx.model(u.model)
                 if m is None or u.model in reported:
                     continue
                 par = m.parallelism_of(u.role)  # a disaggregated role's servers take the role's
@@ -193,9 +193,9 @@ class DynamoNeedsLlmapiTarget(Check):
     order = ORDER
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if _runtime(ctx) == "dynamo" and ctx.ir.pools and ctx.spec.target != "llmapi":
+        if _runtime(ctx) == "dynamo" and ctx.ir.pools and ctx.target != "llmapi":
             yield ctx.diag(self, ("kubernetes", "runtime"),
-                           f"runtime dynamo cannot serve the {ctx.spec.target!r} target",
+                           f"runtime dynamo cannot serve the {ctx.target!r} target",
                            help="use `target: llmapi`, or `runtime: deployment` (Triton)")
 
 
@@ -286,7 +286,7 @@ class NodePoolsOverlap(Check):
                 sa, sb = set(a.selector.items()), set(b.selector.items())
                 if sa <= sb or sb <= sa:
                     wider, narrower = (a, b) if sa <= sb else (b, a)
-                    spec = ctx.spec.hosts[b.name]
+                    spec = ctx.host(b.name)
                     path = ("hosts", b.name, "node_pool", "selector") if spec.node_pool and spec.node_pool.selector \
                         else ("hosts", b.name)
                     yield ctx.diag(self, path,
@@ -403,7 +403,7 @@ class RelayoutTakesModelDown(Check):
         for pname, pool in sorted(ctx.ir.pools.items()):
             if not any(g.mig for g in pool.gpus):
                 continue
-            np = ctx.spec.hosts[pname].node_pool
+            np = ctx.host(pname).node_pool
             batch = min(np.max_unavailable, pool.nodes) if np is not None else 1
             if batch < pool.nodes or pool.nodes == 1:  # one node: nothing to choose, the plan says it
                 continue
@@ -453,7 +453,7 @@ class ImageVolumesUnsupported(Check):
         for pname, pool in sorted(ctx.ir.pools.items()):
             if not pool.workloads or not mounts_weights(ctx.ir, pname):
                 continue
-            np = ctx.spec.hosts[pname].node_pool
+            np = ctx.host(pname).node_pool
             path = ("hosts", pname, "node_pool", "weights") if np is not None and "weights" in np.model_fields_set \
                 else ("hosts", pname)
             if support == "gate":

@@ -43,7 +43,7 @@ class WeightsDoNotFit(Check):
             cap = fig.capacity
             if cap.fits:
                 continue
-            model = ctx.spec.models[unit.model]
+            model = ctx.model(unit.model)
             fmt = model.quantization.weights
             yield ctx.diag(
                 self, unit.path + ("serves",),
@@ -82,7 +82,7 @@ class NoSequenceFits(Check):
             cap = fig.capacity
             if not cap.fits or cap.kv_bytes_per_token == 0 or cap.max_sequences >= 1:
                 continue
-            model = ctx.spec.models[unit.model]
+            model = ctx.model(unit.model)
             lim = model.limits
             need = cap.blocks_per_sequence * cap.tokens_per_block * cap.kv_bytes_per_token
             need_s, pool_s = gib_apart(need, cap.kv_pool_bytes)
@@ -122,7 +122,7 @@ class BatchNotReachable(Check):
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for unit, fig in _figures(ctx):
             cap = fig.capacity
-            lim = ctx.spec.models[unit.model].limits
+            lim = ctx.model(unit.model).limits
             if not cap.fits or cap.max_sequences < 1 or cap.batch_reachable:
                 continue
             yield ctx.diag(
@@ -152,7 +152,7 @@ class SlaOutOfReach(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for unit, fig in _figures(ctx):
-            sla = ctx.spec.models[unit.model].sla
+            sla = ctx.model(unit.model).sla
             e = fig.estimate
             # a model with a measured limit has a record that says what the unit meets (K914 when stale)
             if sla is None or not e or not e.get("curve") or ctx.ir.models[unit.model].measured is not None:

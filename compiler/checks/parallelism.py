@@ -20,7 +20,7 @@ def _ppath(name: str, field: str) -> tuple:
 
 def _arch_models(ctx: CheckContext):
     """(name, model spec, arch) for every model whose architecture resolved."""
-    for name, m in ctx.spec.models.items():
+    for name, m in ctx.models():
         rm = ctx.ir.models.get(name)
         if rm is not None and rm.arch is not None:
             yield name, m, rm.arch
@@ -66,9 +66,9 @@ class GpuCountMismatch(Check):
     order = 70
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for hname, host in ctx.spec.hosts.items():
+        for hname, host in ctx.hosts():
             for a_idx, a in enumerate(host.gpus):
-                m = ctx.spec.models.get(a.serves) if a.serves is not None else None
+                m = ctx.model(a.serves) if a.serves is not None else None
                 if m is None:
                     continue
                 par = m.parallelism_of(a.role)
@@ -119,7 +119,7 @@ class ExpertParallelInvalid(Check):
     order = 70
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             par = m.parallelism
             if par.ep == 1:
                 continue
@@ -198,7 +198,7 @@ class ParallelOnMig(Check):
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         seen: set[tuple] = set()
         for unit in ctx.ir.units:
-            m = ctx.spec.models.get(unit.model)
+            m = ctx.model(unit.model)
             if unit.mig is None or m is None or unit.path in seen:
                 continue
             seen.add(unit.path)
@@ -231,7 +231,7 @@ class ExpertParallelNotInTp(Check):
     order = 70
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             par = m.parallelism
             if par.ep == 1 or (par.tp * par.pp) % par.ep or par.tp % par.ep == 0:
                 continue  # dense models and other ep faults are K703's
@@ -282,14 +282,14 @@ class AttentionDpInvalid(Check):
     order = 70
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             par = m.parallelism
             if not par.attention_dp:
                 continue
             path = _ppath(name, "attention_dp")
             rm = ctx.ir.models.get(name)
             arch = rm.arch if rm is not None else None
-            if ctx.spec.target == "engine":
+            if ctx.target == "engine":
                 yield ctx.diag(self, path, f"model {name!r}: attention_dp is a PyTorch-backend option "
                                            "(enable_attention_dp) that the engine target cannot apply",
                                help="remove it, or use `target: llmapi`")

@@ -375,7 +375,7 @@ class NvFp4KvCacheNeedsGate(Check):
     order = 30
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             q = m.quantization
             if q.kv_cache == "nvfp4" and q.quality_gate is None:
                 yield ctx.diag(self, quant_path(name, "kv_cache"),
@@ -406,7 +406,7 @@ class InvalidFormatCombination(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         table = load_format_table()
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             q = m.quantization
             a = q.activations
             if a is None:
@@ -492,7 +492,7 @@ class SmoothQuantNeedsEngine(Check):
     order = 30
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.target != "llmapi":
+        if ctx.target != "llmapi":
             return
         for name, rm in ctx.ir.models.items():
             q = rm.spec.quantization
@@ -575,7 +575,7 @@ class PatternMatchesNothing(Check):
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         from compiler.capacity.modules import inventory
 
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             rm = ctx.ir.models.get(name)
             arch = rm.arch if rm is not None else None
             if arch is None:

@@ -21,10 +21,10 @@ class UnknownModel(Check):
     order = 10
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        known = sorted(ctx.spec.models)
+        known = sorted(ctx.ir.models)
         set_aside = ctx.ir.set_aside.get("models", frozenset())
         for unit in ctx.ir.units:
-            if unit.model not in ctx.spec.models and unit.model not in set_aside:
+            if unit.model not in ctx.ir.models and unit.model not in set_aside:
                 yield ctx.diag(self, unit.path + ("serves",), f"`serves: {unit.model}` names no model in `models`",
                                help=_choices(unit.model, known))
 
@@ -42,7 +42,7 @@ class MissingFile(Check):
     order = 10
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             base = ("models", name)
             q = m.quantization
             for value, where, what, directory in (
@@ -84,7 +84,7 @@ class GpuIndexInvalid(Check):
     order = 10
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for hname, host in ctx.spec.hosts.items():
+        for hname, host in ctx.hosts():
             owner: dict[int, int] = {}
             for a_idx, a in enumerate(host.gpus):
                 for pos, g in enumerate(a.indexes):
@@ -113,10 +113,10 @@ class ModelNotServed(Check):
     order = 10
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if not ctx.spec.hosts or ctx.ir.set_aside.get("hosts"):
+        if not ctx.ir.hosts or ctx.ir.set_aside.get("hosts"):
             return  # no hosts: the spec only builds artifacts (the CPU quickstart style); hosts set aside: unknown
         served = {u.model for u in ctx.ir.units}
-        for name in ctx.spec.models:
+        for name in ctx.ir.models:
             if name not in served:
                 yield ctx.diag(self, ("models", name), f"model {name!r} is not served by any host", key=True,
                                help="assign it with `serves:` on a host's `gpus` entry or MIG instance")
@@ -139,15 +139,15 @@ class PortConflict(Check):
     order = 20
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for hname, host in ctx.spec.hosts.items():
+        for hname, host in ctx.hosts():
             if targets.of(host).node_pool:
                 continue  # each pod has a network namespace of its own
-            units = [u for u in ctx.ir.units if u.host == hname and u.model in ctx.spec.models]
+            units = [u for u in ctx.ir.units if u.host == hname and u.model in ctx.ir.models]
             # one diagnostic per pair of clashing units, naming both and every port they share
             seen: dict[int, tuple[str, str, str]] = {}  # port -> (unit id, model, kind) of its first user
             for u in units:
                 clashes: dict[tuple[str, str], list[str]] = {}
-                listens = _listening_kinds(ctx.spec.models[u.model].serving.runtime)
+                listens = _listening_kinds(ctx.model(u.model).serving.runtime)
                 for kind, port in u.ports.as_dict().items():
                     if kind not in listens:
                         continue

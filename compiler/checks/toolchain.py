@@ -58,7 +58,7 @@ class EngineNeedsOldTrtllm(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.target != "engine":
+        if ctx.target != "engine":
             return
         pinned = ctx.spec.toolchain.tensorrt_llm
         r = release(pinned)
@@ -87,7 +87,7 @@ class ModelOptMissing(Check):
         if ctx.spec.toolchain.modelopt is not None:
             return
         quantized = []
-        for name, m in ctx.spec.models.items():
+        for name, m in ctx.models():
             q = m.quantization
             if q.quantized or any(o.weights is not None and o.weights not in ("bf16", "fp16") for o in q.overrides):
                 quantized.append(name)
@@ -123,7 +123,7 @@ class ModelOptUnknown(Check):
         table = load_checkpoint_config()
         if table.builder(pinned) is not None:
             return
-        quantized = sorted(name for name, m in ctx.spec.models.items() if m.quantization.quantized)
+        quantized = sorted(name for name, m in ctx.models() if m.quantization.quantized)
         if not quantized:
             return
         known = ", ".join(sorted(table.builders, key=lambda v: parse_version(v) or ()))
@@ -251,7 +251,7 @@ class CheckpointConfigUnknown(Check):
         if table.runtime(pinned) is not None:
             return
         writers = sorted(name for name, rm in ctx.ir.models.items()
-                         if ctx.spec.target == "llmapi" or (rm.formats is not None and rm.formats.quantized))
+                         if ctx.target == "llmapi" or (rm.formats is not None and rm.formats.quantized))
         if not writers:
             return
         known = ", ".join(sorted(table.runtimes, key=lambda v: parse_version(v) or ()))
@@ -293,7 +293,7 @@ class LlmapiOptionsUnverified(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.target != "llmapi" or not ctx.spec.models:
+        if ctx.target != "llmapi" or not ctx.ir.models:
             return
         pinned = ctx.spec.toolchain.tensorrt_llm
         r, known = release(pinned), llmapi_facts_release()
@@ -320,7 +320,7 @@ class LlmapiNeedsNewTrtllm(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.target != "llmapi":
+        if ctx.target != "llmapi":
             return
         pinned = ctx.spec.toolchain.tensorrt_llm
         r = release(pinned)
@@ -346,9 +346,9 @@ class EngineQualityGate(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.target != "engine":
+        if ctx.target != "engine":
             return
-        for name, m in sorted(ctx.spec.models.items()):
+        for name, m in sorted(ctx.models()):
             if m.quantization.quality_gate is not None:
                 yield ctx.diag(self, ("models", name, "quantization", "quality_gate"),
                                f"model {name!r} has a quality gate, but the engine target cannot enforce it: "
@@ -426,14 +426,14 @@ class TrtllmServeNeedsLlmapi(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in sorted(ctx.spec.models.items()):
+        for name, m in sorted(ctx.models()):
             rt = serving_runtimes.get(m.serving.runtime)
-            why = rt.refusal(ctx.spec.target)
+            why = rt.refusal(ctx.target)
             if why is not None:
-                others = [r.name for r in serving_runtimes.REGISTRY.values() if r.refusal(ctx.spec.target) is None]
+                others = [r.name for r in serving_runtimes.REGISTRY.values() if r.refusal(ctx.target) is None]
                 yield ctx.diag(self, ("models", name, "serving", "runtime"),
                                f"model {name!r} is served by {rt.name}, which cannot serve the spec's target "
-                               f"{ctx.spec.target}: {why}",
+                               f"{ctx.target}: {why}",
                                help=f"use `target: {' or '.join(rt.targets)}`"
                                     + "".join(f", or `runtime: {o}`" for o in others))
 
@@ -454,17 +454,17 @@ class TritonSettingWithTrtllmServe(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for name, m in sorted(ctx.spec.models.items()):
+        for name, m in sorted(ctx.models()):
             s = m.serving
             rt = serving_runtimes.get(s.runtime)
-            for ignored in rt.ignored(ctx.spec.target):
+            for ignored in rt.ignored(ctx.target):
                 key, _, port = ignored.setting.partition(".")
                 given = s.model_fields_set if not port else \
                     (s.ports.model_fields_set if "ports" in s.model_fields_set else set())
                 if (port or key) not in given:
                     continue
                 honour = [r.name for r in serving_runtimes.REGISTRY.values()
-                          if r.honours(ignored.setting, ctx.spec.target)]
+                          if r.honours(ignored.setting, ctx.target)]
                 yield ctx.diag(self, ("models", name, "serving", *ignored.setting.split(".")),
                                f"serving.{ignored.setting} of model {name!r} has no effect with {rt.name}: "
                                f"{ignored.why}", key=True,
