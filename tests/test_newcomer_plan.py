@@ -29,3 +29,18 @@ def test_the_newcomers_plan_reads_as_the_golden_file(tmp_path: Path, capsys, mon
     # what a newcomer asked of it: the idle GPUs and the Kubernetes release the tree assumes are said
     assert "Idle: each node of node pool h200-pool serves on 4 of its 8 GPUs; GPUs 4, 5, 6, 7 serve nothing" in head
     assert "kubernetes.version is not set, so the tree is written for Kubernetes 1.35" in head
+
+
+def test_one_clock_given_for_a_pool_prints_as_one(tmp_path: Path, capsys) -> None:
+    """Issue 36: `clocks: {graphics_mhz: 1980}` on a node pool printed as nvidia-smi's "1980,1980"."""
+    shutil.copytree(ROOT / "tests" / "data" / "newcomer", tmp_path / "spec")
+    spec = tmp_path / "spec" / "kiln.yaml"
+    text = spec.read_text(encoding="utf-8")
+    pool = '    gpu: H200-SXM-141GB\n    count: 8\n    driver: ">=580.82.07"\n'
+    assert pool in text
+    spec.write_text(text.replace(pool, pool + "    clocks: {graphics_mhz: 1980}\n"), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["plan", str(spec), "--store", str(tmp_path / "store")]) == 0
+    out = capsys.readouterr().out
+    assert "h200-pool (node pool): clocks: not set -> locked graphics 1980 MHz:" in out, out
+    assert "1980,1980" not in out

@@ -254,9 +254,22 @@ def _ranges(values: list) -> str:
 
 
 def _tuning_text(tuning: list[GpuTuning], what: str) -> str:
-    values = sorted({(t.lgc + ("/" + t.lmc if t.lmc else "") + ("/ac " + t.ac if t.ac else "")) if what == "clocks"
-                     else t.pl for t in tuning} - {""})
-    return ", ".join(values) if values else "not set"
+    values = sorted({_clocks_text(t) if what == "clocks" else t.pl for t in tuning} - {""})
+    return "; ".join(values) if values else "not set"
+
+
+def _mhz(pair: str) -> str:
+    """nvidia-smi's "min,max" lock as the spec gave it: one clock when both are the same."""
+    lo, _, hi = pair.partition(",")
+    return f"{lo} MHz" if lo == hi or not hi else f"{lo}-{hi} MHz"
+
+
+def _clocks_text(t: GpuTuning) -> str:
+    parts = ([f"locked graphics {_mhz(t.lgc)}"] if t.lgc else []) + ([f"locked memory {_mhz(t.lmc)}"] if t.lmc else [])
+    if t.ac:
+        memory, _, graphics = t.ac.partition(",")
+        parts.append(f"application clocks memory {memory} MHz, graphics {graphics} MHz")
+    return ", ".join(parts)
 
 
 def _destroyed(old_entries: list[dict], new_entries: list[dict], serves: dict[str, list[str]]) -> str:
