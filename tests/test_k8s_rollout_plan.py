@@ -231,3 +231,17 @@ def test_moving_a_model_onto_a_mixed_whole_gpu_pool_is_refused(tmp_path: Path) -
     r = sim.result
     assert not r.completed and r.end["big"] == 1 and "big-b200-pool never completes" in r.stuck
     assert "Insufficient nvidia.com/gpu" in r.stuck and [c for c, _, _ in sim.diagnostics()] == ["K858"]
+
+
+def test_a_two_worker_dynamo_roll_names_the_routing_gap(tmp_path: Path) -> None:
+    """Review N10: with max-unavailable 1 and two workers, Dynamo's own guide warns of a moment with
+    no routable worker (readiness advances the rollout before the frontend registers the new one);
+    the plan says so for big (2 workers) when its options roll it."""
+    from tests.k8s_edit_matrix import base_text
+
+    text = base_text("dynamo")
+    sim, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a", text),
+                              graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b",
+                                       text.replace("limits: {max_batch_size: 64,", "limits: {max_batch_size: 32,")))
+    gap = [s.text.split(":", 1)[0] for s in sim.result.steps if "no routable" in s.text or "none to route" in s.text]
+    assert gap == ["big-worker-b200-pool"]

@@ -152,6 +152,11 @@ class Simulation:
         if d is None:
             d = self.deploys[w.key] = Deploy(w, last_progress=self.now)
         d.spec = w
+        if d.rss and d.templates[d.rss[-1].name].template != w.template and w.dynamo \
+                and w.replicas - dc.max_unavailable(w.replicas, w.max_surge, w.max_unavailable) <= 1:
+            self._say(f"{w.name}: Dynamo routes to a new worker once it registers with the frontend, after "
+                      "Kubernetes marks it Ready; with one worker left in service the frontend may have none "
+                      "to route to for a moment (Dynamo's rolling-update guide, ai-dynamo/dynamo#13622)")
         if not d.rss or d.templates[d.rss[-1].name].template != w.template:
             same = [r for r in d.rss if d.templates[r.name].template == w.template]
             if same:  # the template of an older ReplicaSet: it becomes the new one (rollback)

@@ -22,6 +22,7 @@ class Workload:
     max_surge: int | str = 0
     max_unavailable: int | str = 1
     progress_deadline_s: int = 600
+    dynamo: bool = False  # a DynamoGraphDeployment's worker component (Dynamo's operator rolls it)
 
     @property
     def key(self) -> str:

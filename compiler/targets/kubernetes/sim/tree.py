@@ -84,7 +84,7 @@ def dgd_workloads(o: dict) -> list[Workload]:
                             labels.get("kiln.io/pool", ""), int(c.get("replicas", 1)), worker_hash, labels,
                             spec.get("nodeSelector") or {}, spec.get("tolerations") or [], limits,
                             num(ann.get(ru["max_surge"], ru["default"])), num(ann.get(ru["max_unavailable"], ru["default"])),
-                            10 ** 9))  # the operator has no progress deadline: a stuck rollout waits
+                            10 ** 9, dynamo=True))  # the operator has no progress deadline: a stuck rollout waits
     return out
 
 
