@@ -79,7 +79,8 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
                 plan_text = f"{store_line(store)}\n{plan_text}"
             parts.append(plan_text)
             parts.append(render_disruptions(outcome.disruptions, args.format))
-            notes = idle_gpu_lines(result.resolved) + [kubernetes_version_note(result.resolved) or ""]
+            notes = (short_calibration_lines(result.resolved) + idle_gpu_lines(result.resolved)
+                     + [kubernetes_version_note(result.resolved) or ""])
             notes = [n for n in notes if n]
             if notes:
                 parts.append("\n".join(f"- {n}" if args.format == "markdown" else n for n in notes))
@@ -108,6 +109,23 @@ def _place(outcome, builders) -> None:
     spec = outcome.validation.spec
     outcome.validation.diagnostics.extend(unplaceable(outcome.graph, REGISTRY, builders.machines, [p.id for p in todo],
                                                       outcome.validation.resolved.document, spec.models, spec.hosts))
+
+
+def short_calibration_lines(ir) -> list[str]:
+    """Per model whose calibration data holds fewer samples than `calibration.samples`: the set is
+    built from what there is (counted up to `samples` lines: a large file costs nothing)."""
+    from compiler.ir.inputs import count_samples
+
+    out = []
+    for name, m in (ir.spec.models.items() if ir is not None else ()):
+        cal = m.quantization.calibration
+        if cal is None or cal.data not in ir.inputs:
+            continue
+        found = count_samples(ir.input_path(cal.data), cal.samples)
+        if found is not None and found < cal.samples:
+            out.append(f"Calibration: {name}'s {cal.data} holds {found} sample{'s' * (found != 1)}, fewer than the "
+                       f"{cal.samples} asked for: calibration-set/{name} will hold {found}")
+    return out
 
 
 def idle_gpu_lines(ir) -> list[str]:

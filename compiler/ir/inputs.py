@@ -228,3 +228,21 @@ def _inside(path: Path, root: Path) -> bool:
 
 def _short(text: str) -> str:
     return repr(text if len(text) <= 120 else text[:117] + "...")
+
+
+def count_samples(path: Path, limit: int, max_line: int = 16 << 20) -> int | None:
+    """The samples (non-empty lines, as the calibration-set action splits them) of a calibration
+    file, counted up to `limit`: a large file is read no further. None when it cannot be read as a
+    regular file (the build says why)."""
+    if not os.path.isfile(path):  # a FIFO or device is never opened here
+        return None
+    found = 0
+    try:
+        with open(path, "rb") as f:
+            while found < limit and (raw := f.readline(max_line + 1)):
+                if len(raw) > max_line:
+                    return None
+                found += sum(1 for piece in raw.decode("utf-8", "replace").splitlines() if piece.strip())
+    except OSError:
+        return None
+    return min(found, limit)
