@@ -38,7 +38,8 @@ from compiler.diagnostics import Diagnostic, Severity, Span
 from compiler.graph.sizes import SMALL, GiB, Machine, holds, lacking, shortfalls
 
 
-SOFTWARE = ("torch", "gpu", "docker", "network")
+# tensorrt_llm: importable with CUDA, so an engine build runs without the release container (docker)
+SOFTWARE = ("torch", "gpu", "docker", "network", "tensorrt_llm")
 _LABEL = re.compile(r"[A-Za-z0-9._-]+")
 _FIELDS = {"runs-on", "gpu", "gpus", "mig", "host_memory_gib", "disk_gib", "has"}
 
@@ -200,14 +201,15 @@ def probe(store_root: Path, has: Iterable[str]) -> Machine:
     """This machine: its GPUs (nvidia-smi), host memory, free disk under the store, and `has`."""
     count, name, arch, mem = _gpus()
     return Machine("this machine", gpus=count, gpu_name=name, gpu_arch=arch, gpu_mem_gib=mem,
-                   host_mem_gib=_host_memory_gib(), disk_gib=_free_disk_gib(store_root), has=frozenset(has))
+                   host_mem_gib=_host_memory_gib(), disk_gib=_free_disk_gib(store_root), has=frozenset(has),
+                   elsewhere=False)
 
 
 # --- placement ------------------------------------------------------------------------------------
 def software_lacking(kinds, action, machine: Machine) -> list[str]:
     from compiler.graph.builder import Builder
 
-    return kinds.missing(action, Builder(fixed=machine.has))
+    return kinds.missing(action, Builder(fixed=machine.has, machine=machine))
 
 
 def way_rank(kinds, action, machine: Machine) -> int | None:

@@ -156,3 +156,28 @@ def test_a_builders_file_kiln_cannot_use_is_reported_where_it_is_wrong(tmp_path,
     err = capsys.readouterr().err
     assert "builders.yml:4:22: error: host_memory_gib is a number >= 0 [K406]" in err
 
+
+
+def test_an_engine_build_goes_to_a_class_that_runs_tensorrt_llm_or_its_container(tmp_path: Path) -> None:
+    from compiler.distributed.driver import required
+    from compiler.graph.sizes import Machine
+    from compiler.machines import place, why_not
+    from compiler.targets.registry import REGISTRY
+
+    spec = tmp_path / "kiln.yaml"
+    text = (ROOT / "examples" / "h200-tp8-llama70b" / "kiln.yaml").read_text(encoding="utf-8")
+    text = text.replace("name: llama70b-h200", "name: llama70b-h200\ntarget: engine")
+    spec.write_text(text.replace(", cuda_graph_batch_sizes: [1, 2, 4, 8, 16, 32, 64, 128]", ""), encoding="utf-8")
+    engine = _plan(spec, tmp_path).graph.actions["engine/llama70b"]
+    h200 = dict(gpus=8, gpu_name="H200-SXM-141GB", gpu_arch="Hopper", gpu_mem_gib=140.4, host_mem_gib=2048,
+                disk_gib=4000)
+    bare = Machine("bare", **h200, has=frozenset({"gpu", "network"}))
+    assert place(REGISTRY, engine, [bare]) is None  # what is installed here does not count for another machine
+    assert why_not(REGISTRY, engine, [bare]) == ["bare lacks software: docker"]
+    for has in ({"gpu", "network", "tensorrt_llm"}, {"gpu", "network", "docker"}):
+        m = Machine("m", **h200, has=frozenset(has))
+        assert place(REGISTRY, engine, [m]) is m
+        assert set(required(REGISTRY, engine, m)) == has  # a Ray task asks for each of them
+    small = Machine("h100", **{**h200, "gpu_name": "H100-SXM5-80GB", "gpu_mem_gib": 79.6, "gpus": 4},
+                    has=frozenset({"gpu", "network", "docker"}))
+    assert why_not(REGISTRY, engine, [small]) == ["h100 lacks 8 GPU(s), it has 4"]

@@ -318,7 +318,9 @@ class Engine(ActionKind[EngineParams]):
 
     def missing(self, params: EngineParams, needs, builder) -> list[str]:
         out = [] if builder.has("gpu") else ["gpu"]
-        if not out and not _has_trtllm() and not builder.has("docker"):
+        machine = getattr(builder, "machine", None)
+        trtllm = builder.has("tensorrt_llm") if machine is not None and machine.elsewhere else _has_trtllm()
+        if not out and not trtllm and not builder.has("docker"):
             out.append("docker")  # no tensorrt_llm here: the release container must run it
         return out + source_needs(params.source, builder)
 

@@ -23,7 +23,7 @@ class NoBuilderHolds(Rule):
 class BuildersFileInvalid(Rule):
     """The builders file is not what Kiln reads: a `builders:` mapping of class names to their
     `runs-on` labels, `gpu` (a catalog name), `gpus`, `mig`, `host_memory_gib`, `disk_gib` and
-    `has` (of torch, gpu, docker, network)."""
+    `has` (of torch, gpu, docker, network, tensorrt_llm)."""
 
     code = "K406"
     name = "builders-file-invalid"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -35,8 +36,7 @@ def _job(graph: Graph, aid: str, results: dict, registry: str, store_dir: str | 
              for role, path in action.files.items()}
     return {"version": JOB_VERSION, "id": aid, "kind": action.kind, "kind_version": action.version,
             "key": graph.keys[aid], "params": action.params_json, "registry": registry, "store": store_dir,
-            "deps": {d: (graph.actions[d].kind, graph.keys[d]) for d in action.deps}, "files": files,
-            "needs": list(action.needs)}
+            "deps": {d: (graph.actions[d].kind, graph.keys[d]) for d in action.deps}, "files": files}
 
 
 def _share(graph: Graph, aid: str, results: dict, store: LocalStore, cache) -> None:
@@ -119,7 +119,9 @@ def execute_on(engine: Engine, graph: Graph, store: LocalStore, spec_name: str, 
                 machine, way = choice
                 try:
                     _share(graph, aid, results, store, cache)
-                    handle = engine.submit(_job(graph, aid, results, registry, worker_store), way,
+                    job = _job(graph, aid, results, registry, worker_store)
+                    job["needs"] = required(kinds, action, machine)
+                    handle = engine.submit(job, way,
                                            f"kiln:{aid}", accelerator=machine.gpu_name if way.gpu_arch else None)
                 except Exception as e:  # the registry or the engine refused: this action fails, the build goes on
                     done(aid, ActionResult(aid, key, "failed", error=f"could not submit it: {e}"),
@@ -155,6 +157,19 @@ def on_engine(engine: Engine, cache, *, deadline_s: float | None = None, worker_
         return execute_on(engine, graph, store, spec_name, kinds, cache, str(cache.registry), progress=progress,
                           selected=selected, interrupt=interrupt, deadline_s=deadline_s, worker_store=worker_store)
     return run
+
+
+def required(kinds, action, machine) -> list[str]:
+    """The software capabilities of `machine` the action cannot do without there (an engine build
+    needs tensorrt_llm or docker: whichever of them the chosen machine offers), so the engine runs
+    it only on a machine that has them too."""
+    from compiler.machines import SOFTWARE, software_lacking
+
+    out = []
+    for cap in SOFTWARE:
+        if cap in machine.has and software_lacking(kinds, action, replace(machine, has=machine.has - {cap})):
+            out.append(cap)
+    return out
 
 
 def _choose(kinds, action, machines, way_rank):

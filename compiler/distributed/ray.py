@@ -8,7 +8,7 @@ where the head's port is forwarded). Each action is a Ray task (`kiln:<action id
     one architecture;
   - memory: its host memory (Ray's logical `memory` resource, in bytes);
   - a sliver (0.001) of a custom resource per software capability it needs (torch, gpu, docker,
-    network): nodes advertise what they have with `ray start --resources '{"torch": 1}'`.
+    network, tensorrt_llm): nodes advertise what they have with `ray start --resources '{"torch": 1}'`.
 What Ray does not report, Kiln reads from custom resources a node may advertise: `gpu_mem_gib`
 (memory per GPU; else the smallest of Kiln's catalog GPUs of the node's accelerator type) and
 `disk_gib` (free disk for the worker's store; else not checked).
@@ -22,11 +22,11 @@ from __future__ import annotations
 from typing import Any
 
 from compiler.graph.sizes import GiB, Machine, Way
+from compiler.machines import SOFTWARE  # the capabilities a node advertises as custom resources
 
 from .engine import EngineError, Finished
 
 MAX_RETRIES = 2  # a task whose worker or node died runs again, twice at most (Ray's own retry)
-SOFTWARE = ("torch", "gpu", "docker", "network")
 SLIVER = 0.001  # of a capability resource: any number of tasks may share a node's capability
 INSTALL_HINT = "pip install 'kiln-compiler[distributed]' (or scripts/install.sh --distributed)"
 

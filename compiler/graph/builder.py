@@ -25,6 +25,7 @@ NEED_TEXT = {
     "gpu": "a GPU builder (a CUDA device)",
     "docker": "a reachable Docker Engine",
     "network": "network access to the model hub (or a local copy verified by source.digest)",
+    "tensorrt_llm": "TensorRT-LLM importable with CUDA (else a Docker Engine runs the release container)",
 }
 
 

@@ -79,6 +79,9 @@ class Machine:
     disk_gib: float = 0.0
     has: frozenset[str] = field(default_factory=frozenset)
     labels: tuple[str, ...] = ()  # CI runner labels (`runs-on`)
+    # another machine than the one running Kiln (a declared class, a cluster node): what it has is
+    # what `has` says, never what is installed here
+    elsewhere: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "gpus": self.gpus, "gpu_name": self.gpu_name, "gpu_arch": self.gpu_arch,
