@@ -5,18 +5,9 @@ the field is. A leaf module, so that what describes a runtime's unit needs no gr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
-
-
-class Params(BaseModel):
-    """Base of every kind's typed parameters: immutable, strict about unknown keys."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
 
 
 # --- what changing a parameter does to what runs, declared where the parameter is ------------------
@@ -46,9 +37,29 @@ class Effect:
             raise ValueError(f"unknown effect {self.what!r} (one of {', '.join(EFFECTS)})")
 
 
+class Params(BaseModel):
+    """Base of every kind's typed parameters: immutable, strict about unknown keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    # The effect of every field that declares none of its own: for a kind whose artifact nothing
+    # running reads but through what consumes it (BUILD_INPUT). None: each field declares its own.
+    effect_of_fields: ClassVar[Effect | None] = None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+# A build input (a checkpoint, an engine, options, a Triton repository, an image's context): what
+# runs reads it only through the digest of what consumes it (a serving image, a workload, a host
+# script), whose own fields say what a new one does.
+BUILD_INPUT = Effect("none", "a build input: what runs sees it only through the digest of what consumes it (a "
+                             "serving image, a workload, a host script), whose fields declare what that does")
+
+
 def effect(model: type[BaseModel], name: str) -> Effect | None:
-    """The effect field `name` of `model` declares, or None."""
-    return next((m for m in model.model_fields[name].metadata if isinstance(m, Effect)), None)
+    """The effect field `name` of `model` declares (else its model's for every field), or None."""
+    own = next((m for m in model.model_fields[name].metadata if isinstance(m, Effect)), None)
+    return own if own is not None else getattr(model, "effect_of_fields", None)
 
 
 def fields_that(model: type[BaseModel], what: str) -> tuple[str, ...]:

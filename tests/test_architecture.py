@@ -495,6 +495,27 @@ def test_a_workloads_fields_declare_what_their_change_does() -> None:
         Effect("reboot")
 
 
+def test_every_kinds_parameters_declare_what_their_change_does() -> None:
+    """Every field of every registered kind's parameters declares its effect where it is defined: a
+    build input's kind once for all its fields (BUILD_INPUT: what runs sees it only through what
+    consumes it), the kinds that reach what runs field by field, each shown kind one a target words."""
+    from compiler.params import BUILD_INPUT, effect, undeclared
+    from compiler.targets import BY_DEPLOY
+    from compiler.targets.registry import REGISTRY
+
+    assert {k.kind: undeclared(k.Params) for k in REGISTRY if undeclared(k.Params)} == {}
+    words = {w for t in BY_DEPLOY.values() for w in t.disruptions}
+    shown = {s for k in REGISTRY for f in k.Params.model_fields for s in effect(k.Params, f).shows_as}
+    assert shown <= words, shown - words
+    inputs = sorted(k.kind for k in REGISTRY if k.Params.effect_of_fields is BUILD_INPUT)
+    assert {"quantize", "engine", "llmapi-options", "triton-repo", "weights-image", "image-context"} <= set(inputs)
+    reaching = {k.kind for k in REGISTRY} - set(inputs)  # each field its own, and what it shows as
+    assert reaching == {"image", "host-plan", "host-script", "k8s-node-layer", "k8s-deployment", "k8s-dgd",
+                        "k8s-release"}, reaching
+    assert effect(REGISTRY["host-script"].Params, "units").shows_as == ("container-restart",)
+    assert effect(REGISTRY["k8s-release"].Params, "runtime").shows_as == ("recreate",)
+
+
 def test_a_gpus_fields_declare_the_disruptions_the_host_plan_words() -> None:
     """GpuState's fields declare what their change may do to a GPU (the kinds of the host target);
     one function, changed_kinds, reads them from the fields that differ, and hostplan.disruptions

@@ -11,6 +11,7 @@ from typing import Iterator
 
 from compiler.graph.model import Action
 from compiler.store.canonical import canonical_json
+from compiler.params import BUILD_INPUT
 
 from .base import ActionKind, LowerContext, Params, RunContext
 
@@ -37,6 +38,7 @@ def read_texts(raw: str) -> list[str]:
 
 
 class CalibrationSetParams(Params):
+    effect_of_fields = BUILD_INPUT
     model: str
     samples: int
     seed: int

@@ -8,11 +8,13 @@ from typing import Any
 
 from compiler.capacity.render import render_capacity
 from compiler.graph.model import Action
+from compiler.params import BUILD_INPUT
 
 from .base import ActionKind, LowerContext, Params, RunContext
 
 
 class CapacityReportParams(Params):
+    effect_of_fields = BUILD_INPUT
     host: str
     rows: list[dict[str, Any]]  # compiler.capacity.render.unit_row per sized unit, in spec order
 

@@ -20,6 +20,7 @@ from compiler.ir.disaggregated import role_spec as _role_spec
 from compiler.runtimes import FRONTEND
 from compiler.serving.yamlout import dump_yaml
 from compiler.store.canonical import pretty_json
+from compiler.params import BUILD_INPUT
 
 from . import llmapi
 from .base import ActionKind, LowerContext, Params, RunContext
@@ -184,6 +185,7 @@ CONFIG = "disagg-config.yaml"  # the router's (trtllm-serve disaggregated --conf
 
 
 class DisaggOptionsParams(Params):
+    effect_of_fields = BUILD_INPUT
     model: str
     tensorrt_llm: str
     options: dict[str, dict[str, Any]]  # role -> its LLM-API options

@@ -27,6 +27,7 @@ from compiler import resources
 from compiler.graph.model import Action
 from compiler.serving.layout import ENGINE_SUBDIR
 from compiler.store.canonical import pretty_json
+from compiler.params import BUILD_INPUT
 
 from .base import ActionKind, LowerContext, Params, RunContext
 from .source import SourceRef, fetch_huggingface, local_source, lower_source, source_needs
@@ -80,6 +81,7 @@ class EngineBuild(Params):
 
 
 class EngineParams(Params):
+    effect_of_fields = BUILD_INPUT
     model: str
     source: SourceRef
     dtype: str

@@ -21,9 +21,12 @@ import contextlib
 import hashlib
 import json
 
+from typing import Annotated
+
 from pydantic import Field
 
 from compiler.graph.model import Action
+from compiler.params import Effect
 from compiler.store.canonical import pretty_json
 
 from . import dockerbuild, image_context
@@ -41,12 +44,17 @@ class UnitGpus(Params):
     inputs: str = Field(default="", exclude_if=lambda v: not v)
 
 
+# provision.sh replaces a container whose image changed; what a new image does is Image.disruptions'
+_RESTARTS = Effect("restart", "provision.sh replaces each container whose image changed, but a disaggregated "
+                              "server whose inputs did not (UnitGpus.inputs)", ("container-restart",))
+
+
 class ImageParams(Params):
-    host: str
-    repository: str
+    host: Annotated[str, Effect("replace", "another host's image")]
+    repository: Annotated[str, _RESTARTS]
     # the serving units whose containers run this image (their ids are in the image's entrypoint
     # already, so listing them here rebuilds nothing more): a new image restarts them
-    units: list[UnitGpus] = []
+    units: Annotated[list[UnitGpus], _RESTARTS] = []
 
 
 def local_content_tag(host: str, context) -> str:

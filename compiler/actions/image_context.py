@@ -41,6 +41,7 @@ from compiler.graph.model import Action
 from compiler.ir.pools import mounts_weights
 from compiler.serving import layout
 from compiler.store.canonical import canonical_json, pretty_json
+from compiler.params import BUILD_INPUT
 
 from . import llmapi, runtimes
 from .base import ActionKind, LowerContext, Params, RunContext, checkpoint_action_id
@@ -92,6 +93,7 @@ class ImageUnit(Params):
 
 
 class ImageContextParams(Params):
+    effect_of_fields = BUILD_INPUT
     host: str
     spec_name: str
     base: str  # base image, pinned by digest

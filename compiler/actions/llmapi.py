@@ -9,6 +9,7 @@ from compiler.graph.model import Action
 from compiler.ir import ResolvedModel
 from compiler.serving import layout
 from compiler.serving.yamlout import dump_yaml
+from compiler.params import BUILD_INPUT
 
 from .base import ActionKind, LowerContext, Params, RunContext
 
@@ -65,6 +66,7 @@ def cuda_graph_config(sizes: list[int] | None) -> dict | None:
 
 
 class LlmapiOptionsParams(Params):
+    effect_of_fields = BUILD_INPUT
     model: str
     options: dict[str, Any]  # LlmArgs fields -> values, as written to the YAML
     tensorrt_llm: str

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from compiler.graph.model import Action
+from compiler.params import BUILD_INPUT
 
 from .base import ActionKind, LowerContext, Params, RunContext
 from .hf_config import CONFIG_JSON, ConfigPlan, config_plan, require_plan, source_config_bytes
@@ -22,6 +23,7 @@ from .source import SOURCE_PATTERNS, SourceRef, fetch_huggingface, lower_source,
 
 
 class ModelSourceParams(Params):
+    effect_of_fields = BUILD_INPUT
     model: str
     source: SourceRef
     checkpoint_config: ConfigPlan | None  # the schema the runtime reads config.json in (None: pin not in the table)

@@ -10,6 +10,7 @@ import json
 
 from compiler.graph.model import Action
 from compiler.store.canonical import pretty_json
+from compiler.params import BUILD_INPUT
 
 from .base import ActionKind, LowerContext, Params, RunContext
 
@@ -22,6 +23,7 @@ class QualityGateFailed(Exception):
 
 
 class QualityGateParams(Params):
+    effect_of_fields = BUILD_INPUT
     model: str
     metric: str
     max_regression_pct: float

@@ -39,6 +39,7 @@ from compiler.catalog.checkpoint_config import load_checkpoint_config
 from compiler.graph.model import Action
 from compiler.spec.models import UNQUANTIZED
 from compiler.store.canonical import pretty_json
+from compiler.params import BUILD_INPUT
 
 from .base import ActionKind, LowerContext, Params, RunContext
 from .hf_config import CONFIG_JSON, CheckpointConfigError, ConfigPlan, config_plan, require_plan, write_runtime_config
@@ -97,6 +98,7 @@ class EvalParams(Params):
 
 
 class QuantizeParams(Params):
+    effect_of_fields = BUILD_INPUT
     model: str
     source: SourceRef
     dtype: str

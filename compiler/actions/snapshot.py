@@ -9,6 +9,7 @@ from typing import Any
 from compiler.catalog.serial import to_data
 from compiler.graph.model import Action
 from compiler.store.canonical import pretty_json
+from compiler.params import BUILD_INPUT
 
 from .base import ActionKind, LowerContext, Params, RunContext
 
@@ -21,6 +22,7 @@ class SnapshotUnit(Params):
 
 
 class SnapshotParams(Params):
+    effect_of_fields = BUILD_INPUT
     spec: dict[str, Any]  # the parsed spec, defaults filled in (its own JSON form)
     architectures: dict[str, dict[str, Any]]  # model -> the architecture facts resolved for it
     gpus: dict[str, str]  # host -> catalog GPU

@@ -12,12 +12,14 @@ import shutil
 from pathlib import Path
 
 from compiler.graph.model import Action
+from compiler.params import BUILD_INPUT
 
 from .base import ActionKind, LowerContext, Params, RunContext
 from .source import TOKENIZER_FILES, SourceRef, fetch_huggingface, lower_source, source_needs
 
 
 class TokenizerParams(Params):
+    effect_of_fields = BUILD_INPUT
     model: str
     source: SourceRef
 

@@ -40,6 +40,7 @@ from compiler.graph.model import Action
 from compiler.ir.pools import mounts_weights
 from compiler.serving import layout
 from compiler.store.canonical import pretty_json
+from compiler.params import BUILD_INPUT
 
 from . import dockerbuild
 from .base import ActionKind, LowerContext, Params, RunContext, checkpoint_action_id
@@ -51,6 +52,7 @@ MAX_LAYERS = 64  # well under overlayfs' layer limit, with room for nothing else
 
 
 class WeightsImageParams(Params):
+    effect_of_fields = BUILD_INPUT
     model: str
     spec_name: str
     repository: str

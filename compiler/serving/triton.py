@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from compiler import resources
 from compiler.graph.kinds import Params
 from compiler.ir import Resolved, ResolvedModel
+from compiler.params import BUILD_INPUT
 
 from .layout import ENGINE_PARTS, REPOSITORY_DIR, engine_dir, engine_names, model_dir
 from .yamlout import dump_yaml
@@ -76,6 +77,8 @@ class TritonModel(Params):
 class RepositoryParams(Params):
     """Everything the repository of one host depends on, except the LLM-API options (a dependency)
     and the tokenizer files (copied from the tokenizer artifacts)."""
+
+    effect_of_fields = BUILD_INPUT
 
     host: str
     target: str

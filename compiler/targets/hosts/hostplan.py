@@ -9,10 +9,12 @@ builds' parameters says what applying the new state disrupts (`disruptions`)."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.actions.gpustate import GpuState, HostState, MigInstanceState, desired_state
 from compiler.graph.model import Action
-from compiler.params import changed_kinds
+from compiler.params import Effect, changed_kinds
 from compiler.store.canonical import pretty_json
 
 from .target import TARGET
@@ -21,7 +23,10 @@ OUTPUT = "host-plan.json"
 
 
 class HostPlanParams(Params):
-    state: HostState
+    # each GPU's fields (GpuState) declare what their change does: the kinds disruptions() words
+    state: Annotated[HostState, Effect("re-layout", "the GPUs' clocks, power, MIG layout and what they serve: each "
+                                                    "GpuState field declares its own",
+                                       ("mig-reslice", "serving-change", "clocks", "power"))]
 
 
 class HostPlan(ActionKind[HostPlanParams]):

@@ -25,7 +25,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
@@ -36,6 +36,7 @@ from compiler.actions.runtimes import UnitServing, ir_unit_serving
 from compiler.actions.shell import Shell, shell_quote, words
 from compiler.graph.model import Action
 from compiler.ir.migparted import mig_parted_problems
+from compiler.params import Effect
 from compiler.serving.yamlout import dump_yaml
 
 from . import disaggregated as disagg_hosts
@@ -107,13 +108,20 @@ class HostUnit(Params):
     inputs: str = Field(default="", exclude_if=_unset)  # digest of what it reads from the image ("": all of it)
 
 
+# provision.sh recreates a container whose settings (its kiln.config label) differ, and only that one
+_RECREATES = Effect("restart", "provision.sh recreates each container whose settings changed (its kiln.config "
+                               "label); the others keep running", ("container-restart",))
+_SCRIPT_ONLY = Effect("none", "the script's text or its wait: no container's settings")
+
+
 class HostScriptParams(Params):
-    host: str
-    spec_name: str
-    templates: dict[str, str]  # template file -> digest
-    units: list[HostUnit]
-    routers: list[HostRouter] = Field(default=[], exclude_if=_unset)  # the disaggregated models' routers here
-    ready_timeout_s: int = runtimes.ready_timeout_s()  # default bound on a unit's model load
+    host: Annotated[str, Effect("replace", "another host's script")]
+    spec_name: Annotated[str, _SCRIPT_ONLY]  # in its header comment
+    templates: Annotated[dict[str, str], _SCRIPT_ONLY]  # template file -> digest
+    units: Annotated[list[HostUnit], _RECREATES]
+    # the disaggregated models' routers here: a router's restart interrupts its model's every server
+    routers: Annotated[list[HostRouter], _RECREATES] = Field(default=[], exclude_if=_unset)
+    ready_timeout_s: Annotated[int, _SCRIPT_ONLY] = runtimes.ready_timeout_s()  # default bound on a model load
 
 
 class HostScript(ActionKind[HostScriptParams]):

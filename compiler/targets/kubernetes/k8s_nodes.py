@@ -28,7 +28,7 @@ from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy
 from compiler.params import Effect, changed_kinds
 
-from . import nodelayer, tree
+from . import nodelayer, plan, tree
 from .k8s_deployment import max_unavailable, namespace_of
 
 TEMPLATES = (nodelayer.LABEL_TEMPLATE, nodelayer.TUNING_TEMPLATE)
@@ -69,15 +69,18 @@ class PoolLayer(Params):
 
 
 class NodeLayerParams(Params):
-    spec_name: str
-    operator_namespace: str
-    strategy: str
-    layouts: dict[str, list[dict]]  # layout name -> mig-parted entries
-    pools: list[PoolLayer]
-    templates: dict[str, str]
-    relayout_image: str | None = None  # the Job's image (kubernetes.relayout_image); None: no Job
-    namespace: str = ""  # of the workloads
-    workloads: list[str] = []  # runtime deployment: the Deployments (label-nodes.sh retires the others)
+    spec_name: Annotated[str, plan.IDENTITY]  # names the tuning DaemonSets and the ConfigMap
+    operator_namespace: Annotated[str, plan.IDENTITY]
+    # the cluster's MIG strategy: the device plugin re-advertises every MIG pool's devices (disruptions)
+    strategy: Annotated[str, Effect("re-layout", "the device plugin advertises the MIG devices under other resource "
+                                                 "names (k8s-device-plugin)", ("node-relayout",))]
+    layouts: Annotated[dict[str, list[dict]], _RELAYOUT]  # layout name -> mig-parted entries
+    pools: Annotated[list[PoolLayer], Effect("re-layout", "each pool's own fields (PoolLayer)",
+                                             ("node-relayout", "clocks", "power"))]
+    templates: Annotated[dict[str, str], _UNREAD]  # the scripts' text
+    relayout_image: Annotated[str | None, _UNREAD] = None  # the Job's image (kubernetes.relayout_image); None: no Job
+    namespace: Annotated[str, plan.IDENTITY] = ""  # of the workloads
+    workloads: Annotated[list[str], _UNREAD] = []  # runtime deployment: the Deployments (label-nodes.sh retires the others)
 
 
 def _tuning(host) -> list[GpuTuning]:

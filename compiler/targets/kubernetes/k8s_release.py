@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from typing import Annotated
 
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.graph.kinds import POOL
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy, resource_name
+from compiler.params import Effect
 from compiler.release import spec_digest
 
 from . import admission as adm
@@ -64,20 +66,28 @@ class PoolSummary(Params):
     workloads: dict[str, int]  # workload -> replicas
 
 
+# what the tree's own objects do when they change (the workloads' are their actions': k8s-deployment, k8s-dgd)
+_PRUNED = Effect("replace", "Argo CD prunes what leaves the tree: a workload's pods stop at once (a workload's "
+                            "other changes are its own action's)", ("workload-delete",))
+_CLUSTER = Effect("none", "API objects no pod reads: a Service's endpoints, a budget, admission, how Argo CD syncs")
+
+
 class ReleaseParams(Params):
-    spec_name: str
-    spec_digest: str
-    namespace: str
-    runtime: str
-    mig_strategy: str
-    node_layer: str  # action id
-    workloads: list[str]  # action ids, each writing one <name>.yaml
-    services: list[ServiceSpec]
-    argocd: ArgoSpec | None
-    pools: dict[str, PoolSummary]
-    budgets: list[BudgetSpec] = []  # runtime deployment
-    admission: adm.AdmissionParams | None = None  # publish.signed_by
-    planned: list[str] = []  # DGDs (models) whose worker replicas Dynamo's planner sets
+    spec_name: Annotated[str, plan.IDENTITY]
+    spec_digest: Annotated[str, plan.UNREAD]  # a label of the tree
+    namespace: Annotated[str, plan.IDENTITY]
+    # another runtime is other kinds of object: every workload deleted and created anew
+    runtime: Annotated[str, Effect("replace", "Deployments and DynamoGraphDeployments are other objects: every "
+                                              "workload of each pool is deleted and created anew", ("recreate",))]
+    mig_strategy: Annotated[str, plan.UNREAD]  # the node layer's strategy carries it (k8s-node-layer)
+    node_layer: Annotated[str, plan.UNREAD]  # action id
+    workloads: Annotated[list[str], _PRUNED]  # action ids, each writing one <name>.yaml
+    services: Annotated[list[ServiceSpec], _CLUSTER]
+    argocd: Annotated[ArgoSpec | None, _CLUSTER]
+    pools: Annotated[dict[str, PoolSummary], _PRUNED]
+    budgets: Annotated[list[BudgetSpec], _CLUSTER] = []  # runtime deployment
+    admission: Annotated[adm.AdmissionParams | None, _CLUSTER] = None  # publish.signed_by
+    planned: Annotated[list[str], _CLUSTER] = []  # DGDs (models) whose worker replicas Dynamo's planner sets
 
     def to_json(self) -> dict:
         out = super().to_json()
