@@ -140,11 +140,15 @@ def graph_disruptions(graph: Graph, earlier, kinds: KindRegistry) -> list[Disrup
 def merge_disruptions(items: list[Disruption]) -> list[Disruption]:
     """One line per GPU and kind (several artifacts can restart the same containers), one per node
     pool change; a restart is not listed where the GPU is re-sliced or changes what it serves,
-    which replaces its containers."""
+    which replaces its containers, nor per GPU of a node pool whose workloads roll."""
     replaced = {(d.host, d.gpu_index) for d in items if d.kind in ("mig-reslice", "serving-change")}
+    # a node pool's rolls are said per workload (its POOL lines): a rebuilt serving image's per-GPU
+    # "container-restart" lines would count the pool's GPUs as one host's
+    pools = {d.host for d in items if d.gpu_index == POOL}
     merged: dict[tuple, Disruption] = {}
     for d in items:
-        if d.kind == "container-restart" and (d.host, d.gpu_index) in replaced:
+        if d.kind == "container-restart" and ((d.host, d.gpu_index) in replaced
+                                              or (d.host in pools and d.gpu_index != POOL)):
             continue
         # a node pool's lines each name their workload: one line each
         key = (d.host, d.gpu_index, d.kind) + ((d.detail,) if d.gpu_index == POOL else ())

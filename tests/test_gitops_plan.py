@@ -232,3 +232,19 @@ def test_a_long_value_is_cut_around_what_changed() -> None:
     shown = _change(image, image.replace("sha256:1c95", "sha256:2c95"))
     assert "sha256:1c95" in shown and "sha256:2c95" in shown, shown
     assert _change(None, {"graphics_mhz": 1755}) == "null -> {graphics_mhz: 1755}"
+
+
+def test_a_pool_roll_is_said_per_workload_not_as_gpus_of_a_host(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Issue 36: a rebuilt pool image was also listed as per-GPU "container-restart" host lines, so
+    the headline counted the pool's GPUs as a host's ("9 GPU(s) on 2 host(s)")."""
+    r = GitRepo(tmp_path / "pools")
+    shutil.copytree(ROOT / "examples" / "k8s-two-pools", r.root / "deploy")
+    r.commit("base")
+    monkeypatch.chdir(r.root)
+    monkeypatch.setenv("KILN_STORE", str(tmp_path / "store"))
+    r.edit("deploy/kiln.yaml", "max_batch_size: 32", "max_batch_size: 7")
+    code, out = _plan(capsys, "--base", "HEAD")
+    assert code == 5
+    assert "h100-pool (node pool): workload-roll: chat-h100-pool" in out, out
+    assert "h100-pool GPU" not in out and "container-restart" not in out, out
+    assert "Disruption: 1 node pool(s)" in out, out
