@@ -245,3 +245,22 @@ def test_a_two_worker_dynamo_roll_names_the_routing_gap(tmp_path: Path) -> None:
                                        text.replace("limits: {max_batch_size: 64,", "limits: {max_batch_size: 32,")))
     gap = [s.text.split(":", 1)[0] for s in sim.result.steps if "no routable" in s.text or "none to route" in s.text]
     assert gap == ["big-worker-b200-pool"]
+
+
+def test_a_pool_with_room_rolls_without_taking_a_pod_out(tmp_path: Path) -> None:
+    """Surge where a pool has room: big at tp4 on GPUs 0-3 of each B200 node leaves 4 GPUs idle per
+    node, so its rollout adds the new pod first (maxSurge 1, maxUnavailable 0: with 1 beside it
+    rolling.go takes an old pod out at once too) and big keeps both replicas serving."""
+    from compiler.targets.kubernetes.sim import tree
+    from tests.k8s_tree import render
+
+    idle = (TP4[0], ("      - index: [0, 1, 2, 3, 4, 5, 6, 7]\n        serves: big\n",
+                     "      - index: [0, 1, 2, 3]\n        serves: big\n"))
+    base = _edited(idle)
+    rev = tree.read_tree(render(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "r", base), tmp_path / "r"))
+    big = rev.workloads["inference/big-b200-pool"]
+    assert (big.max_surge, big.max_unavailable) == (1, 0)
+    assert rev.workloads["inference/chat-h100-pool"].max_surge == 0  # every slice is assigned
+    sim, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a", base),
+                              graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(idle + IMAGE)))
+    assert sim.result.completed and sim.result.low["big"][0] == 2 and sim.result.low["chat"][0] == 24

@@ -51,6 +51,7 @@ class DeploymentParams(Params):
     # CPU and memory requests and limits (compiler/targets/kubernetes/runtime.pod_resources)
     pod_resources: Annotated[dict, plan.ROLL]
     max_unavailable: Annotated[int, plan.UNREAD] = 1  # pods the rolling update takes out at once (rollout_unavailable)
+    max_surge: Annotated[int, plan.UNREAD] = 0  # pods it may add on devices no workload holds (rollout_surge)
 
 
 ROLLS = fields_that(DeploymentParams, "roll")  # what replaces the pods, as the fields declare it
@@ -102,6 +103,24 @@ def rollout_unavailable(ir, pool: str, w) -> int:
     return max(1, min(w.replicas, slots_per_node(ir.pools[pool], w) * max_unavailable(ir, pool)))
 
 
+def free_slots(pool, w) -> int:
+    """Pods of the workload's device shape the pool's nodes can hold beyond every workload's own:
+    GPUs without MIG that serve nothing (whole-GPU pods), or MIG instances of its profile that no
+    workload holds."""
+    if w.mig_profile is None:
+        free = sum(1 for g in pool.gpus if not g.mig) - sum(x.per_node * x.gpus for x in pool.workloads
+                                                            if x.mig_profile is None)
+        return max(0, free) // w.gpus * pool.nodes
+    have = sum(dict(g.profiles).get(w.mig_profile, 0) for g in pool.gpus)
+    return max(0, have - slots_per_node(pool, w)) * pool.nodes
+
+
+def rollout_surge(ir, pool: str, w) -> int:
+    """The rolling update's maxSurge: new pods on the pool's free devices of the workload's shape (a
+    node's worth at most), so a pool with room rolls without taking a pod out first; 0 on a full pool."""
+    return min(free_slots(ir.pools[pool], w), rollout_unavailable(ir, pool, w))
+
+
 def weights_deps(weights_action: str | None) -> set[str]:
     return {weights_action} if weights_action else set()
 
@@ -151,7 +170,10 @@ def workload_params(ctx: LowerContext) -> list[DeploymentParams]:
                 resource=resource, count=w.gpus, selector=dict(pool.selector),
                 gpu_product=gfd_product(pool, strategy, w.mig_profile), pod_resources=pod_resources(ir, w),
                 weights_action=weights_image.action_id(w.model) if mounts_weights(ir, pname) else None,
-                max_unavailable=rollout_unavailable(ir, pname, w)))
+                # with room, surge alone: maxUnavailable 1 beside maxSurge 1 lets rolling.go take an old
+                # pod out at once too (reconcileOldReplicaSets), which the simulation showed
+                max_unavailable=0 if rollout_surge(ir, pname, w) else rollout_unavailable(ir, pname, w),
+                max_surge=rollout_surge(ir, pname, w)))
     return out
 
 
@@ -170,7 +192,7 @@ def render(params: DeploymentParams, image_ref: str, image_digest: str,
                              selector=params.selector, gpu_product=params.gpu_product,
                              artifacts=artifacts, pod_resources=params.pod_resources,
                              weights=weights[0] if weights is not None else None,
-                             max_unavailable=params.max_unavailable),
+                             max_unavailable=params.max_unavailable, max_surge=params.max_surge),
     ]
     return tree.documents(objects).encode()
 
@@ -195,7 +217,8 @@ class K8sDeployment(ActionKind[DeploymentParams]):
     def disruptions(self, old: DeploymentParams | None, new: DeploymentParams) -> list[Disruption]:
         # only an input changed: a pushed image (the rollout's maxUnavailable is not in the pod template;
         # when it alone changes this still says a roll: the plan's simulated rollout has the truth)
-        if old is not None and {**old.to_json(), "max_unavailable": 0} == {**new.to_json(), "max_unavailable": 0}:
+        strategy = {"max_unavailable": 0, "max_surge": 0}
+        if old is not None and {**old.to_json(), **strategy} == {**new.to_json(), **strategy}:
             return [plan.roll(new.pool, new.name, rebuilt(new.pool, new.model, new.weights_action))]
         return plan.workload_disruptions(new.pool, new.name, old.to_json() if old is not None else None,
                                          new.to_json(), ROLLS, device=f"{new.count} x {new.resource}")

@@ -53,10 +53,11 @@ def tolerations() -> list[dict]:
 def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: str, replicas: int,
                image: str, container: ServingContainer, resource: str, count: int, selector: dict[str, str],
                gpu_product: str | None, artifacts: dict[str, str], pod_resources: dict,
-               weights: str | None = None, max_unavailable: int = 1) -> dict:
+               weights: str | None = None, max_unavailable: int = 1, max_surge: int = 0) -> dict:
     """`pod_resources`: CPU and memory requests and limits (runtime.pod_resources). `weights`: the
     model's weights image by digest, mounted at its model directory (None: in the serving image).
-    `max_unavailable`: pods the rolling update may take out at once (k8s_deployment.rollout_unavailable)."""
+    `max_unavailable`: pods the rolling update may take out at once (k8s_deployment.rollout_unavailable);
+    `max_surge`: pods it may add on free devices (k8s_deployment.rollout_surge; 0 on a full pool)."""
     pod_labels = meta.labels(spec_name, model=model, workload=name, pool=pool, shape=shape(resource, count))
     main = {
         "name": "server",
@@ -84,7 +85,7 @@ def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: s
             "replicas": replicas,
             "progressDeadlineSeconds": PROGRESS_DEADLINE_S,
             "selector": {"matchLabels": _selector(name)},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": max_unavailable}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": max_surge, "maxUnavailable": max_unavailable}},
             "template": {
                 "metadata": {"labels": pod_labels},
                 "spec": {
