@@ -29,6 +29,8 @@ def test_the_newcomers_plan_reads_as_the_golden_file(tmp_path: Path, capsys, mon
     # what a newcomer asked of it: the idle GPUs and the Kubernetes release the tree assumes are said
     assert "Idle: each node of node pool h200-pool serves on 4 of its 8 GPUs; GPUs 4, 5, 6, 7 serve nothing" in head
     assert "kubernetes.version is not set, so the tree is written for Kubernetes 1.35" in head
+    # a pool without MIG: nodes already at all-disabled (the GPU Operator's default) are not drained
+    assert "layout all-disabled: a node already at it (MIG off, the GPU Operator's default) is left alone" in head
     assert ("Calibration: big's data/calib.jsonl holds 2 samples, fewer than the 512 asked for: "
             "calibration-set/big will hold 2") in head  # `samples: 512` with a 2-line file was silent
 

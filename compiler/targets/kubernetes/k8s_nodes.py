@@ -25,7 +25,7 @@ from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, 
 from compiler.actions.gpustate import desired_state
 from compiler.graph.kinds import POOL
 from compiler.graph.model import Action
-from compiler.ir.pools import cluster_strategy
+from compiler.ir.pools import ALL_DISABLED, cluster_strategy
 from compiler.params import Effect, changed_kinds
 
 from . import nodelayer, plan, tree
@@ -320,6 +320,9 @@ def disruptions(old: NodeLayerParams | None, new: NodeLayerParams) -> list[Disru
 
 def _relayout(old: NodeLayerParams | None, new: NodeLayerParams, prev: PoolLayer | None, p: PoolLayer) -> str | None:
     job = new.relayout_image is not None
+    if prev is None and p.layout == ALL_DISABLED:  # label-nodes.sh leaves a node already at it alone
+        return (f"layout {ALL_DISABLED}: a node already at it (MIG off, the GPU Operator's default) is left "
+                f"alone; the others of its {_procedure(p, job)}")
     if prev is None:
         return f"layout {p.layout}: {_procedure(p, job)}"
     if prev.layout != p.layout:
