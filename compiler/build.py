@@ -17,7 +17,7 @@ from compiler.pipeline import Options, Validation, validate_path
 from compiler.release import build_manifest, manifest_sections
 from compiler.store.local import LocalStore
 from compiler.targets import DISRUPTION_ORDER
-from compiler.targets.registry import REGISTRY
+from compiler.targets.registry import REGISTRY, WORDING, disruptions
 
 DEFAULT_STORE = Path(".kiln/store")
 
@@ -127,13 +127,12 @@ def graph_disruptions(graph: Graph, earlier, kinds: KindRegistry) -> list[Disrup
     out: list[Disruption] = []
     for aid in graph.order:
         action = graph.actions[aid]
-        kind = kinds[action.kind]
-        if not kind.affects_hosts():
+        if action.kind not in WORDING:  # a build input: what consumes it says what its change does
             continue
         record = earlier(aid)
         if record is not None and record.get("key") == graph.keys[aid]:
             continue
-        out.extend(kind.disruptions(kind.params_from_record(record), action.params))
+        out.extend(disruptions(action.kind, kinds[action.kind].params_from_record(record), action.params))
     return merge_disruptions(out)
 
 

@@ -259,7 +259,7 @@ def test_every_registered_target_implements_the_protocol() -> None:
     from compiler.lower import lower
     from compiler.targets import TARGETS
     from compiler.targets.base import DeployTarget
-    from compiler.targets.registry import KINDS, REGISTRY, in_scope
+    from compiler.targets.registry import KINDS, REGISTRY, disruptions, in_scope
 
     assert [t.name for t in TARGETS] == ["hosts", "kubernetes"]
     deployed: dict[str, set[str]] = {}
@@ -287,7 +287,7 @@ def test_every_registered_target_implements_the_protocol() -> None:
             for aid in graph.order:
                 action = graph.actions[aid]
                 if action.kind in own:
-                    found = REGISTRY[action.kind].disruptions(None, action.params)
+                    found = disruptions(action.kind, None, action.params)
                     assert all(in_scope(target.disruption_scope, d) for d in found), (aid, found)
         # every host is deployed by exactly one target
         claims = sorted(h for t in TARGETS for h in t.applies(ir))
@@ -501,7 +501,7 @@ def test_every_kinds_parameters_declare_what_their_change_does() -> None:
     consumes it), the kinds that reach what runs field by field, each shown kind one a target words."""
     from compiler.params import BUILD_INPUT, effect, undeclared
     from compiler.targets import BY_DEPLOY
-    from compiler.targets.registry import REGISTRY
+    from compiler.targets.registry import REGISTRY, WORDING
 
     assert {k.kind: undeclared(k.Params) for k in REGISTRY if undeclared(k.Params)} == {}
     words = {w for t in BY_DEPLOY.values() for w in t.disruptions}
@@ -513,6 +513,10 @@ def test_every_kinds_parameters_declare_what_their_change_does() -> None:
     assert reaching == {"image", "host-plan", "host-script", "k8s-node-layer", "k8s-deployment", "k8s-dgd",
                         "k8s-release"}, reaching
     assert effect(REGISTRY["host-script"].Params, "units").shows_as == ("container-restart",)
+    # one entry words a change (targets/registry.py disruptions), for exactly the kinds that reach what runs;
+    # the graph's ActionKind has no disruption hook
+    assert set(WORDING) == reaching
+    assert not hasattr(REGISTRY["k8s-dgd"], "disruptions") and not hasattr(REGISTRY["image"], "affects_hosts")
     assert effect(REGISTRY["k8s-release"].Params, "runtime").shows_as == ("recreate",)
 
 

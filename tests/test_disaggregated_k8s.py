@@ -123,15 +123,15 @@ def test_a_transport_change_rolls_both_roles_and_says_they_are_unordered(tmp_pat
 
 def test_a_dgd_planned_by_an_earlier_kiln_is_not_a_change_of_options(tmp_path: Path) -> None:
     """Workers planned before they carried their role's options digest: the same options are no roll."""
-    from compiler.targets.kubernetes.k8s_dgd import KIND
+    from compiler.targets.kubernetes.k8s_dgd import disruptions
 
     new = graph_of(EXAMPLE, tmp_path / "work", _spec()).actions["k8s-dgd/chat"].params
     assert {w.role for w in new.workers if w.options} == {"prefill", "decode"}
     old = new.model_copy(update={"workers": [w.model_copy(update={"options": None}) for w in new.workers]})
     assert "options" not in old.workers[0].to_json()  # left out when unset: the key of a DGD without roles
-    assert KIND.disruptions(old, new) == []
+    assert disruptions(old, new) == []
     changed = new.model_copy(update={"options_digest": "sha256:" + "0" * 64})
-    assert {d.detail.split(":", 1)[0] for d in KIND.disruptions(old, changed)} == {
+    assert {d.detail.split(":", 1)[0] for d in disruptions(old, changed)} == {
         "chat/worker-h200-prefill", "chat/worker-h200-decode"}
 
 

@@ -44,7 +44,7 @@ class UnitGpus(Params):
     inputs: str = Field(default="", exclude_if=lambda v: not v)
 
 
-# provision.sh replaces a container whose image changed; what a new image does is Image.disruptions'
+# provision.sh replaces a container whose image changed (restarts below words it)
 _RESTARTS = Effect("restart", "provision.sh replaces each container whose image changed, but a disaggregated "
                               "server whose inputs did not (UnitGpus.inputs)", ("container-restart",))
 
@@ -125,26 +125,6 @@ class Image(ActionKind[ImageParams]):
             sorted({u.model for u in ir.host_units(action.params.host)} & set(ir.models))
         return image_size([ir.models[m] for m in models], f"checkpoints of {', '.join(models) or 'no model'}")
 
-    def disruptions(self, old: ImageParams | None, new: ImageParams) -> list[Disruption]:
-        """A rebuilt serving image restarts every container of the host (provision.sh replaces a
-        container whose image changed), but a disaggregated server whose inputs are unchanged
-        (provision.sh keeps it). Nothing restarts when no image was built before: the first one
-        starts the containers. A router's restart is the host script's to say (its config)."""
-        if old is None:
-            return []
-        out = []
-        by_gpu: dict[int, list[str]] = {}
-        kept = {u.id for u in old.units if u.inputs}
-        for u in new.units:
-            if u.inputs and u.id in kept and u in old.units:
-                continue
-            for g in u.gpus:
-                by_gpu.setdefault(g, []).append(u.id.split("/", 1)[-1])
-        for gpu, units in sorted(by_gpu.items()):
-            out.append(Disruption(new.host, gpu, "container-restart",
-                                  f"serving image rebuilt: {', '.join(units)} restart{'s' * (len(units) == 1)}"))
-        return out
-
     def run(self, params: ImageParams, ctx: RunContext) -> None:
         run(params, ctx)
 
@@ -164,3 +144,24 @@ def _unit(ctx: LowerContext, u) -> UnitGpus:
 
 
 KIND = Image()
+
+
+def restarts(old: ImageParams | None, new: ImageParams) -> list[Disruption]:
+    """A rebuilt serving image restarts every container of the host (provision.sh replaces a
+    container whose image changed), but a disaggregated server whose inputs are unchanged
+    (provision.sh keeps it). Nothing restarts when no image was built before: the first one
+    starts the containers. A router's restart is the host script's to say (its config)."""
+    if old is None:
+        return []
+    out = []
+    by_gpu: dict[int, list[str]] = {}
+    kept = {u.id for u in old.units if u.inputs}
+    for u in new.units:
+        if u.inputs and u.id in kept and u in old.units:
+            continue
+        for g in u.gpus:
+            by_gpu.setdefault(g, []).append(u.id.split("/", 1)[-1])
+    for gpu, units in sorted(by_gpu.items()):
+        out.append(Disruption(new.host, gpu, "container-restart",
+                              f"serving image rebuilt: {', '.join(units)} restart{'s' * (len(units) == 1)}"))
+    return out

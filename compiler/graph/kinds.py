@@ -122,13 +122,6 @@ class ActionKind(Generic[P]):
     def manifest_entry(self, params: P, tree: TreeReader) -> tuple[str, str, Any] | None:
         return None
 
-    def disruptions(self, old: P | None, new: P) -> list[Disruption]:
-        return []
-
-    def affects_hosts(self) -> bool:
-        """Whether `disruptions` can report anything (the planner asks only those kinds)."""
-        return type(self).disruptions is not ActionKind.disruptions
-
     # --- helpers ---------------------------------------------------------------------------------
     def action(self, id: str, params: P, *, inputs: Mapping[str, str] | None = None, deps: Iterable[str] = (),
                needs: tuple[str, ...] = (), files: Mapping[str, str] | None = None,

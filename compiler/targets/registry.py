@@ -8,14 +8,18 @@ graph orders actions by id and dependency (compiler/graph/model.py), so it does 
 
 from __future__ import annotations
 
-from compiler.actions import COMMON
+from typing import Any, Callable
+
+from compiler.actions import COMMON, image
 from compiler.graph.kinds import POOL, ActionKind, Disruption, KindRegistry
 
 from . import TARGETS
 from .base import Scope
 from .hosts import disaggregated as hosts_image
 from .hosts.kinds import KINDS as HOSTS
+from .hosts.kinds import WORDING as HOSTS_WORDING
 from .kubernetes.kinds import KINDS as KUBERNETES
+from .kubernetes.kinds import WORDING as KUBERNETES_WORDING
 from .kubernetes.kinds import simulate_change as kubernetes_change
 
 KINDS: dict[str, tuple[ActionKind, ...]] = {"hosts": HOSTS, "kubernetes": KUBERNETES}  # a target's, by name
@@ -28,10 +32,23 @@ IMAGE_ADDITIONS = {"hosts": hosts_image}
 
 REGISTRY = KindRegistry([*COMMON, *(kind for target in TARGETS for kind in KINDS[target.name])])
 
+# How a change of each kind that reaches what runs is worded, from what its changed fields declare
+# (compiler/params.py Effect): the serving image's container restarts (provision.sh replaces them),
+# then each target's. A build input's kind (BUILD_INPUT) has none: what consumes it says.
+WORDING: dict[str, Callable[[Any, Any], list[Disruption]]] = {
+    image.KIND.kind: image.restarts, **HOSTS_WORDING, **KUBERNETES_WORDING}
+
+
+def disruptions(kind: str, old: Any, new: Any) -> list[Disruption]:
+    """What replacing an action of `kind` built with `old` parameters (None: nothing before) by one
+    with `new` disrupts: the one entry the planner asks (compiler/build.py graph_disruptions)."""
+    word = WORDING.get(kind)
+    return word(old, new) if word is not None else []
+
 
 def in_scope(scope: Scope, d: Disruption) -> bool:
     """Whether a disruption is of the kind a target with `scope` reports."""
     return (d.gpu_index == POOL) == (scope == "pool")
 
 
-__all__ = ["CHANGE_SIMULATORS", "IMAGE_ADDITIONS", "KINDS", "REGISTRY", "in_scope"]
+__all__ = ["CHANGE_SIMULATORS", "IMAGE_ADDITIONS", "KINDS", "REGISTRY", "WORDING", "disruptions", "in_scope"]

@@ -41,11 +41,12 @@ class HostPlan(ActionKind[HostPlanParams]):
     def run(self, params: HostPlanParams, ctx: RunContext) -> None:
         (ctx.out / OUTPUT).write_bytes(pretty_json(params.state.to_json()))
 
-    def disruptions(self, old: HostPlanParams | None, new: HostPlanParams) -> list[Disruption]:
-        return disruptions(old.state if old is not None else None, new.state)
-
 
 KIND = HostPlan()
+
+
+def plan_disruptions(old: HostPlanParams | None, new: HostPlanParams) -> list[Disruption]:
+    return disruptions(old.state if old is not None else None, new.state)
 
 
 # --- what a change of desired state disrupts --------------------------------------------------------

@@ -139,41 +139,6 @@ class HostScript(ActionKind[HostScriptParams]):
             out.append(self.action(f"{self.kind}/{name}", params, deps=(f"host-plan/{name}",)))
         return out
 
-    def disruptions(self, old: HostScriptParams | None, new: HostScriptParams) -> list[Disruption]:
-        """provision.sh recreates a unit's container when what it runs with changes (its model,
-        ports, GPUs, MIG instance, server command, environment, or what a disaggregated server
-        reads from the image); units that stay the same keep running. A router is recreated when
-        its command or config changes; that interrupts the requests of its model's every server,
-        on this host or another."""
-        if old is None:
-            return []
-        before = {u.id: u for u in old.units}
-        out = []
-        for u in new.units:
-            prev = before.get(u.id)
-            if prev is None or prev == u:
-                continue
-            # a port or model change also changes the server's argv: name the cause, not its echo
-            what = [k for k in ("model", "ports", "gpus", "mig_slot") if getattr(prev, k) != getattr(u, k)]
-            if not what and prev.environment != u.environment:
-                what = ["environment"]
-            if not what and prev.inputs != u.inputs and prev.serving == u.serving:
-                what = [f"the {u.role} role's options" if u.role else "its image inputs"]
-            what = what or ["server command"]
-            name = u.id.split('/', 1)[-1] + (f" ({u.role} server)" if u.role else "")
-            for g in u.gpus:
-                out.append(Disruption(new.host, g, "container-restart", f"{name} is recreated ({', '.join(what)} changed)"))
-        routers = {r.id: r for r in old.routers}
-        for r in new.routers:
-            prev = routers.get(r.id)
-            if prev is None or (prev.serving, prev.inputs) == (r.serving, r.inputs):
-                continue
-            what = "config" if prev.serving == r.serving else "command"
-            for host, g in r.interrupts:
-                out.append(Disruption(host, g, "container-restart",
-                                      f"{r.id.split('/', 1)[-1]} (router of {r.model}) is recreated ({what} changed)"))
-        return out
-
     def run(self, params: HostScriptParams, ctx: RunContext) -> None:
         if template_digests() != params.templates:
             raise RuntimeError("a host template changed after the plan was made; run the build again")
@@ -309,3 +274,39 @@ def render(plan: dict, units: list[dict], spec_name: str, plan_bytes: bytes,
 
 
 KIND = HostScript()
+
+
+def disruptions(old: HostScriptParams | None, new: HostScriptParams) -> list[Disruption]:
+    """provision.sh recreates a unit's container when what it runs with changes (its model,
+    ports, GPUs, MIG instance, server command, environment, or what a disaggregated server
+    reads from the image); units that stay the same keep running. A router is recreated when
+    its command or config changes; that interrupts the requests of its model's every server,
+    on this host or another."""
+    if old is None:
+        return []
+    before = {u.id: u for u in old.units}
+    out = []
+    for u in new.units:
+        prev = before.get(u.id)
+        if prev is None or prev == u:
+            continue
+        # a port or model change also changes the server's argv: name the cause, not its echo
+        what = [k for k in ("model", "ports", "gpus", "mig_slot") if getattr(prev, k) != getattr(u, k)]
+        if not what and prev.environment != u.environment:
+            what = ["environment"]
+        if not what and prev.inputs != u.inputs and prev.serving == u.serving:
+            what = [f"the {u.role} role's options" if u.role else "its image inputs"]
+        what = what or ["server command"]
+        name = u.id.split('/', 1)[-1] + (f" ({u.role} server)" if u.role else "")
+        for g in u.gpus:
+            out.append(Disruption(new.host, g, "container-restart", f"{name} is recreated ({', '.join(what)} changed)"))
+    routers = {r.id: r for r in old.routers}
+    for r in new.routers:
+        prev = routers.get(r.id)
+        if prev is None or (prev.serving, prev.inputs) == (r.serving, r.inputs):
+            continue
+        what = "config" if prev.serving == r.serving else "command"
+        for host, g in r.interrupts:
+            out.append(Disruption(host, g, "container-restart",
+                                  f"{r.id.split('/', 1)[-1]} (router of {r.model}) is recreated ({what} changed)"))
+    return out

@@ -5,3 +5,6 @@ from __future__ import annotations
 from . import hostplan, hostscript
 
 KINDS = (hostplan.KIND, hostscript.KIND)
+
+# how the target words a change of each of its kinds' parameters (compiler/targets/registry.py disruptions)
+WORDING = {hostplan.KIND.kind: hostplan.plan_disruptions, hostscript.KIND.kind: hostscript.disruptions}

@@ -214,14 +214,15 @@ class K8sDeployment(ActionKind[DeploymentParams]):
         ctx.log.info("%s: %d replica(s) of %d x %s, image %s", params.name, params.replicas, params.count,
                      params.resource, ref)
 
-    def disruptions(self, old: DeploymentParams | None, new: DeploymentParams) -> list[Disruption]:
-        # only an input changed: a pushed image (the rollout's maxUnavailable is not in the pod template;
-        # when it alone changes this still says a roll: the plan's simulated rollout has the truth)
-        strategy = {"max_unavailable": 0, "max_surge": 0}
-        if old is not None and {**old.to_json(), **strategy} == {**new.to_json(), **strategy}:
-            return [plan.roll(new.pool, new.name, rebuilt(new.pool, new.model, new.weights_action))]
-        return plan.workload_disruptions(new.pool, new.name, old.to_json() if old is not None else None,
-                                         new.to_json(), ROLLS, device=f"{new.count} x {new.resource}")
-
 
 KIND = K8sDeployment()
+
+
+def disruptions(old: DeploymentParams | None, new: DeploymentParams) -> list[Disruption]:
+    # only an input changed: a pushed image (the rollout's maxUnavailable is not in the pod template;
+    # when it alone changes this still says a roll: the plan's simulated rollout has the truth)
+    strategy = {"max_unavailable": 0, "max_surge": 0}
+    if old is not None and {**old.to_json(), **strategy} == {**new.to_json(), **strategy}:
+        return [plan.roll(new.pool, new.name, rebuilt(new.pool, new.model, new.weights_action))]
+    return plan.workload_disruptions(new.pool, new.name, old.to_json() if old is not None else None,
+                                     new.to_json(), ROLLS, device=f"{new.count} x {new.resource}")

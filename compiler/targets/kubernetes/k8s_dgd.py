@@ -218,48 +218,6 @@ class K8sDgd(ActionKind[DgdParams]):
         (ctx.out / f"{params.model}.yaml").write_bytes(render(params, options, images))
         ctx.log.info("%s: frontend and %d worker component(s)", params.model, len(params.workers))
 
-    def disruptions(self, old: DgdParams | None, new: DgdParams) -> list[Disruption]:
-        refused = forbidden_changes(old, new)
-        if refused:
-            return plan.recreate([w.pool for w in new.workers + old.workers], new.model, refused)
-        before = {w.component: w for w in (old.workers if old is not None else [])}
-        out = []
-        for w in new.workers:
-            prev = before.get(w.component)
-            old_json = prev.to_json() if prev is not None else None
-            new_json = w.to_json()
-            if old_json is not None:
-                if w.options is None or prev.options is None:  # one options file (or a DGD from an earlier
-                    # Kiln, whose workers carry no digest of their own): compare the model's options
-                    old_json["options"], new_json["options"] = old.options_digest, new.options_digest
-                old_json["options"], new_json["options"] = (str(old_json.get("options"))[:19],
-                                                            str(new_json["options"])[:19])
-                # the UCX settings are in every worker's pod template: the plan names the ones that changed
-                env = sorted(k for k in set(old.environment) | set(new.environment)
-                             if old.environment.get(k) != new.environment.get(k))
-                old_json["environment"], new_json["environment"] = (
-                    " ".join(f"{k}={p.environment.get(k, '(unset)')}" for k in env) for p in (old, new))
-            out += plan.workload_disruptions(w.pool, f"{new.model}/{w.component}", old_json, new_json,
-                                             WORKER_ROLLS + ("options", "environment"),
-                                             device=f"{w.count} x {w.resource}")
-        if old is None:
-            return out
-        out += _non_workers(old, new, workers_roll=any(d.kind == "workload-roll" for d in out))
-        rolled = {d.detail.split(":", 1)[0] for d in out if d.kind == "workload-roll"
-                  and d.detail.split(":", 1)[0] in {f"{new.model}/{w.component}" for w in new.workers}}
-        if rolled:
-            why = f"Dynamo's worker hash covers every worker: rolled with {', '.join(sorted(rolled))}"
-        elif old.to_json() == new.to_json():
-            why = ("a serving image of its pools or its weights image was rebuilt"  # same parameters: an input changed
-                   if any(w.weights_action for w in new.workers) else "a serving image of its pools was rebuilt")
-        else:
-            return out
-        for w in new.workers:  # the operator's worker hash covers all workers (rolling-update.md)
-            name = f"{new.model}/{w.component}"
-            if name not in rolled and w.component in before:
-                out.append(plan.roll(w.pool, name, why + (", its own pod template unchanged" if rolled else "")))
-        return _unordered_roles(new, out)
-
 
 def _non_workers(old: DgdParams, new: DgdParams, workers_roll: bool = False) -> list[Disruption]:
     """The frontend (the router of a disaggregated model) and the planner: not workers, so Dynamo
@@ -300,3 +258,46 @@ def _unordered_roles(params: DgdParams, out: list[Disruption]) -> list[Disruptio
 
 
 KIND = K8sDgd()
+
+
+def disruptions(old: DgdParams | None, new: DgdParams) -> list[Disruption]:
+    refused = forbidden_changes(old, new)
+    if refused:
+        return plan.recreate([w.pool for w in new.workers + old.workers], new.model, refused)
+    before = {w.component: w for w in (old.workers if old is not None else [])}
+    out = []
+    for w in new.workers:
+        prev = before.get(w.component)
+        old_json = prev.to_json() if prev is not None else None
+        new_json = w.to_json()
+        if old_json is not None:
+            if w.options is None or prev.options is None:  # one options file (or a DGD from an earlier
+                # Kiln, whose workers carry no digest of their own): compare the model's options
+                old_json["options"], new_json["options"] = old.options_digest, new.options_digest
+            old_json["options"], new_json["options"] = (str(old_json.get("options"))[:19],
+                                                        str(new_json["options"])[:19])
+            # the UCX settings are in every worker's pod template: the plan names the ones that changed
+            env = sorted(k for k in set(old.environment) | set(new.environment)
+                         if old.environment.get(k) != new.environment.get(k))
+            old_json["environment"], new_json["environment"] = (
+                " ".join(f"{k}={p.environment.get(k, '(unset)')}" for k in env) for p in (old, new))
+        out += plan.workload_disruptions(w.pool, f"{new.model}/{w.component}", old_json, new_json,
+                                         WORKER_ROLLS + ("options", "environment"),
+                                         device=f"{w.count} x {w.resource}")
+    if old is None:
+        return out
+    out += _non_workers(old, new, workers_roll=any(d.kind == "workload-roll" for d in out))
+    rolled = {d.detail.split(":", 1)[0] for d in out if d.kind == "workload-roll"
+              and d.detail.split(":", 1)[0] in {f"{new.model}/{w.component}" for w in new.workers}}
+    if rolled:
+        why = f"Dynamo's worker hash covers every worker: rolled with {', '.join(sorted(rolled))}"
+    elif old.to_json() == new.to_json():
+        why = ("a serving image of its pools or its weights image was rebuilt"  # same parameters: an input changed
+               if any(w.weights_action for w in new.workers) else "a serving image of its pools was rebuilt")
+    else:
+        return out
+    for w in new.workers:  # the operator's worker hash covers all workers (rolling-update.md)
+        name = f"{new.model}/{w.component}"
+        if name not in rolled and w.component in before:
+            out.append(plan.roll(w.pool, name, why + (", its own pod template unchanged" if rolled else "")))
+    return _unordered_roles(new, out)

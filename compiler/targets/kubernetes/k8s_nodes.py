@@ -206,9 +206,6 @@ class NodeLayer(ActionKind[NodeLayerParams]):
         ctx.log.info("%d layout(s) for %d node pool(s), MIG strategy %s", len(params.layouts), len(params.pools),
                      params.strategy)
 
-    def disruptions(self, old: NodeLayerParams | None, new: NodeLayerParams) -> list[Disruption]:
-        return disruptions(old, new)
-
 
 KIND = NodeLayer()
 

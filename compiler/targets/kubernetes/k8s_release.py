@@ -225,9 +225,6 @@ class K8sRelease(ActionKind[ReleaseParams]):
         ctx.log.info("Kustomize tree: namespace %s, %d workload file(s), %d pool(s)", params.namespace,
                      len(params.workloads), len(params.pools))
 
-    def disruptions(self, old: ReleaseParams | None, new: ReleaseParams) -> list[Disruption]:
-        return release_disruptions(old, new)
-
     def manifest_entry(self, params: ReleaseParams, tree_reader) -> tuple[str, str, dict] | None:
         """The release manifest's `kubernetes` section: where the tree is and what it lays out."""
         if tree_reader.read("kustomization.yaml") is None:

@@ -6,6 +6,10 @@ from . import k8s_deployment, k8s_dgd, k8s_nodes, k8s_release
 
 KINDS = (k8s_nodes.KIND, k8s_deployment.KIND, k8s_dgd.KIND, k8s_release.KIND)
 
+# how the target words a change of each of its kinds' parameters (compiler/targets/registry.py disruptions)
+WORDING = {k8s_nodes.KIND.kind: k8s_nodes.disruptions, k8s_deployment.KIND.kind: k8s_deployment.disruptions,
+           k8s_dgd.KIND.kind: k8s_dgd.disruptions, k8s_release.KIND.kind: k8s_release.release_disruptions}
+
 
 def simulate_change(base, head):
     """`kiln plan --base`: the change played through the controllers (sim/), or None where either
