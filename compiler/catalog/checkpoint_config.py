@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from compiler.resources import read_data
 
-from .types import Status
+from .types import Source, Status
 
 __all__ = ["BuilderRow", "CheckpointConfigError", "CheckpointConfigTable", "ConfigSchema", "ROPE_LAYOUTS",
            "RuntimeRow", "TableSource", "load_checkpoint_config"]
@@ -29,23 +29,11 @@ STATUSES = frozenset({"verified", "partially-verified", "inferred", "unverified"
 ROPE_LAYOUTS = ("top-level", "rope_parameters")
 
 
+TableSource = Source  # where a row's fact comes from (compiler/catalog/types.py)
+
+
 class CheckpointConfigError(ValueError):
     """checkpoint_config.json does not hold together (unknown source, schema, status...)."""
-
-
-@dataclass(frozen=True)
-class TableSource:
-    id: str
-    repository: str
-    path: str
-    what: str
-    version: str | None = None
-    commit: str | None = None
-    url: str | None = None
-
-    def describe(self) -> str:
-        at = f"@{self.commit[:8]}" if self.commit else (f" ({self.version})" if self.version else "")
-        return f"{self.repository}:{self.path}{at}"
 
 
 @dataclass(frozen=True)

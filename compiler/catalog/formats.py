@@ -21,7 +21,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Iterator, Literal, Mapping
 
-from .types import WEAK_STATUSES, Status
+from .types import WEAK_STATUSES, Source, Status
 
 __all__ = [
     "BlockSizes", "Calibration", "EngineRecipe", "FormatTable", "FormatTableError", "KvFormat",
@@ -49,21 +49,6 @@ def normalize_activations(acts: str | None) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------- types
-
-@dataclass(frozen=True)
-class Source:
-    id: str
-    repository: str
-    path: str
-    what: str
-    version: str | None = None
-    commit: str | None = None
-    url: str | None = None
-
-    def describe(self) -> str:
-        at = f"@{self.commit[:8]}" if self.commit else (f" ({self.version})" if self.version else "")
-        return f"{self.repository}:{self.path}{at}"
-
 
 @dataclass(frozen=True)
 class Support:

@@ -19,6 +19,25 @@ WEAK_STATUSES: frozenset[str] = frozenset({"inferred", "unverified"})
 #: 128b/130b, rounded as the datasheets print them: the L40S's "PCIe Gen4 x16: 64 GB/s bidirectional").
 PCIE_X16_GBPS = {3: 16.0, 4: 32.0, 5: 64.0, 6: 128.0}
 
+
+@dataclass(frozen=True)
+class Source:
+    """Where a table's facts come from (formats.json, checkpoint_config.json): a file of an upstream
+    repository at a version or commit."""
+
+    id: str
+    repository: str
+    path: str
+    what: str
+    version: str | None = None
+    commit: str | None = None
+    url: str | None = None
+
+    def describe(self) -> str:
+        at = f"@{self.commit[:8]}" if self.commit else (f" ({self.version})" if self.version else "")
+        return f"{self.repository}:{self.path}{at}"
+
+
 @dataclass(frozen=True)
 class MigProfile:
     """One GPU-instance profile as `nvidia-smi mig -lgip` / `-lgipp` print it."""

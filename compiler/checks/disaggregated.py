@@ -480,6 +480,17 @@ class KvRouterWithoutBlockReuse(Check):
                                notes=(f"source: {facts.source_of('kv_events', 'host')}",))
 
 
+def _transfer_backends(ctx: CheckContext):
+    """(pinned TensorRT-LLM, its transceiver facts, model, the KV-transfer backend it names) of each
+    disaggregated model, where the catalog knows the pinned release's transceiver."""
+    version = ctx.spec.toolchain.tensorrt_llm
+    line = facts.transceiver(version)
+    if line is None:
+        return
+    for name, _m, d in _disaggregated(ctx):
+        yield version, line, name, d.kv_transfer.backend
+
+
 class TransportUnsupported(Check):
     """The KV-transfer backend is not one the pinned TensorRT-LLM knows.
 
@@ -494,12 +505,7 @@ class TransportUnsupported(Check):
     order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        version = ctx.spec.toolchain.tensorrt_llm
-        line = facts.transceiver(version)
-        if line is None:
-            return
-        for name, _m, d in _disaggregated(ctx):
-            backend = d.kv_transfer.backend
+        for version, line, name, backend in _transfer_backends(ctx):
             if backend in line.backends or backend.upper() in {b.upper() for b in line.backends}:
                 needs = line.python_runtime_needs
                 if needs and backend.upper() not in (needs, "DEFAULT"):
@@ -529,12 +535,7 @@ class TransportMisspelled(Check):
     order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        version = ctx.spec.toolchain.tensorrt_llm
-        line = facts.transceiver(version)
-        if line is None:
-            return
-        for name, _m, d in _disaggregated(ctx):
-            backend = d.kv_transfer.backend
+        for version, line, name, backend in _transfer_backends(ctx):
             if backend in line.backends:
                 continue
             spelled = [b for b in line.backends if b.upper() == backend.upper()]

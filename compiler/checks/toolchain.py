@@ -43,6 +43,15 @@ def _images(spec) -> list[tuple[tuple, str]]:
     return [(("toolchain", "triton_image"), spec.toolchain.triton_image)]
 
 
+def _pinned_outside(ctx: CheckContext, target: str, supported) -> str | None:
+    """The pinned TensorRT-LLM where the spec's target is `target` and the release line (major,
+    minor) is one `supported` refuses; None otherwise (another target, or a version not parsed)."""
+    if ctx.target != target:
+        return None
+    pinned = ctx.spec.toolchain.tensorrt_llm
+    r = release(pinned)
+    return pinned if r is not None and not supported(r[:2]) else None
+
 class EngineNeedsOldTrtllm(Check):
     """The engine target with a TensorRT-LLM release that no longer has the TensorRT backend.
 
@@ -58,11 +67,8 @@ class EngineNeedsOldTrtllm(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.target != "engine":
-            return
-        pinned = ctx.spec.toolchain.tensorrt_llm
-        r = release(pinned)
-        if r is None or r[:2] <= (1, 2):
+        pinned = _pinned_outside(ctx, "engine", lambda line: line <= (1, 2))
+        if pinned is None:
             return
         yield ctx.diag(self, ("toolchain", "tensorrt_llm"),
                        f"the engine target needs TensorRT-LLM <= 1.2.x, but {pinned} is pinned: the TensorRT "
@@ -320,11 +326,8 @@ class LlmapiNeedsNewTrtllm(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.target != "llmapi":
-            return
-        pinned = ctx.spec.toolchain.tensorrt_llm
-        r = release(pinned)
-        if r is None or r[:2] >= (1, 2):
+        pinned = _pinned_outside(ctx, "llmapi", lambda line: line >= (1, 2))
+        if pinned is None:
             return
         yield ctx.diag(self, ("toolchain", "tensorrt_llm"),
                        f"the llmapi target uses the PyTorch backend of TensorRT-LLM >= 1.2, but {pinned} is pinned",

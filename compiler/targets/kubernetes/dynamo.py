@@ -37,8 +37,8 @@ from compiler.serving import layout
 from compiler.catalog import k8s_controllers
 
 from . import meta
-from .runtime import GRACE_S, container_security, shm_gib, weights_mount, weights_volume
-from .workloads import RELAYOUT_WAVE, node_selector, pod_security, shape, tolerations
+from .runtime import container_security, shm_gib, weights_mount, weights_volume
+from .workloads import RELAYOUT_WAVE, serving_pod, shape
 
 API_VERSION = "nvidia.com/v1beta1"
 POWER_ANNOTATION = "dynamo.nvidia.com/gpu-power-limit"
@@ -94,11 +94,7 @@ def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, i
         "metadata": {"labels": meta.labels(spec_name, model=model, pool=pool, shape=shape(resource, count)),
                      "annotations": {surge: "0", unavailable: "1"}},
         "spec": {
-            "automountServiceAccountToken": False,
-            "nodeSelector": node_selector(selector, gpu_product),
-            "tolerations": tolerations(),
-            "securityContext": pod_security(),
-            "terminationGracePeriodSeconds": GRACE_S,
+            **serving_pod(selector, gpu_product),
             "containers": [{
                 "name": "main",
                 "image": image,

@@ -50,6 +50,13 @@ def tolerations() -> list[dict]:
     return [{"key": meta.GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
 
 
+def serving_pod(selector: dict[str, str], gpu_product: str | None) -> dict:
+    """What every serving pod's spec begins with (a Deployment's, a DGD worker's): no API token, the
+    pool's nodes (and their taint), non-root, and the grace its server needs to drain."""
+    return {"automountServiceAccountToken": False, "nodeSelector": node_selector(selector, gpu_product),
+            "tolerations": tolerations(), "securityContext": pod_security(), "terminationGracePeriodSeconds": GRACE_S}
+
+
 def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: str, replicas: int,
                image: str, container: ServingContainer, resource: str, count: int, selector: dict[str, str],
                gpu_product: str | None, artifacts: dict[str, str], pod_resources: dict,
@@ -89,11 +96,7 @@ def deployment(*, name: str, spec_name: str, namespace: str, pool: str, model: s
             "template": {
                 "metadata": {"labels": pod_labels},
                 "spec": {
-                    "automountServiceAccountToken": False,
-                    "nodeSelector": node_selector(selector, gpu_product),
-                    "tolerations": tolerations(),
-                    "securityContext": pod_security(),
-                    "terminationGracePeriodSeconds": GRACE_S,
+                    **serving_pod(selector, gpu_product),
                     "containers": [main],
                     "volumes": [{"name": "dshm",
                                  "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(count)}Gi"}}]
