@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from compiler.diagnostics import Severity  # noqa: F401  (severity of the plan's diagnostics)
-from compiler.gitops.semplan import change_simulations
+from compiler.gitops.semplan import change_simulations, host_disruptions
 from tests.k8s_tree import graph_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +125,22 @@ def pairs(edits: list[Edit], count: int, seed: int = 0) -> list[Edit]:
     return [Edit(a.runtime, a.changes + b.changes) for a, b in chosen]
 
 
+def assert_lines_agree(sim, disruptions: list, name: str) -> None:
+    from compiler.targets.kubernetes.plan import pace
+
+    r = sim.result
+    for d in disruptions:
+        if not d.pool or d.kind != "workload-roll" or d.detail.split(": ", 1)[1].startswith(("new,", "recreate")):
+            continue
+        workload = d.detail.split(":", 1)[0]
+        paces = r.paces.get(workload.replace("/", "-"))
+        if paces is None:  # a frontend or planner: no GPU, not a rollout the simulation runs
+            continue
+        assert d.detail.split(": ", 1)[1].startswith(pace(*paces)), (name, d.detail, paces)
+        stuck = r.stuck_on is not None and r.stuck_on[2] in (workload, workload.split("/", 1)[0])
+        assert ("does NOT complete" in d.detail) == stuck, (name, d.detail)
+
+
 def check(edit: Edit, work: Path) -> tuple[str, object]:
     """Run the edit's change through the simulator and assert issue 32's four properties; returns
     ("completes" | "refused K858" | "refused K859", the simulation)."""
@@ -160,4 +176,7 @@ def check(edit: Edit, work: Path) -> tuple[str, object]:
         if r.before.get(m) and lowest < r.before[m]:
             assert f"{m}: {r.before[m]} -> {r.end.get(m, 0)} ready" in text and f"lowest {lowest} " in text
     assert all(step.text in text for step in r.steps)
+    # ... and so are its per-workload lines: each roll's pace is the controller's arithmetic on the
+    # strategy the simulated workload rolled by, and the workload the change sticks on says so
+    assert_lines_agree(sim, sim.annotate(host_disruptions(base, head)), edit.name)
     return ("completes" if r.completed and not codes else "refused " + ",".join(codes)), sim

@@ -530,8 +530,10 @@ def test_plan_shows_relayout_roll_and_replicas(tmp_path: Path) -> None:
     assert relayout.detail.endswith("destroyed on each node: GPUs 0-7: 1g.10gb (intent), 2g.20gb (coder), 3g.40gb (chat)")
     assert "GPUs 0-7: -1g.10gb +1g.20gb" in relayout.detail
     roll = [d.detail for d in pool_items if d.kind == "workload-roll"]
-    assert roll == ["intent-h100-pool: pods replaced one at a time (resource nvidia.com/mig-1g.10gb -> "
-                    "nvidia.com/mig-1g.20gb)"]
+    # the pace is the Deployment controller's arithmetic on the emitted strategy (a node's worth of 48)
+    assert roll == ["intent-h100-pool: pods replaced 8 at a time, each old pod stopped before its replacement is "
+                    "scheduled (maxSurge 0, maxUnavailable 8: at least 40 of 48 stay ready) (resource "
+                    "nvidia.com/mig-1g.10gb -> nvidia.com/mig-1g.20gb)"]
     replicas = sorted(d.detail for d in pool_items if d.kind == "replicas")
     assert replicas == [f"{m}-h100-pool: 32 -> 48 replicas (+16 x 1 x nvidia.com/mig-{p})"
                         for m, p in (("chat", "3g.40gb"), ("coder", "2g.20gb"), ("intent", "1g.20gb"))]

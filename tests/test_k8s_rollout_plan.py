@@ -87,12 +87,19 @@ def test_the_plan_renders_the_simulated_rollout(repo: GitRepo, capsys, edit: str
 
 
 def test_halving_tp_on_a_full_pool_is_refused_with_its_cause(tmp_path: Path) -> None:
-    """Review N2: the plan said "pods replaced one at a time"; the rollout never completes."""
-    sim, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a"),
-                              graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(TP4)))
+    """Review N2: the plan said "pods replaced one at a time"; the rollout never completes, and the
+    workload's own line says so beside the pace the controller's arithmetic gives."""
+    from compiler.gitops.semplan import host_disruptions
+
+    base, head = (graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a"),
+                  graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(TP4)))
+    sim, = change_simulations(base, head)
     assert not sim.result.completed and "Insufficient nvidia.com/gpu" in sim.result.stuck
     assert sim.result.end["big"] == 2 and sim.result.desired["big"] == 4
     assert [c for c, _, _ in sim.diagnostics()] == ["K858"]
+    lines = [d.detail for d in sim.annotate(host_disruptions(base, head)) if d.kind == "workload-roll"]
+    assert len(lines) == 1 and lines[0].startswith("big-b200-pool: pods replaced 2 at a time")
+    assert lines[0].endswith("; simulated: does NOT complete, the sync waits on it (K858, see the rollout)")
 
 
 def _sim(tmp_path: Path, edits):

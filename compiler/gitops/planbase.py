@@ -48,6 +48,8 @@ def plan_against(spec: Path, ref: str, store: LocalStore, options: Options | Non
                         capacity_deltas(base_rows, head.resolved.capacity_rows()),
                         job_matrix(todo, head_graph, builder_lacks()),
                         change_simulations(base_graph if base is not None and base.ok else None, head_graph))
+    for sim in plan.rollouts:  # the per-workload lines say what the simulation found
+        plan.disruptions = sim.annotate(plan.disruptions)
     head.diagnostics.extend(refused_updates(head, plan.disruptions))
     head.diagnostics.extend(rollout_diagnostics(head, plan.rollouts))
     return BasePlan(head, base, plan)

@@ -223,6 +223,6 @@ def disruptions(old: DeploymentParams | None, new: DeploymentParams) -> list[Dis
     # when it alone changes this still says a roll: the plan's simulated rollout has the truth)
     strategy = {"max_unavailable": 0, "max_surge": 0}
     if old is not None and {**old.to_json(), **strategy} == {**new.to_json(), **strategy}:
-        return [plan.roll(new.pool, new.name, rebuilt(new.pool, new.model, new.weights_action))]
+        return [plan.roll(new.pool, new.name, rebuilt(new.pool, new.model, new.weights_action), new.to_json())]
     return plan.workload_disruptions(new.pool, new.name, old.to_json() if old is not None else None,
                                      new.to_json(), ROLLS, device=f"{new.count} x {new.resource}")

@@ -299,5 +299,6 @@ def disruptions(old: DgdParams | None, new: DgdParams) -> list[Disruption]:
     for w in new.workers:  # the operator's worker hash covers all workers (rolling-update.md)
         name = f"{new.model}/{w.component}"
         if name not in rolled and w.component in before:
-            out.append(plan.roll(w.pool, name, why + (", its own pod template unchanged" if rolled else "")))
+            out.append(plan.roll(w.pool, name, why + (", its own pod template unchanged" if rolled else ""),
+                                 w.to_json()))
     return _unordered_roles(new, out)

@@ -1,6 +1,7 @@
 """What replacing a workload's objects does to its pool, for `kiln plan` (pure).
 
-A workload's pods are replaced (rolled, one at a time) when anything in their template changes:
+A workload's pods are replaced (rolled, as many at a time as its maxSurge/maxUnavailable let the
+controller: `pace`, the arithmetic the simulator runs) when anything in their template changes:
 the device they request, the command, ports, probes, image repository or node selection; a change
 of replica count adds or removes pods without touching the others. A new image of the same
 repository also rolls the pods; the image kind reports that (`container-restart` of the pool).
@@ -14,13 +15,15 @@ from compiler.graph.kinds import POOL, Disruption
 from compiler.params import Effect
 
 from .runtime import PROGRESS_DEADLINE_S
+from .sim import deployment as dc
 
 RECREATE_CODE = "K855"  # compiler/checks/kubernetes.py KubernetesUpdateForbidden
 
 # What a workload's parameters do when they change (declared on each field of DeploymentParams and
 # the DGD's Worker; workload_disruptions derives the plan's lines from them)
-ROLL = Effect("roll", "in the pod template: the controller replaces the pods one at a time (k8s.io/kubernetes "
-                      "pkg/controller/deployment/sync.go getNewReplicaSet: a new ReplicaSet per pod-template-hash; "
+ROLL = Effect("roll", "in the pod template: the controller replaces the pods as maxSurge/maxUnavailable "
+                      "allow (k8s.io/kubernetes pkg/controller/deployment/sync.go getNewReplicaSet: a new ReplicaSet "
+                      "per pod-template-hash; "
                       "Dynamo's worker hash over the workers' templates, docs rolling-update.md)", ("workload-roll",))
 SCALE = Effect("scale", "spec.replicas: pods added or removed, the others untouched", ("replicas",))
 IDENTITY = Effect("replace", "names the object or where it lives: another value is another object")
@@ -44,10 +47,29 @@ def short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def pace(replicas: int, surge: int | str = 0, unavailable: int | str = 1) -> str:
+    """How a rolling update of `replicas` pods replaces them, from the Deployment controller's own
+    arithmetic (sim/deployment.py, ported from rolling.go: ResolveFenceposts, MaxSurge, MaxUnavailable),
+    the numbers the simulated rollout moves by. Dynamo's workers carry the same two settings as
+    annotations (dynamo.py worker: 0 and 1)."""
+    s = dc.max_surge(replicas, surge, unavailable)
+    u = dc.max_unavailable(replicas, surge, unavailable)
+    keep = f"at least {replicas - u} of {replicas} stay ready"
+    if s == 0:
+        return (f"pods replaced {u} at a time, each old pod stopped before its replacement is scheduled "
+                f"(maxSurge 0, maxUnavailable {u}: {keep})")
+    if u == 0:
+        return (f"{s} new pod(s) at a time started before old ones stop (maxSurge {s}, maxUnavailable 0: "
+                f"all {replicas} stay ready)")
+    return (f"up to {s} new pod(s) started and {u} old one(s) stopped at a time (maxSurge {s}, "
+            f"maxUnavailable {u}: {keep})")
+
+
 def workload_disruptions(pool: str, name: str, old: Mapping | None, new: Mapping, rolls: tuple[str, ...],
                          replicas_key: str = "replicas", device: str = "") -> list[Disruption]:
     """`old`/`new`: the workload's parameters as JSON; `rolls`: the keys whose change replaces the
-    pods; `device`: what one replica requests, e.g. `1 x nvidia.com/mig-3g.40gb`."""
+    pods; `device`: what one replica requests, e.g. `1 x nvidia.com/mig-3g.40gb`. The rollout's
+    pace reads `max_surge`/`max_unavailable` of `new` (absent: Dynamo's 0 and 1)."""
     if old is None:
         return [Disruption(pool, POOL, "workload-roll",
                            f"{name}: new, {new[replicas_key]} replica(s) of {device}")]
@@ -55,7 +77,7 @@ def workload_disruptions(pool: str, name: str, old: Mapping | None, new: Mapping
     changed = [k for k in rolls if old.get(k) != new.get(k)]
     if changed:
         what = ", ".join(f"{k} {short(old.get(k))} -> {short(new.get(k))}" for k in changed)
-        out.append(Disruption(pool, POOL, "workload-roll", f"{name}: pods replaced one at a time ({what})"))
+        out.append(Disruption(pool, POOL, "workload-roll", f"{name}: {_pace_of(new, replicas_key)} ({what})"))
     b, a = old.get(replicas_key), new[replicas_key]
     if b != a:
         delta = a - (b or 0)
@@ -63,5 +85,12 @@ def workload_disruptions(pool: str, name: str, old: Mapping | None, new: Mapping
     return out
 
 
-def roll(pool: str, name: str, why: str) -> Disruption:
-    return Disruption(pool, POOL, "workload-roll", f"{name}: pods replaced one at a time ({why})")
+def _pace_of(params: Mapping, replicas_key: str = "replicas") -> str:
+    return pace(params[replicas_key], params.get("max_surge", 0), params.get("max_unavailable", 1))
+
+
+def roll(pool: str, name: str, why: str, params: Mapping | None = None) -> Disruption:
+    """A roll whose cause is outside the workload's own parameters; `params` (its JSON) gives the
+    pace (None: Dynamo's 0/1 on one replica's worth, `pace(1)`)."""
+    text = _pace_of(params) if params is not None else pace(1)
+    return Disruption(pool, POOL, "workload-roll", f"{name}: {text} ({why})")

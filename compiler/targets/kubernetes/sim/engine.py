@@ -76,6 +76,8 @@ class Result:
     desired: dict  # model -> replicas the new revision asks for
     end: dict  # model -> ready pods at the end
     low: dict  # model -> (fewest ready pods, from t, for how long in s)
+    stuck_on: tuple | None = None  # (kind, namespace, name) of the object the sync waits on, when stuck
+    paces: dict = field(default_factory=dict)  # workload name -> (replicas, maxSurge, maxUnavailable) it rolls by
 
 
 class Stuck(Exception):
@@ -508,7 +510,7 @@ class Simulation:
             self._say(f"the GPU Operator's MIG strategy is {self.new.strategy} from now on (helm upgrade); "
                       "the device plugin re-advertises every MIG node")
         self._settle()
-        stuck = None
+        stuck, stuck_on = None, None
         for wave, tasks in argocd.plan(self.base.objects, self.new.objects):
             self._say(f"Argo CD sync wave {wave}")
             for t in tasks:
@@ -520,13 +522,14 @@ class Simulation:
                 health = {t.key: self._health(t.key) for t in tasks if not t.prune}
                 bad = [k for k, h in health.items() if h == "Degraded"]
                 if bad:
-                    stuck = self._cause(bad[0])
+                    stuck, stuck_on = self._cause(bad[0]), bad[0]
                     break
                 if all(h == "Healthy" for h in health.values()):
                     break
                 if not self._advance():
                     waiting = [k for k, h in health.items() if h != "Healthy"]
                     stuck = self._cause(waiting[0]) if waiting else "nothing left to happen"
+                    stuck_on = waiting[0] if waiting else None
                     break
             if stuck:
                 break
@@ -537,7 +540,8 @@ class Simulation:
         for w in self.new.workloads.values():
             desired[w.model] += w.replicas
         return Result(self.steps, stuck is None, stuck, self.now, self.before, dict(desired), self.ready_by_model(),
-                      self._low())
+                      self._low(), stuck_on,
+                      {w.name: (w.replicas, w.max_surge, w.max_unavailable) for w in self.new.workloads.values()})
 
     def _cause(self, key: tuple) -> str:
         kind, ns, name = key

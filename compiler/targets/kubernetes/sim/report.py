@@ -5,7 +5,7 @@ does not complete, K859 a model has no ready pod during it) come from it too."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .engine import Result, defaults
 
@@ -74,6 +74,23 @@ class ChangeSimulation:
                 "desired": r.desired, "end": r.end,
                 "lowest": {m: {"ready": v[0], "from_s": v[1], "for_s": v[2]} for m, v in r.low.items()},
                 "steps": [{"t": s.t, "text": s.text, "ready": s.ready} for s in r.steps]}
+
+    def annotate(self, disruptions: list) -> list:
+        """The plan's per-workload lines (`<name>: ...` of a node pool) with what the simulation found:
+        the workload the change sticks on says so, so no line promises a rollout that never ends."""
+        on = self.result.stuck_on
+        if on is None or on[0] not in ("Deployment", "DynamoGraphDeployment"):
+            return disruptions
+        note = f"; simulated: does NOT complete, the sync waits on it ({STUCK_CODE}, see the rollout)"
+        out, said = [], set()
+        for d in disruptions:
+            name = d.detail.split(":", 1)[0]
+            if d.pool and d.kind in ("workload-roll", "replicas") and on[2] in (name, name.split("/", 1)[0]) \
+                    and name not in said:  # once per workload, on its first line
+                said.add(name)
+                d = replace(d, detail=d.detail + note)
+            out.append(d)
+        return out
 
     def diagnostics(self) -> list[tuple[str, str, str]]:
         """(code, message, help) for the plan."""
