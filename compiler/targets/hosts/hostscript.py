@@ -78,7 +78,20 @@ def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
                       comment_start_string="{##", comment_end_string="##}")  # bash uses `${#x}`
     env.filters["q"] = shell_quote
     env.filters["unit"] = unit_word
+    env.filters["column"] = column
+    env.filters["by_gpu"] = by_gpu
     return env
+
+
+def column(rows: list[dict], key: str) -> Shell:
+    """One field of every row as a bash array's elements, each quoted: `UNIT_ID=({{ units|column("id") }})`."""
+    return words([row[key] for row in rows])
+
+
+def by_gpu(gpus: list[dict], key: str) -> Shell:
+    """One field of every GPU as an associative array's elements keyed by the GPU's index:
+    `WANT_MIG=({{ gpus|by_gpu("mig") }})`."""
+    return Shell(" ".join(f"[{shell_quote(g['index'])}]={shell_quote(g[key])}" for g in gpus))
 
 
 def template_digests(template_dir: Path = TEMPLATE_DIR) -> dict[str, str]:
