@@ -389,7 +389,9 @@ def _disaggregated(c, s: Space, m: dict, host: dict, hosts: dict) -> dict:
             d[role] = {"parallelism": {"tp": tp}}
     backend = c.pick(s.transfer_backends)
     kv: dict[str, Any] = {"backend": backend} if backend != "DEFAULT" else {}
-    placement = c.pick(["same-host", "two-hosts"])
+    placement = c.pick(["same-host", "two-hosts", "mig"])
+    if placement == "mig" and not s.mig[host["gpu"]]:
+        placement = "same-host"
     ucx = c.pick([None, {"tls": ["cuda_copy", "cuda_ipc", "tcp"]},
                   {"tls": ["cuda_copy", "rc"], "net_devices": ["mlx5_0:1"]}])
     if ucx is not None:
@@ -406,7 +408,13 @@ def _disaggregated(c, s: Space, m: dict, host: dict, hosts: dict) -> dict:
     pre = {"index": list(range(ptp)) if ptp > 1 else 0, "serves": "m", "role": "prefill"}
     first = 0 if placement == "two-hosts" else ptp
     dec = {"index": list(range(first, first + dtp)) if dtp > 1 else first, "serves": "m", "role": "decode"}
-    if placement == "two-hosts":
+    if placement == "mig":  # both roles as MIG instances of one GPU, one GPU each (K-case mig-role-parallel)
+        d.pop("prefill", None)
+        d.pop("decode", None)
+        profile = c.pick(s.mig[host["gpu"]])
+        host["gpus"] = [{"index": 0, "mig": [{"profile": profile, "serves": "m", "role": "prefill"},
+                                             {"profile": profile, "serves": "m", "role": "decode"}]}]
+    elif placement == "two-hosts":
         host["gpus"] = [pre]
         hosts["h2"] = {**{k: v for k, v in host.items() if k != "gpus"}, "gpus": [dec]}
     else:
