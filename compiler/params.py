@@ -4,6 +4,7 @@ the field is. A leaf module, so that what describes a runtime's unit needs no gr
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -26,11 +27,17 @@ class Effect:
                  refuses to update)
       scale      servers added or removed, the others untouched
     `why`: the rule it follows, with its source where it is a controller's; `shows_as`: the kinds of
-    disruption a plan may list for such a change (the deploy target's vocabulary, which words them)."""
+    disruption a plan may list for such a change (the deploy target's vocabulary, which words them);
+    `named`: what the plan calls the field where it lists the change (empty: the field's name)."""
 
     what: str
     why: str = ""
     shows_as: tuple[str, ...] = ()
+    named: str = ""
+
+    def naming(self, what: str) -> Effect:
+        """The same effect, the plan calling its field `what`."""
+        return dataclasses.replace(self, named=what)
 
     def __post_init__(self) -> None:
         if self.what not in EFFECTS:

@@ -489,6 +489,11 @@ def test_a_workloads_fields_declare_what_their_change_does() -> None:
                             "power_limit_w", "pod_resources")
     assert fields_that(DeploymentParams, "scale") == fields_that(Worker, "scale") == ("replicas",)
     assert effect(Worker, "options").what == "roll" and effect(DeploymentParams, "max_unavailable").what == "none"
+    # the frontend's fields, the planner and the worker hash are named in the plan by their declarations
+    from compiler.targets.kubernetes.k8s_dgd import _FRONTEND_FIELDS
+
+    assert [effect(DgdParams, f).named for f in _FRONTEND_FIELDS] == ["router arguments", "image", "Dynamo"]
+    assert effect(DgdParams, "workers").named.startswith("Dynamo's worker hash") and effect(DgdParams, "planner").named
     assert all(effect(m, f).what in EFFECTS and effect(m, f).why for m in (DeploymentParams, Worker, DgdParams)
                for f in m.model_fields)
     with pytest.raises(ValueError, match="unknown effect"):

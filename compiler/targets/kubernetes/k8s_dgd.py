@@ -25,7 +25,7 @@ from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.k8s_names import dgd_component
 from compiler.ir.pools import cluster_strategy, mounts_weights, resource_name
-from compiler.params import Effect, fields_that
+from compiler.params import Effect, effect, fields_that
 from compiler.store.canonical import canonical_json
 
 from . import dynamo, plan, tree
@@ -80,18 +80,25 @@ class DgdParams(Params):
     model: Annotated[str, plan.IDENTITY]
     spec_name: Annotated[str, plan.IDENTITY]
     namespace: Annotated[str, plan.IDENTITY]
-    version: Annotated[str, _FRONTEND]  # Dynamo release (runtimeVersionOverride)
-    frontend_image: Annotated[str, _FRONTEND]  # image.base: Dynamo's tensorrtllm-runtime image, pinned by digest
+    # the frontend's, in the order a plan lists their changes (disaggregated serving: its router's arguments)
+    frontend_args: Annotated[list[str], _FRONTEND.naming("router arguments")] = []
+    frontend_image: Annotated[str, _FRONTEND.naming("image")]  # image.base: Dynamo's tensorrtllm-runtime image, by digest
+    version: Annotated[str, _FRONTEND.naming("Dynamo")]  # Dynamo release (runtimeVersionOverride)
     options_action: Annotated[str, plan.UNREAD]  # options_digest carries what the workers read
     options_digest: Annotated[str, plan.ROLL]  # of the options the file holds: new options roll every worker
+    # one worker's roll rolls them all: the plan says so by this name (the operator's worker hash: rolling-update.md)
     workers: Annotated[list[Worker], Effect("roll", "each worker's own fields (Worker) and Dynamo's worker hash, "
-                                                    "which covers all of them", ("workload-roll", "replicas"))]
+                                                    "which covers all of them", ("workload-roll", "replicas"),
+                                            named="Dynamo's worker hash covers every worker")]
     # disaggregated serving (options_action is then disagg-options/<model>, one options file per role)
-    frontend_args: Annotated[list[str], _FRONTEND] = []
     environment: Annotated[dict[str, str], plan.ROLL] = {}  # the workers' UCX settings, in every pod template
-    planner: Annotated[Planner | None, _PLANNER] = None
+    planner: Annotated[Planner | None, _PLANNER.naming("its image or config")] = None
     # the workers publish their KV-cache events (the frontend routes by KV; absent: not disaggregated)
     kv_events: Annotated[bool, plan.ROLL] = Field(default=False, exclude_if=lambda v: not v)
+
+
+# the fields of the frontend a plan names when they change (their declarations: _FRONTEND), in declaration order
+_FRONTEND_FIELDS = tuple(f for f in DgdParams.model_fields if effect(DgdParams, f).why == _FRONTEND.why)
 
 
 def dgd_params(ctx: LowerContext) -> list[DgdParams]:
@@ -226,9 +233,8 @@ def _non_workers(old: DgdParams, new: DgdParams, workers_roll: bool = False) -> 
     GPUs it serves."""
     pools = sorted({w.pool for w in new.workers})
     changed = []
-    frontend = [(k, a, b) for k, a, b in (("router arguments", old.frontend_args, new.frontend_args),
-                                          ("image", old.frontend_image, new.frontend_image),
-                                          ("Dynamo", old.version, new.version)) if a != b]
+    frontend = [(effect(DgdParams, f).named, getattr(old, f), getattr(new, f)) for f in _FRONTEND_FIELDS
+                if getattr(old, f) != getattr(new, f)]
     if frontend:
         def text(v) -> str:
             return plan.short((" ".join(v) or "(none)") if isinstance(v, list) else v)
@@ -239,7 +245,8 @@ def _non_workers(old: DgdParams, new: DgdParams, workers_roll: bool = False) -> 
         rest = "" if workers_roll else "; the workers keep running"
         changed.append((f"{new.model}/frontend", f"{role} replaced in place ({what}){rest}"))
     if old.planner != new.planner:
-        changed.append((f"{new.model}/planner", "planner replaced in place (its image or config changed)"))
+        changed.append((f"{new.model}/planner", f"planner replaced in place ({effect(DgdParams, 'planner').named} "
+                                                "changed)"))
     return [Disruption(p, POOL, "workload-roll", f"{name}: {text}") for name, text in changed for p in pools]
 
 
@@ -290,7 +297,7 @@ def disruptions(old: DgdParams | None, new: DgdParams) -> list[Disruption]:
     rolled = {d.detail.split(":", 1)[0] for d in out if d.kind == "workload-roll"
               and d.detail.split(":", 1)[0] in {f"{new.model}/{w.component}" for w in new.workers}}
     if rolled:
-        why = f"Dynamo's worker hash covers every worker: rolled with {', '.join(sorted(rolled))}"
+        why = f"{effect(DgdParams, 'workers').named}: rolled with {', '.join(sorted(rolled))}"
     elif old.to_json() == new.to_json():
         why = ("a serving image of its pools or its weights image was rebuilt"  # same parameters: an input changed
                if any(w.weights_action for w in new.workers) else "a serving image of its pools was rebuilt")
