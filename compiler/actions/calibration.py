@@ -24,16 +24,7 @@ def read_texts(raw: str) -> list[str]:
     """JSONL with a "text" field per line, or plain text with one sample per non-empty line."""
     lines = [ln for ln in raw.splitlines() if ln.strip()]
     if lines and all(ln.lstrip().startswith("{") for ln in lines):
-        texts = []
-        for i, ln in enumerate(lines, start=1):
-            try:
-                obj = json.loads(ln)
-            except ValueError as e:
-                raise CalibrationDataError(f"line {i}: not JSON: {e}") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                raise CalibrationDataError(f"line {i}: expected an object with a string \"text\" field")
-            texts.append(obj["text"])
-        return texts
+        return [_text(ln, i) for i, ln in enumerate(lines, start=1)]
     return lines
 
 

@@ -174,16 +174,21 @@ class Registry:
 def operation_timeout() -> float:
     """Seconds one socket operation may wait: TIMEOUT_S, or KILN_REGISTRY_TIMEOUT_S for a registry
     slower than that (a positive number of seconds, at most a day; anything else is refused)."""
-    raw = os.environ.get("KILN_REGISTRY_TIMEOUT_S")
+    return env_seconds("KILN_REGISTRY_TIMEOUT_S", TIMEOUT_S, 86400)
+
+
+def env_seconds(name: str, default: float, maximum: float) -> float:
+    """$name as a number of seconds in (0, maximum], or `default` when it is unset; anything else
+    (text, 0, nan, inf, too large) is a RegistryError naming it."""
+    raw = os.environ.get(name)
     if raw is None:
-        return TIMEOUT_S
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = float("nan")
-    if not 0 < value <= 86400:
-        raise RegistryError(f"KILN_REGISTRY_TIMEOUT_S={printable(raw, 40)!r} is not a number of seconds "
-                            "between 0 and 86400")
+    if not 0 < value <= maximum:
+        raise RegistryError(f"{name}={printable(raw, 40)!r} is not a number of seconds between 0 and {maximum:g}")
     return value
 
 

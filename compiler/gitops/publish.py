@@ -5,7 +5,6 @@ but tags and the new commit's provenance."""
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,8 +14,7 @@ from compiler.release import spec_digest
 from compiler.store.local import LocalStore, StoreError, sha256_bytes
 
 from . import artifacts as oa
-from .oci import (OCI_MANIFEST, Client, Registry, RegistryConflict, RegistryDeadline, RegistryError, json_object,
-                  printable)
+from .oci import OCI_MANIFEST, Client, Registry, RegistryConflict, RegistryDeadline, env_seconds, json_object
 from .provenance import input_dependencies, statement
 
 
@@ -156,17 +154,7 @@ PUBLISH_DEADLINE_S = 6 * 3600.0  # a 70B checkpoint at 100 MB/s is about 25 minu
 def publish_deadline() -> float:
     """Seconds a whole publish may take: PUBLISH_DEADLINE_S, or KILN_PUBLISH_DEADLINE_S (a positive
     number of seconds, at most a week; anything else is refused)."""
-    raw = os.environ.get("KILN_PUBLISH_DEADLINE_S")
-    if raw is None:
-        return PUBLISH_DEADLINE_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= 7 * 86400:
-        raise RegistryError(f"KILN_PUBLISH_DEADLINE_S={printable(raw, 40)!r} is not a number of seconds between 0 "
-                            "and 604800")
-    return value
+    return env_seconds("KILN_PUBLISH_DEADLINE_S", PUBLISH_DEADLINE_S, 7 * 86400)
 
 
 def publish_spec(spec: Path, store: LocalStore, registry: str | None, commit: str | None, *,
