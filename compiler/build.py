@@ -16,8 +16,8 @@ from compiler.lower import lower_or_report
 from compiler.pipeline import Options, Validation, validate_path
 from compiler.release import build_manifest, manifest_sections
 from compiler.store.local import LocalStore
-from compiler.targets import DISRUPTION_ORDER
-from compiler.targets.registry import REGISTRY, WORDING, disruptions
+from compiler.targets import BY_DEPLOY, DEPLOYS, DISRUPTION_ORDER
+from compiler.targets.registry import REGISTRY, WORDING, disruptions, in_scope
 
 DEFAULT_STORE = Path(".kiln/store")
 
@@ -133,7 +133,20 @@ def graph_disruptions(graph: Graph, earlier, kinds: KindRegistry) -> list[Disrup
         if record is not None and record.get("key") == graph.keys[aid]:
             continue
         out.extend(disruptions(action.kind, kinds[action.kind].params_from_record(record), action.params))
-    return merge_disruptions(out)
+    scopes = host_scopes(graph)
+    # a host's lines at its target's scope only: a node pool's serving image is not restarted per GPU
+    # (provision.sh's wording); its workloads' rolls say what the new image does
+    return merge_disruptions([d for d in out if d.host not in scopes or in_scope(scopes[d.host], d)])
+
+
+def host_scopes(graph: Graph) -> dict[str, str]:
+    """Each spec host's disruption scope: its deploy target's (from the graph's snapshot of the spec)."""
+    from compiler.actions.snapshot import KIND as SNAPSHOT
+
+    snap = graph.actions.get(SNAPSHOT.kind)
+    hosts = ((snap.params_json.get("spec") or {}).get("hosts") or {}) if snap is not None else {}
+    targets = {name: BY_DEPLOY.get(h.get("deploy") or DEPLOYS[0]) for name, h in hosts.items()}
+    return {name: t.disruption_scope for name, t in targets.items() if t is not None}
 
 
 def merge_disruptions(items: list[Disruption]) -> list[Disruption]:

@@ -483,8 +483,9 @@ def test_a_workloads_fields_declare_what_their_change_does() -> None:
     assert [m.__name__ for m in declaring if undeclared(m)] == []
     shown = {k for m in declaring for f in m.model_fields for k in effect(m, f).shows_as}
     assert shown <= set(TARGET.disruptions)  # each a kind the Kubernetes target words
-    assert ROLLS == ("image_action", "weights_action", "command", "ports", "liveness", "readiness", "resource",
-                     "count", "selector", "gpu_product", "pod_resources")
+    # spec_name: the pod template's part-of label (review N6, S10)
+    assert ROLLS == ("spec_name", "image_action", "weights_action", "command", "ports", "liveness", "readiness",
+                     "resource", "count", "selector", "gpu_product", "pod_resources")
     assert WORKER_ROLLS == ("image_action", "weights_action", "resource", "count", "selector", "gpu_product",
                             "power_limit_w", "pod_resources")
     assert fields_that(DeploymentParams, "scale") == fields_that(Worker, "scale") == ("replicas",)

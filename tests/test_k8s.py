@@ -543,6 +543,39 @@ def test_plan_shows_relayout_roll_and_replicas(tmp_path: Path) -> None:
     assert not [a for a in head.order if a.startswith(("host-plan/", "host-script/"))]
 
 
+def test_plan_words_node_pools_as_pools(tmp_path: Path) -> None:
+    """Review S10: a spec rename listed each pool's GPUs as a host's container restarts ("16 GPU(s)
+    on 2 host(s)") and no Kubernetes change; the pods roll (their template's part-of label)."""
+    base = graph_of(EXAMPLE, tmp_path / "a")
+    text = EXAMPLE.read_text(encoding="utf-8").replace("name: fleet\n", "name: fleet2\n", 1)
+    items = host_disruptions(base, graph_of(EXAMPLE, tmp_path / "b", text))
+    assert items and all(d.pool for d in items)
+    assert render_disruptions(items, "text").splitlines()[0] == "Disruption: 2 node pool(s)"
+    assert sorted(d.detail.split(":", 1)[0] for d in items if d.kind == "workload-roll") == [
+        "big-b200-pool", "chat-h100-pool", "coder-h100-pool", "intent-h100-pool"]
+    assert all(d.detail.endswith("(spec_name fleet -> fleet2)") for d in items)
+
+
+def test_plan_says_which_nodes_a_pool_change_touches(tmp_path: Path) -> None:
+    """Review N14: a renamed pool's nodes, already at its layout, are not cordoned and evicted
+    (label-nodes.sh skips a node at `<layout> success`); a pool that loses a node says that the tree
+    removes none, and that the leaving node must be drained and unlabelled."""
+    base = graph_of(EXAMPLE, tmp_path / "a")
+    source = EXAMPLE.read_text(encoding="utf-8")
+    renamed = source.replace("  h100-pool:\n", "  h100-pool-b:\n").replace("{kiln.io/pool: h100-pool}",
+                                                                             "{kiln.io/pool: h100-pool-b}")
+    items = host_disruptions(base, graph_of(EXAMPLE, tmp_path / "b", renamed))
+    relayout, = [d.detail for d in items if d.kind == "node-relayout"]
+    assert "the layout of h100-pool in the base revision: a node already at it" in relayout
+    assert "left alone, nothing evicted" in relayout
+    fewer = source.replace("node_pool: {nodes: 4,", "node_pool: {nodes: 3,")
+    items = host_disruptions(base, graph_of(EXAMPLE, tmp_path / "c", fewer))
+    scale_in, = [d.detail for d in items if d.kind == "node-relayout"]
+    assert scale_in.startswith("4 -> 3 node(s): the tree removes no node")
+    assert "drain them" in scale_in and "remove the label kiln.io/pool=h100-pool" in scale_in
+    assert "cordon, evict" not in scale_in
+
+
 def test_plan_says_what_is_left_to_the_node_scripts(tmp_path: Path) -> None:
     base = graph_of(EXAMPLE, tmp_path / "a")
     text = EXAMPLE.read_text(encoding="utf-8").replace("clocks: {graphics_mhz: 1755}", "clocks: {graphics_mhz: 1980}")

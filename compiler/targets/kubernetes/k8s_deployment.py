@@ -30,7 +30,7 @@ class DeploymentParams(Params):
     """Each field declares what its change does to the running pool (plan.ROLL, SCALE, ...)."""
 
     name: Annotated[str, plan.IDENTITY]
-    spec_name: Annotated[str, plan.IDENTITY]
+    spec_name: Annotated[str, plan.ROLL]  # the pod template's app.kubernetes.io/part-of label (meta.labels)
     namespace: Annotated[str, plan.IDENTITY]
     pool: Annotated[str, plan.IDENTITY]
     model: Annotated[str, plan.IDENTITY]

@@ -321,6 +321,11 @@ def _relayout(old: NodeLayerParams | None, new: NodeLayerParams, prev: PoolLayer
         return (f"layout {ALL_DISABLED}: a node already at it (MIG off, the GPU Operator's default) is left "
                 f"alone; the others of its {_procedure(p, job)}")
     if prev is None:
+        had = sorted(q.name for q in (old.pools if old is not None else []) if q.layout == p.layout)
+        if had:  # e.g. a renamed pool: its nodes are already at the layout, which label-nodes.sh skips
+            return (f"layout {p.layout}, the layout of {', '.join(had)} in the base revision: a node already at it "
+                    f"(mig.config.state success, as that pool's nodes are) is left alone, nothing evicted; the "
+                    f"others of its {_procedure(p, job)}")
         return f"layout {p.layout}: {_procedure(p, job)}"
     if prev.layout != p.layout:
         old_entries = old.layouts.get(prev.layout, [])
@@ -328,11 +333,29 @@ def _relayout(old: NodeLayerParams | None, new: NodeLayerParams, prev: PoolLayer
         return (f"layout {prev.layout} -> {p.layout} ({change}): {_procedure(p, job)}; destroyed on each "
                 f"node: {_destroyed(old_entries, new.layouts[p.layout], prev.serves)}")
     if prev.nodes < p.nodes and p.mig:
-        return f"{p.nodes - prev.nodes} new node(s) get layout {p.layout}: {_procedure(p, job)}"
+        return (f"{p.nodes - prev.nodes} new node(s) get layout {p.layout}; the {prev.nodes} already at it are left "
+                f"alone: {_procedure(p, job)}")
+    if prev.nodes > p.nodes:
+        return _scale_in(prev, p)
     if old.strategy != new.strategy and p.mig:
         return (f"MIG strategy {old.strategy} -> {new.strategy}: apply node-layer/clusterpolicy-patch.yaml;"
                 " the device plugin advertises the MIG devices under new resource names")
     return None
+
+
+def _scale_in(prev: PoolLayer, p: PoolLayer) -> str:
+    """Fewer nodes: the tree takes no node out. The workloads scale down at the sync; which pods go is
+    the ReplicaSet controller's choice, pods on the nodes that hold most of them first
+    (kubernetes pkg/controller/replicaset/replica_set.go getPodsToDelete, controller_utils.go
+    ActivePodsWithRanks), not one node's; so a leaving node still runs pods until it is drained."""
+    gone = prev.nodes - p.nodes
+    label = ", ".join(f"{k}={v}" for k, v in sorted(p.selector.items()))
+    return (f"{prev.nodes} -> {p.nodes} node(s): the tree removes no node; after the sync (the workloads scale "
+            f"down; the ReplicaSet controller picks the pods it removes across the nodes, not from one) choose "
+            f"{gone} node(s) to leave, drain them "
+            f"(kubectl drain: PodDisruptionBudgets hold, their pods move into the room the scale-down left on the "
+            f"others) and remove the label {label}; until then label-nodes.sh reports {prev.nodes} node(s) "
+            f"matching where the spec says {p.nodes}")
 
 
 def _tuning_change(what: str):
