@@ -176,6 +176,7 @@ def check(edit: Edit, work: Path) -> tuple[str, object]:
         if r.before.get(m) and lowest < r.before[m]:
             assert f"{m}: {r.before[m]} -> {r.end.get(m, 0)} ready" in text and f"lowest {lowest} " in text
     assert all(step.text in text for step in r.steps)
+    assert sorted(id(s) for _, steps in sim.sections() for s in steps) == sorted(id(s) for s in r.steps)
     # ... and so are its per-workload lines: each roll's pace is the controller's arithmetic on the
     # strategy the simulated workload rolled by, and the workload the change sticks on says so
     assert_lines_agree(sim, sim.annotate(host_disruptions(base, head)), edit.name)

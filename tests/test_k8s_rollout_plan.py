@@ -117,6 +117,24 @@ def test_an_image_bump_rolls_a_nodes_worth_at_a_time(tmp_path: Path) -> None:
     assert all(r.low[m][0] == 24 for m in ("chat", "coder", "intent")) and r.low["big"][0] == 1
 
 
+def test_the_timeline_is_a_section_per_pool(tmp_path: Path) -> None:
+    """Issue 32: a section per node pool (its models, when it settles) after the cluster's own steps;
+    every step in one section, a node's steps in its pool's, a pool the change leaves alone says so."""
+    sim = _sim(tmp_path, ONEFIELD)
+    sections = dict(sim.sections())
+    assert sorted(sections) == ["Cluster (Argo CD's sync waves, the re-layout Job)",
+                                "Node pool b200-pool (big): nothing happens",
+                                "Node pool h100-pool (chat, coder, intent): settled at +50m00s"]
+    assert sum(len(v) for v in sections.values()) == len(sim.result.steps)
+    h100 = sections["Node pool h100-pool (chat, coder, intent): settled at +50m00s"]
+    assert all(s.pool == "h100-pool" for s in h100)
+    assert [s.text for s in sim.result.steps if "node h100-pool-" in s.text] == [
+        s.text for s in h100 if "node h100-pool-" in s.text]
+    assert sim.result.duration_s == 50 * 60  # the pool settles when its last pods are Ready, not at its last step
+    text = sim.text()
+    assert text.index("  Cluster (") < text.index("  Node pool b200-pool") < text.index("  Node pool h100-pool")
+
+
 def test_a_relayout_waits_for_the_pods_the_last_node_lost(tmp_path: Path) -> None:
     """Review N13: the next node's evictions wait for the previous node's pods to load (the budgets
     refuse them until then); with a 600 s bound the Job failed and left a node cordoned. Review N1:

@@ -64,6 +64,7 @@ class Step:
     t: float
     text: str
     ready: dict  # model -> ready pods behind its Service, after this step
+    pool: str | None = None  # the node pool it happens on; None: the cluster's (Argo CD's waves, the Job)
 
 
 @dataclass
@@ -78,6 +79,7 @@ class Result:
     low: dict  # model -> (fewest ready pods, from t, for how long in s)
     stuck_on: tuple | None = None  # (kind, namespace, name) of the object the sync waits on, when stuck
     paces: dict = field(default_factory=dict)  # workload name -> (replicas, maxSurge, maxUnavailable) it rolls by
+    pools: dict = field(default_factory=dict)  # node pool -> the models whose workloads it runs, either revision
 
 
 class Stuck(Exception):
@@ -115,8 +117,13 @@ class Simulation:
         self.before = self.ready_by_model()
 
     # --- helpers -----------------------------------------------------------------------------------
-    def _say(self, text: str) -> None:
-        self.steps.append(Step(self.now, text, self.ready_by_model()))
+    def _say(self, text: str, pool: str | None = None) -> None:
+        self.steps.append(Step(self.now, text, self.ready_by_model(), pool))
+
+    def _pool_of(self, key: tuple) -> str | None:
+        """The pool an object is of: its kiln.io/pool label (meta.labels), in either revision."""
+        o = self.new.objects.get(key) or self.base.objects.get(key) or {}
+        return ((o.get("metadata") or {}).get("labels") or {}).get("kiln.io/pool")
 
     def _load(self, model: str) -> float:
         return float(self.load.get(model, self.d["pod_load_s"]))
@@ -158,7 +165,7 @@ class Simulation:
                 and w.replicas - dc.max_unavailable(w.replicas, w.max_surge, w.max_unavailable) <= 1:
             self._say(f"{w.name}: Dynamo routes to a new worker once it registers with the frontend, after "
                       "Kubernetes marks it Ready; with one worker left in service the frontend may have none "
-                      "to route to for a moment (Dynamo's rolling-update guide, ai-dynamo/dynamo#13622)")
+                      "to route to for a moment (Dynamo's rolling-update guide, ai-dynamo/dynamo#13622)", w.pool)
         if not d.rss or d.templates[d.rss[-1].name].template != w.template:
             same = [r for r in d.rss if d.templates[r.name].template == w.template]
             if same:  # the template of an older ReplicaSet: it becomes the new one (rollback)
@@ -188,7 +195,7 @@ class Simulation:
                 if after[name] != n:
                     role = "new" if name == new.name else "old"
                     self._say(f"{w.name}: {role} ReplicaSet {n} -> {after[name]} pod(s) (rolling.go "
-                              f"{'reconcileNewReplicaSet' if moved == 'up' else 'reconcileOldReplicaSets'})")
+                              f"{'reconcileNewReplicaSet' if moved == 'up' else 'reconcileOldReplicaSets'})", w.pool)
             d.last_progress = self.now
         return bool(moved)
 
@@ -266,7 +273,8 @@ class Simulation:
                 held = any(p.node == n.name and self._tmpl(p).requests for p in self.pods)
                 layouts_differ = self.config.get(n.mig.applied) != self.config.get(n.mig.label)
                 state = migmanager.finish(n.mig, self.config, held and layouts_differ)
-                self._say(f"node {n.name}: MIG manager reports {state} ({migmanager.CONFIG_LABEL}={n.mig.label})")
+                self._say(f"node {n.name}: MIG manager reports {state} ({migmanager.CONFIG_LABEL}={n.mig.label})",
+                          n.pool)
                 changed = True
         return changed
 
@@ -293,7 +301,7 @@ class Simulation:
                     raise Stuck(f"re-layout Job: `kubectl scale deployment {name.split('/', 1)[1]}` is forbidden "
                                 f"(its Role lacks {', '.join(denied)}); the Job fails (backoffLimit 0)")
                 self.deploys[name].spec.replicas = 0
-                self._say(f"re-layout Job: {name} left the spec, scaled to 0")
+                self._say(f"re-layout Job: {name} left the spec, scaled to 0", self.deploys[name].spec.pool)
                 self._settle()
         # write_layouts(): desired + layouts in use; the kubelet refreshes the mounted file
         merged = {**{n.mig.label: self.config[n.mig.label] for n in self.nodes.values() if n.mig.label in self.config},
@@ -311,7 +319,7 @@ class Simulation:
                 group = todo[i:i + pool.max_unavailable]
                 for n in group:
                     n.unschedulable = True
-                self._say(f"re-layout Job: {', '.join(n.name for n in group)} cordoned")
+                self._say(f"re-layout Job: {', '.join(n.name for n in group)} cordoned", pool.name)
                 for n in group:
                     deadline = self.now + job.evict_s
                     while True:
@@ -334,7 +342,7 @@ class Simulation:
                             self.pods = [p for p in self.pods if p.name not in gone]
                             what = Counter(p.workload for p in evicted)
                             self._say(f"re-layout Job: node {n.name}: evicted " +
-                                      ", ".join(f"{c} {w}" for w, c in sorted(what.items())))
+                                      ", ".join(f"{c} {w}" for w, c in sorted(what.items())), pool.name)
                             self._settle()
                         if self._gpu_pods(n.name):
                             # retries every few seconds change nothing until another event: skip to it
@@ -346,18 +354,18 @@ class Simulation:
                     if n.mig.label == pool.layout and job.bounce:
                         migmanager.on_label(n.mig, job.bounce, self.now, self.d["mig_reconfigure_s"])
                         self._say(f"re-layout Job: node {n.name} labelled {migmanager.CONFIG_LABEL}={job.bounce} "
-                                  "first (the MIG manager acts on a change of the value only)")
+                                  "first (the MIG manager acts on a change of the value only)", pool.name)
                         yield from self._wait_state(n, job)
                 for n in group:
                     started = migmanager.on_label(n.mig, pool.layout, self.now, self.d["mig_reconfigure_s"])
                     n.mig.state = n.mig.state if started else ""  # `nvidia.com/mig.config.state-`
                     self._say(f"re-layout Job: node {n.name} labelled {migmanager.CONFIG_LABEL}={pool.layout}"
-                              + ("" if started else " (the same value: the MIG manager does not act)"))
+                              + ("" if started else " (the same value: the MIG manager does not act)"), pool.name)
                 for n in group:
                     yield from self._wait_state(n, job)
                 for n in group:
                     n.unschedulable = False
-                self._say(f"re-layout Job: {', '.join(n.name for n in group)} uncordoned")
+                self._say(f"re-layout Job: {', '.join(n.name for n in group)} uncordoned", pool.name)
                 self._settle()
         self.config = {**{n.mig.label: self.config[n.mig.label] for n in self.nodes.values()
                           if n.mig.label in self.config}, **self.new.layouts}
@@ -396,7 +404,7 @@ class Simulation:
         kind, ns, name = task.key
         key = f"{ns}/{name}"
         if task.prune:
-            self._say(f"Argo CD prunes {kind} {key}")
+            self._say(f"Argo CD prunes {kind} {key}", self._pool_of(task.key))
             if kind == "Deployment":
                 self._delete_deployment(key)
             elif kind == "DynamoGraphDeployment":
@@ -410,9 +418,10 @@ class Simulation:
                 labels = ((self.base.objects.get(task.key) or {}).get("metadata") or {}).get("labels") or {}
                 if labels.get("app.kubernetes.io/component") == "gpu-tuning":
                     self._say(f"the nodes of {labels.get('kiln.io/pool', name)} keep the clocks and power limit "
-                              "it set until a reboot or a driver reload: nothing restores the defaults")
+                              "it set until a reboot or a driver reload: nothing restores the defaults",
+                              labels.get("kiln.io/pool"))
             return
-        self._say(f"Argo CD applies {kind} {key}")
+        self._say(f"Argo CD applies {kind} {key}", self._pool_of(task.key))
         if kind == "DynamoGraphDeployment":
             for k in self.new.groups.get(task.key, []):
                 self._apply_deployment(Workload(**dict(self.new.workloads[k].__dict__)))
@@ -426,7 +435,7 @@ class Simulation:
             now = next(b for b in self.new.budgets if b.name == key)
             if prev is not None and prev.max_unavailable != now.max_unavailable:  # review N14: say what it allows
                 self._say(f"{key}: a voluntary disruption (a drain, the autoscaler) may now take "
-                          f"{now.max_unavailable} pods at once, was {prev.max_unavailable}")
+                          f"{now.max_unavailable} pods at once, was {prev.max_unavailable}", self._pool_of(task.key))
             self.budgets = [b for b in self.budgets if b.name != key] + [now]
         elif kind == "Service":
             self.services[key] = self.new.services[key]
@@ -455,7 +464,7 @@ class Simulation:
                     and self.now >= d.last_progress + d.spec.progress_deadline_s:
                 d.timed_out = True
                 self._say(f"{d.spec.name}: ProgressDeadlineExceeded after {d.spec.progress_deadline_s}s without "
-                          f"progress; Argo CD marks it Degraded")
+                          f"progress; Argo CD marks it Degraded", d.spec.pool)
         if self.job is not None and self.job[0] is not None and self.job[1] <= self.now:
             self._run_job()
         return True
@@ -541,7 +550,14 @@ class Simulation:
             desired[w.model] += w.replicas
         return Result(self.steps, stuck is None, stuck, self.now, self.before, dict(desired), self.ready_by_model(),
                       self._low(), stuck_on,
-                      {w.name: (w.replicas, w.max_surge, w.max_unavailable) for w in self.new.workloads.values()})
+                      {w.name: (w.replicas, w.max_surge, w.max_unavailable) for w in self.new.workloads.values()},
+                      self._pool_models())
+
+    def _pool_models(self) -> dict:
+        out: dict = {}
+        for w in [*self.base.workloads.values(), *self.new.workloads.values()]:
+            out.setdefault(w.pool, set()).add(w.model)
+        return {p: sorted(ms) for p, ms in sorted(out.items())}
 
     def _cause(self, key: tuple) -> str:
         kind, ns, name = key

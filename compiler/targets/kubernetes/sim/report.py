@@ -52,20 +52,59 @@ class ChangeSimulation:
             out.append(line)
         return out
 
+    def sections(self) -> list[tuple[str, list]]:
+        """The timeline a section per node pool (its heading: the pool, its models, when its last step
+        happens), after the cluster's own steps (Argo CD's waves, the re-layout Job's); a pool where
+        nothing happens says so."""
+        r = self.result
+        steps = r.steps
+        out = []
+        cluster = [s for s in steps if s.pool is None]
+        if cluster:
+            out.append(("Cluster (Argo CD's sync waves, the re-layout Job)", cluster))
+        for pool in sorted(set(r.pools) | {s.pool for s in steps if s.pool is not None}):
+            mine = [s for s in steps if s.pool == pool]
+            models = ", ".join(r.pools.get(pool, [])) or "no model"
+            settled = self._settled(r.pools.get(pool, []), mine[-1].t if mine else 0.0)
+            when = ("nothing happens" if not mine else f"settled at +{_t(settled)}" if settled is not None
+                    else "does NOT settle: its models never reach their ready count")
+            out.append((f"Node pool {pool} ({models}): {when}", mine))
+        return out
+
+    def _settled(self, models: list, after: float) -> float | None:
+        """When the models' ready pods reach their end count for good (the pool's last step at the
+        earliest); None when a model ends short of what the new revision asks."""
+        r = self.result
+        if any(r.end.get(m, 0) < r.desired.get(m, 0) for m in models):
+            return None
+        samples = [(st.t, st.ready) for st in r.steps] + [(r.duration_s, r.end)]
+        when = after
+        for m in models:
+            since = None
+            for t, ready in samples:
+                since = (since if since is not None else t) if ready.get(m, 0) == r.end.get(m, 0) else None
+            when = max(when, since if since is not None else r.duration_s)
+        return when
+
     def text(self) -> str:
         lines = [f"Rollout on the cluster (simulated; a pod is Ready {defaults()['pod_load_s']} s after it is "
                  f"scheduled, a stated default): {self.headline()}"]
         lines += [f"  {x}" for x in self.model_lines()]
-        lines.append("  Steps:")
-        lines += [f"    +{_t(s.t):<7} {s.text}" for s in self.result.steps]
+        for heading, steps in self.sections():
+            lines.append(f"  {heading}")
+            lines += [f"    +{_t(s.t):<7} {s.text}" for s in steps]
         return "\n".join(lines)
 
     def markdown(self) -> str:
         lines = ["### Rollout (simulated)", "", f"**{self.headline()}**", ""]
         lines += [f"- {x}" for x in self.model_lines()]
-        lines += ["", "<details><summary>Steps</summary>", "", "| at | step |", "|---|---|"]
-        lines += [f"| +{_t(s.t)} | {s.text.replace('|', chr(92) + '|')} |" for s in self.result.steps]
-        lines += ["", "</details>"]
+        for heading, steps in self.sections():
+            if not steps:
+                lines += ["", f"{heading}"]
+                continue
+            lines += ["", f"<details><summary>{heading}</summary>", "", "| at | step |", "|---|---|"]
+            lines += [f"| +{_t(s.t)} | {s.text.replace('|', chr(92) + '|')} |" for s in steps]
+            lines += ["", "</details>"]
         return "\n".join(lines)
 
     def json(self) -> dict:
@@ -73,7 +112,8 @@ class ChangeSimulation:
         return {"completed": r.completed, "stuck": r.stuck, "duration_s": r.duration_s, "before": self.before,
                 "desired": r.desired, "end": r.end,
                 "lowest": {m: {"ready": v[0], "from_s": v[1], "for_s": v[2]} for m, v in r.low.items()},
-                "steps": [{"t": s.t, "text": s.text, "ready": s.ready} for s in r.steps]}
+                "pools": r.pools,
+                "steps": [{"t": s.t, "text": s.text, "ready": s.ready, "pool": s.pool} for s in r.steps]}
 
     def annotate(self, disruptions: list) -> list:
         """The plan's per-workload lines (`<name>: ...` of a node pool) with what the simulation found:
