@@ -80,6 +80,10 @@ class Result:
     stuck_on: tuple | None = None  # (kind, namespace, name) of the object the sync waits on, when stuck
     paces: dict = field(default_factory=dict)  # workload name -> (replicas, maxSurge, maxUnavailable) it rolls by
     pools: dict = field(default_factory=dict)  # node pool -> the models whose workloads it runs, either revision
+    # what the change did, as the plan's disruptions name it: (kind, pool, workload) for "new",
+    # "workload-roll", "replicas", "workload-delete" (a DGD's worker as <dgd>/<component>), and
+    # ("node-relayout", pool) where the re-layout Job relabels a node
+    events: list = field(default_factory=list)
 
 
 class Stuck(Exception):
@@ -97,9 +101,12 @@ class Simulation:
         self.nodes: dict[str, Node] = {}
         for p in pools:
             layout = base.pools[p.name].layout if p.name in base.pools else "all-disabled"
+            had = base.pools[p.name].nodes if p.name in base.pools else 0
             for i in range(p.count):
                 name = f"{p.name}-{i}"
-                mig = migmanager.MigNode(name, layout, layout)
+                # a node the edit adds joins as the GPU Operator leaves it: MIG off (its default)
+                mig = migmanager.MigNode(name, layout, layout) if i < had else \
+                    migmanager.MigNode(name, "all-disabled", "all-disabled")
                 if name in p.preset:
                     mig.label, mig.state, mig.applied = p.preset[name]
                 self.nodes[name] = Node(name, p.name, p.gpus, p.product, dict(p.labels), mig, list(p.taints),
@@ -114,11 +121,31 @@ class Simulation:
             self._apply_deployment(w)
         self._settle(initial=True)
         self.steps = []
+        self.events: list[tuple] = []
         self.before = self.ready_by_model()
 
     # --- helpers -----------------------------------------------------------------------------------
     def _say(self, text: str, pool: str | None = None) -> None:
         self.steps.append(Step(self.now, text, self.ready_by_model(), pool))
+
+    def _event(self, event: tuple) -> None:
+        if event not in self.events:
+            self.events.append(event)
+
+    def _changed(self, w: Workload, shown: str) -> None:
+        """The events of applying `w` (named `shown` in the plan) over what runs."""
+        d = self.deploys.get(w.key)
+        if d is None:
+            self._event(("new", w.pool, shown))
+            return
+        if d.templates[d.rss[-1].name].template != w.template:
+            self._event(("workload-roll", w.pool, shown))
+        if d.spec.replicas != w.replicas:
+            self._event(("replicas", w.pool, shown))
+
+    @staticmethod
+    def _shown(w: Workload, dgd: str | None) -> str:
+        return f"{dgd}/{w.labels['nvidia.com/dynamo-component']}" if dgd else w.name
 
     def _pool_of(self, key: tuple) -> str | None:
         """The pool an object is of: its kiln.io/pool label (meta.labels), in either revision."""
@@ -358,6 +385,7 @@ class Simulation:
                         yield from self._wait_state(n, job)
                 for n in group:
                     started = migmanager.on_label(n.mig, pool.layout, self.now, self.d["mig_reconfigure_s"])
+                    self._event(("node-relayout", pool.name))
                     n.mig.state = n.mig.state if started else ""  # `nvidia.com/mig.config.state-`
                     self._say(f"re-layout Job: node {n.name} labelled {migmanager.CONFIG_LABEL}={pool.layout}"
                               + ("" if started else " (the same value: the MIG manager does not act)"), pool.name)
@@ -406,9 +434,14 @@ class Simulation:
         if task.prune:
             self._say(f"Argo CD prunes {kind} {key}", self._pool_of(task.key))
             if kind == "Deployment":
+                if key in self.deploys:
+                    self._event(("workload-delete", self.deploys[key].spec.pool, name))
                 self._delete_deployment(key)
             elif kind == "DynamoGraphDeployment":
                 for k in self.base.groups.get(task.key, []):
+                    if k in self.deploys:
+                        spec = self.deploys[k].spec
+                        self._event(("workload-delete", spec.pool, self._shown(spec, name)))
                     self._delete_deployment(k)
             elif kind == "PodDisruptionBudget":
                 self.budgets = [b for b in self.budgets if b.name != key]
@@ -424,11 +457,15 @@ class Simulation:
         self._say(f"Argo CD applies {kind} {key}", self._pool_of(task.key))
         if kind == "DynamoGraphDeployment":
             for k in self.new.groups.get(task.key, []):
+                self._changed(self.new.workloads[k], self._shown(self.new.workloads[k], name))
                 self._apply_deployment(Workload(**dict(self.new.workloads[k].__dict__)))
             gone = set(self.base.groups.get(task.key, [])) - set(self.new.groups.get(task.key, []))
             for k in sorted(gone):
+                if k in self.deploys:
+                    self._event(("workload-delete", self.deploys[k].spec.pool, self._shown(self.deploys[k].spec, name)))
                 self._delete_deployment(k)
         elif kind == "Deployment":
+            self._changed(self.new.workloads[key], name)
             self._apply_deployment(Workload(**dict(self.new.workloads[key].__dict__)))
         elif kind == "PodDisruptionBudget":
             prev = next((b for b in self.budgets if b.name == key), None)
@@ -518,6 +555,8 @@ class Simulation:
         if self.new.strategy != self.base.strategy:
             self._say(f"the GPU Operator's MIG strategy is {self.new.strategy} from now on (helm upgrade); "
                       "the device plugin re-advertises every MIG node")
+            for pool in sorted(p for p, lay in self.new.pools.items() if lay.layout != "all-disabled"):
+                self._event(("node-relayout", pool))
         self._settle()
         stuck, stuck_on = None, None
         for wave, tasks in argocd.plan(self.base.objects, self.new.objects):
@@ -551,7 +590,7 @@ class Simulation:
         return Result(self.steps, stuck is None, stuck, self.now, self.before, dict(desired), self.ready_by_model(),
                       self._low(), stuck_on,
                       {w.name: (w.replicas, w.max_surge, w.max_unavailable) for w in self.new.workloads.values()},
-                      self._pool_models())
+                      self._pool_models(), self.events)
 
     def _pool_models(self) -> dict:
         out: dict = {}

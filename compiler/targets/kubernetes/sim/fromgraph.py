@@ -71,7 +71,8 @@ def pool_nodes(base: Graph | None, head: Graph) -> list[PoolNodes]:
             np = host.get("node_pool")
             if host.get("deploy") != "kubernetes" or not np:
                 continue
-            selector = dict(np.get("selector") or {})
+            # the IR's default where the spec gives none (compiler/ir/pools.py): the pool's own label
+            selector = dict(np.get("selector") or {"kiln.io/pool": name})
             nodes = PoolNodes(name, int(np.get("nodes", 1)), int(host.get("count", 1)), np.get("gpu_product"),
                               selector, [Taint("nvidia.com/gpu", "present")])
             prev = out.get(name)
