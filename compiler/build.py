@@ -15,6 +15,7 @@ from compiler.graph.plan import PlannedAction, make_plan, spec_diff
 from compiler.lower import lower_or_report
 from compiler.pipeline import Options, Validation, validate_path
 from compiler.release import build_manifest, manifest_sections
+from compiler.staleness import keyed_diagnostics
 from compiler.store.local import LocalStore
 from compiler.targets import BY_DEPLOY, DEPLOYS, DISRUPTION_ORDER
 from compiler.targets.registry import REGISTRY, WORDING, disruptions, in_scope
@@ -94,6 +95,8 @@ def prepare_spec(spec: Path, store: LocalStore, options: Options | None = None,
     # A store that does not exist is not created by reading it (`kiln plan --store X`).
     digests = DigestCache(store.root / "digest-cache.json" if store.root.is_dir() else None)
     outcome.graph = lower_or_report(outcome.validation, digests, kinds)
+    if outcome.graph is not None:
+        keyed_diagnostics(outcome.validation, digests)  # measured records, by artifact key
     return outcome, digests
 
 

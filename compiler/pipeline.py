@@ -1,6 +1,7 @@
 """The front half of the compiler, as one pure call per file:
 load -> parse -> resolve -> analysis passes -> checks (and, for a spec whose limits were measured
-by `kiln tune`, the comparison of its records with what it now builds: compiler/staleness.py)."""
+by `kiln tune`, the comparison of its records with what the spec now describes, from the IR:
+compiler/ir/tune_inputs.py; their artifact keys are compared where the spec is lowered)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ class Validation:
     resolved: Resolved | None = None  # the analysed IR; None when the spec did not parse
     diagnostics: list[Diagnostic] = field(default_factory=list)
     base_dir: Path = Path(".")  # relative paths in the spec are relative to this directory
+    # models whose measurement record validation found current by the IR (or, a v1 record, could not
+    # judge): once the spec is lowered, compiler/staleness.keyed_diagnostics compares their keys and empties this
+    measured_unkeyed: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -84,11 +88,13 @@ def _validate(loaded: LoadResult, shown: str, base_dir: Path, options: Options, 
         result.diagnostics.extend(run_checks(CheckContext(ir)))
         if result.ok and any(m.measured is not None for m in ir.models.values()):
             # measured limits: compare what the records measured with what the spec now builds (K914)
+            # from the IR: the record's input fingerprints; artifact keys are compared where the spec is lowered
             from compiler.ir.estimates import with_measurements
-            from compiler.staleness import record_changes, stale_diagnostics
+            from compiler.ir.tune_inputs import predates_diagnostics, record_changes, stale_diagnostics
 
-            changed = record_changes(ir)
-            result.diagnostics.extend(stale_diagnostics(ir, changed=changed))
+            changed, older = record_changes(ir)
+            result.diagnostics.extend(stale_diagnostics(ir, changed) + predates_diagnostics(ir, older))
+            result.measured_unkeyed = tuple(name for name, changes in changed.items() if not changes)
             # measured beats modelled: the records that still apply replace or recalibrate estimates
             result.resolved = with_measurements(ir, changed)
     elif parsed.partial is not None:

@@ -1,8 +1,11 @@
-"""Which measured limits were taken against something other than what the spec now builds (K914).
+"""Which measured limits were taken against something other than what the spec now builds (K914),
+by artifact key.
 
 A measurement record (compiler/ir/measured.py) lists the artifact keys of what `kiln tune`
-measured. Comparing them needs the build graph, so this sits after lowering in the layering, and
-the pipeline calls it for specs that refer to records. One subtlety: the record's own limit is
+measured. Comparing them needs the build graph, so this sits after lowering in the layering: the
+commands that lower (compiler/build.prepare_spec: plan, build, publish; `kiln plan --base`) call
+`keyed_diagnostics` for the records validation found current or could not judge (a v1 record;
+validation compares IR fingerprints, compiler/ir/tune_inputs.py). One subtlety: the record's own limit is
 an input of the artifacts it measured the next time round (the LLM-API options carry the batch
 limit, and their key the record's digest). So the keys are compared as the spec builds them
 with the limit the unit served while it was measured (`record.served`): what the measurement
@@ -12,14 +15,18 @@ itself changed is not a change, everything else is.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from compiler.diagnostics import Diagnostic
 from compiler.graph.inputs import DigestCache
 from compiler.ir import Resolved
-from compiler.ir.measured import MeasuredLimitStale, TuneRecord, spec_changes
+from compiler.ir.measured import KIND, TuneRecord, spec_changes
+from compiler.ir.tune_inputs import fingerprints, stale_diagnostics
 from compiler.lower import lower_ir
 from compiler.store.canonical import canonical_json
 from compiler.store.local import sha256_bytes
+
+if TYPE_CHECKING:
+    from compiler.pipeline import Validation
 
 
 def measured_artifacts(ir: Resolved, unit_id: str, digests: DigestCache | None = None) -> dict[str, str]:
@@ -36,6 +43,14 @@ def measured_artifacts(ir: Resolved, unit_id: str, digests: DigestCache | None =
         if part is not None:
             out[f"triton-repo/{unit.host}#{unit.model}"] = sha256_bytes(canonical_json(part.to_json()))
     return out
+
+
+def what_was_measured(ir: Resolved, unit_id: str, digests: DigestCache | None = None) -> dict:
+    """The fields of a record that say what serving `unit_id` ran, as the spec builds it now: its
+    kind, the measured artifacts' keys and the IR fingerprints of what each was built from."""
+    unit = next(u for u in ir.units if u.id == unit_id)
+    artifacts = measured_artifacts(ir, unit_id, digests)
+    return {"kind": KIND, "artifacts": artifacts, "inputs": fingerprints(ir, unit.model, artifacts, digests)}
 
 
 def as_served(ir: Resolved, model: str, record: TuneRecord) -> Resolved:
@@ -65,12 +80,13 @@ def artifact_changes(recorded: dict[str, str], now: dict[str, str]) -> list[str]
     return out
 
 
-def record_changes(ir: Resolved, digests: DigestCache | None = None) -> dict[str, list[str]]:
-    """Per model with a measured limit: what its record measured that the spec no longer describes
-    (empty: the record is current)."""
+def record_changes(ir: Resolved, digests: DigestCache | None = None,
+                   models: list[str] | None = None) -> dict[str, list[str]]:
+    """Per model with a measured limit (of `models`, when given): what its record measured that the
+    spec no longer builds, by artifact key (empty: the record is current)."""
     out = {}
     for name, rm in sorted(ir.models.items()):
-        if rm.measured is None:
+        if rm.measured is None or (models is not None and name not in models):
             continue
         record = rm.measured.record
         changes = spec_changes(ir, name, rm.measured)
@@ -81,23 +97,11 @@ def record_changes(ir: Resolved, digests: DigestCache | None = None) -> dict[str
     return out
 
 
-def stale_diagnostics(ir: Resolved, digests: DigestCache | None = None,
-                      changed: dict[str, list[str]] | None = None) -> list[Diagnostic]:
-    """K914 for every model whose measured limit no longer describes the spec (`changed`: from
-    record_changes, when the caller has it)."""
-    out = []
-    for name, changes in (changed if changed is not None else record_changes(ir, digests)).items():
-        rm = ir.models[name]
-        record = rm.measured.record
-        if not changes:
-            continue
-        shown = changes[:4] + ([f"{len(changes) - 4} more"] if len(changes) > 4 else [])
-        doc = ir.document
-        out.append(Diagnostic(
-            MeasuredLimitStale.code, MeasuredLimitStale.severity,
-            f"model {name!r}: {rm.measured.ref} was measured on other artifacts or settings than the spec now "
-            f"describes: {'; '.join(shown)}",
-            doc.file, doc.span_of(("models", name, "limits", "max_batch_size", "measured")),
-            f"build and serve the spec, then run `kiln tune {doc.file} --unit {record.unit} --url URL` and commit "
-            f"the new record (the limit {rm.measured.limit} still comes from the old one)"))
-    return out
+def keyed_diagnostics(result: Validation, digests: DigestCache | None = None) -> None:
+    """K914 into `result` for the records its validation found current by the IR whose artifact keys
+    say otherwise (and v1 records, which it could not compare): called once the spec is lowered."""
+    if not result.measured_unkeyed or result.resolved is None:
+        return
+    changed = record_changes(result.resolved, digests, list(result.measured_unkeyed))
+    result.measured_unkeyed = ()
+    result.diagnostics.extend(stale_diagnostics(result.resolved, changed))

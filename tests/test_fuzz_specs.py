@@ -582,7 +582,7 @@ def _tune_spec() -> tuple[Path, str]:
     """The quickstart with `tiny`'s limit measured by the kept grid run's record, and that record."""
     from compiler.ir.measured import parse_record, record_name, render_record
     from compiler.pipeline import validate_path
-    from compiler.staleness import measured_artifacts
+    from compiler.staleness import what_was_measured
     from compiler.tune.specedit import with_measured_limit
     from tests.quickstart import with_tuning
 
@@ -595,7 +595,7 @@ def _tune_spec() -> tuple[Path, str]:
     before = validate_path(spec)
     unit = "dev-h100/gpu0/mig0"
     record = parse_record((ROOT / "tests" / "data" / "tune" / "grid" / "record.json").read_text(encoding="utf-8"))
-    record = record.model_copy(update={"artifacts": measured_artifacts(before.resolved, unit)})
+    record = record.model_copy(update=what_was_measured(before.resolved, unit))
     (where / "tune").mkdir(exist_ok=True)
     spec.write_text(with_measured_limit(before.document, "tiny", "tune/" + record_name(unit)), encoding="utf-8")
     return spec, render_record(record).decode("utf-8")

@@ -250,7 +250,7 @@ def _tuned(tmp_path: Path) -> tuple[Path, Path]:
     (lambda t: t.replace('"concurrency": 1,', '"concurrency": Infinity,', 1), "Infinity is not JSON"),
     (lambda t: t.replace('"threshold": 40.0', '"threshold": NaN', 1), "NaN is not JSON"),
     (lambda t: "[]", "not a measurement record"),
-    (lambda t: t.replace('"kind": "kiln.tune/v1"', '"kind": "kiln.tune/v1", "\\udc80": 1', 1), "valid string"),
+    (lambda t: t.replace('"kind": "kiln.tune/v2"', '"kind": "kiln.tune/v2", "\\udc80": 1', 1), "valid string"),
 ])
 def test_a_tune_record_that_is_not_one_is_k913_with_its_position(tmp_path: Path, edit, says: str) -> None:
     spec, record = _tuned(tmp_path)

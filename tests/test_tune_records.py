@@ -6,23 +6,30 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from compiler.ir.measured import (KIND, RecordError, TuneRecord, batch_limit, parse_record, record_name,
                                   render_record, sla_record)
+from compiler.ir.tune_inputs import record_changes as ir_changes
 from compiler.pipeline import validate_path
 from compiler.spec.loader import load_text
-from compiler.staleness import as_served, measured_artifacts
+from compiler.staleness import as_served, measured_artifacts, what_was_measured
+from compiler.staleness import keyed_diagnostics
+from compiler.staleness import record_changes as keyed_changes
 from compiler.tune import aiperf, gpu
 from compiler.tune.results import adaptive_outcome, breaches, grid_outcome
 from compiler.tune.session import TuneError, TuneOptions, judge
 from compiler.tune.specedit import with_measured_limit
 
 from .quickstart import with_tuning
+from .test_startup import _modules as startup_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "tune"
@@ -39,7 +46,9 @@ def _record(run: str) -> TuneRecord:
 def test_records_kiln_tune_wrote_parse_and_render_back_byte_for_byte(run: str) -> None:
     text = (DATA / run / "record.json").read_text(encoding="utf-8")
     record = parse_record(text)
-    assert record.kind == KIND and record.unit == UNIT and record.model == "tiny"
+    # the kept runs were written before `inputs` (kiln.tune/v1): read, and rendered back as they were
+    assert record.kind == "kiln.tune/v1" != KIND and record.inputs is None
+    assert record.unit == UNIT and record.model == "tiny"
     assert render_record(record) == text.encode("utf-8")
     assert record_name(record.unit) == "dev-h100.gpu0.mig0.json"
 
@@ -180,7 +189,7 @@ def _quickstart(tmp_path: Path, run: str | None = "grid", text: str | None = Non
     if run is not None:
         before = validate_path(spec)
         assert before.ok, before.diagnostics
-        record = _record(run).model_copy(update={"artifacts": measured_artifacts(before.resolved, UNIT)})
+        record = _record(run).model_copy(update=what_was_measured(before.resolved, UNIT))
         (tmp_path / "tune").mkdir()
         (tmp_path / "tune" / record_name(UNIT)).write_bytes(render_record(record))
         spec.write_text(with_measured_limit(before.document, "tiny", "tune/" + record_name(UNIT)), encoding="utf-8")
@@ -278,6 +287,57 @@ def test_a_record_is_stale_when_the_spec_builds_or_asks_something_else(tmp_path:
     spec.write_text(text.replace(edit[0], edit[1], 1), encoding="utf-8")
     found = _k914(spec)
     assert len(found) == 1 and says in found[0], found
+
+
+@pytest.mark.parametrize("edit", [
+    ("weights: fp8\n      calibration", "weights: int4_awq\n      calibration"),
+    ("queue_timeout_ms: 1000}\n    workload", "queue_timeout_ms: 2000}\n    workload"),
+    ("max_num_tokens: 2048}\n    serving: {max_queue_size: 16",
+     "max_num_tokens: 2048}\n    runtime: {kv_cache_memory_fraction: 0.8}\n    serving: {max_queue_size: 16"),
+    ("max_seq_len: 512, max_num_tokens: 2048}\n    serving: {max_queue_size: 16",
+     "max_seq_len: 384, max_num_tokens: 2048}\n    serving: {max_queue_size: 16"),
+    ('tensorrt_llm: "1.2.1"', 'tensorrt_llm: "1.2.0"'),
+])
+def test_validation_flags_every_artifact_whose_key_changed(tmp_path: Path, edit) -> None:
+    """The IR fingerprints validation compares are sound against the exact comparison by artifact key
+    (what lowering does): every measured artifact whose key changed is named by validation too."""
+    spec = _quickstart(tmp_path, "grid")
+    text = spec.read_text(encoding="utf-8")
+    assert edit[0] in text
+    spec.write_text(text.replace(edit[0], edit[1], 1), encoding="utf-8")
+    ir = validate_path(spec).resolved
+    by_key = {c.split(" ")[0] for c in keyed_changes(ir)["tiny"] if " changed" in c}
+    by_ir = {c.split(" ")[0] for c in ir_changes(ir)[0]["tiny"] if " changed" in c}
+    assert by_key and by_key <= by_ir, (by_key, by_ir)
+
+
+def test_validate_with_a_current_record_imports_no_action_kind(tmp_path: Path) -> None:
+    spec = _quickstart(tmp_path, "grid")
+    code, modules = startup_modules("validate", str(spec))
+    assert code == 0 and "compiler.ir.tune_inputs" in modules  # the record was compared
+    assert sorted(m for m in modules if m == "compiler.actions" or m.startswith("compiler.actions.")) == []
+    assert "compiler.lower" not in modules and "compiler.staleness" not in modules
+
+
+def test_a_record_before_inputs_is_compared_where_the_spec_is_lowered(tmp_path: Path) -> None:
+    """A v1 record (no `inputs`): validation says so (K917, a note) and lowering compares its keys (K914)."""
+    spec = _quickstart(tmp_path, "grid")
+    path = tmp_path / "tune" / record_name(UNIT)
+    old = parse_record(path.read_text(encoding="utf-8")).model_copy(update={"kind": "kiln.tune/v1", "inputs": None})
+    path.write_bytes(render_record(old))
+    text = spec.read_text(encoding="utf-8")
+    spec.write_text(text.replace("weights: fp8\n      calibration", "weights: int4_awq\n      calibration", 1),
+                    encoding="utf-8")
+    result = validate_path(spec)
+    assert [d.code for d in result.diagnostics] == ["K917"] and result.ok
+    keyed_diagnostics(result)
+    found = [d.message for d in result.diagnostics if d.code == "K914"]
+    assert len(found) == 1 and "quantize/tiny changed" in found[0], result.diagnostics
+    keyed_diagnostics(result)  # compared once
+    assert len([d for d in result.diagnostics if d.code == "K914"]) == 1
+    proc = subprocess.run([sys.executable, "-m", "compiler", "plan", str(spec), "--store", str(tmp_path / "store")],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "[K914]" in proc.stdout and "quantize/tiny changed" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_a_change_to_another_model_leaves_the_record_fresh(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from compiler.graph.inputs import DigestCache
 from compiler.lower import lower_or_report
 from compiler.pipeline import Options, Validation, validate_path
+from compiler.staleness import keyed_diagnostics
 from compiler.store.local import LocalStore
 
 from . import gitrev
@@ -35,6 +36,7 @@ def plan_against(spec: Path, ref: str, store: LocalStore, options: Options | Non
     head_graph = lower_or_report(head, digests)
     if head_graph is None:
         return BasePlan(head, base, None)
+    keyed_diagnostics(head, digests)  # measured records, by artifact key
     digests.save()
     note = None
     if base is None:

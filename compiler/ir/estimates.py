@@ -126,7 +126,7 @@ def _costs(t: dict, price: float | None, share: float | None) -> dict | None:
 
 def with_measurements(ir: Resolved, changed: dict[str, list[str]]) -> Resolved:
     """The IR with each unit's estimate replaced or recalibrated by the records that apply to it.
-    `changed`: per model with a record, what the spec no longer matches (staleness.record_changes)."""
+    `changed`: per model with a record, what the spec no longer matches (ir/tune_inputs.record_changes)."""
     if not changed:
         return ir
     usable: list[_Evaluated] = []

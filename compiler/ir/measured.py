@@ -11,7 +11,9 @@ keys of the artifacts that read the limit, and `git revert` of both gives the ea
 Its artifact keys say what was measured, so a spec that now builds something else is reported
 (K914) instead of silently carrying a number measured on other artifacts.
 
-Format (JSON, canonical, `"kind": "kiln.tune/v1"`): see `TuneRecord`.
+Format (JSON, canonical, `"kind": "kiln.tune/v2"`): see `TuneRecord`. v2 adds `inputs`, what each
+measured artifact was built from as IR fields (compiler/ir/tune_inputs.py), so `kiln validate` judges
+a record without lowering; a v1 record is still read, its artifacts compared where the spec is lowered.
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from compiler.boundedjson import BoundedJSONError, loads_bounded
 from compiler.catalog.cudagraphs import load_cuda_graph_defaults
 from compiler.diagnostics import Rule, Severity
 from compiler.store.canonical import pretty_json
 
-KIND = "kiln.tune/v1"
+KIND = "kiln.tune/v2"  # what `kiln tune` writes
+KINDS = ("kiln.tune/v1", KIND)  # what is read
 
 
 class _Strict(BaseModel):
@@ -124,7 +127,7 @@ class ImageRecord(_Strict):
 class TuneRecord(_Strict):
     """A measurement record (tune/<unit>.json)."""
 
-    kind: Literal["kiln.tune/v1"]
+    kind: Literal["kiln.tune/v1", "kiln.tune/v2"]
     spec: str
     unit: str
     model: str
@@ -138,6 +141,14 @@ class TuneRecord(_Strict):
     artifacts: dict[str, str]  # action id -> key, as the spec built them when measured (see compiler.staleness)
     image: ImageRecord
     gpu: GpuRecord
+    # v2: measured artifact id -> {IR field -> digest} of what it was built from (compiler/ir/tune_inputs.py)
+    inputs: dict[str, dict[str, str]] | None = None
+
+    @model_validator(mode="after")
+    def _inputs_by_kind(self) -> TuneRecord:
+        if (self.inputs is not None) != (self.kind == KIND):
+            raise ValueError(f"`inputs` is {'required' if self.kind == KIND else 'not part of'} {self.kind}")
+        return self
 
 
 class RecordError(ValueError):
@@ -160,8 +171,9 @@ def parse_record(text: str) -> TuneRecord:
         doc = loads_bounded(text, max_depth=MAX_DEPTH, max_number_chars=MAX_NUMBER_CHARS, max_chars=MAX_RECORD_BYTES)
     except BoundedJSONError as e:
         raise RecordError(e.message, e.line, e.column) from None
-    if not isinstance(doc, dict) or doc.get("kind") != KIND:
-        raise RecordError(f"not a measurement record (it must be a JSON object with \"kind\": \"{KIND}\")")
+    if not isinstance(doc, dict) or doc.get("kind") not in KINDS:
+        raise RecordError(f"not a measurement record (it must be a JSON object with \"kind\": \"{KIND}\" "
+                          f"or an earlier {' or '.join(KINDS[:-1])})")
     try:
         return TuneRecord.model_validate(doc)
     except ValidationError as e:
@@ -172,7 +184,7 @@ def parse_record(text: str) -> TuneRecord:
 
 
 def render_record(record: TuneRecord) -> bytes:
-    return pretty_json(record.model_dump(mode="json"))
+    return pretty_json(record.model_dump(mode="json", exclude={"inputs"} if record.inputs is None else None))
 
 
 def record_name(unit_id: str) -> str:
@@ -243,6 +255,20 @@ class MeasuredLimitStale(Rule):
     severity = Severity.WARNING
 
 
+class RecordPredatesInputs(Rule):
+    """A measurement record written before records kept their input fingerprints (kiln.tune/v1).
+
+    `kiln validate` compares a record's unit, SLA and workload with the spec, and what each measured
+    artifact was built from through the record's `inputs`, reading the IR only. A v1 record has no
+    `inputs`: its artifact keys are compared where the spec is lowered (`kiln plan`, `kiln build`),
+    and K914 is reported there. Running `kiln tune` again writes a current record.
+    """
+
+    code = "K917"
+    name = "measured-record-predates-inputs"
+    severity = Severity.NOTE
+
+
 def unit_facts(ir, unit_id: str) -> dict[str, str] | None:
     """The GPU and slice of a unit of the analysed IR (None when the spec has no such unit)."""
     unit = next((u for u in ir.units if u.id == unit_id), None)
@@ -264,8 +290,9 @@ def sla_record(sla) -> SlaRecord:
 
 
 def spec_changes(ir, model: str, measured: Measurement) -> list[str]:
-    """What differs between the spec and a model's record, other than artifacts (which need the
-    build graph: compiler/staleness.py): the unit and its slice, the SLA, the workload."""
+    """What differs between the spec and a model's record, other than artifacts (their inputs:
+    compiler/ir/tune_inputs.py; their keys: compiler/staleness.py): the unit and its slice, the SLA,
+    the workload."""
     rec = measured.record
     rm = ir.models[model]
     out = []

@@ -24,7 +24,7 @@ from compiler.ir.measured import (GpuRecord, ImageRecord, Measurement, Result, S
 from compiler.lower import lower_ir
 from compiler.pipeline import Validation, validate_path
 from compiler.spec.models import MeasuredLimit as MeasuredRef
-from compiler.staleness import measured_artifacts
+from compiler.staleness import what_was_measured
 from compiler.store.local import sha256_file
 
 from . import aiperf, gpu
@@ -307,7 +307,7 @@ def tune(opts: TuneOptions, progress: Progress = lambda line: None) -> TuneOutco
     if version != aiperf.VERSION_TESTED:
         progress(f"note: AIPerf {version}; Kiln reads the output files of {aiperf.VERSION_TESTED}")
     graph = lower_ir(ir, DigestCache(None))
-    artifacts = measured_artifacts(ir, unit.id)
+    what = what_was_measured(ir, unit.id)
     image = _image(ir, unit, graph, opts)
     gpu_rec = _gpu_record(ir, unit, opts, progress)
     argv = aiperf.command(exe, plan)
@@ -333,7 +333,7 @@ def tune(opts: TuneOptions, progress: Progress = lambda line: None) -> TuneOutco
         raise TuneError(f"{e} (AIPerf's outputs: {plan.outputs})", outputs=plan.outputs) from None
     result_file = _result_file(plan.outputs, plan.style, outcome)
     record = TuneRecord(
-        kind="kiln.tune/v1", spec=ir.spec.name, unit=unit.id, model=planned.model,
+        **what, spec=ir.spec.name, unit=unit.id, model=planned.model,
         measured_at=opts.now().strftime("%Y-%m-%dT%H:%M:%SZ"), url=opts.url, result=result,
         search=Search(tool="aiperf", version=version, recipe=aiperf.RECIPE if plan.style != "grid" else "grid",
                       style=plan.style, concurrency_min=1, concurrency_max=plan.concurrency_max,
@@ -343,7 +343,7 @@ def tune(opts: TuneOptions, progress: Progress = lambda line: None) -> TuneOutco
         sla=plan.sla, workload=rm.spec.workload.model_dump(mode="json"),
         served=Served(max_batch_size=rm.spec.limits.max_batch_size,
                       measured_digest=rm.measured.digest if rm.measured is not None else None),
-        artifacts=artifacts, image=image, gpu=gpu_rec)
+        image=image, gpu=gpu_rec)
     planned.record_path.parent.mkdir(parents=True, exist_ok=True)
     replace_file(planned.record_path, render_record(record))  # a fresh temporary file: never a planted link
     edited = False

@@ -1,0 +1,157 @@
+"""What a measured artifact was built from, read from the IR: the fingerprints a `kiln tune` record
+keeps (`inputs`) and the comparison `kiln validate` makes with them (K914), without lowering.
+
+A record names what it measured by artifact keys (`artifacts`), and those need the build graph, so
+comparing them is left to the commands that lower anyway (compiler/staleness.py, from
+compiler/lower.py). Validation reads the IR only: for each measured artifact, a digest of every IR
+field its kind reads (`READS`), leaf by leaf, and of the files the model names. A field that
+changed names the artifact and the field. The table is broad on purpose: a field listed that an
+action ignores costs a warning the plan withdraws, never a stale number taken as current.
+
+Left out everywhere: `limits.max_batch_size` (the measurement sets it: what the measurement itself
+changed is not a change, see compiler/staleness.as_served), `sla` and `workload` (compared as such by
+compiler/ir/measured.spec_changes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compiler.diagnostics import Diagnostic
+from compiler.graph.inputs import DigestCache, tree_digests
+from compiler.ir.measured import MeasuredLimitStale, RecordPredatesInputs, spec_changes
+from compiler.store.canonical import canonical_json
+from compiler.store.local import sha256_bytes
+
+# the model's spec fields (sections or dotted paths) and spec-wide pins each action kind of a model
+# reads; a kind not listed reads all of them
+_BUILD = ("source", "architecture", "dtype", "quantization", "parallelism", "kernels", "target",
+          "toolchain.tensorrt_llm", "toolchain.modelopt")
+READS: dict[str, tuple[str, ...]] = {
+    "model-source": ("source", "toolchain.tensorrt_llm"),
+    "tokenizer": ("source", "toolchain.tensorrt_llm"),
+    "calibration-set": ("source", "quantization.calibration", "toolchain.modelopt", "toolchain.tensorrt_llm"),
+    "quantize": _BUILD,
+    "quality-gate": _BUILD,
+    "engine": (*_BUILD, "limits", "runtime"),
+    "llmapi-options": (*_BUILD, "limits", "runtime"),
+    "triton-repo": (*_BUILD, "limits", "runtime", "serving", "toolchain.triton_image"),
+}
+_EVERY = ("source", "architecture", "dtype", "quantization", "parallelism", "kernels", "limits", "runtime",
+          "serving", "target", "toolchain")
+_LEFT_OUT = {"limits.max_batch_size"}
+
+
+def _leaves(prefix: str, value: Any, out: dict[str, str]) -> None:
+    if isinstance(value, dict) and value:
+        for k, v in sorted(value.items()):
+            _leaves(f"{prefix}.{k}", v, out)
+    elif prefix not in _LEFT_OUT:
+        out[prefix] = sha256_bytes(canonical_json(value))
+
+
+def _readable(read, instead):
+    """A file unreadable now differs from what was measured (the build reports it as K916)."""
+    try:
+        return read()
+    except OSError:
+        return instead
+
+
+def _fields(ir, model: str, digests: DigestCache) -> dict[str, str]:
+    """IR field (a leaf, dotted; a file the model names as `<field>:<path>`) -> digest, of one model."""
+    spec = ir.models[model].spec
+    doc = spec.model_dump(mode="json")
+    out: dict[str, str] = {}
+    for section in ("source", "architecture", "dtype", "quantization", "parallelism", "kernels", "limits",
+                    "runtime", "serving"):
+        _leaves(section, doc.get(section), out)
+    if spec.source.path is not None and spec.source.path in ir.inputs:
+        out.update({f"source.path:{rel}": d for rel, d in _readable(
+            lambda: tree_digests(ir.input_path(spec.source.path), digests), {"": "unreadable"}).items()})
+    q = spec.quantization
+    for where, value in (("quantization.calibration.data", q.calibration.data if q.calibration else None),
+                         ("quantization.quality_gate.eval", q.quality_gate.eval if q.quality_gate else None)):
+        if value is not None and value in ir.inputs:
+            out[f"{where}:file"] = _readable(lambda v=value: digests.digest(ir.input_path(v)), "unreadable")
+    out["target"] = sha256_bytes(canonical_json(ir.spec.target))
+    out.update({f"toolchain.{pin}": sha256_bytes(canonical_json(value))
+                for pin, value in ir.spec.toolchain.model_dump(mode="json").items()})
+    return out
+
+
+def fingerprints(ir, model: str, artifacts, digests: DigestCache | None = None) -> dict[str, dict[str, str]]:
+    """Measured artifact id -> {IR field -> digest} of what its kind reads (`artifacts`: the ids the
+    record lists, `<kind>/<model>` or `<kind>/<host>#<model>`)."""
+    leaves = _fields(ir, model, digests if digests is not None else DigestCache(None))
+    out = {}
+    for aid in sorted(artifacts):
+        reads = READS.get(aid.split("/", 1)[0], _EVERY)
+        out[aid] = {k: v for k, v in sorted(leaves.items()) if any(_under(k, p) for p in reads)}
+    return out
+
+
+def _under(leaf: str, prefix: str) -> bool:
+    return leaf == prefix or leaf.startswith((prefix + ".", prefix + ":"))
+
+
+def input_changes(recorded: dict[str, dict[str, str]], now: dict[str, dict[str, str]]) -> list[str]:
+    """'<artifact> changed (<fields>)' for each measured artifact whose inputs differ."""
+    out = []
+    for aid in sorted(recorded):
+        before, after = recorded[aid], now.get(aid, {})
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        if changed:
+            shown = [k.split(":", 1)[0] + (" (a file)" if ":" in k else "") for k in changed]
+            shown = list(dict.fromkeys(shown))
+            out.append(f"{aid} changed ({', '.join(shown[:3])}{', ...' if len(shown) > 3 else ''})")
+    return out
+
+
+def record_changes(ir, digests: DigestCache | None = None) -> tuple[dict[str, list[str]], list[str]]:
+    """Per model with a measured limit, what its record measured that the spec no longer describes
+    (empty: current, as far as the IR tells), and the models whose record predates `inputs` (their
+    artifacts are compared where the spec is lowered)."""
+    out, older = {}, []
+    for name, rm in sorted(ir.models.items()):
+        if rm.measured is None:
+            continue
+        record = rm.measured.record
+        changes = spec_changes(ir, name, rm.measured)
+        if record.inputs is None:
+            older.append(name)
+        elif any(u.id == record.unit for u in ir.units):
+            changes += input_changes(record.inputs, fingerprints(ir, name, record.inputs, digests))
+        out[name] = changes
+    return out, older
+
+
+def stale_diagnostics(ir, changed: dict[str, list[str]]) -> list[Diagnostic]:
+    """K914 for every model whose measured limit no longer describes the spec."""
+    out = []
+    for name, changes in changed.items():
+        rm = ir.models[name]
+        record = rm.measured.record
+        if not changes:
+            continue
+        shown = changes[:4] + ([f"{len(changes) - 4} more"] if len(changes) > 4 else [])
+        doc = ir.document
+        out.append(Diagnostic(
+            MeasuredLimitStale.code, MeasuredLimitStale.severity,
+            f"model {name!r}: {rm.measured.ref} was measured on other artifacts or settings than the spec now "
+            f"describes: {'; '.join(shown)}",
+            doc.file, doc.span_of(("models", name, "limits", "max_batch_size", "measured")),
+            f"build and serve the spec, then run `kiln tune {doc.file} --unit {record.unit} --url URL` and commit "
+            f"the new record (the limit {rm.measured.limit} still comes from the old one)"))
+    return out
+
+
+def predates_diagnostics(ir, older: list[str]) -> list[Diagnostic]:
+    """K917 (a note) for every record written before `inputs`: validation cannot compare its artifacts."""
+    doc = ir.document
+    return [Diagnostic(
+        RecordPredatesInputs.code, RecordPredatesInputs.severity,
+        f"model {name!r}: {ir.models[name].measured.ref} predates the records' input fingerprints; "
+        "`kiln validate` compares its unit, SLA and workload only, `kiln plan` and `kiln build` its artifacts",
+        doc.file, doc.span_of(("models", name, "limits", "max_batch_size", "measured")),
+        f"run `kiln tune` again to write a current record") for name in older]
