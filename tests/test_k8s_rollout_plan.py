@@ -117,6 +117,22 @@ def test_an_image_bump_rolls_a_nodes_worth_at_a_time(tmp_path: Path) -> None:
     assert all(r.low[m][0] == 24 for m in ("chat", "coder", "intent")) and r.low["big"][0] == 1
 
 
+def test_a_strategy_only_change_says_no_pod_is_replaced(tmp_path: Path) -> None:
+    """Review N14: a wider node_pool.max_unavailable changes the Deployments' maxUnavailable (not in
+    the pod template) and doubles every budget; the plan said the pods roll (the target cannot tell
+    it from a rebuilt image), the simulation replaces none and the budgets say what they now allow."""
+    from compiler.gitops.semplan import host_disruptions
+    from compiler.targets.kubernetes.sim.report import NOT_ROLLED
+
+    base, head = (graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a"),
+                  graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(MAXUNAVAIL)))
+    sim, = change_simulations(base, head)
+    assert sim.result.completed and not [e for e in sim.result.events if e[0] == "workload-roll"]
+    lines = sorted(d.detail for d in sim.annotate(host_disruptions(base, head)) if d.kind == "workload-roll")
+    assert lines == [f"{m}-h100-pool: {NOT_ROLLED}; its PodDisruptionBudget: a voluntary disruption (a drain, the "
+                     "autoscaler) may now take 16 pods at once, was 8" for m in ("chat", "coder", "intent")]
+
+
 def test_the_timeline_is_a_section_per_pool(tmp_path: Path) -> None:
     """Issue 32: a section per node pool (its models, when it settles) after the cluster's own steps;
     every step in one section, a node's steps in its pool's, a pool the change leaves alone says so."""
