@@ -311,6 +311,33 @@ def test_validation_flags_every_artifact_whose_key_changed(tmp_path: Path, edit)
     assert by_key and by_key <= by_ir, (by_key, by_ir)
 
 
+@pytest.mark.parametrize("name", ["model/tokenizer_config.json", "data/calib-prose.jsonl", "data/eval-prose.jsonl"])
+def test_validation_flags_a_changed_input_file_as_its_keys_do(tmp_path: Path, name: str) -> None:
+    """Files the model names are fingerprinted by content: a changed one is named by validation
+    wherever it changes a measured artifact's key."""
+    spec = _quickstart(tmp_path, "grid")
+    path = tmp_path / name
+    path.write_bytes(path.read_bytes() + (b"\n" if name.endswith(".json") else path.read_bytes().splitlines(True)[0]))
+    ir = validate_path(spec).resolved
+    by_key = {c.split(" ")[0] for c in keyed_changes(ir)["tiny"] if " changed" in c}
+    by_ir = {c.split(" ")[0] for c in ir_changes(ir)[0]["tiny"] if " changed" in c}
+    assert by_key and by_key <= by_ir, (by_key, by_ir)
+
+
+def test_a_file_added_to_the_model_directory_is_a_change_and_a_field_kiln_added_since_is_not(tmp_path: Path) -> None:
+    spec = _quickstart(tmp_path, "grid")
+    path = tmp_path / "tune" / record_name(UNIT)
+    record = parse_record(path.read_text(encoding="utf-8"))
+    # a record written when the table named fewer fields (or before Kiln had one): what it lacks is not a change
+    fewer = {aid: {k: v for k, v in fields.items() if not k.startswith("runtime.")}
+             for aid, fields in record.inputs.items()}
+    path.write_bytes(render_record(record.model_copy(update={"inputs": fewer})))
+    assert _k914(spec) == []
+    (tmp_path / "model" / "generation_config.json").write_text("{}", encoding="utf-8")
+    found = _k914(spec)
+    assert len(found) == 1 and "quantize/tiny changed (source.path (a file))" in found[0], found
+
+
 def test_validate_with_a_current_record_imports_no_action_kind(tmp_path: Path) -> None:
     spec = _quickstart(tmp_path, "grid")
     code, modules = startup_modules("validate", str(spec))

@@ -29,8 +29,8 @@ _BUILD = ("source", "architecture", "dtype", "quantization", "parallelism", "ker
           "toolchain.tensorrt_llm", "toolchain.modelopt")
 READS: dict[str, tuple[str, ...]] = {
     "model-source": ("source", "toolchain.tensorrt_llm"),
-    "tokenizer": ("source", "toolchain.tensorrt_llm"),
-    "calibration-set": ("source", "quantization.calibration", "toolchain.modelopt", "toolchain.tensorrt_llm"),
+    "tokenizer": ("source",),
+    "calibration-set": ("source", "quantization.calibration"),
     "quantize": _BUILD,
     "quality-gate": _BUILD,
     "engine": (*_BUILD, "limits", "runtime"),
@@ -95,15 +95,20 @@ def _under(leaf: str, prefix: str) -> bool:
     return leaf == prefix or leaf.startswith((prefix + ".", prefix + ":"))
 
 
-def input_changes(recorded: dict[str, dict[str, str]], now: dict[str, dict[str, str]]) -> list[str]:
-    """'<artifact> changed (<fields>)' for each measured artifact whose inputs differ."""
+def input_changes(recorded: dict[str, dict[str, str]], now: dict[str, str]) -> list[str]:
+    """'<artifact> changed (<fields>)' for each measured artifact whose inputs differ. `now`: every
+    field of the model as the spec describes it now (`_fields`). A recorded field is compared
+    whatever `READS` says today, so widening or narrowing the table does not age a record; a field
+    the record lacks is new since (a field Kiln added, its default) and is left to the plan's keys,
+    except a file added beside the files a field names (a directory's new file)."""
     out = []
     for aid in sorted(recorded):
-        before, after = recorded[aid], now.get(aid, {})
-        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        before = recorded[aid]
+        named = {k.split(":", 1)[0] for k in before if ":" in k}
+        changed = sorted({k for k in before if before[k] != now.get(k)}
+                         | {k for k in now if ":" in k and k not in before and k.split(":", 1)[0] in named})
         if changed:
-            shown = [k.split(":", 1)[0] + (" (a file)" if ":" in k else "") for k in changed]
-            shown = list(dict.fromkeys(shown))
+            shown = list(dict.fromkeys(k.split(":", 1)[0] + (" (a file)" if ":" in k else "") for k in changed))
             out.append(f"{aid} changed ({', '.join(shown[:3])}{', ...' if len(shown) > 3 else ''})")
     return out
 
@@ -121,7 +126,8 @@ def record_changes(ir, digests: DigestCache | None = None) -> tuple[dict[str, li
         if record.inputs is None:
             older.append(name)
         elif any(u.id == record.unit for u in ir.units):
-            changes += input_changes(record.inputs, fingerprints(ir, name, record.inputs, digests))
+            changes += input_changes(record.inputs, _fields(ir, name, digests if digests is not None
+                                                             else DigestCache(None)))
         out[name] = changes
     return out, older
 
