@@ -604,3 +604,23 @@ def test_weights_image_layers() -> None:
     groups = layer_groups(shards, limit=5, most=8)
     assert len(groups) <= 8 and [f for g in groups for f in g] == [f for f, _ in shards]
     assert layer_groups([("a", 1)], limit=8, most=1) == [["a"]]
+
+
+def test_the_tree_says_which_kubernetes_it_needs(trees, tmp_path: Path) -> None:
+    """Image volumes (the pools' weights) need Kubernetes 1.35 or a feature gate: the tree says so
+    at its top, with the version it was written for; a tree whose pools carry the weights in their
+    serving images names the version only."""
+    head = (trees["k8s-two-pools"] / "kustomization.yaml").read_text(encoding="utf-8")
+    assert head.startswith("# Written and schema-checked for Kubernetes 1.35 ")
+    assert "image volumes" in head and "ImageVolume feature gate" in head and "node_pool.weights: in-image" in head
+    text = EXAMPLE.read_text(encoding="utf-8")
+    for old in ("node_pool: {nodes: 4, ", "node_pool: {nodes: 2, "):
+        assert text.count(old) == 1, old
+        text = text.replace(old, old + "weights: in-image, ")
+    text = text.replace("kubernetes:\n", "kubernetes:\n  version: \"1.34\"\n", 1)
+    assert 'version: "1.34"' in text
+    root = render(graph_of(EXAMPLE, tmp_path, text), tmp_path)
+    head = (root / "kustomization.yaml").read_text(encoding="utf-8")
+    assert head.startswith("# Written and schema-checked for Kubernetes 1.34 ")
+    assert "image volumes" not in head
+    assert YAML_.load(head)["kind"] == "Kustomization"

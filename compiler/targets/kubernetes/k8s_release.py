@@ -26,9 +26,10 @@ from typing import Annotated
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.graph.kinds import POOL
 from compiler.graph.model import Action
-from compiler.ir.pools import cluster_strategy, resource_name
+from compiler.ir.pools import cluster_strategy, mounts_weights, resource_name
 from compiler.params import Effect
 from compiler.release import spec_digest
+from compiler.spec.models import DEFAULT_KUBERNETES_VERSION
 
 from . import admission as adm
 from . import k8s_deployment, k8s_dgd, k8s_nodes, plan, tree, workloads
@@ -88,6 +89,10 @@ class ReleaseParams(Params):
     budgets: Annotated[list[BudgetSpec], _CLUSTER] = []  # runtime deployment
     admission: Annotated[adm.AdmissionParams | None, _CLUSTER] = None  # publish.signed_by
     planned: Annotated[list[str], _CLUSTER] = []  # DGDs (models) whose worker replicas Dynamo's planner sets
+    # the cluster the tree is written for (`kubernetes.version`), and whether its pods mount image
+    # volumes (the weights), which need 1.35 without a feature gate: said in kustomization.yaml
+    kubernetes_version: Annotated[str, _CLUSTER] = ""
+    image_volumes: Annotated[bool, _CLUSTER] = False
 
     def to_json(self) -> dict:
         out = super().to_json()
@@ -96,6 +101,22 @@ class ReleaseParams(Params):
         if not out.get("planned"):
             out.pop("planned", None)
         return out
+
+
+def requirements_header(params: ReleaseParams) -> str:
+    """What the cluster must be, said at the top of the tree's kustomization.yaml: nothing in the
+    objects alone tells a reader that image volumes need Kubernetes 1.35 (feature gate ImageVolume,
+    on by default from 1.35: catalog/data/k8s_controllers.json)."""
+    if not params.kubernetes_version:
+        return ""
+    lines = [f"# Written and schema-checked for Kubernetes {params.kubernetes_version} (the spec's kubernetes.version)."]
+    if params.image_volumes:
+        lines.append("# Its pods mount the models' weights as image volumes (volumes[].image): that needs Kubernetes "
+                     ">= 1.35,")
+        lines.append("# or the ImageVolume feature gate on the API server and kubelets of 1.31-1.34, and a container "
+                     "runtime that")
+        lines.append("# mounts OCI images (containerd >= 2.1). Older clusters: node_pool.weights: in-image.")
+    return "\n".join(lines) + "\n"
 
 
 def release_params(ctx: LowerContext, workload_actions: list[str]) -> ReleaseParams:
@@ -131,7 +152,9 @@ def release_params(ctx: LowerContext, workload_actions: list[str]) -> ReleasePar
                          budgets=budgets, admission=adm.admission_params(spec),
                          planned=sorted(m for m, rm in ir.models.items() if runtime == "dynamo"
                                         and rm.spec.serving.disaggregated is not None
-                                        and rm.spec.serving.disaggregated.planner is not None))
+                                        and rm.spec.serving.disaggregated.planner is not None),
+                         kubernetes_version=k8s.version if k8s is not None else DEFAULT_KUBERNETES_VERSION,
+                         image_volumes=any(mounts_weights(ir, name) for name in ir.pools))
 
 
 def _copy(src, dest) -> list[str]:
@@ -182,7 +205,8 @@ def write_tree(params: ReleaseParams, out, deps) -> None:
                                         encoding="utf-8")
     (out / tree.STAMP).write_text(tree.dump(tree.release_stamp(params.spec_name, params.spec_digest)),
                                   encoding="utf-8")
-    (out / "kustomization.yaml").write_text(tree.dump(tree.kustomization(resources, [tree.STAMP])), encoding="utf-8")
+    (out / "kustomization.yaml").write_text(requirements_header(params) + tree.dump(tree.kustomization(resources, [tree.STAMP])),
+                                            encoding="utf-8")
     if params.argocd is not None or params.runtime == "dynamo":
         (out / ARGOCD_DIR).mkdir()
     if params.argocd is not None:
