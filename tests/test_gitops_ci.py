@@ -134,7 +134,7 @@ def test_every_kiln_command_line_is_one_kiln_accepts(installed) -> None:
             seen.add(args.command)
             assert unknown == [], (where, line)
             assert getattr(args, "handler", None) is not None, (where, line)
-    assert seen == {"validate", "plan", "build", "publish"}
+    assert seen == {"validate", "plan", "build", "publish", "verify"}
 
 
 def test_the_release_fans_gpu_work_out_through_the_plan_matrix(installed) -> None:
@@ -149,6 +149,36 @@ def test_the_release_fans_gpu_work_out_through_the_plan_matrix(installed) -> Non
     plan = _load(installed["kiln-plan.yml"])
     assert plan["on"]["pull_request"]["paths"] == ["deploy/**"]
     assert any("upload-sarif" in s.get("uses", "") for s in plan["jobs"]["plan"]["steps"])
+
+
+def _release_steps(text: str) -> list[dict]:
+    return _load(text)["jobs"]["release"]["steps"]
+
+
+def test_the_release_verifies_what_it_published_as_this_repositorys_release_workflow(installed) -> None:
+    steps = _release_steps(installed["kiln-release.yml"])
+    names = [s.get("name") for s in steps]
+    publish = steps[names.index("Publish the release and its provenance")]
+    verify = steps[names.index("Verify the release just published")]
+    assert names.index("Verify the release just published") == names.index("Publish the release and its provenance") + 1
+    # the reference verified is the one publish wrote, not one the workflow rebuilds from the spec
+    assert "--release-ref release-ref" in publish["run"] and "--keyless" in publish["run"]
+    assert 'release=$(cat release-ref)' in verify["run"]
+    argv = shlex.split(verify["run"].splitlines()[-1])
+    args = _parser().parse_args(argv[1:])
+    assert (args.command, args.release) == ("verify", "$release")
+    # trusted signer: this repository's release workflow on the ref it ran on, from the runner's environment
+    assert (args.repository, args.ref) == ("$GITHUB_REPOSITORY", "$GITHUB_REF")
+    assert args.key is None and args.spec is None and "${{" not in verify["run"]
+
+
+def test_an_unsigned_release_workflow_runs_no_keyless_verify() -> None:
+    texts = render_workflows("deploy/kiln.yaml", "registry.example.com/team",
+                             KilnSource(KILN_REPO, KILN_COMMIT), sign=False)
+    release = texts["kiln-release.yml"]
+    runs = "\n".join(s.get("run", "") for s in _release_steps(release))
+    assert "kiln publish" in runs and "--keyless" not in runs
+    assert "kiln verify" not in release and "--repository" not in release
 
 
 def test_init_keeps_what_it_wrote_and_refuses_to_overwrite_edits(tmp_path: Path, capsys) -> None:

@@ -55,9 +55,10 @@ def published(tmp_path_factory, registry, keys) -> dict:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         assert main(["build", str(spec), "--store", str(store), "-q"]) == 0
         assert main(["publish", str(spec), "--store", str(store), "--registry", target, "--commit", COMMIT,
-                     "--sign-key", str(keys["release"][0])]) == 0
+                     "--sign-key", str(keys["release"][0]), "--release-ref", str(root / "release-ref")]) == 0
     ref = f"{target}/{_name(spec)}:{COMMIT}"
-    return {"spec": spec, "store": store, "target": target, "ref": ref, "out": out.getvalue()}
+    return {"spec": spec, "store": store, "target": target, "ref": ref, "out": out.getvalue(),
+            "written_ref": (root / "release-ref").read_text(encoding="utf-8")}
 
 
 def _name(spec: Path) -> str:
@@ -74,7 +75,9 @@ def _verify(capsys, ref: str, *trust: str) -> tuple[int, str, str]:
 
 def test_a_key_signed_release_verifies_end_to_end(published, keys, capsys) -> None:
     assert "signature(s) attached" in published["out"]
-    code, out, err = _verify(capsys, published["ref"], "--key", str(keys["release"][1]))
+    # --release-ref: the reference it pushed, one line, what the release workflow hands to kiln verify
+    assert published["written_ref"] == published["ref"] + "\n"
+    code, out, err = _verify(capsys, published["written_ref"].strip(), "--key", str(keys["release"][1]))
     assert code == 0, err
     assert "signed provenance" in out and "(2 checkpoint(s))" in out and "Traceback" not in err
 

@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     pub.add_argument("--artifacts-only", action="store_true",
                      help="push the artifacts the store holds and no release (CI jobs that build part of a graph)")
     pub.add_argument("--provenance", type=Path, metavar="FILE", help="also write the provenance statement here")
+    pub.add_argument("--release-ref", type=Path, metavar="FILE",
+                     help="also write the reference of the release it pushed here (host/namespace/name:tag, one "
+                          "line, what kiln verify takes)")
     pub.add_argument("--allow-dirty", action="store_true",
                      help="publish although an input of the release differs from the commit (or lies outside "
                           "the repository), under the tag "
@@ -129,6 +132,9 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
 
     require_file(args.spec)
     check_output_file(args.provenance, "--provenance")
+    check_output_file(args.release_ref, "--release-ref")
+    if args.artifacts_only and args.release_ref is not None:
+        raise UsageError("--release-ref names the release pushed, and --artifacts-only pushes none")
     validation = validate_path(args.spec)  # a spec with errors is the first thing to fix
     if not validation.ok:
         print_diagnostics([validation], stream=sys.stderr)
@@ -158,6 +164,8 @@ def cmd_publish(args: argparse.Namespace) -> ExitCode:
         return ExitCode.ERRORS
     if args.provenance is not None and outcome.provenance is not None:
         write_output(args.provenance, outcome.provenance, "--provenance")
+    if args.release_ref is not None and outcome.release_ref is not None:
+        write_output(args.release_ref, f"{outcome.release_ref}\n".encode(), "--release-ref")
     print(outcome.summary())
     return ExitCode.OK
 
