@@ -9,7 +9,7 @@ from pathlib import Path
 from compiler.graph.builder import Builder, Selection
 from compiler.graph.executor import ActionResult, Interrupt, execute
 from compiler.graph.inputs import DigestCache
-from compiler.graph.kinds import POOL, Disruption, KindRegistry
+from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
 from compiler.graph.plan import PlannedAction, make_plan, spec_diff
 from compiler.lower import lower_or_report
@@ -18,6 +18,7 @@ from compiler.release import build_manifest, manifest_sections
 from compiler.staleness import keyed_diagnostics
 from compiler.store.local import LocalStore
 from compiler.targets import BY_DEPLOY, DEPLOYS, DISRUPTION_ORDER
+from compiler.targets.disruption import POOL, Disruption
 from compiler.targets.registry import REGISTRY, WORDING, disruptions, in_scope
 
 DEFAULT_STORE = Path(".kiln/store")

@@ -9,6 +9,8 @@ benchmarks/bench_seams.py prints them):
                        a check should read what the passes resolved (ctx.models(), ctx.hosts(),
                        ctx.ir.units, ...) and the span only from the document
   strings              the string constants of a file (docstrings included), with their lines
+  names                the names a file defines at its top level (classes, functions, assigned
+                       names) and those it imports, with their lines
 
     python3 scripts/seams.py      # print the target-name comparisons, exit 1 if there are any
 """
@@ -37,6 +39,21 @@ def strings(path: Path, in_comparisons: bool = False) -> Iterator[tuple[int, str
                 values = [operand] if isinstance(operand, ast.Constant) else list(getattr(operand, "elts", []))
                 yield from ((node.lineno, v.value) for v in values
                             if isinstance(v, ast.Constant) and isinstance(v.value, str))
+
+
+def names(path: Path, imports: bool = True) -> Iterator[tuple[int, str]]:
+    """(line, name) of each name `path` defines at its top level (class, function, assigned name)
+    and, with `imports`, each name it imports anywhere (a function's own imports included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.lineno, node.name
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                yield from ((node.lineno, n.id) for n in ast.walk(target) if isinstance(n, ast.Name))
+    for node in ast.walk(tree) if imports else ():
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield from ((node.lineno, a.asname or a.name.split(".")[-1]) for a in node.names)
 
 
 def target_comparisons(root: Path = ROOT, names: Iterable[str] = TARGET_NAMES) -> list[str]:

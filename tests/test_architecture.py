@@ -464,7 +464,21 @@ def test_the_graph_knows_no_targets_vocabulary() -> None:
              for path in sorted((ROOT / "compiler" / "graph").rglob("*.py"))
              for line, value in seams.strings(path) if any(w in value for w in words)]  # docstrings included
     assert found == []
+    # nor does it define or import the disruption record or its vocabulary (compiler/targets/disruption.py)
+    vocabulary = {name for _, name in seams.names(TARGETS_DIR / "disruption.py", imports=False) if name[0] != "_"}
+    assert {"Disruption", "POOL", "render_disruptions"} <= vocabulary
+    defined = [f"{path.relative_to(ROOT).as_posix()}:{line} {name}"
+               for path in sorted((ROOT / "compiler" / "graph").rglob("*.py"))
+               for line, name in seams.names(path) if name in vocabulary]
+    assert defined == []
 
+
+def test_the_name_walk_sees_definitions_and_imports(tmp_path: Path) -> None:
+    (tmp_path / "k.py").write_text("from x.y import A as B, C\nimport p.q\nPOOL = -1\n@dataclass\n"
+                                   "class Disruption:\n    host: str\ndef f():\n    from z import D\n    a, b = 1, 2\n")
+    seams = _load("seams")
+    assert sorted(n for _, n in seams.names(tmp_path / "k.py")) == ["B", "C", "D", "Disruption", "POOL", "f", "q"]
+    assert sorted(n for _, n in seams.names(tmp_path / "k.py", imports=False)) == ["Disruption", "POOL", "f"]
 
 
 def test_a_workloads_fields_declare_what_their_change_does() -> None:

@@ -26,7 +26,8 @@ import pytest
 
 from compiler.actions import runtimes
 from compiler.graph.inputs import DigestCache
-from compiler.graph.kinds import Disruption, RunContext
+from compiler.graph.kinds import RunContext
+from compiler.targets.disruption import Disruption
 from compiler.lower import lower
 from compiler.pipeline import validate_path
 from compiler.targets.registry import REGISTRY

@@ -8,9 +8,10 @@ from typing import Mapping, Protocol
 
 from compiler import targets
 from compiler.graph.inputs import DigestCache, tree_digests
-from compiler.graph.kinds import ActionKind, Disruption, Params, RunContext
+from compiler.graph.kinds import ActionKind, Params, RunContext
 from compiler.ir import Resolved
 from compiler.spec.models import Spec
+from compiler.targets.disruption import Disruption
 
 __all__ = ["ActionKind", "Disruption", "ImageAdditions", "InputUnreadable", "LowerContext", "Params", "RunContext",
            "checkpoint_action_id", "input_spec_path"]

@@ -43,7 +43,7 @@ class SemanticPlan:
     base_note: str | None  # e.g. the spec did not exist there
     actions: list[ActionChange]
     unchanged: int
-    disruptions: list  # compiler.graph.disruption.Disruption
+    disruptions: list  # compiler.targets.disruption.Disruption
     capacity: list[CapacityDelta]
     matrix: dict = field(default_factory=lambda: {"include": []})  # GPU fan-out of what is left to build
     rollouts: list = field(default_factory=list)  # per target that simulates a change: its simulation

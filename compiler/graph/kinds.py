@@ -14,7 +14,8 @@ the registry returns for an action. A kind declares
   - `manifest_entry(params, tree)`: what the release manifest says about a built artifact beyond
     its key and tree (a quality gate's figures, an image's digest), as (section, name, value);
   - `disruptions(old, new)`: what replacing an artifact built with `old` params by one built with
-    `new` does to serving GPUs (host plans); `old` is None when nothing was built before;
+    `new` does to what serves, in its deploy target's vocabulary (compiler.targets.disruption:
+    Disruption; the graph knows none of it); `old` is None when nothing was built before;
   - `isolated`, `exclusive`: run each action in a child process an interrupt can kill; one at a time;
     `preload`: what an isolated kind's actions import slowly, imported once per build.
 `run` may report its phase (`ctx.phase("calibrating")`): the build's progress lines show it.
@@ -35,25 +36,6 @@ from .model import Action
 
 
 P = TypeVar("P", bound=Params)
-
-POOL = -1  # `gpu_index` of a disruption that concerns a host of the spec as a whole, not one of its GPUs
-
-
-@dataclass(frozen=True)
-class Disruption:
-    """What applying an artifact does to one serving GPU of a host (drain it first), or, with
-    `gpu_index` POOL, to the host as a whole. Its `kind` is the vocabulary of the deploy target that
-    reports it (compiler/targets/: each target's `disruptions`, in the order a plan lists them)."""
-
-    host: str
-    gpu_index: int
-    kind: str
-    detail: str
-
-    @property
-    def pool(self) -> bool:
-        return self.gpu_index == POOL
-
 
 def _no_phase(phase: str) -> None:
     pass

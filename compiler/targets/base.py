@@ -51,7 +51,7 @@ class DeployTarget(Protocol):
     # start a port stride above, the host's image carries the router's config. Otherwise the
     # orchestrator's own frontend routes (Dynamo's, on Kubernetes).
     runs_router: bool
-    # the kinds of disruption it reports (compiler.graph.kinds.Disruption.kind) -> their place in a
+    # the kinds of disruption it reports (compiler.targets.disruption.Disruption.kind) -> their place in a
     # plan's list of one GPU's (one pool's) disruptions
     disruptions: Mapping[str, int]
 

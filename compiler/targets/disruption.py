@@ -3,18 +3,38 @@ target's vocabulary, so the graph that computes the disruptions knows none. A di
 GPU of a host, or (`gpu_index` POOL, `Disruption.pool`) a node pool as a whole; each target's
 `disruptions` table (compiler/targets/*/target.py) orders the kinds one GPU or pool lists.
 
-Imports nothing of the compiler: the records are compiler.graph.kinds.Disruption, read by attribute."""
+Imports nothing of the compiler: the action kinds, the build and the plan all read it, the graph
+(compiler/graph/) none of it."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+
+POOL = -1  # `gpu_index` of a disruption that concerns a host of the spec as a whole, not one of its GPUs
+
+
+@dataclass(frozen=True)
+class Disruption:
+    """What applying an artifact does to one serving GPU of a host (drain it first), or, with
+    `gpu_index` POOL, to the host as a whole. Its `kind` is the vocabulary of the deploy target that
+    reports it (compiler/targets/: each target's `disruptions`, in the order a plan lists them)."""
+
+    host: str
+    gpu_index: int
+    kind: str
+    detail: str
+
+    @property
+    def pool(self) -> bool:
+        return self.gpu_index == POOL
 
 
 def _count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def disrupted_phrase(items: list) -> str:
+def disrupted_phrase(items: list[Disruption]) -> str:
     """"1 host disrupted", "2 hosts and 1 node pool disrupted", "nothing disrupted"."""
     hosts = {d.host for d in items if not d.pool}
     pools = {d.host for d in items if d.pool}
@@ -22,7 +42,7 @@ def disrupted_phrase(items: list) -> str:
     return " and ".join(parts) + " disrupted" if parts else "nothing disrupted"
 
 
-def render_disruptions(items: list, fmt: str) -> str:
+def render_disruptions(items: list[Disruption], fmt: str) -> str:
     """Which hosts and GPUs applying the plan disrupts (drain those first), and which Kubernetes
     node pools (entries with gpu_index POOL: re-layouts, rolled workloads, replica changes)."""
     if fmt == "json":

@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from compiler.actions import COMMON, image
-from compiler.graph.kinds import POOL, ActionKind, Disruption, KindRegistry
+from compiler.graph.kinds import ActionKind, KindRegistry
 
 from . import TARGETS
 from .base import Scope
+from .disruption import POOL, Disruption
 from .hosts import disaggregated as hosts_image
 from .hosts.kinds import KINDS as HOSTS
 from .hosts.kinds import WORDING as HOSTS_WORDING

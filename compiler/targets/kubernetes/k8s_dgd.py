@@ -20,7 +20,7 @@ from pydantic import Field
 
 from compiler.actions import disaggregated, image, llmapi, weights_image
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
-from compiler.graph.kinds import POOL
+from compiler.targets.disruption import POOL
 from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.k8s_names import dgd_component

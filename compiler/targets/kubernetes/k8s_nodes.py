@@ -23,7 +23,7 @@ from typing import Annotated
 
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.actions.gpustate import desired_state
-from compiler.graph.kinds import POOL
+from compiler.targets.disruption import POOL
 from compiler.graph.model import Action
 from compiler.ir.pools import ALL_DISABLED, cluster_strategy
 from compiler.params import Effect, changed_kinds

@@ -24,7 +24,7 @@ import shutil
 from typing import Annotated
 
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
-from compiler.graph.kinds import POOL
+from compiler.targets.disruption import POOL
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy, mounts_weights, resource_name
 from compiler.params import Effect

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from compiler.graph.kinds import POOL, Disruption
+from compiler.targets.disruption import POOL, Disruption
 from compiler.params import Effect
 
 from .runtime import PROGRESS_DEADLINE_S
