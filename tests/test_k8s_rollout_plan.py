@@ -41,7 +41,10 @@ EDITS = {"tp": TP4, "onefield": ONEFIELD, "image": IMAGE, "single": SINGLE, "nam
 
 
 def _edited(edits) -> str:
-    text = (EXAMPLE / "kiln.yaml").read_text(encoding="utf-8")
+    return _edited_text((EXAMPLE / "kiln.yaml").read_text(encoding="utf-8"), edits)
+
+
+def _edited_text(text: str, edits) -> str:
     for old, new in edits:
         assert text.count(old) == 1, old
         text = text.replace(old, new)
@@ -305,3 +308,32 @@ def test_a_pool_with_room_rolls_without_taking_a_pod_out(tmp_path: Path) -> None
     sim, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a", base),
                               graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(idle + IMAGE)))
     assert sim.result.completed and sim.result.low["big"][0] == 2 and sim.result.low["chat"][0] == 24
+
+
+def test_a_dynamo_pool_with_room_surges_and_a_full_one_states_the_floor(tmp_path: Path) -> None:
+    """Review N10: Dynamo's 0/1 leaves a moment with no routable worker. Where the pool has room (big
+    at tp4 on GPUs 0-3 of each B200 node) the workers surge (1/0) and big keeps both replicas; on the
+    example's full pool the gap stays named, with the floor the simulation found."""
+    from compiler.targets.kubernetes.sim import tree
+    from tests.k8s_edit_matrix import base_text
+    from tests.k8s_tree import render
+
+    text = base_text("dynamo")
+    idle = (TP4[0], ("      - index: [0, 1, 2, 3, 4, 5, 6, 7]\n        serves: big\n",
+                     "      - index: [0, 1, 2, 3]\n        serves: big\n"))
+    roomy = _edited_text(text, idle)
+    rev = tree.read_tree(render(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "r", roomy), tmp_path / "r"))
+    big = [w for k, w in rev.workloads.items() if w.model == "big"]
+    assert [(w.max_surge, w.max_unavailable) for w in big] == [(1, 0)]
+    sim, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a", roomy),
+                              graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited_text(roomy, IMAGE)))
+    assert sim.result.completed and sim.result.low["big"][0] == 2
+    assert not [s for s in sim.result.steps if "none to route" in s.text]
+
+    full, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "c", text),
+                               graph_of(EXAMPLE / "kiln.yaml", tmp_path / "d",
+                                        text.replace("limits: {max_batch_size: 64,", "limits: {max_batch_size: 32,")))
+    gap, = [s.text for s in full.result.steps if "none to route" in s.text]
+    lowest = full.result.low["big"][0]
+    assert lowest < 2 and f"big's fewest ready pods during the change: {lowest} of 2" in gap
+    assert "no free device for a surge worker" in gap

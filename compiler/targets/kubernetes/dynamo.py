@@ -81,9 +81,11 @@ def planner(*, image: str, version: str, config: dict) -> dict:
 def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, image: str, version: str,
            resource: str, count: int, selector: dict[str, str], gpu_product: str | None, options_configmap_: str,
            power_limit_w: int | None, pod_resources: dict, weights: str | None = None, role: str | None = None,
-           env: dict[str, str] | None = None, kv_events: bool = False) -> dict:
-    """Rolling updates one worker at a time without surge pods (a pool's devices are all
-    assigned), instead of the operator's 25%/25% (rolling_update_annotations). `weights`: the
+           env: dict[str, str] | None = None, kv_events: bool = False, max_surge: int = 0,
+           max_unavailable: int = 1) -> dict:
+    """Rolling updates at the pace Kiln chose instead of the operator's 25%/25%
+    (rolling_update_annotations): `max_surge` new workers on a pool with room and none taken out
+    first, or on a full pool none added and one at a time (k8s_dgd.dgd_params). `weights`: the
     model's weights image by digest, mounted at `--model-path` (None: in the serving image).
     `kv_events`: a disaggregated role's worker publishes its KV-cache events to the frontend's
     KV router (--publish-events-and-metrics)."""
@@ -92,7 +94,7 @@ def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, i
     template: dict = {
         # the shape label is what the worker's PodDisruptionBudget selects (with model and pool)
         "metadata": {"labels": meta.labels(spec_name, model=model, pool=pool, shape=shape(resource, count)),
-                     "annotations": {surge: "0", unavailable: "1"}},
+                     "annotations": {surge: str(max_surge), unavailable: str(max_unavailable)}},
         "spec": {
             **serving_pod(selector, gpu_product),
             "containers": [{

@@ -29,7 +29,7 @@ from compiler.params import Effect, effect, fields_that
 from compiler.store.canonical import canonical_json
 
 from . import dynamo, plan, tree
-from .k8s_deployment import gfd_product, image_reference, namespace_of, pod_resources
+from .k8s_deployment import gfd_product, image_reference, namespace_of, pod_resources, rollout_surge
 
 class Worker(Params):
     """Each field declares what its change does to the running pool (plan.ROLL, SCALE, ...); what
@@ -53,6 +53,11 @@ class Worker(Params):
     # disaggregated serving: the digest of its role's options (its own ConfigMap), so that a change to
     # one role's options is that role's component's change (left out when unset: other DGDs keep their keys)
     options: Annotated[str | None, plan.ROLL] = Field(default=None, exclude_if=lambda v: v is None)
+    # the rolling update's pace (Dynamo's surge/unavailable annotations, k8s_deployment.rollout_surge):
+    # surge alone where the pool has room (review N10); 0/1 on a full pool, left out then so that
+    # DGDs of full pools keep their keys
+    max_surge: Annotated[int, plan.UNREAD] = Field(default=0, exclude_if=lambda v: v == 0)
+    max_unavailable: Annotated[int, plan.UNREAD] = Field(default=1, exclude_if=lambda v: v == 1)
 
 
 # what replaces a worker's pods, as its fields declare it (the model's options and UCX environment,
@@ -119,12 +124,16 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
             # Agent is a separate chart nothing installs, and its annotation cannot change on a live DGD
             power = None
             component = dgd_component(model, w.name)
+            # Dynamo's guide warns that 0/1 leaves a moment with no routable worker (review N10): with
+            # room, new workers come first and none is taken out until they serve
+            surge = rollout_surge(ir, pool.name, w)
             workers.append(Worker(component=component, pool=pool.name, replicas=w.replicas,
                                   image_action=f"{image.KIND.kind}/{pool.name}", resource=resource, count=w.gpus,
                                   selector=dict(pool.selector), gpu_product=gfd_product(pool, strategy, w.mig_profile),
                                   power_limit_w=power, pod_resources=pod_resources(ir, w),
                                   weights_action=(weights_image.action_id(model) if mounts_weights(ir, pool.name)
-                                                  else None), role=w.role))
+                                                  else None), role=w.role,
+                                  max_surge=surge, max_unavailable=0 if surge else 1))
         rm = ir.models[model]
         if rm.spec.serving.disaggregated is None:
             out.append(DgdParams(model=model, spec_name=spec.name, namespace=namespace_of(spec),
@@ -168,7 +177,7 @@ def render(params: DgdParams, options: bytes | dict[str, bytes], images: dict[st
             selector=w.selector, gpu_product=w.gpu_product, options_configmap_=cm_names[w.role],
             power_limit_w=w.power_limit_w, pod_resources=w.pod_resources,
             weights=images[w.weights_action][0] if w.weights_action else None, role=w.role, env=params.environment,
-            kv_events=params.kv_events))
+            kv_events=params.kv_events, max_surge=w.max_surge, max_unavailable=w.max_unavailable))
     artifacts = {a: d for a, (_, d) in images.items()}
     artifacts[params.options_action] = "sha256:" + hashlib.sha256(b"".join(
         by_role[r] for r in sorted(by_role, key=str))).hexdigest()

@@ -121,6 +121,7 @@ class Simulation:
             self._apply_deployment(w)
         self._settle(initial=True)
         self.steps = []
+        self.gaps: list[tuple[Step, Workload]] = []  # a Dynamo roll's routing-gap step and its model (review N10)
         self.events: list[tuple] = []
         self.before = self.ready_by_model()
 
@@ -193,6 +194,7 @@ class Simulation:
             self._say(f"{w.name}: Dynamo routes to a new worker once it registers with the frontend, after "
                       "Kubernetes marks it Ready; with one worker left in service the frontend may have none "
                       "to route to for a moment (Dynamo's rolling-update guide, ai-dynamo/dynamo#13622)", w.pool)
+            self.gaps.append((self.steps[-1], w))
         if not d.rss or d.templates[d.rss[-1].name].template != w.template:
             same = [r for r in d.rss if d.templates[r.name].template == w.template]
             if same:  # the template of an older ReplicaSet: it becomes the new one (rollback)
@@ -587,8 +589,15 @@ class Simulation:
         desired = Counter()
         for w in self.new.workloads.values():
             desired[w.model] += w.replicas
+        low = self._low()
+        for step, w in self.gaps:  # the gap's capacity floor, as the whole simulation found it
+            lowest, since, span = low.get(w.model, (0, 0.0, 0.0))
+            why = "" if dc.max_surge(w.replicas, w.max_surge, w.max_unavailable) else \
+                "; the pool has no free device for a surge worker (Kiln surges where it has)"
+            step.text += (f"{why}; {w.model}'s fewest ready pods during the change: {lowest} of "
+                          f"{self.before.get(w.model, 0)} (from +{since:.0f} s for {span:.0f} s)")
         return Result(self.steps, stuck is None, stuck, self.now, self.before, dict(desired), self.ready_by_model(),
-                      self._low(), stuck_on,
+                      low, stuck_on,
                       {w.name: (w.replicas, w.max_surge, w.max_unavailable) for w in self.new.workloads.values()},
                       self._pool_models(), self.events)
 
