@@ -111,28 +111,22 @@ readonly UNIT_PORT=(8003 8006 8009 8000)
 readonly UNIT_READY=('/health /v1/models' '/health /v1/models' '/health /v1/models' /health)
 readonly UNIT_INPUTS=(sha256:30d21acd81170e20e076456c46236bc37475b26d48e704a422fee74deb195911 sha256:30d21acd81170e20e076456c46236bc37475b26d48e704a422fee74deb195911 sha256:a995ec521c244b7a69ec95e474ed1753f60fecf9030d7e986a224be8df7807f3 sha256:eed86e208661ab56a038959944419da319ec385a81f93ca9838c7f6e4d9c203b)
 
-# unit_command UNIT-INDEX: CMD = the unit's server command line inside its container
-# (compiler/actions/runtimes.py, every flag checked against the runtime's flag set).
-unit_command() {
+# unit_argv UNIT-INDEX: CMD = the unit's server command line inside its container
+# (compiler/actions/runtimes.py, every flag checked against the runtime's flag set); OPTS = the
+# docker run options of its runtime and width: /dev/shm for Triton's Python backend and NCCL,
+# memlock and stack limits where NCCL runs between processes (more than one GPU), and the health
+# check (the image's entrypoint probing UNIT_READY).
+unit_argv() {
   case "$1" in
-    0) CMD=(trtllm-serve /opt/kiln/models/chat --extra_llm_api_options /opt/kiln/llmapi/chat/prefill/llm-api-options.yaml --host 0.0.0.0 --port 8003 --backend pytorch --tp_size 1 --pp_size 1) ;;
-    1) CMD=(trtllm-serve /opt/kiln/models/chat --extra_llm_api_options /opt/kiln/llmapi/chat/prefill/llm-api-options.yaml --host 0.0.0.0 --port 8006 --backend pytorch --tp_size 1 --pp_size 1) ;;
-    2) CMD=(trtllm-serve /opt/kiln/models/chat --extra_llm_api_options /opt/kiln/llmapi/chat/decode/llm-api-options.yaml --host 0.0.0.0 --port 8009 --backend pytorch --tp_size 4 --pp_size 1) ;;
-    3) CMD=(trtllm-serve disaggregated --config_file /opt/kiln/llmapi/chat/disagg-config.yaml --server_start_timeout 1800 --request_timeout 600) ;;
-    *) CMD=() ;;
-  esac
-}
-
-# unit_options UNIT-INDEX: OPTS = the docker run options of its runtime and width: /dev/shm for
-# Triton's Python backend and NCCL, memlock and stack limits where NCCL runs between processes
-# (more than one GPU), and the health check (the image's entrypoint probing UNIT_READY).
-unit_options() {
-  case "$1" in
-    0) OPTS=(--ipc host --pid host --health-cmd '/opt/kiln/bin/serve --probe 8003 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
-    1) OPTS=(--ipc host --pid host --health-cmd '/opt/kiln/bin/serve --probe 8006 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
-    2) OPTS=(--ipc host --pid host --ulimit memlock=-1 --ulimit stack=67108864 --health-cmd '/opt/kiln/bin/serve --probe 8009 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
-    3) OPTS=(--workdir /opt/kiln/models --shm-size 2g --health-cmd '/opt/kiln/bin/serve --probe 8000 /health' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
-    *) OPTS=() ;;
+    0) CMD=(trtllm-serve /opt/kiln/models/chat --extra_llm_api_options /opt/kiln/llmapi/chat/prefill/llm-api-options.yaml --host 0.0.0.0 --port 8003 --backend pytorch --tp_size 1 --pp_size 1)
+      OPTS=(--ipc host --pid host --health-cmd '/opt/kiln/bin/serve --probe 8003 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
+    1) CMD=(trtllm-serve /opt/kiln/models/chat --extra_llm_api_options /opt/kiln/llmapi/chat/prefill/llm-api-options.yaml --host 0.0.0.0 --port 8006 --backend pytorch --tp_size 1 --pp_size 1)
+      OPTS=(--ipc host --pid host --health-cmd '/opt/kiln/bin/serve --probe 8006 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
+    2) CMD=(trtllm-serve /opt/kiln/models/chat --extra_llm_api_options /opt/kiln/llmapi/chat/decode/llm-api-options.yaml --host 0.0.0.0 --port 8009 --backend pytorch --tp_size 4 --pp_size 1)
+      OPTS=(--ipc host --pid host --ulimit memlock=-1 --ulimit stack=67108864 --health-cmd '/opt/kiln/bin/serve --probe 8009 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
+    3) CMD=(trtllm-serve disaggregated --config_file /opt/kiln/llmapi/chat/disagg-config.yaml --server_start_timeout 1800 --request_timeout 600)
+      OPTS=(--workdir /opt/kiln/models --shm-size 2g --health-cmd '/opt/kiln/bin/serve --probe 8000 /health' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
+    *) CMD=(); OPTS=() ;;
   esac
 }
 
@@ -222,11 +216,22 @@ run() {
 }
 LAST_OUTPUT=""
 
-in_scope() {
-  [ -z "$ONLY_GPUS" ] && return 0
-  case ",$ONLY_GPUS," in *",$1,"*) return 0 ;; esac
+listed() { # LIST ITEM: ITEM is one of the comma-separated LIST
+  case ",$1," in *",$2,"*) return 0 ;; esac
   return 1
 }
+
+in_scope() { [ -z "$ONLY_GPUS" ] || listed "$ONLY_GPUS" "$1"; }  # GPU: --gpus lists it, or none is given
+
+gpus_in_scope() { # LIST: all its GPUs are in scope; an empty list (a router's) only without --gpus
+  local g
+  local -a gl=()
+  [ -n "$1" ] || [ -z "$ONLY_GPUS" ] || return 1
+  IFS=, read -r -a gl <<<"$1"
+  for g in "${gl[@]}"; do in_scope "$g" || return 1; done
+}
+
+converging() { [ "$MODE" = apply ] || [ "$MODE" = boot ]; }  # the modes that change the host
 
 # --- reading the live state ---------------------------------------------------------------------
 # Every per-GPU value the steps compare, for all GPUs, in one call; refreshed after changes.
@@ -324,10 +329,12 @@ version_ok() { # LIVE OP WANT -> 0 when the live driver version satisfies the co
 
 docker_ok() { command -v "$DOCKER" >/dev/null 2>&1 && "$DOCKER" info >/dev/null 2>&1; }
 
-unit_uses_gpu() { # UNIT-GPU-LIST GPU
-  case ",$1," in *",$2,"*) return 0 ;; esac
-  return 1
+# kiln_containers: "NAME GPU-LIST" per container of this host's units (their labels), running or not
+kiln_containers() {
+  "$DOCKER" ps -a --filter "label=kiln.host=$HOST" --format '{{.Names}} {{.Label "kiln.gpu"}}'
 }
+
+remove_container() { run "$DOCKER" rm -f "$1" >/dev/null || error "could not remove container $1"; }
 
 # --- steps --------------------------------------------------------------------------------------
 step_gpus_present() {
@@ -396,12 +403,12 @@ drain() {
   docker_ok || return 0
   while read -r name gpus; do
     [ -n "$name" ] || continue
-    unit_uses_gpu "$gpus" "$gpu" || continue
+    listed "$gpus" "$gpu" || continue
     if act "GPU $gpu: remove container $name ($reason)"; then
-      run "$DOCKER" rm -f "$name" >/dev/null || error "could not remove container $name"
+      remove_container "$name"
       DRAINED[$gpu]=1
     fi
-  done < <("$DOCKER" ps -a --filter "label=kiln.host=$HOST" --format '{{.Names}} {{.Label "kiln.gpu"}}')
+  done < <(kiln_containers)
 }
 
 busy() { # GPU -> 0 (and the process list on stdout) when compute processes run on it
@@ -415,7 +422,7 @@ busy() { # GPU -> 0 (and the process list on stdout) when compute processes run 
 # A GPU reset (also the one the driver may do when the MIG mode changes) releases clock locks:
 # forget the record so the clock step locks them again.
 forget_clocks() {
-  if [ "$MODE" = apply ] || [ "$MODE" = boot ]; then rm -f "$STATE_DIR/gpu$1.clocks"; fi
+  if converging; then rm -f "$STATE_DIR/gpu$1.clocks"; fi
 }
 
 pending_help() {
@@ -901,11 +908,9 @@ start_unit() {
   local k=$1 g dev ok=1 config name running state where
   local -a gl=()
   name=${UNIT_NAME[$k]}
-  IFS=, read -r -a gl <<<"${UNIT_GPUS[$k]}"
-  for g in "${gl[@]}"; do in_scope "$g" || ok=0; done
-  if [ -z "${UNIT_GPUS[$k]}" ] && [ -n "$ONLY_GPUS" ]; then ok=0; fi  # a router is on no listed GPU
-  [ "$ok" = 1 ] || return 0
+  gpus_in_scope "${UNIT_GPUS[$k]}" || return 0
   WANTED[$name]=1
+  IFS=, read -r -a gl <<<"${UNIT_GPUS[$k]}"
   for g in "${gl[@]}"; do
     if [ -n "${BLOCKED[$g]+set}" ]; then ok=0; fi
   done
@@ -923,8 +928,7 @@ start_unit() {
   else
     dev=${UNIT_GPUS[$k]}
   fi
-  unit_command "$k"
-  unit_options "$k"
+  unit_argv "$k"
   local -a args=(--detach --name "$name" --restart unless-stopped --network host)
   if [ -n "$dev" ]; then args+=(--cpuset-cpus "$(cpuset "$k")"); fi
   args+=("${OPTS[@]}"
@@ -985,7 +989,7 @@ step_containers() {
     error "containers: docker is not reachable ($DOCKER info failed); cannot start the serving containers"
     return 0
   fi
-  local k g ok name gpus
+  local k name gpus
   local -a routers=()
   split_cpus
   for k in "${!UNIT_ID[@]}"; do
@@ -995,24 +999,19 @@ step_containers() {
     # a router sends each request to a context then a generation server: its servers on this host
     # serve first (one on another host it waits for itself, up to its --server_start_timeout)
     local -a servers=("${STARTED[@]}")
-    if [ "$MODE" = apply ] || [ "$MODE" = boot ]; then wait_ready "${servers[@]}"; fi
+    if converging; then wait_ready "${servers[@]}"; fi
     STARTED=()
     for k in "${routers[@]}"; do start_unit "$k"; done
   fi
   while read -r name gpus; do
     [ -n "$name" ] || continue
     [ -z "${WANTED[$name]+set}" ] || continue
-    ok=1
-    local -a gl=()
-    IFS=, read -r -a gl <<<"$gpus"
-    for g in "${gl[@]}"; do in_scope "$g" || ok=0; done
-    if [ -z "$gpus" ] && [ -n "$ONLY_GPUS" ]; then ok=0; fi
-    [ "$ok" = 1 ] || continue
+    gpus_in_scope "$gpus" || continue
     if act "container $name: remove (no serving unit of the plan uses it)"; then
-      run "$DOCKER" rm -f "$name" >/dev/null || error "could not remove container $name"
+      remove_container "$name"
     fi
-  done < <("$DOCKER" ps -a --filter "label=kiln.host=$HOST" --format '{{.Names}} {{.Label "kiln.gpu"}}')
-  if [ "$MODE" = apply ] || [ "$MODE" = boot ]; then
+  done < <(kiln_containers)
+  if converging; then
     record_image
     wait_ready "${STARTED[@]}"
   fi
@@ -1023,7 +1022,7 @@ main() {
     echo "provision.sh: $SMI not found: is the NVIDIA driver installed?" >&2
     exit 1
   fi
-  if [ "$MODE" = apply ] || [ "$MODE" = boot ]; then
+  if converging; then
     mkdir -p "$STATE_DIR"
     if command -v flock >/dev/null 2>&1; then
       exec 9>"$STATE_DIR/lock"

@@ -111,22 +111,16 @@ readonly UNIT_PORT=(8000)
 readonly UNIT_READY=('/v2/health/ready /v2/models/llama70b/ready /v2/models/llama70b-preprocessing/ready /v2/models/llama70b-tensorrt_llm/ready /v2/models/llama70b-postprocessing/ready /v2/models/llama70b-bls/ready')
 readonly UNIT_INPUTS=('')
 
-# unit_command UNIT-INDEX: CMD = the unit's server command line inside its container
-# (compiler/actions/runtimes.py, every flag checked against the runtime's flag set).
-unit_command() {
+# unit_argv UNIT-INDEX: CMD = the unit's server command line inside its container
+# (compiler/actions/runtimes.py, every flag checked against the runtime's flag set); OPTS = the
+# docker run options of its runtime and width: /dev/shm for Triton's Python backend and NCCL,
+# memlock and stack limits where NCCL runs between processes (more than one GPU), and the health
+# check (the image's entrypoint probing UNIT_READY).
+unit_argv() {
   case "$1" in
-    0) CMD=(mpirun --allow-run-as-root -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=llama70b --load-model=llama70b-preprocessing --load-model=llama70b-tensorrt_llm --load-model=llama70b-postprocessing --load-model=llama70b-bls --http-port=8000 --grpc-port=8001 --metrics-port=8002 --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix0_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix1_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix2_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix3_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix4_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix5_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix6_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix7_') ;;  # 8 ranks: one tritonserver per rank under mpirun
-    *) CMD=() ;;
-  esac
-}
-
-# unit_options UNIT-INDEX: OPTS = the docker run options of its runtime and width: /dev/shm for
-# Triton's Python backend and NCCL, memlock and stack limits where NCCL runs between processes
-# (more than one GPU), and the health check (the image's entrypoint probing UNIT_READY).
-unit_options() {
-  case "$1" in
-    0) OPTS=(--shm-size 2g --ulimit memlock=-1 --ulimit stack=67108864 --health-cmd '/opt/kiln/bin/serve --probe 8000 /v2/health/ready /v2/models/llama70b/ready /v2/models/llama70b-preprocessing/ready /v2/models/llama70b-tensorrt_llm/ready /v2/models/llama70b-postprocessing/ready /v2/models/llama70b-bls/ready' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
-    *) OPTS=() ;;
+    0) CMD=(mpirun --allow-run-as-root -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=llama70b --load-model=llama70b-preprocessing --load-model=llama70b-tensorrt_llm --load-model=llama70b-postprocessing --load-model=llama70b-bls --http-port=8000 --grpc-port=8001 --metrics-port=8002 --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix0_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix1_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix2_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix3_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix4_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix5_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix6_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix7_')  # 8 ranks: one tritonserver per rank under mpirun
+      OPTS=(--shm-size 2g --ulimit memlock=-1 --ulimit stack=67108864 --health-cmd '/opt/kiln/bin/serve --probe 8000 /v2/health/ready /v2/models/llama70b/ready /v2/models/llama70b-preprocessing/ready /v2/models/llama70b-tensorrt_llm/ready /v2/models/llama70b-postprocessing/ready /v2/models/llama70b-bls/ready' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
+    *) CMD=(); OPTS=() ;;
   esac
 }
 
@@ -216,11 +210,22 @@ run() {
 }
 LAST_OUTPUT=""
 
-in_scope() {
-  [ -z "$ONLY_GPUS" ] && return 0
-  case ",$ONLY_GPUS," in *",$1,"*) return 0 ;; esac
+listed() { # LIST ITEM: ITEM is one of the comma-separated LIST
+  case ",$1," in *",$2,"*) return 0 ;; esac
   return 1
 }
+
+in_scope() { [ -z "$ONLY_GPUS" ] || listed "$ONLY_GPUS" "$1"; }  # GPU: --gpus lists it, or none is given
+
+gpus_in_scope() { # LIST: all its GPUs are in scope; an empty list (a router's) only without --gpus
+  local g
+  local -a gl=()
+  [ -n "$1" ] || [ -z "$ONLY_GPUS" ] || return 1
+  IFS=, read -r -a gl <<<"$1"
+  for g in "${gl[@]}"; do in_scope "$g" || return 1; done
+}
+
+converging() { [ "$MODE" = apply ] || [ "$MODE" = boot ]; }  # the modes that change the host
 
 # --- reading the live state ---------------------------------------------------------------------
 # Every per-GPU value the steps compare, for all GPUs, in one call; refreshed after changes.
@@ -318,10 +323,12 @@ version_ok() { # LIVE OP WANT -> 0 when the live driver version satisfies the co
 
 docker_ok() { command -v "$DOCKER" >/dev/null 2>&1 && "$DOCKER" info >/dev/null 2>&1; }
 
-unit_uses_gpu() { # UNIT-GPU-LIST GPU
-  case ",$1," in *",$2,"*) return 0 ;; esac
-  return 1
+# kiln_containers: "NAME GPU-LIST" per container of this host's units (their labels), running or not
+kiln_containers() {
+  "$DOCKER" ps -a --filter "label=kiln.host=$HOST" --format '{{.Names}} {{.Label "kiln.gpu"}}'
 }
+
+remove_container() { run "$DOCKER" rm -f "$1" >/dev/null || error "could not remove container $1"; }
 
 # --- steps --------------------------------------------------------------------------------------
 step_gpus_present() {
@@ -390,12 +397,12 @@ drain() {
   docker_ok || return 0
   while read -r name gpus; do
     [ -n "$name" ] || continue
-    unit_uses_gpu "$gpus" "$gpu" || continue
+    listed "$gpus" "$gpu" || continue
     if act "GPU $gpu: remove container $name ($reason)"; then
-      run "$DOCKER" rm -f "$name" >/dev/null || error "could not remove container $name"
+      remove_container "$name"
       DRAINED[$gpu]=1
     fi
-  done < <("$DOCKER" ps -a --filter "label=kiln.host=$HOST" --format '{{.Names}} {{.Label "kiln.gpu"}}')
+  done < <(kiln_containers)
 }
 
 busy() { # GPU -> 0 (and the process list on stdout) when compute processes run on it
@@ -409,7 +416,7 @@ busy() { # GPU -> 0 (and the process list on stdout) when compute processes run 
 # A GPU reset (also the one the driver may do when the MIG mode changes) releases clock locks:
 # forget the record so the clock step locks them again.
 forget_clocks() {
-  if [ "$MODE" = apply ] || [ "$MODE" = boot ]; then rm -f "$STATE_DIR/gpu$1.clocks"; fi
+  if converging; then rm -f "$STATE_DIR/gpu$1.clocks"; fi
 }
 
 pending_help() {
@@ -895,11 +902,9 @@ start_unit() {
   local k=$1 g dev ok=1 config name running state where
   local -a gl=()
   name=${UNIT_NAME[$k]}
-  IFS=, read -r -a gl <<<"${UNIT_GPUS[$k]}"
-  for g in "${gl[@]}"; do in_scope "$g" || ok=0; done
-  if [ -z "${UNIT_GPUS[$k]}" ] && [ -n "$ONLY_GPUS" ]; then ok=0; fi  # a router is on no listed GPU
-  [ "$ok" = 1 ] || return 0
+  gpus_in_scope "${UNIT_GPUS[$k]}" || return 0
   WANTED[$name]=1
+  IFS=, read -r -a gl <<<"${UNIT_GPUS[$k]}"
   for g in "${gl[@]}"; do
     if [ -n "${BLOCKED[$g]+set}" ]; then ok=0; fi
   done
@@ -917,8 +922,7 @@ start_unit() {
   else
     dev=${UNIT_GPUS[$k]}
   fi
-  unit_command "$k"
-  unit_options "$k"
+  unit_argv "$k"
   local -a args=(--detach --name "$name" --restart unless-stopped --network host)
   if [ -n "$dev" ]; then args+=(--cpuset-cpus "$(cpuset "$k")"); fi
   args+=("${OPTS[@]}"
@@ -979,7 +983,7 @@ step_containers() {
     error "containers: docker is not reachable ($DOCKER info failed); cannot start the serving containers"
     return 0
   fi
-  local k g ok name gpus
+  local k name gpus
   local -a routers=()
   split_cpus
   for k in "${!UNIT_ID[@]}"; do
@@ -989,24 +993,19 @@ step_containers() {
     # a router sends each request to a context then a generation server: its servers on this host
     # serve first (one on another host it waits for itself, up to its --server_start_timeout)
     local -a servers=("${STARTED[@]}")
-    if [ "$MODE" = apply ] || [ "$MODE" = boot ]; then wait_ready "${servers[@]}"; fi
+    if converging; then wait_ready "${servers[@]}"; fi
     STARTED=()
     for k in "${routers[@]}"; do start_unit "$k"; done
   fi
   while read -r name gpus; do
     [ -n "$name" ] || continue
     [ -z "${WANTED[$name]+set}" ] || continue
-    ok=1
-    local -a gl=()
-    IFS=, read -r -a gl <<<"$gpus"
-    for g in "${gl[@]}"; do in_scope "$g" || ok=0; done
-    if [ -z "$gpus" ] && [ -n "$ONLY_GPUS" ]; then ok=0; fi
-    [ "$ok" = 1 ] || continue
+    gpus_in_scope "$gpus" || continue
     if act "container $name: remove (no serving unit of the plan uses it)"; then
-      run "$DOCKER" rm -f "$name" >/dev/null || error "could not remove container $name"
+      remove_container "$name"
     fi
-  done < <("$DOCKER" ps -a --filter "label=kiln.host=$HOST" --format '{{.Names}} {{.Label "kiln.gpu"}}')
-  if [ "$MODE" = apply ] || [ "$MODE" = boot ]; then
+  done < <(kiln_containers)
+  if converging; then
     record_image
     wait_ready "${STARTED[@]}"
   fi
@@ -1017,7 +1016,7 @@ main() {
     echo "provision.sh: $SMI not found: is the NVIDIA driver installed?" >&2
     exit 1
   fi
-  if [ "$MODE" = apply ] || [ "$MODE" = boot ]; then
+  if converging; then
     mkdir -p "$STATE_DIR"
     if command -v flock >/dev/null 2>&1; then
       exec 9>"$STATE_DIR/lock"
