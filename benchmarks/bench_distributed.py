@@ -84,6 +84,9 @@ def main() -> int:
         print(f"fleet: {args.models} models{' (FP8, quantized)' if args.quantized else ''}, {actions} actions")
         print(f"local (this machine, 2 jobs): {local_s:7.1f} s  release {local.manifest_digest}")
         print(f"ray (head + 2 workers):       {ray_s:7.1f} s  release {remote.manifest_digest}")
+        on_driver = sum(r.ran_on == "driver" for r in remote.results.values())
+        print(f"  of which built on the driver (small actions): {on_driver}, as Ray tasks: "
+              f"{sum(r.status == 'built' for r in remote.results.values()) - on_driver}")
         print("same release" if local.manifest_digest == remote.manifest_digest else "RELEASES DIFFER")
         return 0 if local.manifest_digest == remote.manifest_digest else 1
     finally:

@@ -88,6 +88,14 @@ def test_the_quickstart_through_ray_survives_a_killed_worker_and_matches_a_local
     assert remote.manifest_digest == local.manifest_digest  # the same release as a one-machine build
     built = {r.id for r in remote.results.values() if r.status == "built"}
     assert "quantize/tiny" in built and len(built) == len(remote.results)
+    # the small actions ran on the driver (no Ray round trip), the heavy ones on the cluster
+    from compiler.distributed.driver import DRIVER, on_driver
+
+    ran = {r.id: r.ran_on for r in remote.results.values()}
+    small = {aid for aid in ran if on_driver(remote.graph.actions[aid])}
+    assert small and {ran[aid] for aid in small} == {DRIVER}, ran
+    assert all(ran[aid].startswith("ray node ") for aid in set(ran) - small), ran
+    assert ran["quantize/tiny"].startswith("ray node "), ran
     # what came back was imported whole: the local store verifies every tree of the release
     store = LocalStore(tmp_path / "ray")
     for r in remote.results.values():

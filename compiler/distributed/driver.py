@@ -9,6 +9,12 @@ submitted with that way's resources. An action no machine holds is deferred with
 When a job ends, its artifact is imported from the registry, every blob verified, and its tree
 must be the digest the worker reported before its record enters the local store. A job past its
 deadline is cancelled and fails; an Interrupt cancels every submitted job.
+
+A small action that needs no software capability (a specs snapshot, a host plan or script, a
+capacity report: the small allowance, compiler/graph/sizes.py SMALL) runs on the driver itself,
+as the local executor runs it: any machine holds it, and an engine job's round trip (push its
+inputs, schedule, fetch and verify its output) costs far more than the action. Its tree is the
+same wherever it runs, and so is the release. Each result says where it was built (`ran_on`).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from compiler.graph.executor import ActionResult, Interrupt
+from compiler.graph.executor import ActionResult, Interrupt, run_here
 from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
 from compiler.store.local import LocalStore
@@ -28,6 +34,14 @@ from .engine import Engine
 from .worker import JOB_VERSION
 
 POLL_S = 0.5
+DRIVER = "driver"  # ActionResult.ran_on of an action built by the driver itself
+
+
+def on_driver(action) -> bool:
+    """Whether the driver builds `action` itself: the small allowance and no software need."""
+    from compiler.graph.sizes import SMALL
+
+    return (action.size is None or action.size is SMALL) and not action.needs
 
 
 def _job(graph: Graph, aid: str, results: dict, registry: str, store_dir: str | None) -> dict:
@@ -104,6 +118,13 @@ def execute_on(engine: Engine, graph: Graph, store: LocalStore, spec_name: str, 
                     continue
                 why = (f"waits for {waiting[0]}" if waiting else
                        "not selected (--only/--skip)" if selected is not None and aid not in selected else None)
+                if why is None and on_driver(action):
+                    res = run_here(graph, kinds, aid, store, spec_name, results, progress, interrupt)
+                    res.ran_on = DRIVER
+                    line = {"built": f"built  {aid} ({res.duration_s:.2f}s on the driver)",
+                            "interrupted": f"stopped {aid} ({res.error})"}.get(res.status, f"FAILED {aid}: {res.error}")
+                    done(aid, res, line)
+                    continue
                 choice = None
                 if why is None:
                     choice = _choose(kinds, action, machines, way_rank)
@@ -133,7 +154,7 @@ def execute_on(engine: Engine, graph: Graph, store: LocalStore, spec_name: str, 
                 continue
             for fin in engine.wait(list(running), POLL_S):
                 aid, start = running.pop(fin.handle)
-                _finish(graph, aid, fin, start, store, cache, spec_name, done)
+                _finish(graph, aid, fin, start, store, cache, spec_name, done, engine.name)
             if deadline_s is not None:
                 now = time.monotonic()
                 for handle, (aid, start) in list(running.items()):
@@ -186,7 +207,8 @@ def _choose(kinds, action, machines, way_rank):
     return best[1], (action.size or SMALL).ways[best[0]]
 
 
-def _finish(graph: Graph, aid: str, fin, start: float, store: LocalStore, cache, spec_name: str, done) -> None:
+def _finish(graph: Graph, aid: str, fin, start: float, store: LocalStore, cache, spec_name: str, done,
+            engine_name: str) -> None:
     """A job's end: its artifact imported from the registry (verified blob by blob) and checked to be
     the tree the worker reported; its log kept in the store."""
     key = graph.keys[aid]
@@ -204,7 +226,8 @@ def _finish(graph: Graph, aid: str, fin, start: float, store: LocalStore, cache,
         done(aid, ActionResult(aid, key, "failed", duration_s=duration, error=error), f"FAILED {aid}: {error}")
         return
     _keep_log(store, key, result.get("log") or "")
-    done(aid, ActionResult(aid, key, "built", record.tree, result.get("duration_s", duration)),
+    done(aid, ActionResult(aid, key, "built", record.tree, result.get("duration_s", duration),
+                           ran_on=f"{engine_name} node {result.get('node', '?')}"),
          f"built  {aid} ({result.get('duration_s', duration):.2f}s on {result.get('node', '?')})")
 
 

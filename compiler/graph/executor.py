@@ -48,6 +48,7 @@ class ActionResult:
     log: Path | None = None
     error: str | None = None
     fetched: bool = False  # "cached" from the registry cache (`--cache`), not from the local store
+    ran_on: str | None = None  # a distributed build's: where it was built (compiler/distributed/driver.py)
 
 
 class InputChanged(Exception):
@@ -224,6 +225,20 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry
         finally:
             stop.set()
     return results
+
+
+def run_here(graph: Graph, kinds: KindRegistry, aid: str, store: LocalStore, spec_name: str, results: dict,
+             progress: Progress, interrupt: Interrupt) -> ActionResult:
+    """Run one action in this process, as `execute` does, and wait for it (a distributed build's
+    small actions: compiler/distributed/driver.py)."""
+    kind = kinds[graph.actions[aid].kind]
+    state = Running(aid, time.monotonic(), functools.partial(estimate, store, spec_name, graph, aid), kind.isolated)
+    stop = threading.Event()
+    try:
+        return _run_one(graph, kinds, aid, store, spec_name, results, stop, progress, None, state, interrupt)
+    finally:
+        stop.set()
+        interrupt.running.pop(aid, None)
 
 
 def _lacking(kinds: KindRegistry, builder: Builder, action) -> str | None:
