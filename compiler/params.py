@@ -79,13 +79,14 @@ def undeclared(model: type[BaseModel]) -> list[str]:
     return [name for name in model.model_fields if effect(model, name) is None]
 
 
-def changed_kinds(old: BaseModel | None, new: BaseModel) -> list[str]:
+def changed_kinds(old: BaseModel | None, new: BaseModel, but: tuple[str, ...] = ()) -> list[str]:
     """The kinds of disruption the fields that differ between `old` (None: nothing before) and `new`
     declare, each once, in declaration order: what a change may do, which the target then words
-    (and may find did nothing, where a field changed without changing what it stands for)."""
+    (and may find did nothing, where a field changed without changing what it stands for). `but`:
+    fields left out (a list of parts the caller compares part by part)."""
     out: list[str] = []
     for name in type(new).model_fields:
-        e = effect(type(new), name)
+        e = effect(type(new), name) if name not in but else None
         if e is not None and getattr(old, name, None) != getattr(new, name):
             out += [k for k in e.shows_as if k not in out]
     return out

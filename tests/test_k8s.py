@@ -576,6 +576,20 @@ def test_plan_says_which_nodes_a_pool_change_touches(tmp_path: Path) -> None:
     assert "cordon, evict" not in scale_in
 
 
+def test_a_mig_strategy_change_relays_out_each_mig_pool_once(tmp_path: Path) -> None:
+    """The cluster's MIG strategy declares its disruption on its field (NodeLayerParams.strategy):
+    every MIG pool lists one node-relayout, worded as the strategy change; a pool without MIG none."""
+    from compiler.targets.kubernetes.k8s_nodes import disruptions
+
+    params = next(a.params for a in graph_of(EXAMPLE, tmp_path).actions.values() if a.kind == "k8s-node-layer")
+    other = "single" if params.strategy == "mixed" else "mixed"
+    items = disruptions(params, params.model_copy(update={"strategy": other}))
+    mig = sorted(p.name for p in params.pools if p.mig)
+    assert mig and sorted(d.host for d in items) == mig and {d.kind for d in items} == {"node-relayout"}
+    assert all(d.detail.startswith(f"MIG strategy {params.strategy} -> {other}:") for d in items)
+    assert disruptions(params, params) == []
+
+
 def test_plan_says_what_is_left_to_the_node_scripts(tmp_path: Path) -> None:
     base = graph_of(EXAMPLE, tmp_path / "a")
     text = EXAMPLE.read_text(encoding="utf-8").replace("clocks: {graphics_mhz: 1755}", "clocks: {graphics_mhz: 1980}")

@@ -300,13 +300,13 @@ def disruptions(old: NodeLayerParams | None, new: NodeLayerParams) -> list[Disru
     script applies: the kinds its changed fields declare (PoolLayer; the strategy is the cluster's),
     each worded where it changes anything. Pure."""
     before = {p.name: p for p in (old.pools if old is not None else [])}
+    # what the cluster's own fields declare (the MIG strategy re-advertises every MIG pool's devices)
+    # concerns every pool; `pools` is compared pool by pool
+    cluster = changed_kinds(old, new, but=("pools",)) if old is not None else []
     out: list[Disruption] = []
     for p in new.pools:
         prev = before.get(p.name)
-        kinds = changed_kinds(prev, p)
-        if old is not None and old.strategy != new.strategy and "node-relayout" not in kinds:
-            kinds.insert(0, "node-relayout")  # the cluster's MIG strategy re-advertises every MIG pool's devices
-        for kind in kinds:
+        for kind in cluster + [k for k in changed_kinds(prev, p) if k not in cluster]:
             detail = _WORDS[kind](old, new, prev, p)
             if detail is not None:
                 out.append(Disruption(p.name, POOL, kind, detail))
