@@ -143,13 +143,13 @@ def test_the_timeline_is_a_section_per_pool(tmp_path: Path) -> None:
     sections = dict(sim.sections())
     assert sorted(sections) == ["Cluster (Argo CD's sync waves, the re-layout Job)",
                                 "Node pool b200-pool (big): nothing happens",
-                                "Node pool h100-pool (chat, coder, intent): settled at +50m00s"]
+                                "Node pool h100-pool (chat, coder, intent): settled at +49m00s"]
     assert sum(len(v) for v in sections.values()) == len(sim.result.steps)
-    h100 = sections["Node pool h100-pool (chat, coder, intent): settled at +50m00s"]
+    h100 = sections["Node pool h100-pool (chat, coder, intent): settled at +49m00s"]
     assert all(s.pool == "h100-pool" for s in h100)
     assert [s.text for s in sim.result.steps if "node h100-pool-" in s.text] == [
         s.text for s in h100 if "node h100-pool-" in s.text]
-    assert sim.result.duration_s == 50 * 60  # the pool settles when its last pods are Ready, not at its last step
+    assert sim.result.duration_s == 49 * 60  # the pool settles when its last pods are Ready, not at its last step
     text = sim.text()
     assert text.index("  Cluster (") < text.index("  Node pool b200-pool") < text.index("  Node pool h100-pool")
 

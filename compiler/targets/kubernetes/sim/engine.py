@@ -98,6 +98,8 @@ class Simulation:
         self.steps: list[Step] = []
         self.strategy = base.strategy
         self.config = dict(base.layouts)  # the live layouts ConfigMap mig-manager mounts
+        self.mounted = dict(self.config)  # its copy in mig-manager's pods, refreshed by the kubelet
+        self.refresh_at, self.written = 0.0, None  # when that copy catches up; the Job's last change
         self.nodes: dict[str, Node] = {}
         for p in pools:
             layout = base.pools[p.name].layout if p.name in base.pools else "all-disabled"
@@ -301,7 +303,7 @@ class Simulation:
             if n.mig.busy_until is not None and n.mig.busy_until <= self.now:
                 held = any(p.node == n.name and self._tmpl(p).requests for p in self.pods)
                 layouts_differ = self.config.get(n.mig.applied) != self.config.get(n.mig.label)
-                state = migmanager.finish(n.mig, self.config, held and layouts_differ)
+                state = migmanager.finish(n.mig, self._mounted(), held and layouts_differ)
                 self._say(f"node {n.name}: MIG manager reports {state} ({migmanager.CONFIG_LABEL}={n.mig.label})",
                           n.pool)
                 changed = True
@@ -336,9 +338,9 @@ class Simulation:
         merged = {**{n.mig.label: self.config[n.mig.label] for n in self.nodes.values() if n.mig.label in self.config},
                   **self.new.layouts}
         if merged != self.config:
-            self._say(f"re-layout Job: live layouts ConfigMap written; waits {job.config_sync_s}s for the kubelet")
-            yield job.config_sync_s
-            self.config = merged
+            self._write_config(merged)
+            self._say("re-layout Job: live layouts ConfigMap written; the MIG manager sees it once the kubelet "
+                      f"refreshes its pods' copy (within {self.d['configmap_refresh_s']}s)")
         for pool in job.pools:
             members = [n for n in self.nodes.values() if n.pool == pool.name]
             todo = [n for n in members if not (n.mig.label == pool.layout and n.mig.state == "success")]
@@ -381,24 +383,58 @@ class Simulation:
                             yield min(-(-wait // retry) * retry, max(retry, deadline - self.now))
                 for n in group:  # a node labelled with the layout but not at success goes through all-disabled
                     if n.mig.label == pool.layout and job.bounce:
-                        migmanager.on_label(n.mig, job.bounce, self.now, self.d["mig_reconfigure_s"])
+                        migmanager.on_label(n.mig, job.bounce, self.now, self.d["mig_reconfigure_s"], self._mounted())
                         self._say(f"re-layout Job: node {n.name} labelled {migmanager.CONFIG_LABEL}={job.bounce} "
                                   "first (the MIG manager acts on a change of the value only)", pool.name)
                         yield from self._wait_state(n, job)
+                prev = {n.name: n.mig.label or "all-disabled" for n in group}  # label-nodes.sh prev-<node>
                 for n in group:
-                    started = migmanager.on_label(n.mig, pool.layout, self.now, self.d["mig_reconfigure_s"])
+                    started = migmanager.on_label(n.mig, pool.layout, self.now, self.d["mig_reconfigure_s"],
+                                                  self._mounted())
                     self._event(("node-relayout", pool.name))
                     n.mig.state = n.mig.state if started else ""  # `nvidia.com/mig.config.state-`
                     self._say(f"re-layout Job: node {n.name} labelled {migmanager.CONFIG_LABEL}={pool.layout}"
                               + ("" if started else " (the same value: the MIG manager does not act)"), pool.name)
                 for n in group:
-                    yield from self._wait_state(n, job)
+                    yield from self._settle_node(n, pool.layout, prev[n.name], job)
                 for n in group:
                     n.unschedulable = False
                 self._say(f"re-layout Job: {', '.join(n.name for n in group)} uncordoned", pool.name)
                 self._settle()
-        self.config = {**{n.mig.label: self.config[n.mig.label] for n in self.nodes.values()
-                          if n.mig.label in self.config}, **self.new.layouts}
+        self._write_config({**{n.mig.label: self.config[n.mig.label] for n in self.nodes.values()
+                                if n.mig.label in self.config}, **self.new.layouts})
+
+    def _write_config(self, layouts: dict) -> None:
+        self.mounted, self.config = self._mounted(), layouts
+        self.refresh_at, self.written = self.now + self.d["configmap_refresh_s"], self.now
+
+    def _mounted(self) -> dict:
+        """The layouts file as mig-manager's pods see it now."""
+        if self.now >= self.refresh_at:
+            self.mounted = self.config
+        return self.mounted
+
+    def _settle_node(self, n: Node, layout: str, prev: str, job):
+        """label-nodes.sh settle: a `failed` within the script's window after its ConfigMap write is
+        answered by labelling the node back to `prev` and again to `layout` every poll, until the
+        MIG manager's copy of the file has the name."""
+        said = False
+        while True:
+            try:
+                yield from self._wait_state(n, job)
+                return
+            except Stuck:
+                if n.mig.state != "failed" or self.written is None or self.now >= self.written + job.config_sync_s:
+                    raise
+            if not said:
+                self._say(f"re-layout Job: node {n.name}: the MIG manager's copy of the layouts lacks {layout} "
+                          f"yet (failed, no GPU touched); labelled back to {prev} and again every "
+                          f"{self.d['state_poll_s']}s until it has it", n.pool)
+                said = True
+            migmanager.on_label(n.mig, prev, self.now, self.d["mig_reconfigure_s"], self._mounted())
+            yield from self._wait_state(n, job)
+            yield self.d["state_poll_s"]
+            migmanager.on_label(n.mig, layout, self.now, self.d["mig_reconfigure_s"], self._mounted())
 
     def _wait_state(self, n: Node, job):
         """label-nodes.sh wait_state: poll the node's state label until success, failed or the bound."""

@@ -6,7 +6,9 @@
                                    removing nvidia.com/mig.config.state is not a change
   pkg/mig/reconfigure/reconfigure.go
                                    state `pending` while it works, then `success` or `failed`;
-                                   a name missing from its mounted config file fails; it pauses the
+                                   a name missing from its mounted config file fails first
+                                   (validateMigConfig), a layout the GPUs carry succeeds at once
+                                   (isConfigAlreadyApplied); it pauses the
                                    operator's own GPU clients only, never user pods
   pkg/mig/config/config.go         ClearMigConfig destroys every instance of a GPU whose layout
                                    changes: one held by a running process fails the apply
@@ -30,13 +32,20 @@ class MigNode:
     busy_until: float | None = None  # a reconfiguration in progress finishes then
 
 
-def on_label(node: MigNode, new_label: str, now: float, reconfigure_s: float) -> bool:
-    """The label is set to `new_label`; True when mig-manager starts a reconfiguration."""
+def on_label(node: MigNode, new_label: str, now: float, reconfigure_s: float, mounted: dict | None = None) -> bool:
+    """The label is set to `new_label`; True when mig-manager acts. `mounted`: the layouts file as its
+    pod sees it now (the kubelet refreshes it after a ConfigMap change)."""
     old = node.label
     node.label = new_label
     if old == new_label:
         return False  # UpdateFunc: oldLabel == newLabel, nothing happens (review N8)
-    node.state, node.busy_until = "pending", now + reconfigure_s
+    if mounted is not None and new_label not in mounted:
+        # reconfigure.go Run: validateMigConfig comes first; a name its file lacks fails, no GPU touched
+        node.state, node.busy_until = "failed", None
+    elif new_label == node.applied:
+        node.state, node.busy_until = "success", None  # reconfigure.go Run: isConfigAlreadyApplied
+    else:
+        node.state, node.busy_until = "pending", now + reconfigure_s
     return True
 
 

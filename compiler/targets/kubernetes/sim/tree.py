@@ -90,7 +90,8 @@ def dgd_workloads(o: dict) -> list[Workload]:
 
 def _bounce(script: str) -> str | None:
     """The layout the script relabels a node through when the node already carries its target."""
-    m = re.search(r"nvidia\.com/mig\.config=([a-z0-9-]+) --overwrite\n\s*wait_state", script)
+    m = re.search(r"nvidia\.com/mig\.config=([a-z0-9-]+)(?: nvidia\.com/mig\.config\.state-)? --overwrite\n\s*wait_state",
+                  script)
     return m.group(1) if m else None
 
 

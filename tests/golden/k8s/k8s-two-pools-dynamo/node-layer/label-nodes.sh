@@ -10,8 +10,10 @@
 #
 # Layouts: mig-manager reads the ConfigMap fleet-mig-layouts (namespace gpu-operator), which this
 # script writes: the layouts of fleet-mig-layouts-desired (the tree's) plus every layout a node still carries, so
-# a node that restarts mig-manager mid-way finds its layout; it waits for the kubelet to refresh the
-# mounted file before relabelling, and drops layouts no node carries at the end.
+# a node that restarts mig-manager mid-way finds its layout, and drops layouts no node carries at the end.
+# mig-manager reads the file the kubelet refreshes from it (within a minute or so) at each label
+# change and checks the name first: a relabel that beats the refresh ends `failed` with no GPU touched,
+# and is retried until the name is seen (settle), within KILN_CONFIG_SYNC_S of the write.
 # Argo CD runs it as the Job in relayout-job.yaml; without Argo CD: kubectl apply -k . then this.
 #
 #   sh label-nodes.sh            re-layout every node not at its pool's layout
@@ -21,7 +23,7 @@
 # Bounds (seconds, from the environment): KILN_EVICT_S (2700: a pull and a load, so the pods the
 # previous node lost are Ready again and its budgets allow the next evictions) to empty a node,
 # KILN_MIG_S (900) for the MIG manager, KILN_CONFIG_SYNC_S (120) for the kubelet to refresh a
-# changed ConfigMap.
+# changed ConfigMap in mig-manager's pod (a `failed` in that window is retried).
 set -eu
 mode=${1:-apply}
 case $mode in apply|--dry-run|--check) ;; *) echo "usage: label-nodes.sh [--dry-run|--check]" >&2; exit 2 ;; esac
@@ -33,6 +35,7 @@ evict_s=${KILN_EVICT_S:-2700}
 mig_s=${KILN_MIG_S:-900}
 sync_s=${KILN_CONFIG_SYNC_S:-120}
 status=0
+written=0  # when write_layouts last changed the live ConfigMap (epoch seconds)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -86,7 +89,7 @@ write_layouts() {
   out=$(kubectl -n "$ns" create configmap "$live" --from-file="$work/cm" --dry-run=client -o yaml \
     | kubectl annotate -f - --local -o yaml argocd.argoproj.io/sync-options=Prune=false | kubectl apply -f -)
   say "$out"
-  case $out in *unchanged*) ;; *) say "waiting ${sync_s}s for the kubelet to refresh $live on the nodes"; sleep "$sync_s" ;; esac
+  case $out in *unchanged*) ;; *) written=$(date +%s) ;; esac
 }
 
 gpu_pods() { # node -> "namespace name" of its pods that hold NVIDIA devices (not the operator's own)
@@ -123,6 +126,24 @@ wait_state() { # node
   done
 }
 
+# node layout previous: wait for the relabel's outcome. mig-manager validates the name against the
+# file it mounts before touching a GPU (NVIDIA/mig-parted v0.15.0 pkg/mig/reconfigure/reconfigure.go
+# Run: validateMigConfig, state failed) and acts only on a change of the label's value
+# (cmd/nvidia-mig-manager/main.go ContinuouslySyncMigConfigChanges: oldLabel != newLabel): a `failed`
+# while the kubelet may not have refreshed that file yet is answered by labelling the node back to
+# the layout its GPUs carry (already applied: success at once, isConfigAlreadyApplied) and again to
+# the new one, every 10 s until mig-manager sees the name or the window has passed
+settle() {
+  until wait_state "$1"; do
+    [ "$(node_state "$1" | awk '{print $2}')" = failed ] && [ "$(date +%s)" -lt $((written + sync_s)) ] || return 1
+    say "node $1: the MIG manager may not see $2 in its copy of $live yet; labelled back to $3 and again"
+    kubectl label node "$1" "nvidia.com/mig.config=$3" nvidia.com/mig.config.state- --overwrite
+    wait_state "$1" || return 1
+    sleep 10
+    kubectl label node "$1" "nvidia.com/mig.config=$2" nvidia.com/mig.config.state- --overwrite
+  done
+}
+
 pool() { # name selector layout nodes max_unavailable
   name=$1 selector=$2 layout=$3 nodes=$4 batch=$5
   all=$(kubectl get nodes -l "$selector" -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}')
@@ -156,12 +177,15 @@ pool() { # name selector layout nodes max_unavailable
     for n in $group; do
       case "$(node_state "$n")" in
         "$layout "*) say "node $n: labelled $layout but not at success; relabelling through all-disabled"
-                     kubectl label node "$n" nvidia.com/mig.config=all-disabled --overwrite
+                     kubectl label node "$n" nvidia.com/mig.config=all-disabled nvidia.com/mig.config.state- --overwrite
                      wait_state "$n" || exit 1 ;;
       esac
     done
-    for n in $group; do kubectl label node "$n" "nvidia.com/mig.config=$layout" nvidia.com/mig.config.state- --overwrite; done
-    for n in $group; do wait_state "$n" || exit 1; done
+    for n in $group; do  # the layout its GPUs carry (the operator labels a new node all-disabled)
+      prev=$(node_state "$n" | awk '{print $1}'); echo "${prev:-all-disabled}" > "$work/prev-$n"
+      kubectl label node "$n" "nvidia.com/mig.config=$layout" nvidia.com/mig.config.state- --overwrite
+    done
+    for n in $group; do settle "$n" "$layout" "$(cat "$work/prev-$n")" || exit 1; done
     for n in $group; do kubectl uncordon "$n"; done
   done
 }
