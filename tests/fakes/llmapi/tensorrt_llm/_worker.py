@@ -97,6 +97,9 @@ class Executor:
                 with self.arrived:
                     if not self.waiting and not self.active:
                         self.arrived.wait(0.05)
+                        # idle until now: the iteration starts with the request it admits, or a
+                        # request scheduled during the wait would get a step shorter than step_ms
+                        started = time.monotonic()
                     if not self.waiting:
                         break
                     seq = self.waiting.popleft()
