@@ -78,7 +78,10 @@ def test_the_plan_renders_the_simulated_rollout(repo: GitRepo, capsys, edit: str
                               graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(EDITS[edit])))
     assert len(sims) == 1 and section == sims[0].text() + "\n"
     sim = sims[0]
-    if sim.result.completed and not sim.floor_breaches():
+    assert ("[K860]" in out) == (edit == "specname")  # a rename is refused whatever the rollout (review N6)
+    if edit == "specname":
+        assert code == ExitCode.ERRORS
+    elif sim.result.completed and not sim.floor_breaches():
         assert code == ExitCode.CHANGES and "[K858]" not in out and "[K859]" not in out
     else:
         assert code == ExitCode.ERRORS
@@ -337,3 +340,20 @@ def test_a_dynamo_pool_with_room_surges_and_a_full_one_states_the_floor(tmp_path
     lowest = full.result.low["big"][0]
     assert lowest < 2 and f"big's fewest ready pods during the change: {lowest} of 2" in gap
     assert "no free device for a surge worker" in gap
+
+
+def test_a_spec_rename_on_a_running_tree_is_refused(repo: GitRepo, capsys) -> None:
+    """Review N6: the spec's name is the Argo CD Application's and the live MIG layouts ConfigMap's
+    (`<name>-mig-layouts`, which the GPU Operator's helm values name): a rename made a second
+    Application over the same objects and a ConfigMap mig-manager does not read, and the plan said
+    only that the pods roll. It is refused at the spec's `name:`, with what to do."""
+    (repo.root / "deploy" / "kiln.yaml").write_text(_edited(SPECNAME), encoding="utf-8")  # it has kubernetes.argocd
+    code = main(["plan", "deploy/kiln.yaml", "--base", "main"])
+    out = capsys.readouterr().out
+    assert code == ExitCode.ERRORS
+    line = next(ln for ln in out.splitlines() if "[K860]" in ln)
+    assert "kiln.yaml:" in line and "'fleet' to 'fleet2'" in line and "'fleet2-mig-layouts'" in line
+    assert "second Argo CD Application 'fleet2'" in line
+    assert "argocd app delete fleet --cascade=false" in out
+    (repo.root / "deploy" / "kiln.yaml").write_text(_edited(()), encoding="utf-8")  # the same name: no K860
+    assert "[K860]" not in (main(["plan", "deploy/kiln.yaml", "--base", "main"]), capsys.readouterr().out)[1]

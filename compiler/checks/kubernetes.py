@@ -377,6 +377,24 @@ class RolloutTakesModelToZero(Rule):
     severity = Severity.ERROR
 
 
+class SpecRenamedOnCluster(Rule):
+    """The spec's `name` changed while its Kubernetes tree runs (`kiln plan --base`). The name is in
+    the tree's identities: the Argo CD Application (`kubernetes.argocd`) is named after it, so the
+    renamed tree makes a second Application over the same objects, and the live MIG layouts
+    ConfigMap is `<name>-mig-layouts`, which the GPU Operator's helm values name (migManager.config),
+    so the re-layout Job would write a ConfigMap mig-manager does not read. No order of a sync
+    fixes either, and the plan refuses the rename.
+
+    Keep the name; or retire the old deployment first (delete its Application without cascading:
+    `argocd app delete <old> --cascade=false`, then `helm upgrade` the GPU Operator with
+    node-layer/gpu-operator-values.yaml of the new tree) and plan the renamed spec as a new one.
+    """
+
+    code = "K860"
+    name = "spec-renamed-on-cluster"
+    severity = Severity.ERROR
+
+
 class RelayoutTakesModelDown(Check):
     """A MIG re-layout of a node pool would leave a model with no serving replica.
 

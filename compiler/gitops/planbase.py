@@ -54,7 +54,35 @@ def plan_against(spec: Path, ref: str, store: LocalStore, options: Options | Non
         plan.disruptions = sim.annotate(plan.disruptions)
     head.diagnostics.extend(refused_updates(head, plan.disruptions))
     head.diagnostics.extend(rollout_diagnostics(head, plan.rollouts))
+    if plan.rollouts and base is not None and base.ok:
+        head.diagnostics.extend(renamed_spec(head, base.spec.name))
     return BasePlan(head, base, plan)
+
+
+def renamed_spec(head: Validation, old: str) -> list:
+    """K860: the spec's name changed under a running Kubernetes tree (review N6): its Argo CD
+    Application and the live MIG layouts ConfigMap are named after it, and no sync renames them."""
+    from compiler.checks.kubernetes import SpecRenamedOnCluster as rule
+    from compiler.diagnostics import Diagnostic, Span
+    from compiler.ir.k8s_names import mig_configmap_name
+
+    new = head.spec.name
+    if new == old:
+        return []
+    try:
+        span = head.document.span_of(("name",)) if head.document is not None else Span.unknown()
+    except (KeyError, IndexError, TypeError):
+        span = Span.unknown()
+    what = [f"the re-layout Job would write {mig_configmap_name(new)!r} while the GPU Operator's mig-manager reads "
+            f"{mig_configmap_name(old)!r} (its helm values name it)"]
+    if head.spec.kubernetes is not None and head.spec.kubernetes.argocd is not None:
+        what.insert(0, f"a second Argo CD Application {new!r} would manage the objects Application {old!r} manages")
+    return [Diagnostic(rule.code, rule.severity, f"the spec's name changes from {old!r} to {new!r} on a running "
+                       f"Kubernetes tree: {'; '.join(what)}", head.file, span,
+                       help=f"keep `name: {old}`; or retire {old!r} first (`argocd app delete {old} "
+                            "--cascade=false`, then helm upgrade the GPU Operator with the new tree's "
+                            "node-layer/gpu-operator-values.yaml) and plan the renamed spec as a new one, "
+                            "without --base")]
 
 
 def rollout_diagnostics(head: Validation, rollouts: list) -> list:
