@@ -533,6 +533,10 @@ def test_every_kinds_parameters_declare_what_their_change_does() -> None:
     assert reaching == {"image", "host-plan", "host-script", "k8s-node-layer", "k8s-deployment", "k8s-dgd",
                         "k8s-release"}, reaching
     assert effect(REGISTRY["host-script"].Params, "units").shows_as == ("container-restart",)
+    # a host unit's fields too: the causes its plan line names are read from them, in this order
+    from compiler.targets.hosts.hostscript import CAUSES, HostUnit
+
+    assert undeclared(HostUnit) == [] and CAUSES == ("model", "ports", "gpus", "mig_slot")
     # one entry words a change (targets/registry.py disruptions), for exactly the kinds that reach what runs;
     # the graph's ActionKind has no disruption hook
     assert set(WORDING) == reaching

@@ -36,7 +36,7 @@ from compiler.actions.runtimes import UnitServing, ir_unit_serving
 from compiler.actions.shell import Shell, shell_quote, words
 from compiler.graph.model import Action
 from compiler.ir.migparted import mig_parted_problems
-from compiler.params import Effect
+from compiler.params import Effect, effect
 from compiler.serving.yamlout import dump_yaml
 
 from . import disaggregated as disagg_hosts
@@ -108,22 +108,35 @@ def _unset(value: object) -> bool:
     return not value
 
 
-class HostUnit(Params):
-    id: str
-    model: str
-    gpus: list[int]
-    mig_slot: int | None  # position in the GPU's `mig` list
-    ports: dict[str, int]  # http, grpc, metrics
-    serving: UnitServing  # what the container runs, and how it is checked to serve
-    # disaggregated serving (left out of the parameters when unset: other units keep their keys):
-    role: str | None = Field(default=None, exclude_if=_unset)  # the role it serves (prefill, decode)
-    environment: dict[str, str] = Field(default={}, exclude_if=_unset)  # the UCX settings of its container
-    inputs: str = Field(default="", exclude_if=_unset)  # digest of what it reads from the image ("": all of it)
-
-
 # provision.sh recreates a container whose settings (its kiln.config label) differ, and only that one
 _RECREATES = Effect("restart", "provision.sh recreates each container whose settings changed (its kiln.config "
                                "label); the others keep running", ("container-restart",))
+# A unit's field whose change the plan names as the cause of its container's recreation, in the order the
+# plan lists them; the others echo a cause (a port or model change also changes the server's argv), and
+# are named only where no cause changed (disruptions).
+_CAUSE = Effect("restart", "what the container runs with: provision.sh recreates it", ("container-restart",))
+_ECHO = Effect("restart", "what the container runs with, also changed by a cause (the server's argv names the "
+                          "model and its ports)", ("container-restart",))
+
+
+class HostUnit(Params):
+    id: Annotated[str, Effect("replace", "names the unit and its container: another id is another container")]
+    model: Annotated[str, _CAUSE]
+    ports: Annotated[dict[str, int], _CAUSE]  # http, grpc, metrics
+    gpus: Annotated[list[int], _CAUSE]
+    mig_slot: Annotated[int | None, _CAUSE]  # position in the GPU's `mig` list
+    # what the container runs, and how it is checked to serve
+    serving: Annotated[UnitServing, _ECHO.naming("server command")]
+    # disaggregated serving (left out of the parameters when unset: other units keep their keys):
+    # the role it serves (prefill, decode), which its serving names too
+    role: Annotated[str | None, _ECHO] = Field(default=None, exclude_if=_unset)
+    # the UCX settings of its container
+    environment: Annotated[dict[str, str], _ECHO.naming("environment")] = Field(default={}, exclude_if=_unset)
+    # digest of what it reads from the image ("": all of it)
+    inputs: Annotated[str, _ECHO] = Field(default="", exclude_if=_unset)
+
+
+CAUSES = tuple(f for f in HostUnit.model_fields if effect(HostUnit, f) is _CAUSE)  # model, ports, gpus, mig_slot
 _SCRIPT_ONLY = Effect("none", "the script's text or its wait: no container's settings")
 
 
@@ -304,12 +317,12 @@ def disruptions(old: HostScriptParams | None, new: HostScriptParams) -> list[Dis
         if prev is None or prev == u:
             continue
         # a port or model change also changes the server's argv: name the cause, not its echo
-        what = [k for k in ("model", "ports", "gpus", "mig_slot") if getattr(prev, k) != getattr(u, k)]
+        what = [k for k in CAUSES if getattr(prev, k) != getattr(u, k)]
         if not what and prev.environment != u.environment:
-            what = ["environment"]
+            what = [effect(HostUnit, "environment").named]
         if not what and prev.inputs != u.inputs and prev.serving == u.serving:
             what = [f"the {u.role} role's options" if u.role else "its image inputs"]
-        what = what or ["server command"]
+        what = what or [effect(HostUnit, "serving").named]
         name = u.id.split('/', 1)[-1] + (f" ({u.role} server)" if u.role else "")
         for g in u.gpus:
             out.append(Disruption(new.host, g, "container-restart", f"{name} is recreated ({', '.join(what)} changed)"))
