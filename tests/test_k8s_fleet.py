@@ -99,6 +99,19 @@ def test_a_second_shape_keeps_the_first_workloads_name(tmp_path: Path) -> None:
     assert after - before == {"chat-h100-pool-1g-10gb"}
 
 
+def test_reordering_a_models_shapes_renames_nothing(tmp_path: Path) -> None:
+    """Review M7: the bare name went to the first-declared shape, so listing chat's 1g.10gb before
+    its 3g.40gb pruned one Deployment and rolled the other onto the other shape. The bare name is
+    the largest shape's, whatever the order."""
+    first = ("          - {profile: 3g.40gb, serves: chat}\n",
+             "          - {profile: 1g.10gb, serves: chat}\n          - {profile: 3g.40gb, serves: chat}\n")
+    by_order = [_workloads(tmp_path / str(i), _text(*edits)) for i, edits in enumerate(((SECOND_SHAPE,), (first,)))]
+    shapes = [{n: next(iter(d["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].keys()
+                             - {"cpu", "memory"})) for n, d in w.items() if n.startswith("chat-")} for w in by_order]
+    assert shapes[0] == shapes[1] == {"chat-h100-pool": "nvidia.com/mig-3g.40gb",
+                                      "chat-h100-pool-1g-10gb": "nvidia.com/mig-1g.10gb"}
+
+
 def test_second_shape_plans_a_new_workload_and_no_deletion(tmp_path: Path) -> None:
     items = _plan(tmp_path, _text(), _text(SECOND_SHAPE))
     assert not [d for d in items if d.kind in ("workload-delete", "recreate")]

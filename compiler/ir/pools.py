@@ -12,14 +12,15 @@ this pass derives what the Kubernetes target needs and the checks read:
     `single` only when every GPU of the node is MIG-enabled with one profile, `mixed` otherwise);
   - the workloads: one per (model, device shape) of the pool, whose replicas are the node's units
     of that shape times the node count (one per role and shape for a disaggregated model). Names are stable identities (a rename is a delete and a
-    create, i.e. an outage): the model's first-declared shape on the pool is `<model>-<pool>`
-    whatever else the model gains or loses, further shapes are `<model>-<pool>-<shape>`.
+    create, i.e. an outage): the model's largest shape on the pool is `<model>-<pool>` whatever
+    order the spec lists them in, further shapes are `<model>-<pool>-<shape>`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -134,6 +135,17 @@ def shape_slug(mig_profile: str | None, gpus: int) -> str:
     return "".join(c if c.isalnum() else "-" for c in mig_profile.lower())
 
 
+def _largest_first(shape: tuple) -> tuple:
+    """(model, role, MIG profile or None, GPUs): whole GPUs first (more first), then MIG profiles by
+    memory, then compute slices (3g.40gb before 1g.10gb), then by name."""
+    _, _, profile, gpus = shape
+    if profile is None:
+        return (*shape[:2], 0, -gpus, 0, 0, "")
+    m = re.match(r"(\d+)g\.(\d+)gb", profile)
+    compute, memory = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    return (*shape[:2], 1, 0, -memory, -compute, profile)
+
+
 def _gpu_layouts(ir: Resolved, host) -> tuple[GpuLayout, ...]:
     per_gpu: dict[int, Counter] = {}
     for a_idx, slots in host.assignment_slots.items():
@@ -150,9 +162,10 @@ def _workloads(pool: str, nodes: int, units: list[ServingUnit], known_models) ->
             continue
         profile = u.mig.instance.profile if u.mig is not None else None
         groups.setdefault((u.model, u.role or "", profile, 1 if profile else len(u.gpu_indexes)), []).append(u)
-    order = {u.id: i for i, u in enumerate(units)}
-    primary: dict[tuple[str, str], tuple] = {}  # (model, role) -> its first-declared shape (spec order)
-    for shape, members in sorted(groups.items(), key=lambda kv: order[kv[1][0].id]):
+    # (model, role) -> the shape whose workload has the bare name: the largest device (review M7), a
+    # function of the set of shapes, so reordering the spec's entries renames nothing
+    primary: dict[tuple[str, str], tuple] = {}
+    for shape in sorted(groups, key=_largest_first):
         primary.setdefault(shape[:2], shape)
     out = []
     for (model, role, profile, gpus), members in sorted(groups.items(),
