@@ -112,6 +112,44 @@ def test_reordering_a_models_shapes_renames_nothing(tmp_path: Path) -> None:
                                       "chat-h100-pool-1g-10gb": "nvidia.com/mig-1g.10gb"}
 
 
+def _locked_workloads(tmp_path: Path, locked_text: str, text: str) -> dict[str, dict]:
+    """The workloads of `text` with the lock `kiln lock` wrote for `locked_text` beside it."""
+    import shutil
+
+    from compiler.cli import main
+
+    spec = tmp_path / "spec" / "kiln.yaml"
+    shutil.copytree(EXAMPLE.parent, spec.parent)
+    spec.write_text(locked_text, encoding="utf-8")
+    assert main(["lock", str(spec)]) == 0
+    spec.write_text(text, encoding="utf-8")
+    return {n: d for n, d in _workloads_of(tmp_path / "w", spec).items()}
+
+
+def _workloads_of(tmp_path: Path, spec: Path) -> dict[str, dict]:
+    root = render(graph_of(spec, tmp_path), tmp_path)
+    return {d["metadata"]["name"]: d for p in sorted((root / "workloads").glob("*.yaml"))
+            for d in YAML_.load_all(p.read_text(encoding="utf-8")) if d and d["kind"] == "Deployment"}
+
+
+def test_losing_the_bare_named_shape_renames_nothing_with_a_lock(tmp_path: Path) -> None:
+    """Review M7: chat on 3g.40gb (chat-h100-pool) and 1g.10gb (chat-h100-pool-1g-10gb); dropping the
+    3g.40gb gave the bare name to the 1g.10gb shape: its Deployment was pruned (32 pods at once) and
+    chat-h100-pool rolled onto 1g.10gb. The lock file remembers the names: the remaining shape keeps
+    its own, and a changed profile (a new shape in place of the bare one) still takes the bare name
+    and rolls."""
+    two = _text(SECOND_SHAPE)
+    drop = (("          - {profile: 3g.40gb, serves: chat}\n", "          - {profile: 3g.40gb, serves: coder}\n"),)
+    after = _locked_workloads(tmp_path / "a", two, _text(SECOND_SHAPE, *drop))
+    assert sorted(n for n in after if n.startswith("chat-")) == ["chat-h100-pool-1g-10gb"]
+    without = _workloads(tmp_path / "b", _text(SECOND_SHAPE, *drop))  # no lock: the old naming
+    assert sorted(n for n in without if n.startswith("chat-")) == ["chat-h100-pool"]
+    profile = (("{profile: 3g.40gb, serves: chat}", "{profile: 2g.20gb, serves: chat}"),)
+    changed = _locked_workloads(tmp_path / "c", two, _text(SECOND_SHAPE, *profile))
+    limits = {n: d["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] for n, d in changed.items()}
+    assert "nvidia.com/mig-2g.20gb" in limits["chat-h100-pool"] and "chat-h100-pool-1g-10gb" in limits
+
+
 def test_second_shape_plans_a_new_workload_and_no_deletion(tmp_path: Path) -> None:
     items = _plan(tmp_path, _text(), _text(SECOND_SHAPE))
     assert not [d for d in items if d.kind in ("workload-delete", "recreate")]

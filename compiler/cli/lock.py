@@ -25,6 +25,7 @@ def cmd_lock(args: argparse.Namespace) -> ExitCode:
     from compiler.diagnostics.render import shown
     from compiler.ir.inputs import read_regular, replace_file
     from compiler.ir.lockfile import MAX_LOCK_BYTES, lock_entries, lock_path, render_lock
+    from compiler.ir.pools import lock_workloads
     from compiler.ir.resolve import LockFileInvalid
     from compiler.pipeline import validate_path
 
@@ -36,7 +37,8 @@ def cmd_lock(args: argparse.Namespace) -> ExitCode:
         print_diagnostics([result], stream=sys.stderr)
         return ExitCode.ERRORS
     path = lock_path(args.spec)
-    data = render_lock(result.spec.name, {h: dict(g) for h, g in lock_entries(result.resolved).items()})
+    data = render_lock(result.spec.name, {h: dict(g) for h, g in lock_entries(result.resolved).items()},
+                       lock_workloads(result.resolved))
     try:  # confined by the validation above; a FIFO or device is not read
         current = read_regular(path, MAX_LOCK_BYTES)
     except OSError:

@@ -9,7 +9,11 @@ result is a function of the files in the repository, and reverting the spec and 
 restores the earlier placements byte for byte. `kiln lock SPEC` writes it from what the spec gets.
 
 Format (JSON, canonical): {"kind": "kiln.lock/v1", "spec": name,
-  "placements": {host: {gpu index: [{"profile", "serves", "start"}, ...]}}}.
+  "placements": {host: {gpu index: [{"profile", "serves", "start"}, ...]}},
+  "workloads": {node pool: {model[/role]: [shape of <model>-<pool>, shapes named <model>-<pool>-<shape>...]}}}.
+"workloads" (node pools whose model has several shapes or lost one) keeps a Kubernetes workload's
+name when a sibling shape goes (review M7): a Deployment's name is its identity, and a name that
+moved to the remaining shape would prune that shape's Deployment and roll the other onto it.
 """
 
 from __future__ import annotations
@@ -73,6 +77,20 @@ def parse_lock(text: str) -> dict[str, dict[int, tuple[LockedInstance, ...]]]:
     return out
 
 
+def parse_lock_workloads(text: str) -> dict[str, dict[str, tuple[str, ...]]]:
+    """pool -> model[/role] -> its shapes as the lock names them (the bare name's first); {} without
+    the key. Call after parse_lock accepted the text."""
+    doc = loads_bounded(text, max_depth=MAX_DEPTH, max_number_chars=MAX_NUMBER_CHARS, max_chars=MAX_LOCK_BYTES)
+    names = doc.get("workloads", {})
+    ok = isinstance(names, dict) and all(
+        isinstance(models, dict) and all(isinstance(v, list) and v and all(isinstance(x, str) and len(x) <= 64
+                                                                          for x in v) for v in models.values())
+        for models in names.values())
+    if not ok:
+        raise LockError("workloads: expected {pool: {model: [shape, ...]}}")
+    return {pool: {m: tuple(v) for m, v in models.items()} for pool, models in names.items()}
+
+
 def _name(key: str) -> str:
     return key if len(key) <= 64 else key[:61] + "..."
 
@@ -84,12 +102,16 @@ def _instance(item: Any, where: str) -> LockedInstance:
     return LockedInstance(item["profile"], item["serves"], item["start"])
 
 
-def render_lock(spec_name: str, placements: Mapping[str, Mapping[int, list[LockedInstance]]]) -> bytes:
+def render_lock(spec_name: str, placements: Mapping[str, Mapping[int, list[LockedInstance]]],
+                workloads: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None) -> bytes:
     doc: dict[str, Any] = {"kind": KIND, "spec": spec_name, "placements": {
         host: {str(i): [{"profile": x.profile, "serves": x.serves, "start": x.start} for x in insts]
                for i, insts in sorted(gpus.items())}
         for host, gpus in sorted(placements.items()) if gpus}}
+    if workloads:
+        doc["workloads"] = {p: {m: list(v) for m, v in sorted(ms.items())} for p, ms in sorted(workloads.items()) if ms}
     return pretty_json(doc)
+
 
 
 def lock_entries(ir) -> dict[str, dict[int, tuple[LockedInstance, ...]]]:

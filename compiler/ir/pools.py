@@ -154,7 +154,9 @@ def _gpu_layouts(ir: Resolved, host) -> tuple[GpuLayout, ...]:
     return tuple(GpuLayout(i, tuple(sorted(per_gpu.get(i, Counter()).items()))) for i in range(host.spec.count))
 
 
-def _workloads(pool: str, nodes: int, units: list[ServingUnit], known_models) -> tuple[PoolWorkload, ...]:
+def _workloads(pool: str, nodes: int, units: list[ServingUnit], known_models,
+               locked: Mapping[str, tuple[str, ...]] | None = None) -> tuple[PoolWorkload, ...]:
+    """`locked`: the lock file's names on this pool (lock_workloads)."""
     # a disaggregated model's roles are workloads of their own: <model>-<pool>-<role>[-<shape>]
     groups: dict[tuple[str, str, str | None, int], list[ServingUnit]] = {}
     for u in units:
@@ -167,6 +169,16 @@ def _workloads(pool: str, nodes: int, units: list[ServingUnit], known_models) ->
     primary: dict[tuple[str, str], tuple] = {}
     for shape in sorted(groups, key=_largest_first):
         primary.setdefault(shape[:2], shape)
+    for (model, role), shape in list(primary.items()):
+        # the lock keeps names where shapes come and go: its bare shape keeps the bare name; while it
+        # is gone, a shape the lock names with its suffix keeps that, a new shape takes the bare name
+        # (a changed profile: the workload rolls)
+        names = (locked or {}).get(f"{model}/{role}" if role else model)
+        if names is None:
+            continue
+        mine = {shape_slug(s[2], s[3]): s for s in groups if s[:2] == (model, role)}
+        new = sorted((s for slug, s in mine.items() if slug not in names), key=_largest_first)
+        primary[(model, role)] = mine.get(names[0]) or (new[0] if new else None)
     out = []
     for (model, role, profile, gpus), members in sorted(groups.items(),
                                                         key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or "", kv[0][3])):
@@ -191,7 +203,8 @@ def pools_pass(ir: Resolved) -> Resolved:
         entries = layout_entries(gpus)
         pools[name] = NodePool(name, nodes, selector, np.gpu_product if np is not None else None, gpus,
                                tuple(entries), layout_name(entries), needed_strategy(gpus),
-                               _workloads(name, nodes, ir.host_units(name), ir.models))
+                               _workloads(name, nodes, ir.host_units(name), ir.models,
+                                          ir.locked_workloads.get(name, {})))
     return dataclasses.replace(ir, pools=pools)
 
 
@@ -215,3 +228,24 @@ def mounts_weights(ir: Resolved, pool: str) -> bool:
 def kubernetes_version(ir: Resolved) -> str:
     k8s = ir.spec.kubernetes
     return k8s.version if k8s is not None else DEFAULT_KUBERNETES_VERSION
+
+
+def lock_workloads(ir) -> dict[str, dict[str, tuple[str, ...]]]:
+    """pool -> model[/role] -> [the shape of its bare-named workload, its suffixed shapes], for the
+    models with more than one shape on a pool or a lock entry there (the lock file's "workloads",
+    compiler/ir/lockfile.py, as `kiln lock` writes it). A model whose bare-named shape left keeps
+    that shape first: the name stays free for it."""
+    out: dict[str, dict[str, tuple[str, ...]]] = {}
+    for pname, pool in ir.pools.items():
+        shapes: dict[str, tuple[str | None, list[str]]] = {}
+        for w in pool.workloads:
+            key = f"{w.model}/{w.role}" if w.role else w.model
+            bare, rest = shapes.get(key, (None, []))
+            slug = shape_slug(w.mig_profile, w.gpus)
+            bare_name = f"{w.model}-{pname}-{w.role}" if w.role else f"{w.model}-{pname}"
+            shapes[key] = (slug, rest) if w.name == bare_name else (bare, rest + [slug])
+        old = ir.locked_workloads.get(pname, {})
+        for key, (bare, rest) in sorted(shapes.items()):
+            if key in old or len(rest) + (bare is not None) > 1:
+                out.setdefault(pname, {})[key] = (bare or old[key][0], *sorted(rest))
+    return out

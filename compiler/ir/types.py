@@ -175,6 +175,9 @@ class Resolved:
     units: tuple[ServingUnit, ...] = ()  # units pass, in host order then GPU order
     capture: str | None = None  # the --gpu-profiles capture, when one was given
     lock_file: str | None = None  # the lock file read (compiler/ir/lockfile.py), when the spec has one
+    # the lock's workload names (pools.lock_workloads): pool -> model[/role] -> the shape slug that
+    # holds the bare name, then the shapes named with their suffix
+    locked_workloads: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
     # entries of a spec with errors that were left out so the rest could be checked ("models" or
     # "hosts" -> names); checks do not report what follows from their absence
     set_aside: Mapping[str, frozenset[str]] = field(default_factory=dict)
