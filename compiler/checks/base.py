@@ -10,7 +10,7 @@ from typing import ClassVar, Iterable, Iterator
 from compiler.diagnostics import Diagnostic, Rule, Severity
 from compiler.ir import Resolved
 from compiler.spec.loader import Document
-from compiler.spec.models import Host, Model, Spec
+from compiler.spec.models import Host, Model
 
 
 @dataclass(frozen=True)
@@ -19,13 +19,9 @@ class CheckContext:
 
     ir: Resolved
 
-    @property
-    def spec(self) -> Spec:
-        return self.ir.spec
-
     # What the checks read: the IR's models and hosts as the passes left them (a measured limit is a
-    # number by now), not the parsed spec; `spec` stays for the sections no pass resolves (toolchain,
-    # image, kubernetes), and spans come from `doc`.
+    # number by now) and its name, toolchain, image and kubernetes sections, never the parsed spec
+    # (there is no `spec` here); spans come from `doc`.
     @property
     def target(self) -> str:
         return self.ir.target

@@ -41,9 +41,10 @@ def _role_units(ctx: CheckContext, model: str, role: str) -> list:
 
 def _replicas(ctx: CheckContext, unit) -> int:
     """Servers one unit stands for: one on a host, one per node of a Kubernetes node pool."""
-    from compiler.ir.role_capacity import replicas
+    from compiler import targets
 
-    return replicas(ctx.spec, unit)
+    host = ctx.host(unit.host)
+    return targets.of(host).replicas(host) if host is not None else 1
 
 
 def _attention(m: Model, d: Disaggregated, role: str) -> str:
@@ -131,7 +132,7 @@ class DisaggregatedRuntime(Check):
                                f"on hosts, disaggregated serving runs {' or '.join(able)} servers, but model "
                                f"{name!r} says runtime {m.serving.runtime}",
                                help=f"set `serving.runtime: {able[0]}`")
-            k8s = ctx.spec.kubernetes
+            k8s = ctx.ir.kubernetes
             if any(t.node_pool for t in deploys) and (k8s is None or k8s.runtime != "dynamo"):
                 yield ctx.diag(self, _dpath(name), "on Kubernetes, disaggregated serving runs Dynamo prefill and "
                                "decode workers, which needs `kubernetes.runtime: dynamo`", key=True,
@@ -320,7 +321,7 @@ class OverlapSchedulerOnContext(Check):
     order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        version = ctx.spec.toolchain.tensorrt_llm
+        version = ctx.ir.toolchain.tensorrt_llm
         if not facts.context_needs_overlap_off(version):
             return
         for name, _m, d in _disaggregated(ctx):
@@ -483,7 +484,7 @@ class KvRouterWithoutBlockReuse(Check):
 def _transfer_backends(ctx: CheckContext):
     """(pinned TensorRT-LLM, its transceiver facts, model, the KV-transfer backend it names) of each
     disaggregated model, where the catalog knows the pinned release's transceiver."""
-    version = ctx.spec.toolchain.tensorrt_llm
+    version = ctx.ir.toolchain.tensorrt_llm
     line = facts.transceiver(version)
     if line is None:
         return

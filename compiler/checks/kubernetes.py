@@ -22,7 +22,7 @@ ORDER = 95  # after the host rules: a pool's own faults (unknown profiles, ...) 
 
 
 def _runtime(ctx: CheckContext) -> str:
-    k8s = ctx.spec.kubernetes
+    k8s = ctx.ir.kubernetes
     return k8s.runtime if k8s is not None else "deployment"
 
 
@@ -39,7 +39,7 @@ class KubernetesNeedsImage(Check):
     order = ORDER
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.image is not None:
+        if ctx.ir.image is not None:
             return
         for name, pool in ctx.ir.pools.items():
             if pool.workloads:
@@ -64,7 +64,7 @@ class MigStrategyMismatch(Check):
     order = ORDER
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        k8s = ctx.spec.kubernetes
+        k8s = ctx.ir.kubernetes
         if k8s is None or k8s.mig_strategy is None:
             return
         declared = STRATEGIES.index(k8s.mig_strategy)
@@ -159,7 +159,7 @@ class DynamoTensorrtLlmMismatch(Check):
     order = ORDER
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        k8s = ctx.spec.kubernetes
+        k8s = ctx.ir.kubernetes
         if k8s is None or k8s.runtime != "dynamo" or k8s.dynamo is None or not ctx.ir.pools:
             return
         version = k8s.dynamo.version
@@ -169,16 +169,16 @@ class DynamoTensorrtLlmMismatch(Check):
             yield ctx.diag(self, path, f"Kiln has no record of the TensorRT-LLM that Dynamo {version} runs",
                            severity=Severity.WARNING,
                            help=f"known Dynamo lines: {', '.join(dynamo_catalog.known_lines())}; check that its "
-                                f"tensorrtllm-runtime image carries TensorRT-LLM {ctx.spec.toolchain.tensorrt_llm}")
+                                f"tensorrtllm-runtime image carries TensorRT-LLM {ctx.ir.toolchain.tensorrt_llm}")
             return
-        if rel.tensorrt_llm != ctx.spec.toolchain.tensorrt_llm:
+        if rel.tensorrt_llm != ctx.ir.toolchain.tensorrt_llm:
             notes = [weak_fact_note(f"the TensorRT-LLM pin of Dynamo {rel.line}", rel.status,
                                     dynamo_catalog.source())] if rel.status in WEAK_STATUSES else []
             yield ctx.diag(self, path,
                            f"Dynamo {version} runs TensorRT-LLM {rel.tensorrt_llm}, but the LLM-API options are written "
-                           f"for toolchain.tensorrt_llm {ctx.spec.toolchain.tensorrt_llm}",
+                           f"for toolchain.tensorrt_llm {ctx.ir.toolchain.tensorrt_llm}",
                            help=f"set toolchain.tensorrt_llm: \"{rel.tensorrt_llm}\", or the Dynamo release that "
-                                f"runs {ctx.spec.toolchain.tensorrt_llm}", notes=notes)
+                                f"runs {ctx.ir.toolchain.tensorrt_llm}", notes=notes)
 
 
 class DynamoNeedsLlmapiTarget(Check):
@@ -214,10 +214,10 @@ class DynamoNeedsRuntimeImage(Check):
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         if _runtime(ctx) != "dynamo" or not any(p.workloads for p in ctx.ir.pools.values()):
             return
-        if ctx.spec.image is not None and ctx.spec.image.base is not None:
+        if ctx.ir.image is not None and ctx.ir.image.base is not None:
             return
-        version = ctx.spec.kubernetes.dynamo.version if ctx.spec.kubernetes.dynamo else "<version>"
-        yield ctx.diag(self, ("image",) if ctx.spec.image is not None else ("kubernetes", "runtime"),
+        version = ctx.ir.kubernetes.dynamo.version if ctx.ir.kubernetes.dynamo else "<version>"
+        yield ctx.diag(self, ("image",) if ctx.ir.image is not None else ("kubernetes", "runtime"),
                        "runtime dynamo needs `image.base` to be Dynamo's tensorrtllm-runtime image: the default "
                        "base (toolchain.triton_image) has no dynamo.trtllm worker",
                        help=f"image: {{repository: ..., base: nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:{version}"
@@ -251,7 +251,7 @@ class KubernetesNameInvalid(Check):
                                help="rename the model so that it starts with a letter" if "start" in problem
                                else "shorten the model or node pool name")
 
-        yield from check(mig_configmap_name(ctx.spec.name), "ConfigMap", ("name",))
+        yield from check(mig_configmap_name(ctx.ir.name), "ConfigMap", ("name",))
         for pname, pool in sorted(ctx.ir.pools.items()):
             for w in pool.workloads:
                 if runtime == "deployment":

@@ -176,7 +176,7 @@ def dense_findings(ctx: CheckContext) -> Iterator[tuple[str, Pair, WeightUse | N
                        f"{sm_list(runs)}, not on {p.where}")
             else:
                 msg = (f"model {p.name!r} uses {r.label} {use.what}, which {TARGET_TEXT[target]} of TensorRT-LLM "
-                       f"{ctx.spec.toolchain.tensorrt_llm} runs on no GPU" + (f": {v.note}" if v.note else ""))
+                       f"{ctx.ir.toolchain.tensorrt_llm} runs on no GPU" + (f": {v.note}" if v.note else ""))
             yield code, p, use, msg, path, v
         kv = p.model.formats.kv
         if kv.quantized:

@@ -33,14 +33,14 @@ def release(text: str) -> tuple[int, int, int] | None:
     return v[:3] if v else None
 
 
-def _images(spec) -> list[tuple[tuple, str]]:
+def _images(ir) -> list[tuple[tuple, str]]:
     """(spec path, reference) of the image whose TensorRT-LLM must match the pin: the base the serving
     image is built from (compiler/actions/image_context.py), i.e. `image.base` when set, else
     `toolchain.triton_image`. A `triton_image` that a base replaces runs nowhere, so it is not held to
     the pin (a Dynamo fleet pins the runtime image's TensorRT-LLM, which no Triton image ships)."""
-    if spec.image is not None and spec.image.base is not None:
-        return [(("image", "base"), spec.image.base)]
-    return [(("toolchain", "triton_image"), spec.toolchain.triton_image)]
+    if ir.image is not None and ir.image.base is not None:
+        return [(("image", "base"), ir.image.base)]
+    return [(("toolchain", "triton_image"), ir.toolchain.triton_image)]
 
 
 def _pinned_outside(ctx: CheckContext, target: str, supported) -> str | None:
@@ -48,7 +48,7 @@ def _pinned_outside(ctx: CheckContext, target: str, supported) -> str | None:
     minor) is one `supported` refuses; None otherwise (another target, or a version not parsed)."""
     if ctx.target != target:
         return None
-    pinned = ctx.spec.toolchain.tensorrt_llm
+    pinned = ctx.ir.toolchain.tensorrt_llm
     r = release(pinned)
     return pinned if r is not None and not supported(r[:2]) else None
 
@@ -90,7 +90,7 @@ class ModelOptMissing(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.spec.toolchain.modelopt is not None:
+        if ctx.ir.toolchain.modelopt is not None:
             return
         quantized = []
         for name, m in ctx.models():
@@ -123,7 +123,7 @@ class ModelOptUnknown(Check):
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         from compiler.catalog.checkpoint_config import load_checkpoint_config
 
-        pinned = ctx.spec.toolchain.modelopt
+        pinned = ctx.ir.toolchain.modelopt
         if pinned is None:
             return
         table = load_checkpoint_config()
@@ -162,8 +162,8 @@ class ImageTrtllmMismatch(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         table = load_image_table()
-        pinned = ctx.spec.toolchain.tensorrt_llm
-        for path, ref in _images(ctx.spec):
+        pinned = ctx.ir.toolchain.tensorrt_llm
+        for path, ref in _images(ctx.ir):
             facts = table.facts(ref)
             fam = facts.family
             if facts.verdict == "no-trtllm":
@@ -213,8 +213,8 @@ class ImageUnverifiable(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         table = load_image_table()
-        pinned = ctx.spec.toolchain.tensorrt_llm
-        for path, ref in _images(ctx.spec):
+        pinned = ctx.ir.toolchain.tensorrt_llm
+        for path, ref in _images(ctx.ir):
             facts = table.facts(ref)
             if facts.verdict == "unknown-image":
                 yield ctx.diag(self, path, f"cannot verify that this image ships TensorRT-LLM {pinned}: it is "
@@ -253,7 +253,7 @@ class CheckpointConfigUnknown(Check):
         from compiler.catalog.checkpoint_config import load_checkpoint_config
 
         table = load_checkpoint_config()
-        pinned = ctx.spec.toolchain.tensorrt_llm
+        pinned = ctx.ir.toolchain.tensorrt_llm
         if table.runtime(pinned) is not None:
             return
         writers = sorted(name for name, rm in ctx.ir.models.items()
@@ -301,7 +301,7 @@ class LlmapiOptionsUnverified(Check):
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         if ctx.target != "llmapi" or not ctx.ir.models:
             return
-        pinned = ctx.spec.toolchain.tensorrt_llm
+        pinned = ctx.ir.toolchain.tensorrt_llm
         r, known = release(pinned), llmapi_facts_release()
         if r is None or known is None or r[:2] == known or r[:2] < (1, 2):
             return  # unparseable, or older than 1.2 (K805 refuses it)

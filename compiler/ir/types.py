@@ -23,7 +23,7 @@ from compiler.capacity.report import UnitFigures
 from compiler.catalog.types import GpuSpec, MigProfile, ModelArch
 from .inputs import ResolvedInput
 from compiler.spec.loader import Document
-from compiler.spec.models import Host, MigInstance, Model, Spec
+from compiler.spec.models import Host, Image, Kubernetes, MigInstance, Model, Spec, Toolchain
 
 from .lockfile import LockedInstance
 from .measured import Measurement
@@ -189,6 +189,16 @@ class Resolved:
     # frontend routes, every server being on node pools)
     routers: Mapping[str, str | None] = field(default_factory=dict)
     roles: Mapping[str, ModelRoles] = field(default_factory=dict)  # roles pass: each role's servers, placed and needed
+    # the spec's sections no pass rewrites, taken once from the spec (and again by dataclasses.replace
+    # with another spec): what checks and targets read in place of the parsed spec
+    name: str = field(init=False)
+    toolchain: Toolchain = field(init=False)
+    image: Image | None = field(init=False)
+    kubernetes: Kubernetes | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        for section in ("name", "toolchain", "image", "kubernetes"):
+            object.__setattr__(self, section, getattr(self.spec, section))
 
     def input_path(self, value: str) -> Path:
         """The real path of an input the spec names (KeyError for one resolution refused)."""
