@@ -182,6 +182,18 @@ def check(edit: Edit, work: Path) -> tuple[str, object]:
         if r.before.get(m) and lowest < r.before[m]:
             assert f"{m}: {r.before[m]} -> {r.end.get(m, 0)} ready" in text and f"lowest {lowest} " in text
     assert all(step.text in text for step in r.steps)
+    # ... per node pool too: a pool's ready pods add up to the model's, its fewest are its timeline's,
+    # and every pool says whether the object the change sticks on is in it
+    for step in r.steps:
+        assert all(sum(by.get(m, 0) for by in step.by_pool.values()) == n for m, n in step.ready.items())
+    for pool, low in r.pool_low.items():
+        for m, (lowest, _, _) in low.items():
+            assert lowest == min([r.pool_before.get(pool, {}).get(m, 0)]
+                                 + [s.by_pool.get(pool, {}).get(m, 0) for s in r.steps]), (edit.name, pool, m)
+        for line in sim.pool_lines(pool):
+            assert f"    {line}\n" in text + "\n", (edit.name, pool, line)
+        if not r.completed and r.stuck_on is not None:
+            assert any("(K858), in this pool" in x for x in sim.pool_lines(pool)) == (r.stuck_pool == pool)
     assert sorted(id(s) for _, steps in sim.sections() for s in steps) == sorted(id(s) for s in r.steps)
     # ... and so are its per-workload lines: each roll's pace is the controller's arithmetic on the
     # strategy the simulated workload rolled by, and the workload the change sticks on says so

@@ -157,6 +157,21 @@ def test_the_timeline_is_a_section_per_pool(tmp_path: Path) -> None:
     assert text.index("  Cluster (") < text.index("  Node pool b200-pool") < text.index("  Node pool h100-pool")
 
 
+def test_each_pool_says_its_models_fewest_pods_and_where_the_change_sticks(tmp_path: Path) -> None:
+    """Issue 32: a pool's section gives its own models' ready pods (before, after, fewest and for how
+    long), not the model's across pools, and whether the object the change sticks on (K858) is in it."""
+    moved = _sim(tmp_path / "m", MOVEMODEL)
+    r = moved.result
+    assert not r.completed and r.stuck_pool == "b200-pool"
+    assert r.pool_before["h100-pool"]["intent"] == 32 and r.pool_before.get("b200-pool", {}).get("intent", 0) == 0
+    assert moved.pool_lines("b200-pool")[-1] == "the change sticks on Deployment big-b200-pool (K858), in this pool"
+    assert moved.pool_lines("h100-pool")[-1].endswith("(K858), in node pool b200-pool")
+    one = _sim(tmp_path / "o", ONEFIELD)
+    assert one.pool_lines("b200-pool") == ["big on this pool: 2 -> 2 ready"]  # the model's lowest is the pool's
+    assert "chat on this pool: 32 -> 32 ready; lowest 24 (75%) from +0s for 49m00s" in one.pool_lines("h100-pool")
+    assert not any("K858" in x for x in one.pool_lines("h100-pool"))
+
+
 def test_a_relayout_waits_for_the_pods_the_last_node_lost(tmp_path: Path) -> None:
     """Review N13: the next node's evictions wait for the previous node's pods to load (the budgets
     refuse them until then); with a 600 s bound the Job failed and left a node cordoned. Review N1:

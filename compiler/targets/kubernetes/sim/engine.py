@@ -65,6 +65,7 @@ class Step:
     text: str
     ready: dict  # model -> ready pods behind its Service, after this step
     pool: str | None = None  # the node pool it happens on; None: the cluster's (Argo CD's waves, the Job)
+    by_pool: dict = field(default_factory=dict)  # node pool -> model -> ready pods on its nodes, after this step
 
 
 @dataclass
@@ -84,6 +85,10 @@ class Result:
     # "workload-roll", "replicas", "workload-delete" (a DGD's worker as <dgd>/<component>), and
     # ("node-relayout", pool) where the re-layout Job relabels a node
     events: list = field(default_factory=list)
+    pool_before: dict = field(default_factory=dict)  # node pool -> model -> ready pods on its nodes before
+    pool_low: dict = field(default_factory=dict)  # node pool -> model -> (fewest ready pods on it, from t, for s)
+    pool_end: dict = field(default_factory=dict)  # node pool -> model -> ready pods on its nodes at the end
+    stuck_pool: str | None = None  # the node pool the object the sync waits on runs in; None: the cluster's
 
 
 class Stuck(Exception):
@@ -126,10 +131,11 @@ class Simulation:
         self.gaps: list[tuple[Step, Workload]] = []  # a Dynamo roll's routing-gap step and its model (review N10)
         self.events: list[tuple] = []
         self.before = self.ready_by_model()
+        self.pool_before = self.ready_by_pool()
 
     # --- helpers -----------------------------------------------------------------------------------
     def _say(self, text: str, pool: str | None = None) -> None:
-        self.steps.append(Step(self.now, text, self.ready_by_model(), pool))
+        self.steps.append(Step(self.now, text, self.ready_by_model(), pool, self.ready_by_pool()))
 
     def _event(self, event: tuple) -> None:
         if event not in self.events:
@@ -183,6 +189,18 @@ class Simulation:
             sels = [sel for m, sel in self.services.values() if m == model]
             out[model] = sum(1 for p in self.pods if p.ready and any(
                 all(p.labels.get(k) == v for k, v in sel.items()) for sel in sels))
+        return out
+
+    def ready_by_pool(self) -> dict:
+        """Each pool's share of ready_by_model: the ready pods behind a model's Service on its nodes."""
+        out: dict = {}
+        for model in sorted({m for m, _ in self.services.values()}):
+            sels = [sel for m, sel in self.services.values() if m == model]
+            for p in self.pods:
+                if p.ready and p.node is not None and any(
+                        all(p.labels.get(k) == v for k, v in sel.items()) for sel in sels):
+                    mine = out.setdefault(self.nodes[p.node].pool, {})
+                    mine[model] = mine.get(model, 0) + 1
         return out
 
     # --- the Deployment and ReplicaSet controllers ---------------------------------------------------
@@ -588,7 +606,8 @@ class Simulation:
             "it is deleted by hand (K855)" if webhook else None)
         if refused is not None:
             self._say(refused)
-            return Result(self.steps, False, refused, 0.0, self.before, {}, self.ready_by_model(), self._low())
+            return Result(self.steps, False, refused, 0.0, self.before, {}, self.ready_by_model(), self._low(),
+                          pool_before=self.pool_before, pool_low=self._pool_low(), pool_end=self.ready_by_pool())
         self.strategy = self.new.strategy
         if self.new.strategy != self.base.strategy:
             self._say(f"the GPU Operator's MIG strategy is {self.new.strategy} from now on (helm upgrade); "
@@ -635,7 +654,21 @@ class Simulation:
         return Result(self.steps, stuck is None, stuck, self.now, self.before, dict(desired), self.ready_by_model(),
                       low, stuck_on,
                       {w.name: (w.replicas, w.max_surge, w.max_unavailable) for w in self.new.workloads.values()},
-                      self._pool_models(), self.events)
+                      self._pool_models(), self.events, self.pool_before, self._pool_low(),
+                      self.ready_by_pool(), self._stuck_pool(stuck_on))
+
+    def _stuck_pool(self, key: tuple | None) -> str | None:
+        """The node pool a stuck object runs in: a Deployment's, a DynamoGraphDeployment's workers' (the
+        first), else its kiln.io/pool label; None for the cluster's (the re-layout Job)."""
+        if key is None:
+            return None
+        kind, ns, name = key
+        keys = self.new.groups.get(key, []) if kind == "DynamoGraphDeployment" else [f"{ns}/{name}"]
+        for k in keys:
+            w = self.new.workloads.get(k) or self.base.workloads.get(k)
+            if w is not None:
+                return w.pool
+        return self._pool_of(key)
 
     def _pool_models(self) -> dict:
         out: dict = {}
@@ -658,20 +691,30 @@ class Simulation:
         return f"{kind} {name} is not healthy"
 
     def _low(self) -> dict:
-        out = {}
-        samples = [(0.0, self.before)] + [(s.t, s.ready) for s in self.steps]
-        end = self.now
-        for model in sorted({m for _, r in samples for m in r}):
-            lowest, since, span = None, 0.0, 0.0
-            for i, (t, ready) in enumerate(samples):
-                n = ready.get(model, 0)
-                until = samples[i + 1][0] if i + 1 < len(samples) else end
-                if lowest is None or n < lowest:
-                    lowest, since, span = n, t, until - t
-                elif n == lowest and until > t:
-                    span += until - t
-            out[model] = (lowest, since, span)
-        return out
+        return _lowest([(0.0, self.before)] + [(s.t, s.ready) for s in self.steps], self.now)
+
+    def _pool_low(self) -> dict:
+        pools = set(self.pool_before) | {p for s in self.steps for p in s.by_pool} | set(self._pool_models())
+        return {pool: _lowest([(0.0, self.pool_before.get(pool, {}))] + [(s.t, s.by_pool.get(pool, {}))
+                                                                         for s in self.steps], self.now,
+                              self._pool_models().get(pool, []))
+                for pool in sorted(pools)}
+
+
+def _lowest(samples: list, end: float, models: list = ()) -> dict:
+    """model -> (fewest ready pods over the samples (t, model -> ready), from when, for how long in all)."""
+    out = {}
+    for model in sorted({m for _, r in samples for m in r} | set(models)):
+        lowest, since, span = None, 0.0, 0.0
+        for i, (t, ready) in enumerate(samples):
+            n = ready.get(model, 0)
+            until = samples[i + 1][0] if i + 1 < len(samples) else end
+            if lowest is None or n < lowest:
+                lowest, since, span = n, t, until - t
+            elif n == lowest and until > t:
+                span += until - t
+        out[model] = (lowest, since, span)
+    return out
 
 
 def simulate(base: Revision, new: Revision, pools: list[PoolNodes], load_s: dict[str, float] | None = None) -> Result:

@@ -14,6 +14,12 @@ NOT_ROLLED = ("no pod replaced: the simulated controllers keep every pod (nothin
               "its rollout strategy applies from its next rollout")
 
 
+def _dip(before: int, low: tuple) -> str:
+    lowest, since, span = low
+    return f"; lowest {lowest} ({100 * lowest // before}%) from +{_t(since)} for {_t(span)}" \
+        if before and lowest < before else ""
+
+
 def _t(seconds: float) -> str:
     s = int(round(seconds))
     if s < 60:
@@ -47,15 +53,30 @@ class ChangeSimulation:
         out = []
         for m in sorted(set(self.before) | set(r.desired)):
             b, want, end = self.before.get(m, 0), r.desired.get(m, 0), r.end.get(m, 0)
-            lowest, since, span = r.low.get(m, (end, 0.0, 0.0))
-            line = f"{m}: {b} -> {end} ready (wants {want})"
-            if b and lowest < b:
-                line += f"; lowest {lowest} ({100 * lowest // b}%) from +{_t(since)} for {_t(span)}"
-            out.append(line)
+            out.append(f"{m}: {b} -> {end} ready (wants {want})" + _dip(b, r.low.get(m, (end, 0.0, 0.0))))
+        return out
+
+    def pool_lines(self, pool: str) -> list[str]:
+        """A pool's share: each of its models' ready pods on its nodes before and after, the fewest during
+        the change and for how long; whether the object the change sticks on (K858) is in it."""
+        r = self.result
+        before, end, low = r.pool_before.get(pool, {}), r.pool_end.get(pool, {}), r.pool_low.get(pool, {})
+        out = []
+        for m in r.pools.get(pool, []):
+            b, e = before.get(m, 0), end.get(m, 0)
+            out.append(f"{m} on this pool: {b} -> {e} ready" + _dip(b, low.get(m, (e, 0.0, 0.0))))
+        if not r.completed and r.stuck_on is not None:
+            kind, _, name = r.stuck_on
+            out.append(f"the change sticks on {kind} {name} ({STUCK_CODE}), "
+                       + ("in this pool" if r.stuck_pool == pool else
+                          f"in node pool {r.stuck_pool}" if r.stuck_pool else "the cluster's, not a pool's"))
         return out
 
     def sections(self) -> list[tuple[str, list]]:
-        """The timeline a section per node pool (its heading: the pool, its models, when its last step
+        return [(heading, steps) for _, heading, steps in self._sections()]
+
+    def _sections(self) -> list[tuple[str | None, str, list]]:
+        """(pool, heading, steps): the timeline a section per node pool (its heading: the pool, its models, when its last step
         happens), after the cluster's own steps (Argo CD's waves, the re-layout Job's); a pool where
         nothing happens says so."""
         r = self.result
@@ -63,14 +84,14 @@ class ChangeSimulation:
         out = []
         cluster = [s for s in steps if s.pool is None]
         if cluster:
-            out.append(("Cluster (Argo CD's sync waves, the re-layout Job)", cluster))
+            out.append((None, "Cluster (Argo CD's sync waves, the re-layout Job)", cluster))
         for pool in sorted(set(r.pools) | {s.pool for s in steps if s.pool is not None}):
             mine = [s for s in steps if s.pool == pool]
             models = ", ".join(r.pools.get(pool, [])) or "no model"
             settled = self._settled(r.pools.get(pool, []), mine[-1].t if mine else 0.0)
             when = ("nothing happens" if not mine else f"settled at +{_t(settled)}" if settled is not None
                     else "does NOT settle: its models never reach their ready count")
-            out.append((f"Node pool {pool} ({models}): {when}", mine))
+            out.append((pool, f"Node pool {pool} ({models}): {when}", mine))
         return out
 
     def _settled(self, models: list, after: float) -> float | None:
@@ -92,19 +113,22 @@ class ChangeSimulation:
         lines = [f"Rollout on the cluster (simulated; a pod is Ready {defaults()['pod_load_s']} s after it is "
                  f"scheduled, a stated default): {self.headline()}"]
         lines += [f"  {x}" for x in self.model_lines()]
-        for heading, steps in self.sections():
+        for pool, heading, steps in self._sections():
             lines.append(f"  {heading}")
+            lines += [f"    {x}" for x in (self.pool_lines(pool) if pool is not None else [])]
             lines += [f"    +{_t(s.t):<7} {s.text}" for s in steps]
         return "\n".join(lines)
 
     def markdown(self) -> str:
         lines = ["### Rollout (simulated)", "", f"**{self.headline()}**", ""]
         lines += [f"- {x}" for x in self.model_lines()]
-        for heading, steps in self.sections():
+        for pool, heading, steps in self._sections():
+            mine = [f"- {x}" for x in (self.pool_lines(pool) if pool is not None else [])]
             if not steps:
-                lines += ["", f"{heading}"]
+                lines += ["", f"{heading}", *([""] + mine if mine else [])]
                 continue
-            lines += ["", f"<details><summary>{heading}</summary>", "", "| at | step |", "|---|---|"]
+            lines += ["", f"<details><summary>{heading}</summary>", "", *mine, *([""] if mine else []),
+                      "| at | step |", "|---|---|"]
             lines += [f"| +{_t(s.t)} | {s.text.replace('|', chr(92) + '|')} |" for s in steps]
             lines += ["", "</details>"]
         return "\n".join(lines)
@@ -115,6 +139,10 @@ class ChangeSimulation:
                 "desired": r.desired, "end": r.end,
                 "lowest": {m: {"ready": v[0], "from_s": v[1], "for_s": v[2]} for m, v in r.low.items()},
                 "pools": r.pools,
+                "per_pool": {p: {"before": r.pool_before.get(p, {}), "end": r.pool_end.get(p, {}),
+                                 "lowest": {m: {"ready": v[0], "from_s": v[1], "for_s": v[2]} for m, v in low.items()}}
+                             for p, low in r.pool_low.items()},
+                "stuck_pool": r.stuck_pool,
                 "steps": [{"t": s.t, "text": s.text, "ready": s.ready, "pool": s.pool} for s in r.steps]}
 
     def annotate(self, disruptions: list) -> list:
