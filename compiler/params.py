@@ -28,16 +28,20 @@ class Effect:
       scale      servers added or removed, the others untouched
     `why`: the rule it follows, with its source where it is a controller's; `shows_as`: the kinds of
     disruption a plan may list for such a change (the deploy target's vocabulary, which words them);
-    `named`: what the plan calls the field where it lists the change (empty: the field's name)."""
+    `named`: what the plan calls the field where it lists the change (empty: the field's name; it
+    may name the new value's fields, `{role}`); `rank`: where the plan names it among the changed
+    fields of one value (changed_names: those of the lowest rank are named, the others echo them;
+    None: never named)."""
 
     what: str
     why: str = ""
     shows_as: tuple[str, ...] = ()
     named: str = ""
+    rank: int | None = None
 
-    def naming(self, what: str) -> Effect:
-        """The same effect, the plan calling its field `what`."""
-        return dataclasses.replace(self, named=what)
+    def naming(self, what: str, rank: int | None = None) -> Effect:
+        """The same effect, the plan calling its field `what` (at `rank`, where given)."""
+        return dataclasses.replace(self, named=what, rank=self.rank if rank is None else rank)
 
     def __post_init__(self) -> None:
         if self.what not in EFFECTS:
@@ -67,6 +71,18 @@ def effect(model: type[BaseModel], name: str) -> Effect | None:
     """The effect field `name` of `model` declares (else its model's for every field), or None."""
     own = next((m for m in model.model_fields[name].metadata if isinstance(m, Effect)), None)
     return own if own is not None else getattr(model, "effect_of_fields", None)
+
+
+def changed_names(old: BaseModel, new: BaseModel) -> list[str]:
+    """What a plan says changed from `old` to `new` (two values of one Params model): the changed
+    fields of the lowest declared rank, each as its effect names it (with `new`'s fields), once,
+    in declaration order; [] where no ranked field changed."""
+    model = type(new)
+    changed = [(e.rank, e.named.format(**dict(new)) if e.named else name) for name in model.model_fields
+               if (e := effect(model, name)) is not None and e.rank is not None
+               and getattr(old, name) != getattr(new, name)]
+    first = min((rank for rank, _ in changed), default=None)
+    return list(dict.fromkeys(named for rank, named in changed if rank == first))
 
 
 def fields_that(model: type[BaseModel], what: str) -> tuple[str, ...]:

@@ -537,6 +537,18 @@ def test_every_kinds_parameters_declare_what_their_change_does() -> None:
     from compiler.targets.hosts.hostscript import CAUSES, HostUnit
 
     assert undeclared(HostUnit) == [] and CAUSES == ("model", "ports", "gpus", "mig_slot")
+    # where no cause changed, the declared ranks name the echo: environment, then the server command,
+    # then the role's options (params.changed_names; hostscript.disruptions holds no order of its own)
+    from compiler.params import changed_names
+
+    u = HostUnit.model_construct(id="h/prefill", model="m", ports={"http": 1}, gpus=[0], mig_slot=None,
+                                 role="prefill", serving="argv", environment={"A": "1"}, inputs="x")
+    assert changed_names(u, u) == []
+    assert changed_names(u, u.model_copy(update={"inputs": "y"})) == ["the prefill role's options"]
+    assert changed_names(u, u.model_copy(update={"inputs": "y", "environment": {}})) == ["environment"]
+    assert changed_names(u, u.model_copy(update={"inputs": "y", "role": "decode"})) == ["server command"]
+    assert changed_names(u, u.model_copy(update={"environment": {}, "ports": {"http": 2}, "gpus": [1]})) == \
+        ["ports", "gpus"]
     # one entry words a change (targets/registry.py disruptions), for exactly the kinds that reach what runs;
     # the graph's ActionKind has no disruption hook
     assert set(WORDING) == reaching

@@ -36,7 +36,7 @@ from compiler.actions.runtimes import UnitServing, ir_unit_serving
 from compiler.actions.shell import Shell, shell_quote, words
 from compiler.graph.model import Action
 from compiler.ir.migparted import mig_parted_problems
-from compiler.params import Effect, effect
+from compiler.params import Effect, changed_names, effect
 from compiler.serving.yamlout import dump_yaml
 
 from . import disaggregated as disagg_hosts
@@ -111,10 +111,11 @@ def _unset(value: object) -> bool:
 # provision.sh recreates a container whose settings (its kiln.config label) differ, and only that one
 _RECREATES = Effect("restart", "provision.sh recreates each container whose settings changed (its kiln.config "
                                "label); the others keep running", ("container-restart",))
-# A unit's field whose change the plan names as the cause of its container's recreation, in the order the
-# plan lists them; the others echo a cause (a port or model change also changes the server's argv), and
-# are named only where no cause changed (disruptions).
-_CAUSE = Effect("restart", "what the container runs with: provision.sh recreates it", ("container-restart",))
+# A unit's field whose change the plan names as the cause of its container's recreation (rank 0), in the
+# order the plan lists them; the others echo a cause (a port or model change also changes the server's
+# argv), and are named by rank where no cause changed: environment, then the server command (which
+# names the role), then the role's options digest (params.changed_names).
+_CAUSE = Effect("restart", "what the container runs with: provision.sh recreates it", ("container-restart",), rank=0)
 _ECHO = Effect("restart", "what the container runs with, also changed by a cause (the server's argv names the "
                           "model and its ports)", ("container-restart",))
 
@@ -126,14 +127,14 @@ class HostUnit(Params):
     gpus: Annotated[list[int], _CAUSE]
     mig_slot: Annotated[int | None, _CAUSE]  # position in the GPU's `mig` list
     # what the container runs, and how it is checked to serve
-    serving: Annotated[UnitServing, _ECHO.naming("server command")]
+    serving: Annotated[UnitServing, _ECHO.naming("server command", rank=2)]
     # disaggregated serving (left out of the parameters when unset: other units keep their keys):
     # the role it serves (prefill, decode), which its serving names too
-    role: Annotated[str | None, _ECHO] = Field(default=None, exclude_if=_unset)
+    role: Annotated[str | None, _ECHO.naming("server command", rank=2)] = Field(default=None, exclude_if=_unset)
     # the UCX settings of its container
-    environment: Annotated[dict[str, str], _ECHO.naming("environment")] = Field(default={}, exclude_if=_unset)
-    # digest of what it reads from the image ("": all of it)
-    inputs: Annotated[str, _ECHO] = Field(default="", exclude_if=_unset)
+    environment: Annotated[dict[str, str], _ECHO.naming("environment", rank=1)] = Field(default={}, exclude_if=_unset)
+    # digest of what it reads from the image ("": all of it; set for a role's server only)
+    inputs: Annotated[str, _ECHO.naming("the {role} role's options", rank=3)] = Field(default="", exclude_if=_unset)
 
 
 CAUSES = tuple(f for f in HostUnit.model_fields if effect(HostUnit, f) is _CAUSE)  # model, ports, gpus, mig_slot
@@ -316,13 +317,7 @@ def disruptions(old: HostScriptParams | None, new: HostScriptParams) -> list[Dis
         prev = before.get(u.id)
         if prev is None or prev == u:
             continue
-        # a port or model change also changes the server's argv: name the cause, not its echo
-        what = [k for k in CAUSES if getattr(prev, k) != getattr(u, k)]
-        if not what and prev.environment != u.environment:
-            what = [effect(HostUnit, "environment").named]
-        if not what and prev.inputs != u.inputs and prev.serving == u.serving:
-            what = [f"the {u.role} role's options" if u.role else "its image inputs"]
-        what = what or [effect(HostUnit, "serving").named]
+        what = changed_names(prev, u)  # every field but the id is ranked, so something is named
         name = u.id.split('/', 1)[-1] + (f" ({u.role} server)" if u.role else "")
         for g in u.gpus:
             out.append(Disruption(new.host, g, "container-restart", f"{name} is recreated ({', '.join(what)} changed)"))
