@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
@@ -106,3 +106,11 @@ def changed_kinds(old: BaseModel | None, new: BaseModel, but: tuple[str, ...] = 
         if e is not None and getattr(old, name, None) != getattr(new, name):
             out += [k for k in e.shows_as if k not in out]
     return out
+
+
+def worded(kinds: Iterable[str], words: Mapping[str, Callable[..., str | None]], *values: Any) -> list[tuple[str, str]]:
+    """(kind, detail) of each kind a change's fields declare (changed_kinds), in that order, as the
+    deploy target's `words` put it for `values` (its old and new parameters); a kind whose wording
+    finds that nothing it stands for changed (None: a field changed, its meaning did not) is left out.
+    The one derivation of every field-declared disruption's words (hostplan, k8s_nodes)."""
+    return [(kind, detail) for kind in kinds if (detail := words[kind](*values)) is not None]

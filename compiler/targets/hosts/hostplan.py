@@ -14,7 +14,7 @@ from typing import Annotated
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.actions.gpustate import GpuState, HostState, MigInstanceState, desired_state
 from compiler.graph.model import Action
-from compiler.params import Effect, changed_kinds
+from compiler.params import Effect, changed_kinds, worded
 from compiler.store.canonical import pretty_json
 
 from .target import TARGET
@@ -165,9 +165,6 @@ def disruptions(old_state: HostState | None, new_state: HostState) -> list[Disru
                 out.append(Disruption(host, index, "serving-change",
                                       f"leaves the plan: stops serving {_serving_text(_serving(old))}"))
             continue
-        for kind in changed_kinds(old, new):
-            detail = _WORDS[kind](old, new)
-            if detail is not None:
-                out.append(Disruption(host, index, kind, detail))
+        out += [Disruption(host, index, kind, detail) for kind, detail in worded(changed_kinds(old, new), _WORDS, old, new)]
     out.sort(key=lambda d: (d.gpu_index, TARGET.disruptions[d.kind]))
     return out

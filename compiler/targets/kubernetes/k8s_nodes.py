@@ -26,7 +26,7 @@ from compiler.actions.gpustate import desired_state
 from compiler.targets.disruption import POOL
 from compiler.graph.model import Action
 from compiler.ir.pools import ALL_DISABLED, cluster_strategy
-from compiler.params import Effect, changed_kinds
+from compiler.params import Effect, changed_kinds, worded
 
 from . import nodelayer, plan, tree
 from .k8s_deployment import max_unavailable, namespace_of
@@ -306,10 +306,8 @@ def disruptions(old: NodeLayerParams | None, new: NodeLayerParams) -> list[Disru
     out: list[Disruption] = []
     for p in new.pools:
         prev = before.get(p.name)
-        for kind in cluster + [k for k in changed_kinds(prev, p) if k not in cluster]:
-            detail = _WORDS[kind](old, new, prev, p)
-            if detail is not None:
-                out.append(Disruption(p.name, POOL, kind, detail))
+        kinds = cluster + [k for k in changed_kinds(prev, p) if k not in cluster]
+        out += [Disruption(p.name, POOL, kind, detail) for kind, detail in worded(kinds, _WORDS, old, new, prev, p)]
     # a pool that leaves the spec: its workloads are pruned (k8s-release); its nodes keep their layout,
     # which stays in the live ConfigMap while a node carries it (label-nodes.sh), so nothing fails
     return out
