@@ -222,6 +222,7 @@ listed() { # LIST ITEM: ITEM is one of the comma-separated LIST
 }
 
 in_scope() { [ -z "$ONLY_GPUS" ] || listed "$ONLY_GPUS" "$1"; }  # GPU: --gpus lists it, or none is given
+scoped_gpus() { local i; for i in "${PLAN_GPUS[@]}"; do if in_scope "$i"; then echo "$i"; fi; done; }  # the steps' GPUs
 
 gpus_in_scope() { # LIST: all its GPUs are in scope; an empty list (a router's) only without --gpus
   local g
@@ -385,8 +386,7 @@ step_driver() {
 step_persistence() {
   local i live want=Disabled flag=0
   if [ "$PERSISTENCE" = 1 ]; then want=Enabled; flag=1; fi
-  for i in "${PLAN_GPUS[@]}"; do
-    in_scope "$i" || continue
+  for i in $(scoped_gpus); do
     live=$(gpu_field persistence_mode "$i")
     if [ "$live" != "$want" ]; then
       if act "GPU $i: persistence mode $live -> $want"; then
@@ -432,8 +432,7 @@ pending_help() {
 step_mig_mode() {
   local i cur pend want flag procs
   snapshot
-  for i in "${PLAN_GPUS[@]}"; do
-    in_scope "$i" || continue
+  for i in $(scoped_gpus); do
     want=Disabled; flag=0
     if [ "${WANT_MIG[$i]}" = 1 ]; then want=Enabled; flag=1; fi
     cur=$(gpu_field mig.mode.current "$i")
@@ -531,8 +530,7 @@ destroy_instances() { # GPU [GI-ID...]: destroy the compute instances, then the 
 step_mig_instances() {
   local i tok gid pid start name mode_ok
   snapshot
-  for i in "${PLAN_GPUS[@]}"; do
-    in_scope "$i" || continue
+  for i in $(scoped_gpus); do
     [ "${WANT_MIG[$i]}" = 1 ] || continue
     [ -z "${BLOCKED[$i]+set}" ] || continue
     local -a want=() names=() extra=() missing=() no_ci=()
@@ -678,42 +676,40 @@ lock_clock() { # GPU KEY(lgc|lmc) WANT
 }
 
 step_clocks_power() {
-  local i want live
+  local i
   snapshot
-  for i in "${PLAN_GPUS[@]}"; do
-    in_scope "$i" || continue
+  for i in $(scoped_gpus); do
     if [ -n "${PENDING_RESET[$i]+set}" ]; then
       say "GPU $i: clocks and power limit are left for the run after the GPU reset (a reset releases them)"
       continue
     fi
     lock_clock "$i" lgc "${WANT_LGC[$i]}"
     lock_clock "$i" lmc "${WANT_LMC[$i]}"
-    want=${WANT_AC[$i]}
-    if [ -n "$want" ]; then
-      live="$(gpu_field clocks.applications.memory "$i"),$(gpu_field clocks.applications.graphics "$i")"
-      if [ "$live" != "$want" ]; then
-        if act "GPU $i: application clocks (memory,graphics) $live -> $want"; then
-          run "$SMI" -i "$i" -ac "$want" || true
-          snapshot
-          live="$(gpu_field clocks.applications.memory "$i"),$(gpu_field clocks.applications.graphics "$i")"
-          [ "$live" = "$want" ] || error "GPU $i: application clocks are $live after nvidia-smi -ac $want"
-        fi
-      fi
-    fi
-    want=${WANT_PL[$i]}
-    if [ -n "$want" ]; then
-      live=$(gpu_field power.limit "$i")
-      live=${live%%.*}
-      if [ "$live" != "$want" ]; then
-        if act "GPU $i: power limit $live W -> $want W"; then
-          run "$SMI" -i "$i" -pl "$want" || true
-          snapshot
-          live=$(gpu_field power.limit "$i")
-          [ "${live%%.*}" = "$want" ] || error "GPU $i: power limit is $live W after nvidia-smi -pl $want"
-        fi
-      fi
-    fi
+    set_read_back "$i" -ac "${WANT_AC[$i]}" "application clocks (memory,graphics)" "application clocks are" "" \
+      clocks.applications.memory clocks.applications.graphics
+    set_read_back "$i" -pl "${WANT_PL[$i]}" "power limit" "power limit is" " W" power.limit
   done
+}
+
+gpu_fields() { # GPU FIELD...: the fields' values in the last snapshot, comma-separated
+  local i=$1 f sep=""
+  shift
+  for f in "$@"; do printf '%s%s' "$sep" "$(gpu_field "$f" "$i")"; sep=,; done
+}
+
+# GPU FLAG VALUE SAYS IS UNIT FIELD...: nvidia-smi FLAG VALUE where the fields' integer part (the
+# power limit reads 700.00) is not VALUE, then read them back; nvidia-smi's own verdict is not trusted.
+set_read_back() {
+  local i=$1 flag=$2 value=$3 says=$4 is=$5 unit=$6 live
+  shift 6
+  [ -n "$value" ] || return 0
+  live=$(gpu_fields "$i" "$@")
+  [ "${live%%.*}" != "$value" ] || return 0
+  act "GPU $i: $says ${live%%.*}$unit -> $value$unit" || return 0
+  run "$SMI" -i "$i" "$flag" "$value" || true
+  snapshot
+  live=$(gpu_fields "$i" "$@")
+  [ "${live%%.*}" = "$value" ] || error "GPU $i: $is $live$unit after nvidia-smi $flag $value"
 }
 
 # CPUs of the serving units (docker run --cpuset-cpus), NUMA-aware: each unit gets CPUs of the
