@@ -257,10 +257,11 @@ compute_apps() { # GPU -> "pid name" per compute process, nothing when idle
     awk -F', ' 'NF >= 2 { print $1 " " $2 }'
 }
 
+# mig_list -lgi|-lci GPU: nvidia-smi's listing, also when it fails (no instances is an error to it)
+mig_list() { local out; out=$("$SMI" mig "$1" -i "$2" 2>&1) || true; printf '%s\n' "$out"; }
+
 live_gis() { # GPU -> "<GI id> <profile id> <start> <profile name>" per GPU instance
-  local out
-  out=$("$SMI" mig -lgi -i "$1" 2>&1) || true
-  printf '%s\n' "$out" | awk '
+  mig_list -lgi "$1" | awk '
     /^\|[ \t]+[0-9]+[ \t]+MIG[ \t]/ {
       gsub(/\|/, " ")
       split($6, p, ":")
@@ -269,9 +270,7 @@ live_gis() { # GPU -> "<GI id> <profile id> <start> <profile name>" per GPU inst
 }
 
 live_cis() { # GPU -> "<GI id> <CI id>" per compute instance
-  local out
-  out=$("$SMI" mig -lci -i "$1" 2>&1) || true
-  printf '%s\n' "$out" | awk '
+  mig_list -lci "$1" | awk '
     /^\|[ \t]+[0-9]+[ \t]+[0-9]+[ \t]+MIG[ \t]/ { gsub(/\|/, " "); print $2, $6 }'
 }
 
