@@ -937,13 +937,10 @@ start_unit() {
     fi
     where="$dev ports ${UNIT_PORTS[$k]}, CPUs $(cpuset "$k")"
   fi
-  local -a cmd=("$IMAGE" "${CMD[@]}")
-  if [ -n "${UNIT_INPUTS[$k]}" ]; then
-    # what it reads from the image is named by its digest: another unit's change keeps it running
-    config=$(printf '%s\n' "${args[@]}" "${CMD[@]}" "${UNIT_INPUTS[$k]}" | sha256sum | cut -c1-16)
-  else
-    config=$(printf '%s\n' "${args[@]}" "${cmd[@]}" | sha256sum | cut -c1-16)
-  fi
+  local -a cmd=("$IMAGE" "${CMD[@]}") hashed=("$IMAGE" "${CMD[@]}")
+  # what it reads from the image is named by its digest: another unit's change keeps it running
+  [ -z "${UNIT_INPUTS[$k]}" ] || hashed=("${CMD[@]}" "${UNIT_INPUTS[$k]}")
+  config=$(printf '%s\n' "${args[@]}" "${hashed[@]}" | sha256sum | cut -c1-16)
   state=$("$DOCKER" inspect --format '{{.State.Running}} {{index .Config.Labels "kiln.config"}}' "$name" 2>/dev/null || true)
   if [ "$state" = "true $config" ]; then
     if [ "$MODE" = check ] && ! unit_ready "$k"; then
