@@ -17,7 +17,7 @@ from compiler.pipeline import Options, Validation, validate_path
 from compiler.release import build_manifest, manifest_sections
 from compiler.staleness import keyed_diagnostics
 from compiler.store.local import LocalStore
-from compiler.targets import BY_DEPLOY, DEPLOYS, DISRUPTION_ORDER
+from compiler.deploy import BY_DEPLOY, DEPLOYS, DISRUPTION_ORDER
 from compiler.targets.disruption import POOL, Disruption
 from compiler.targets.registry import REGISTRY, WORDING, disruptions, in_scope
 

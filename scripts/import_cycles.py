@@ -7,12 +7,15 @@ runs, annotations alone name what it imports. Importing `a.b.c` runs `a` and `a.
 module also depends on the packages above what it imports.
 
 A package here is the first level below `compiler` (compiler.graph, compiler.ir, a top-level module
-such as compiler.build), except the deploy targets: `compiler.targets` is the seam (the protocol,
-the registry of targets and each target's `target.py`, which the IR and the checks ask), and each
-target's other modules (its action kinds and emitters, which read the IR) are a package of their
-own, `compiler.targets.<name>`, as is the build's kind registry `compiler.targets.registry`.
+such as compiler.build), except what the deploy targets build: each module or package under
+compiler/targets/ (a target's action kinds and emitters, compiler.targets.<name>; the build's kind
+registry, compiler.targets.registry; the disruption record, compiler.targets.disruption) is a package
+of its own, since the action kinds read the record and the registry reads the action kinds. The
+target objects the IR and the checks ask are compiler.deploy, a package like any other.
 
-    python3 scripts/import_cycles.py            # exit 1 and list the cycles, if there are any
+What a package never reaches, through any chain of imports (NEVERS), is checked on the same walk.
+
+    python3 scripts/import_cycles.py            # exit 1 and list the cycles and broken nevers, if any
     python3 scripts/import_cycles.py --edges    # also print which package imports which
 """
 
@@ -24,17 +27,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SEAM = "compiler.targets"
+BUILT = "compiler.targets"  # what the deploy targets build: one package per module or package below it
 
 
 def _package(module: str) -> str:
     parts = module.split(".")
-    if module.startswith(SEAM + ".") and len(parts) > 2:
-        if parts[2] in ("base",) or (len(parts) == 3 and (ROOT / "compiler/targets" / parts[2]).is_dir()) \
-                or (len(parts) == 4 and parts[3] == "target"):
-            return SEAM
-        return ".".join(parts[:3])
-    return ".".join(parts[:2])
+    return ".".join(parts[:3] if module.startswith(BUILT + ".") else parts[:2])
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -119,6 +117,44 @@ def reach(edges: dict[str, set[str]], start: set[str]) -> set[str]:
     return seen - start
 
 
+# What a package never reaches through any chain of imports (module by module, a function's own
+# imports and the packages above what is imported included): (package, what it never reaches, why).
+RENDERERS = ("compiler.serving.triton", "compiler.serving.yamlout")  # they write a repository's files
+BUILDS = ("compiler.actions", "compiler.targets", "compiler.lower", "compiler.build", "compiler.gitops",
+          "compiler.cli", "compiler.release", "compiler.pipeline")
+EMITTERS = ("compiler.targets.hosts", "compiler.targets.kubernetes", "compiler.targets.registry")
+NEVERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("compiler.checks", (*BUILDS, *RENDERERS, "compiler.graph"), "checking never emits or builds"),
+    ("compiler.graph", ("compiler.actions", "compiler.targets", "compiler.cli"),
+     "the executor knows no kind, target or terminal"),
+    ("compiler.capacity", ("compiler.ir", "compiler.checks"), "capacity computes from facts"),
+    ("compiler.catalog", ("compiler.ir", "compiler.spec"), "the catalog knows no spec"),
+    ("compiler.store", ("compiler.actions", "compiler.targets"), "the store knows bytes"),
+    ("compiler.runtimes", ("compiler.actions", "compiler.targets", *RENDERERS, "compiler.graph"),
+     "a runtime knows no target or action kind"),
+    # the target objects are what the spec, the IR and the checks ask: asking them pulls in nothing
+    ("compiler.deploy", ("compiler",), "a target's object imports nothing of the compiler"),
+    *((package, BUILDS, "the analysis asks a target's object, never what a target builds")
+      for package in ("compiler.spec", "compiler.diagnostics", "compiler.ir")),
+    ("compiler.actions", EMITTERS, "a common kind knows no target's kinds"),
+)
+
+
+def within(module: str, prefixes) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def broken_nevers(edges: dict[str, set[str]], nevers=NEVERS) -> list[str]:
+    """One line per module of a package that reaches what its package never may."""
+    found = []
+    for package, never, why in nevers:
+        for module in sorted(m for m in edges if within(m, (package,))):
+            bad = sorted(m for m in reach(edges, {module}) if within(m, never) and not within(m, (package,)))
+            if bad:
+                found.append(f"{module} reaches {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''} ({why})")
+    return found
+
+
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components with more than one node (Tarjan), each sorted."""
     index: dict[str, int] = {}
@@ -172,7 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     between_modules = cycles(module_edges())
     for component in between_modules:
         print("module import cycle: " + " <-> ".join(component))
-    return 1 if found or between_modules else 0
+    broken = broken_nevers(module_edges())
+    for line in broken:
+        print("never broken: " + line)
+    return 1 if found or between_modules or broken else 0
 
 
 if __name__ == "__main__":

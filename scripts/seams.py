@@ -12,7 +12,9 @@ benchmarks/bench_seams.py prints them):
   names                the names a file defines at its top level (classes, functions, assigned
                        names) and those it imports, with their lines
 
-    python3 scripts/seams.py      # print the target-name comparisons, exit 1 if there are any
+    python3 scripts/seams.py      # print the target-name comparisons, the broken nevers and the
+                                  # import cycles (scripts/import_cycles.py's walk), a count of each;
+                                  # exit 1 if there is any
 """
 
 from __future__ import annotations
@@ -84,11 +86,31 @@ def spec_reads(root: Path = ROOT) -> dict[str, int]:
     return out
 
 
+def _import_cycles():
+    """scripts/import_cycles.py, the import walk (loaded by path: scripts/ is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("import_cycles", Path(__file__).with_name("import_cycles.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> int:
+    ic = _import_cycles()
+    edges = ic.module_edges()
     found = target_comparisons()
+    broken = ic.broken_nevers(edges)
+    cycles = ic.cycles(edges) + ic.cycles(ic.import_edges())
     for place in found:
-        print(place)
-    return 1 if found else 0
+        print("target-name comparison:", place)
+    for line in broken:
+        print("never broken:", line)
+    for component in cycles:
+        print("cycle:", " <-> ".join(component))
+    print(f"target-name comparisons outside compiler/targets: {len(found)}; transitive nevers broken: "
+          f"{len(broken)}; cycles: {len(cycles)}")
+    return 1 if found or broken or cycles else 0
 
 
 if __name__ == "__main__":

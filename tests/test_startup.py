@@ -43,3 +43,16 @@ def test_validate_and_plan_import_no_heavy_module(tmp_path: Path, command: str) 
     assert code == 0
     assert sorted(m for m in HEAVY if m in modules) == []
     assert "compiler.spec.models" in modules  # the probe saw a real run (the spec was parsed)
+
+
+def test_validate_reaches_no_target_build_and_a_hosts_plan_no_kubernetes_simulator(tmp_path: Path) -> None:
+    """`kiln validate` asks the targets' objects (compiler.deploy) and imports nothing a target builds
+    (compiler.targets); `kiln plan` of a spec with hosts only (`deploy: host`, the default) lowers through the kind
+    registry, which holds the Kubernetes kinds, but never imports the Kubernetes change simulator
+    (compiler/targets/kubernetes/sim/, whose package runs every controller's port)."""
+    code, modules = _modules("validate", str(QUICKSTART))
+    assert code == 0 and "compiler.deploy.hosts" in modules
+    assert sorted(m for m in modules if m == "compiler.targets" or m.startswith("compiler.targets.")) == []
+    code, modules = _modules("plan", str(QUICKSTART), "--store", str(tmp_path / "store"))
+    assert code == 0 and "compiler.targets.kubernetes.plan" in modules  # the registry's kinds were imported
+    assert sorted(m for m in modules if m.startswith("compiler.targets.kubernetes.sim")) == []

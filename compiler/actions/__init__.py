@@ -2,7 +2,7 @@
 
 These are the kinds every deploy target shares (a model's snapshot, quantized checkpoint and engine,
 the serving image); each target adds its own (compiler/targets/). The build's registry, common kinds
-first, is compiler.targets.REGISTRY.
+first, is compiler.targets.registry.REGISTRY.
 """
 
 from __future__ import annotations

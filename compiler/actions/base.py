@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Protocol
 
-from compiler import targets
+from compiler import deploy
 from compiler.graph.inputs import DigestCache, tree_digests
 from compiler.graph.kinds import ActionKind, Params, RunContext
 from compiler.ir import Resolved
@@ -58,7 +58,7 @@ class LowerContext:
 
     def additions(self, host: str) -> ImageAdditions | None:
         """What the target that deploys `host` adds to its serving image (None: nothing)."""
-        return self.image_additions.get(targets.of(self.ir.spec.hosts[host]).name)
+        return self.image_additions.get(deploy.of(self.ir.spec.hosts[host]).name)
 
     @property
     def base_dir(self) -> Path:

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from compiler import targets
+from compiler import deploy
 from compiler.catalog import disaggregated as facts
 from compiler.graph.model import Action
 from compiler.ir import Resolved, ResolvedModel
@@ -120,7 +120,7 @@ def servers(ir: Resolved, model: str) -> list[Server]:
     for role in ROLES:
         for u in ir.units:
             if u.model != model or u.role != role or u.ports is None \
-                    or not targets.of(ir.spec.hosts[u.host]).runs_router:
+                    or not deploy.of(ir.spec.hosts[u.host]).runs_router:
                 continue
             addr = "localhost" if u.host == where else u.host
             out.append(Server(u.id, u.host, role, u.ports.http, f"{addr}:{u.ports.http}"))
@@ -208,7 +208,7 @@ class DisaggOptions(ActionKind[DisaggOptionsParams]):
         for name, rm in sorted(ctx.ir.models.items()):
             if rm.spec.serving.disaggregated is None:
                 continue
-            on_hosts = any(u.model == name and targets.of(ctx.spec.hosts[u.host]).runs_router for u in ctx.ir.units)
+            on_hosts = any(u.model == name and deploy.of(ctx.spec.hosts[u.host]).runs_router for u in ctx.ir.units)
             params = DisaggOptionsParams(model=name, tensorrt_llm=version,
                                          options={r: role_options(rm, r, version) for r in ROLES},
                                          config=server_config(ctx.ir, name) if on_hosts else None,

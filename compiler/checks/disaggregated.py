@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from compiler import deploy
 from compiler import runtimes as serving_runtimes
-from compiler import targets
 from compiler.catalog import disaggregated as facts
 from compiler.diagnostics import Diagnostic, Rule, Severity
 from compiler.spec.models import Disaggregated, Model
@@ -41,10 +41,8 @@ def _role_units(ctx: CheckContext, model: str, role: str) -> list:
 
 def _replicas(ctx: CheckContext, unit) -> int:
     """Servers one unit stands for: one on a host, one per node of a Kubernetes node pool."""
-    from compiler import targets
-
     host = ctx.host(unit.host)
-    return targets.of(host).replicas(host) if host is not None else 1
+    return deploy.of(host).replicas(host) if host is not None else 1
 
 
 def _attention(m: Model, d: Disaggregated, role: str) -> str:
@@ -124,7 +122,7 @@ class DisaggregatedRuntime(Check):
                                help="set `target: llmapi`; TensorRT-LLM's disaggregated servers load the checkpoint")
                 continue
             units = [u for u in ctx.ir.units if u.model == name]
-            deploys = {targets.of(ctx.host(u.host)) for u in units if u.host in ctx.ir.hosts}
+            deploys = {deploy.of(ctx.host(u.host)) for u in units if u.host in ctx.ir.hosts}
             runtime = serving_runtimes.get(m.serving.runtime)
             if any(t.runs_router for t in deploys) and not runtime.serves_roles:
                 able = [n for n, r in serving_runtimes.REGISTRY.items() if r.serves_roles]
@@ -143,7 +141,7 @@ class DisaggregatedRuntime(Check):
                                help="add sla: {ttft_ms: ..., tpot_ms: ...} to the model")
             if d.planner is not None:
                 pool_roles = {u.role for u in units if u.host in ctx.ir.hosts
-                              and targets.of(ctx.host(u.host)).node_pool}
+                              and deploy.of(ctx.host(u.host)).node_pool}
                 if k8s is None or k8s.runtime != "dynamo" or not set(ROLES) <= pool_roles:
                     yield ctx.diag(self, _dpath(name, "planner"), "Dynamo's planner scales prefill and decode "
                                    "workers (component types prefill and decode) on Kubernetes: it needs "
@@ -171,11 +169,11 @@ class RouterPlacement(Check):
             named = d.router.host
             if named is not None:
                 host = ctx.host(named)
-                if host is None or not targets.of(host).runs_router:
+                if host is None or not deploy.of(host).runs_router:
                     why = "is not a host of the spec" if host is None else "is a Kubernetes node pool"
                     yield ctx.diag(self, _dpath(name, "router", "host"),
                                    f"router.host {named!r} {why}; the router runs on a `deploy: host` host",
-                                   help=f"name one of: {', '.join(h for h, x in ctx.hosts() if targets.of(x).runs_router) or '(none)'}")
+                                   help=f"name one of: {', '.join(h for h, x in ctx.hosts() if deploy.of(x).runs_router) or '(none)'}")
                     continue
             where = ctx.ir.routers[name]
             if where is None:

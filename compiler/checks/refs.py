@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from compiler import targets
+from compiler import deploy
 from compiler.diagnostics import Diagnostic, Severity
 
 from .base import Check, CheckContext
@@ -140,7 +140,7 @@ class PortConflict(Check):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for hname, host in ctx.hosts():
-            if targets.of(host).node_pool:
+            if deploy.of(host).node_pool:
                 continue  # each pod has a network namespace of its own
             units = [u for u in ctx.ir.units if u.host == hname and u.model in ctx.ir.models]
             # one diagnostic per pair of clashing units, naming both and every port they share

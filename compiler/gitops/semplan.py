@@ -116,7 +116,7 @@ def host_disruptions(base: Graph | None, head: Graph, kinds=None) -> list:
 def change_simulations(base: Graph | None, head: Graph) -> list:
     """Each deploy target's simulation of the change on its live system, where it has one (the
     Kubernetes target: compiler/targets/kubernetes/sim/)."""
-    from compiler.targets import TARGETS
+    from compiler.deploy import TARGETS
     from compiler.targets.registry import CHANGE_SIMULATORS
 
     out = []

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
-from compiler import targets
+from compiler import deploy
 from compiler.spec.models import Disaggregated, Model, Spec
 
 ROLES = ("prefill", "decode")
@@ -79,7 +79,7 @@ def router_host(spec: Spec, name: str) -> str | None:
     if d.router.host is not None:
         return d.router.host
     for hname, host in spec.hosts.items():
-        if not targets.of(host).runs_router:
+        if not deploy.of(host).runs_router:
             continue
         for a in host.gpus:
             if a.serves == name or any(i.serves == name for i in a.mig or ()):

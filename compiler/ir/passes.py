@@ -12,7 +12,7 @@ import dataclasses
 from collections import Counter
 from typing import Callable
 
-from compiler import targets
+from compiler import deploy
 from compiler.capacity.placement import search_placement, search_preferring
 from compiler.capacity.estimate_unit import figures_estimate
 from compiler.capacity.report import Sizing, unit_figures
@@ -133,7 +133,7 @@ def ports_pass(ir: Resolved) -> Resolved:
             units.append(u)
             continue
         slot = u.replica
-        if rm.spec.serving.disaggregated is not None and targets.of(ir.hosts[u.host].spec).runs_router:
+        if rm.spec.serving.disaggregated is not None and deploy.of(ir.hosts[u.host].spec).runs_router:
             slot += 1
         p, off = rm.spec.serving.ports, PORT_STRIDE * slot
         units.append(dataclasses.replace(u, ports=Ports(p.http + off, p.grpc + off, p.metrics + off)))

@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from compiler import targets
+from compiler import deploy
 from compiler.spec.models import DEFAULT_KUBERNETES_VERSION
 from compiler.store.canonical import canonical_json
 
@@ -194,7 +194,7 @@ def pools_pass(ir: Resolved) -> Resolved:
     """The node pools of the hosts that deploy to Kubernetes."""
     pools = {}
     for name, host in ir.hosts.items():
-        if not targets.of(host.spec).node_pool:
+        if not deploy.of(host.spec).node_pool:
             continue
         np = host.spec.node_pool
         nodes = np.nodes if np is not None else 1

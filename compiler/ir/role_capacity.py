@@ -17,7 +17,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from compiler import targets
+from compiler import deploy
 
 from .disaggregated import ROLES, role_spec
 from .passes import sizing
@@ -73,7 +73,7 @@ class ModelRoles:
 def replicas(spec, unit) -> int:
     """Servers one unit stands for: one on a host, one per node of a Kubernetes node pool."""
     host = spec.hosts.get(unit.host)
-    return targets.of(host).replicas(host) if host is not None else 1
+    return deploy.of(host).replicas(host) if host is not None else 1
 
 
 def _parallelism(m, role: str) -> str:

@@ -11,7 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from compiler import targets
+from compiler.deploy import DEPLOYS
+from compiler.deploy import of as deploy_target
 
 from .types import (
     DriverConstraint,
@@ -747,7 +748,7 @@ class Host(SpecModel):
     gpus: list[GpuAssignment] = Field(default_factory=list)
     """Assignments of GPUs to models; GPUs not listed stay idle."""
 
-    deploy: Literal[targets.DEPLOYS] = targets.DEPLOYS[0]
+    deploy: Literal[DEPLOYS] = DEPLOYS[0]
     """How this host is deployed: `host` (Kiln's provisioning script and serving containers) or
     `kubernetes` (a node pool of identical nodes, each with `count` GPUs laid out as `gpus` says:
     GPU Operator MIG layouts and Kubernetes workloads, see the top-level `kubernetes` section)."""
@@ -761,7 +762,7 @@ class Host(SpecModel):
         if self.clocks is not None and self.application_clocks is not None:
             raise value_error("set either `clocks` (locked) or `application_clocks`, not both",
                               help="locked clocks override application clocks on the GPU", key="application_clocks")
-        if self.node_pool is not None and not targets.of(self).node_pool:
+        if self.node_pool is not None and not deploy_target(self).node_pool:
             raise value_error("`node_pool` applies only to hosts with `deploy: kubernetes`",
                               help="add `deploy: kubernetes`, or remove `node_pool`", key="node_pool")
         return self

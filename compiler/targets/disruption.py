@@ -1,7 +1,7 @@
 """How a plan words what applying it disrupts (`kiln plan`, the CI's plan comment): each deploy
 target's vocabulary, so the graph that computes the disruptions knows none. A disruption is one
 GPU of a host, or (`gpu_index` POOL, `Disruption.pool`) a node pool as a whole; each target's
-`disruptions` table (compiler/targets/*/target.py) orders the kinds one GPU or pool lists.
+`disruptions` table (compiler/deploy/: each target's object) orders the kinds one GPU or pool lists.
 
 Imports nothing of the compiler: the action kinds, the build and the plan all read it, the graph
 (compiler/graph/) none of it."""
@@ -18,7 +18,7 @@ POOL = -1  # `gpu_index` of a disruption that concerns a host of the spec as a w
 class Disruption:
     """What applying an artifact does to one serving GPU of a host (drain it first), or, with
     `gpu_index` POOL, to the host as a whole. Its `kind` is the vocabulary of the deploy target that
-    reports it (compiler/targets/: each target's `disruptions`, in the order a plan lists them)."""
+    reports it (compiler/deploy/: each target's `disruptions`, in the order a plan lists them)."""
 
     host: str
     gpu_index: int

@@ -1,6 +1,6 @@
 """The action kinds a build lowers a spec with: the common kinds (compiler/actions/: what a model
 becomes, its serving image) and then each target's own (its package's kinds.py), in the order of
-compiler/targets/__init__.py's TARGETS.
+compiler/deploy/__init__.py's TARGETS.
 
 `REGISTRY` is what a build gives the planner and the executor. Its order is the lowering order; the
 graph orders actions by id and dependency (compiler/graph/model.py), so it does not change any output.
@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from compiler.actions import COMMON, image
+from compiler.deploy import TARGETS
+from compiler.deploy.base import Scope
 from compiler.graph.kinds import ActionKind, KindRegistry
 
-from . import TARGETS
-from .base import Scope
 from .disruption import POOL, Disruption
 from .hosts import disaggregated as hosts_image
 from .hosts.kinds import KINDS as HOSTS

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 
 from compiler.catalog import disaggregated as facts
+from compiler.deploy.hosts import TARGET
 from compiler.ir.disaggregated import ROLES
 from compiler.runtimes import ROUTER, Unit
 from compiler.store.canonical import canonical_json
@@ -26,8 +27,6 @@ from compiler.actions import disaggregated, llmapi
 from compiler.actions.base import LowerContext, Params
 from compiler.actions.image_templates import ENTRYPOINT, base_image, template_digests
 from compiler.actions.runtimes import UnitServing
-
-from .target import TARGET
 
 
 class HostRouter(Params):

@@ -13,11 +13,10 @@ from typing import Annotated
 
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
 from compiler.actions.gpustate import GpuState, HostState, MigInstanceState, desired_state
+from compiler.deploy.hosts import TARGET
 from compiler.graph.model import Action
 from compiler.params import Effect, changed_kinds, worded
 from compiler.store.canonical import pretty_json
-
-from .target import TARGET
 
 OUTPUT = "host-plan.json"
 
@@ -60,7 +59,7 @@ def plan_disruptions(old: HostPlanParams | None, new: HostPlanParams) -> list[Di
 #   power           the power limit changes (applied while serving).
 #   serving-change  the model a GPU, a GPU instance or a parallel group serves changes, or a GPU
 #                   joins or leaves the plan: its containers are replaced.
-# (their order: the target's `disruptions`, target.py)
+# (their order: the target's `disruptions`, compiler/deploy/hosts.py)
 
 
 def _instances(gpu: GpuState | None) -> dict[int, MigInstanceState]:

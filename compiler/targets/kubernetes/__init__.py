@@ -11,5 +11,4 @@ objects of a release's Kustomize tree. The action kinds `k8s-node-layer`, `k8s-d
   tree.py       the Kustomize tree, the release stamp, Argo CD's Application and health check
   plan.py       what replacing a node layer or a workload does to a pool (kiln plan)
   k8s_*.py      the action kinds above
-  target.py     the target (compiler/targets/base.py): the spec's node pools and their workloads
 """

@@ -15,7 +15,6 @@ from compiler.targets.disruption import POOL, Disruption
 from compiler.params import Effect
 
 from .runtime import PROGRESS_DEADLINE_S
-from .sim import deployment as dc
 
 RECREATE_CODE = "K855"  # compiler/checks/kubernetes.py KubernetesUpdateForbidden
 
@@ -52,6 +51,10 @@ def pace(replicas: int, surge: int | str = 0, unavailable: int | str = 1) -> str
     arithmetic (sim/deployment.py, ported from rolling.go: ResolveFenceposts, MaxSurge, MaxUnavailable),
     the numbers the simulated rollout moves by. Dynamo's workers carry the same two settings as
     annotations (dynamo.py worker: 0 and 1)."""
+    # here, not at the top: importing sim/ runs the whole simulator (sim/__init__.py), which a plan
+    # of hosts only, importing this module through the kind registry, never calls
+    from .sim import deployment as dc
+
     s = dc.max_surge(replicas, surge, unavailable)
     u = dc.max_unavailable(replicas, surge, unavailable)
     keep = f"at least {replicas - u} of {replicas} stay ready"

@@ -1,6 +1,7 @@
-"""The host target (compiler/targets/base.py): hosts with `deploy: host`, their units on GPUs and MIG
+"""The host target (compiler/deploy/base.py): hosts with `deploy: host`, their units on GPUs and MIG
 instances as the units and placement passes put them; Kiln's script runs every server, and a
-disaggregated model's router, as a container on the host network."""
+disaggregated model's router, as a container on the host network. What it builds, a host plan and a
+provisioning script per host, is compiler/targets/hosts/."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ class Hosts:
     disruption_scope = "gpu"
     node_pool = False
     runs_router = True
-    # what a change does to one GPU, in the order a plan lists them (hostplan.py says what each means;
-    # the serving image's rebuild restarts containers: compiler/actions/image.py)
+    # what a change does to one GPU, in the order a plan lists them (compiler/targets/hosts/hostplan.py
+    # says what each means; the serving image's rebuild restarts containers: compiler/actions/image.py)
     disruptions = {"mig-reslice": 0, "serving-change": 1, "container-restart": 2, "clocks": 3, "power": 4}
 
     def replicas(self, host) -> int:

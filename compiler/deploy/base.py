@@ -1,11 +1,12 @@
 """What a deploy target is: the seam between the resolved spec and the artifacts one kind of
-infrastructure needs. Hosts (compiler/targets/hosts/) and Kubernetes (compiler/targets/kubernetes/)
-implement it; compiler/targets/__init__.py registers them, and every module that must know how a
-host is deployed asks the target registered for it (`compiler.targets.of(host)`), never its name.
+infrastructure needs. Hosts (compiler/deploy/hosts.py) and Kubernetes (compiler/deploy/kubernetes.py)
+implement it; compiler/deploy/__init__.py registers them, and every module that must know how a
+host is deployed asks the target registered for it (`compiler.deploy.of(host)`), never its name.
 
 A target object answers questions only: it imports nothing of the compiler, so the analysis (the
-IR's passes), the checks and the action kinds can all ask it. What it builds, its action kinds,
-sits in the rest of its package and is registered for the build in compiler/targets/registry.py.
+IR's passes), the checks and the action kinds can all ask it without reaching a build. What it
+builds, its action kinds, is its package under compiler/targets/ (compiler/targets/hosts/,
+compiler/targets/kubernetes/), registered for the build in compiler/targets/registry.py.
 
 A target only reads the IR: which hosts it deploys and where their serving units sit were decided by
 the analysis (compiler/ir/: the units and placement passes, and the pools pass for node pools), so a

@@ -1,5 +1,6 @@
-"""The Kubernetes target (compiler/targets/base.py): the spec's node pools (`deploy: kubernetes`, the
-pools pass of compiler/ir/pools.py) and the workloads it replicates on them."""
+"""The Kubernetes target (compiler/deploy/base.py): the spec's node pools (`deploy: kubernetes`, the
+pools pass of compiler/ir/pools.py) and the workloads it replicates on them. What it builds, the node
+layer, the workloads and the release's Kustomize tree, is compiler/targets/kubernetes/."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ class Kubernetes:
     deploy = "kubernetes"
     disruption_scope = "pool"
     node_pool = True
-    # what a change does to a node pool, in the order a plan lists them (k8s_nodes.py, plan.py, k8s_release.py)
+    # what a change does to a node pool, in the order a plan lists them (compiler/targets/kubernetes/:
+    # k8s_nodes.py, plan.py, k8s_release.py)
     disruptions = {"node-relayout": 0, "recreate": 0, "workload-delete": 0, "workload-roll": 1, "replicas": 2,
                    "clocks": 3, "power": 4}
     runs_router = False  # Dynamo's frontend routes (compiler/targets/kubernetes/dynamo.py)
