@@ -1,6 +1,7 @@
 """The seams' figures (not a test): `kiln validate` and `kiln plan` start-up in a fresh process, how
-many compiler modules each imports (and whether an action kind is among them), target-name
-comparisons outside compiler/targets/, and functions above McCabe 25 (ruff C901).
+many compiler modules each imports (and whether an action kind or a module of compiler/targets/ is
+among them), target-name comparisons outside compiler/targets/, the layers' nevers broken
+(scripts/import_cycles.py), and functions above McCabe 25 (ruff C901).
 
 Each command runs `--repeat` times in a new interpreter on examples/quickstart/kiln.yaml (a private
 store directory, so nothing is built or shared); the median and the fastest wall times are printed.
@@ -21,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from seams import spec_reads, target_comparisons  # noqa: E402  (scripts/seams.py: the test reads the same walk)
+from import_cycles import broken_nevers, module_edges  # noqa: E402  (the test reads the same walks)
+from seams import spec_reads, target_comparisons  # noqa: E402
 
 # the modules one command imports, printed by the child itself
 _PROBE = """
@@ -34,8 +36,7 @@ with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
     except SystemExit:
         pass
 mods = sorted(m for m in sys.modules if m == "compiler" or m.startswith("compiler."))
-print(len(mods), sum(m.startswith("compiler.actions.") or m.startswith("compiler.targets.hosts.h")
-                     or m.startswith("compiler.targets.kubernetes.k8s") for m in mods))
+print(len(mods), sum(m.startswith(("compiler.actions.", "compiler.targets.")) for m in mods))
 """
 
 
@@ -68,12 +69,16 @@ def main() -> int:
                                    capture_output=True, text=True, check=False).stdout.split()
             print(f"kiln {command}: median {median * 1000:.0f} ms, fastest {best * 1000:.0f} ms "
                   f"({args.repeat} fresh processes); imports {probe[0]} compiler modules, "
-                  f"{probe[1]} of them action kinds or target emitters")
+                  f"{probe[1]} of them action kinds or what a target builds (compiler/targets/)")
     found = target_comparisons()
     print(f"target-name comparisons outside compiler/targets/: {len(found)} in "
           f"{len({f.split(':')[0] for f in found})} modules")
     for f in found:
         print(f"  {f}")
+    broken = broken_nevers(module_edges())
+    print(f"layers' nevers broken, transitively (scripts/import_cycles.py NEVERS): {len(broken)}")
+    for line in broken:
+        print(f"  {line}")
     reads = spec_reads()
     print(f"reads of the parsed spec in compiler/checks/ (ctx.spec, ctx.ir.spec): {sum(reads.values())}: "
           + ", ".join(f"{p.rsplit('/', 1)[1]} {n}" for p, n in reads.items()))

@@ -153,7 +153,7 @@ def test_the_slow_files_the_scheduler_puts_first_exist() -> None:
     assert [name for name in SLOW_FILES if not (here / name).is_file()] == []
 
 
-# --- the deploy targets (their objects: compiler/deploy/; what they build: compiler/targets/) ------------------------------------------------------------
+# --- the deploy targets (their objects: compiler/deploy/; what they build: compiler/targets/) ---
 TARGETS_DIR = ROOT / "compiler" / "targets"
 EXAMPLES = ROOT / "examples"
 # Every kind the build knows (the ones before the targets had a package of their own, and the
