@@ -257,7 +257,8 @@ def test_a_multi_rank_engine_unit_starts_one_tritonserver_per_rank(variant: str,
     assert "--load-model=llama70b-preprocessing" in per_rank[0]
     assert not any("preprocessing" in r for r in per_rank[1:])
     assert f"# {ranks} ranks: one tritonserver per rank under mpirun" in line
-    assert "UNIT_GPUS=('0,1,2,3,4,5,6,7')" in script
+    unit = next(shlex.split(x) for x in script.splitlines() if x.startswith("plan_unit "))
+    assert unit[4] == "0,1,2,3,4,5,6,7"  # plan_unit ID NAME MODEL GPUS ...: the unit's eight GPUs
 
 
 def test_mig_parted_config_groups_gpus_by_layout() -> None:

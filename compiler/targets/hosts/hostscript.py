@@ -78,20 +78,14 @@ def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
                       comment_start_string="{##", comment_end_string="##}")  # bash uses `${#x}`
     env.filters["q"] = shell_quote
     env.filters["unit"] = unit_word
-    env.filters["column"] = column
-    env.filters["by_gpu"] = by_gpu
+    env.filters["calls"] = calls
     return env
 
 
-def column(rows: list[dict], key: str) -> Shell:
-    """One field of every row as a bash array's elements, each quoted: `UNIT_ID=({{ units|column("id") }})`."""
-    return words([row[key] for row in rows])
-
-
-def by_gpu(gpus: list[dict], key: str) -> Shell:
-    """One field of every GPU as an associative array's elements keyed by the GPU's index:
-    `WANT_MIG=({{ gpus|by_gpu("mig") }})`."""
-    return Shell(" ".join(f"[{shell_quote(g['index'])}]={shell_quote(g[key])}" for g in gpus))
+def calls(rows: list[dict], function: str, *keys: str) -> Shell:
+    """One call of a bash function per row, its arguments the row's fields in order, each quoted:
+    `{{ gpus|calls("plan_gpu", "index", "mig") }}` renders `plan_gpu 0 1` (a table the script reads)."""
+    return Shell("\n".join(f"{function} {words([row[k] for k in keys])}" for row in rows))
 
 
 def template_digests(template_dir: Path = TEMPLATE_DIR) -> dict[str, str]:

@@ -76,46 +76,51 @@ readonly DRIVER_VERSION=580.82.07
 readonly PERSISTENCE=1
 
 # --- desired state, per physical GPU (from host-plan.json) -----------------------------------
-readonly PLAN_GPUS=(0 1)
-# MIG mode: 1 = enabled, 0 = disabled
-declare -A WANT_MIG=([0]=1 [1]=1)
-# GPU instances as "<GI profile id>:<placement start>", in creation order (nvidia-smi mig -cgi)
-declare -A WANT_GIS=([0]='9:0 14:4 19:6' [1]='9:0 14:4 19:6')
-declare -A WANT_GI_NAMES=([0]='3g.90gb 2g.45gb 1g.23gb' [1]='3g.90gb 2g.45gb 1g.23gb')
-# locked graphics clocks "min,max" (-lgc), locked memory clock "min,max" (-lmc),
-# application clocks "memory,graphics" (-ac), power limit in W (-pl); empty = leave as is
-declare -A WANT_LGC=([0]='1965,1965' [1]='1965,1965')
-declare -A WANT_LMC=([0]='3996,3996' [1]='3996,3996')
-declare -A WANT_AC=([0]='' [1]='')
-declare -A WANT_PL=([0]=1000 [1]=1000)
+# plan_gpu INDEX MIG GIS GI_NAMES LGC LMC AC PL, one line per GPU: MIG mode (1 = enabled, 0 =
+# disabled); its GPU instances as "<GI profile id>:<placement start>" in creation order (nvidia-smi
+# mig -cgi), then their profile names; locked graphics clocks "min,max" (-lgc), locked memory clock
+# "min,max" (-lmc), application clocks "memory,graphics" (-ac), power limit in W (-pl); '' = leave as is.
+PLAN_GPUS=()
+declare -A WANT_MIG=() WANT_GIS=() WANT_GI_NAMES=() WANT_LGC=() WANT_LMC=() WANT_AC=() WANT_PL=()
+plan_gpu() {
+  PLAN_GPUS+=("$1"); WANT_MIG[$1]=$2; WANT_GIS[$1]=$3; WANT_GI_NAMES[$1]=$4
+  WANT_LGC[$1]=$5; WANT_LMC[$1]=$6; WANT_AC[$1]=$7; WANT_PL[$1]=$8
+}
+plan_gpu 0 1 '9:0 14:4 19:6' '3g.90gb 2g.45gb 1g.23gb' '1965,1965' '3996,3996' '' 1000
+plan_gpu 1 1 '9:0 14:4 19:6' '3g.90gb 2g.45gb 1g.23gb' '1965,1965' '3996,3996' '' 1000
+readonly PLAN_GPUS
 
 # --- serving units: one container each ------------------------------------------------------
-# MIG units name their GPU and the placement start of their GPU instance; whole-GPU units list
-# their GPUs. Ports: the model's serving.ports plus 3 per earlier replica on this host (Triton
-# listens on http/grpc/metrics, trtllm-serve on http only). UNIT_READY: the HTTP paths that
-# answer 200 on UNIT_PORT once the unit serves.
+# plan_unit ID NAME MODEL GPUS MIG_START RUNTIME PORTS PORT READY INPUTS, one line per unit, in the
+# order they start. A MIG unit names its GPU and the placement start of its GPU instance; a whole-GPU
+# unit lists its GPUs. PORTS: the model's serving.ports plus 3 per earlier replica on this host (Triton
+# listens on http/grpc/metrics, trtllm-serve on http only). READY: the HTTP paths that answer 200 on
+# PORT once the unit serves.
 # Disaggregated serving: each prefill and decode server is a unit like the others (its role's
 # trtllm-serve, with the UCX environment in its options); the router of a model whose router host
-# this is comes after every server, with no GPUs (UNIT_GPUS empty) and no MIG instance. UNIT_INPUTS:
-# for these, the digest of what the container reads from the image (its role's options and the
-# model's checkpoint; the router's config): the container is recreated when that changes, not when
-# only other units' files change the image. Empty: any other image recreates it.
-readonly UNIT_ID=(b200-a/gpu0/mig0 b200-a/gpu0/mig1 b200-a/gpu0/mig2 b200-a/gpu1/mig0 b200-a/gpu1/mig1 b200-a/gpu1/mig2)
-readonly UNIT_NAME=(kiln-b200-a-gpu0-mig0 kiln-b200-a-gpu0-mig1 kiln-b200-a-gpu0-mig2 kiln-b200-a-gpu1-mig0 kiln-b200-a-gpu1-mig1 kiln-b200-a-gpu1-mig2)
-readonly UNIT_MODEL=(chat coder intent chat coder intent)
-readonly UNIT_GPUS=(0 0 0 1 1 1)
-readonly UNIT_MIG_START=(0 4 6 0 4 6)
-readonly UNIT_RUNTIME=(triton triton triton triton triton triton)
-readonly UNIT_PORTS=(8000/8001/8002 8100/8101/8102 8200/8201/8202 8003/8004/8005 8103/8104/8105 8203/8204/8205)
-readonly UNIT_PORT=(8000 8100 8200 8003 8103 8203)
-readonly UNIT_READY=('/v2/health/ready /v2/models/chat/ready' '/v2/health/ready /v2/models/coder/ready' '/v2/health/ready /v2/models/intent/ready' '/v2/health/ready /v2/models/chat/ready' '/v2/health/ready /v2/models/coder/ready' '/v2/health/ready /v2/models/intent/ready')
-readonly UNIT_INPUTS=('' '' '' '' '' '')
+# this is comes after every server, with no GPUs and no MIG instance. INPUTS: for these, the digest
+# of what the container reads from the image (its role's options and the model's checkpoint; the
+# router's config): the container is recreated when that changes, not when only other units' files
+# change the image. '': any other image recreates it.
+UNIT_ID=() UNIT_NAME=() UNIT_MODEL=() UNIT_GPUS=() UNIT_MIG_START=() UNIT_RUNTIME=() UNIT_PORTS=() UNIT_PORT=()
+UNIT_READY=() UNIT_INPUTS=()
+plan_unit() {
+  UNIT_ID+=("$1"); UNIT_NAME+=("$2"); UNIT_MODEL+=("$3"); UNIT_GPUS+=("$4"); UNIT_MIG_START+=("$5")
+  UNIT_RUNTIME+=("$6"); UNIT_PORTS+=("$7"); UNIT_PORT+=("$8"); UNIT_READY+=("$9"); UNIT_INPUTS+=("${10}")
+}
+plan_unit b200-a/gpu0/mig0 kiln-b200-a-gpu0-mig0 chat 0 0 triton 8000/8001/8002 8000 '/v2/health/ready /v2/models/chat/ready' ''
+plan_unit b200-a/gpu0/mig1 kiln-b200-a-gpu0-mig1 coder 0 4 triton 8100/8101/8102 8100 '/v2/health/ready /v2/models/coder/ready' ''
+plan_unit b200-a/gpu0/mig2 kiln-b200-a-gpu0-mig2 intent 0 6 triton 8200/8201/8202 8200 '/v2/health/ready /v2/models/intent/ready' ''
+plan_unit b200-a/gpu1/mig0 kiln-b200-a-gpu1-mig0 chat 1 0 triton 8003/8004/8005 8003 '/v2/health/ready /v2/models/chat/ready' ''
+plan_unit b200-a/gpu1/mig1 kiln-b200-a-gpu1-mig1 coder 1 4 triton 8103/8104/8105 8103 '/v2/health/ready /v2/models/coder/ready' ''
+plan_unit b200-a/gpu1/mig2 kiln-b200-a-gpu1-mig2 intent 1 6 triton 8203/8204/8205 8203 '/v2/health/ready /v2/models/intent/ready' ''
+readonly UNIT_ID UNIT_NAME UNIT_MODEL UNIT_GPUS UNIT_MIG_START UNIT_RUNTIME UNIT_PORTS UNIT_PORT UNIT_READY UNIT_INPUTS
 
 # unit_argv UNIT-INDEX: CMD = the unit's server command line inside its container
 # (compiler/actions/runtimes.py, every flag checked against the runtime's flag set); OPTS = the
 # docker run options of its runtime and width: /dev/shm for Triton's Python backend and NCCL,
 # memlock and stack limits where NCCL runs between processes (more than one GPU), and the health
-# check (the image's entrypoint probing UNIT_READY).
+# check (the image's entrypoint probing the unit's READY paths).
 unit_argv() {
   case "$1" in
     0) CMD=(tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=chat --http-port=8000 --grpc-port=8001 --metrics-port=8002)

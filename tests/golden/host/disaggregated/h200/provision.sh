@@ -76,46 +76,53 @@ readonly DRIVER_VERSION=''
 readonly PERSISTENCE=1
 
 # --- desired state, per physical GPU (from host-plan.json) -----------------------------------
-readonly PLAN_GPUS=(0 1 4 5 6 7)
-# MIG mode: 1 = enabled, 0 = disabled
-declare -A WANT_MIG=([0]=0 [1]=0 [4]=0 [5]=0 [6]=0 [7]=0)
-# GPU instances as "<GI profile id>:<placement start>", in creation order (nvidia-smi mig -cgi)
-declare -A WANT_GIS=([0]='' [1]='' [4]='' [5]='' [6]='' [7]='')
-declare -A WANT_GI_NAMES=([0]='' [1]='' [4]='' [5]='' [6]='' [7]='')
-# locked graphics clocks "min,max" (-lgc), locked memory clock "min,max" (-lmc),
-# application clocks "memory,graphics" (-ac), power limit in W (-pl); empty = leave as is
-declare -A WANT_LGC=([0]='' [1]='' [4]='' [5]='' [6]='' [7]='')
-declare -A WANT_LMC=([0]='' [1]='' [4]='' [5]='' [6]='' [7]='')
-declare -A WANT_AC=([0]='' [1]='' [4]='' [5]='' [6]='' [7]='')
-declare -A WANT_PL=([0]='' [1]='' [4]='' [5]='' [6]='' [7]='')
+# plan_gpu INDEX MIG GIS GI_NAMES LGC LMC AC PL, one line per GPU: MIG mode (1 = enabled, 0 =
+# disabled); its GPU instances as "<GI profile id>:<placement start>" in creation order (nvidia-smi
+# mig -cgi), then their profile names; locked graphics clocks "min,max" (-lgc), locked memory clock
+# "min,max" (-lmc), application clocks "memory,graphics" (-ac), power limit in W (-pl); '' = leave as is.
+PLAN_GPUS=()
+declare -A WANT_MIG=() WANT_GIS=() WANT_GI_NAMES=() WANT_LGC=() WANT_LMC=() WANT_AC=() WANT_PL=()
+plan_gpu() {
+  PLAN_GPUS+=("$1"); WANT_MIG[$1]=$2; WANT_GIS[$1]=$3; WANT_GI_NAMES[$1]=$4
+  WANT_LGC[$1]=$5; WANT_LMC[$1]=$6; WANT_AC[$1]=$7; WANT_PL[$1]=$8
+}
+plan_gpu 0 0 '' '' '' '' '' ''
+plan_gpu 1 0 '' '' '' '' '' ''
+plan_gpu 4 0 '' '' '' '' '' ''
+plan_gpu 5 0 '' '' '' '' '' ''
+plan_gpu 6 0 '' '' '' '' '' ''
+plan_gpu 7 0 '' '' '' '' '' ''
+readonly PLAN_GPUS
 
 # --- serving units: one container each ------------------------------------------------------
-# MIG units name their GPU and the placement start of their GPU instance; whole-GPU units list
-# their GPUs. Ports: the model's serving.ports plus 3 per earlier replica on this host (Triton
-# listens on http/grpc/metrics, trtllm-serve on http only). UNIT_READY: the HTTP paths that
-# answer 200 on UNIT_PORT once the unit serves.
+# plan_unit ID NAME MODEL GPUS MIG_START RUNTIME PORTS PORT READY INPUTS, one line per unit, in the
+# order they start. A MIG unit names its GPU and the placement start of its GPU instance; a whole-GPU
+# unit lists its GPUs. PORTS: the model's serving.ports plus 3 per earlier replica on this host (Triton
+# listens on http/grpc/metrics, trtllm-serve on http only). READY: the HTTP paths that answer 200 on
+# PORT once the unit serves.
 # Disaggregated serving: each prefill and decode server is a unit like the others (its role's
 # trtllm-serve, with the UCX environment in its options); the router of a model whose router host
-# this is comes after every server, with no GPUs (UNIT_GPUS empty) and no MIG instance. UNIT_INPUTS:
-# for these, the digest of what the container reads from the image (its role's options and the
-# model's checkpoint; the router's config): the container is recreated when that changes, not when
-# only other units' files change the image. Empty: any other image recreates it.
-readonly UNIT_ID=(h200/gpu0 h200/gpu1 h200/gpu4+5+6+7 h200/chat-router)
-readonly UNIT_NAME=(kiln-h200-gpu0 kiln-h200-gpu1 kiln-h200-gpu4_5_6_7 kiln-h200-chat-router)
-readonly UNIT_MODEL=(chat chat chat chat)
-readonly UNIT_GPUS=(0 1 '4,5,6,7' '')
-readonly UNIT_MIG_START=('' '' '' '')
-readonly UNIT_RUNTIME=(trtllm-serve trtllm-serve trtllm-serve trtllm-serve-disaggregated)
-readonly UNIT_PORTS=(8003 8006 8009 8000)
-readonly UNIT_PORT=(8003 8006 8009 8000)
-readonly UNIT_READY=('/health /v1/models' '/health /v1/models' '/health /v1/models' /health)
-readonly UNIT_INPUTS=(sha256:30d21acd81170e20e076456c46236bc37475b26d48e704a422fee74deb195911 sha256:30d21acd81170e20e076456c46236bc37475b26d48e704a422fee74deb195911 sha256:a995ec521c244b7a69ec95e474ed1753f60fecf9030d7e986a224be8df7807f3 sha256:eed86e208661ab56a038959944419da319ec385a81f93ca9838c7f6e4d9c203b)
+# this is comes after every server, with no GPUs and no MIG instance. INPUTS: for these, the digest
+# of what the container reads from the image (its role's options and the model's checkpoint; the
+# router's config): the container is recreated when that changes, not when only other units' files
+# change the image. '': any other image recreates it.
+UNIT_ID=() UNIT_NAME=() UNIT_MODEL=() UNIT_GPUS=() UNIT_MIG_START=() UNIT_RUNTIME=() UNIT_PORTS=() UNIT_PORT=()
+UNIT_READY=() UNIT_INPUTS=()
+plan_unit() {
+  UNIT_ID+=("$1"); UNIT_NAME+=("$2"); UNIT_MODEL+=("$3"); UNIT_GPUS+=("$4"); UNIT_MIG_START+=("$5")
+  UNIT_RUNTIME+=("$6"); UNIT_PORTS+=("$7"); UNIT_PORT+=("$8"); UNIT_READY+=("$9"); UNIT_INPUTS+=("${10}")
+}
+plan_unit h200/gpu0 kiln-h200-gpu0 chat 0 '' trtllm-serve 8003 8003 '/health /v1/models' sha256:30d21acd81170e20e076456c46236bc37475b26d48e704a422fee74deb195911
+plan_unit h200/gpu1 kiln-h200-gpu1 chat 1 '' trtllm-serve 8006 8006 '/health /v1/models' sha256:30d21acd81170e20e076456c46236bc37475b26d48e704a422fee74deb195911
+plan_unit h200/gpu4+5+6+7 kiln-h200-gpu4_5_6_7 chat '4,5,6,7' '' trtllm-serve 8009 8009 '/health /v1/models' sha256:a995ec521c244b7a69ec95e474ed1753f60fecf9030d7e986a224be8df7807f3
+plan_unit h200/chat-router kiln-h200-chat-router chat '' '' trtllm-serve-disaggregated 8000 8000 /health sha256:eed86e208661ab56a038959944419da319ec385a81f93ca9838c7f6e4d9c203b
+readonly UNIT_ID UNIT_NAME UNIT_MODEL UNIT_GPUS UNIT_MIG_START UNIT_RUNTIME UNIT_PORTS UNIT_PORT UNIT_READY UNIT_INPUTS
 
 # unit_argv UNIT-INDEX: CMD = the unit's server command line inside its container
 # (compiler/actions/runtimes.py, every flag checked against the runtime's flag set); OPTS = the
 # docker run options of its runtime and width: /dev/shm for Triton's Python backend and NCCL,
 # memlock and stack limits where NCCL runs between processes (more than one GPU), and the health
-# check (the image's entrypoint probing UNIT_READY).
+# check (the image's entrypoint probing the unit's READY paths).
 unit_argv() {
   case "$1" in
     0) CMD=(trtllm-serve /opt/kiln/models/chat --extra_llm_api_options /opt/kiln/llmapi/chat/prefill/llm-api-options.yaml --host 0.0.0.0 --port 8003 --backend pytorch --tp_size 1 --pp_size 1)

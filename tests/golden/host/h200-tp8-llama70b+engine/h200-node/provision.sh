@@ -76,46 +76,52 @@ readonly DRIVER_VERSION=550.90.07
 readonly PERSISTENCE=1
 
 # --- desired state, per physical GPU (from host-plan.json) -----------------------------------
-readonly PLAN_GPUS=(0 1 2 3 4 5 6 7)
-# MIG mode: 1 = enabled, 0 = disabled
-declare -A WANT_MIG=([0]=0 [1]=0 [2]=0 [3]=0 [4]=0 [5]=0 [6]=0 [7]=0)
-# GPU instances as "<GI profile id>:<placement start>", in creation order (nvidia-smi mig -cgi)
-declare -A WANT_GIS=([0]='' [1]='' [2]='' [3]='' [4]='' [5]='' [6]='' [7]='')
-declare -A WANT_GI_NAMES=([0]='' [1]='' [2]='' [3]='' [4]='' [5]='' [6]='' [7]='')
-# locked graphics clocks "min,max" (-lgc), locked memory clock "min,max" (-lmc),
-# application clocks "memory,graphics" (-ac), power limit in W (-pl); empty = leave as is
-declare -A WANT_LGC=([0]='1980,1980' [1]='1980,1980' [2]='1980,1980' [3]='1980,1980' [4]='1980,1980' [5]='1980,1980' [6]='1980,1980' [7]='1980,1980')
-declare -A WANT_LMC=([0]='' [1]='' [2]='' [3]='' [4]='' [5]='' [6]='' [7]='')
-declare -A WANT_AC=([0]='' [1]='' [2]='' [3]='' [4]='' [5]='' [6]='' [7]='')
-declare -A WANT_PL=([0]=700 [1]=700 [2]=700 [3]=700 [4]=700 [5]=700 [6]=700 [7]=700)
+# plan_gpu INDEX MIG GIS GI_NAMES LGC LMC AC PL, one line per GPU: MIG mode (1 = enabled, 0 =
+# disabled); its GPU instances as "<GI profile id>:<placement start>" in creation order (nvidia-smi
+# mig -cgi), then their profile names; locked graphics clocks "min,max" (-lgc), locked memory clock
+# "min,max" (-lmc), application clocks "memory,graphics" (-ac), power limit in W (-pl); '' = leave as is.
+PLAN_GPUS=()
+declare -A WANT_MIG=() WANT_GIS=() WANT_GI_NAMES=() WANT_LGC=() WANT_LMC=() WANT_AC=() WANT_PL=()
+plan_gpu() {
+  PLAN_GPUS+=("$1"); WANT_MIG[$1]=$2; WANT_GIS[$1]=$3; WANT_GI_NAMES[$1]=$4
+  WANT_LGC[$1]=$5; WANT_LMC[$1]=$6; WANT_AC[$1]=$7; WANT_PL[$1]=$8
+}
+plan_gpu 0 0 '' '' '1980,1980' '' '' 700
+plan_gpu 1 0 '' '' '1980,1980' '' '' 700
+plan_gpu 2 0 '' '' '1980,1980' '' '' 700
+plan_gpu 3 0 '' '' '1980,1980' '' '' 700
+plan_gpu 4 0 '' '' '1980,1980' '' '' 700
+plan_gpu 5 0 '' '' '1980,1980' '' '' 700
+plan_gpu 6 0 '' '' '1980,1980' '' '' 700
+plan_gpu 7 0 '' '' '1980,1980' '' '' 700
+readonly PLAN_GPUS
 
 # --- serving units: one container each ------------------------------------------------------
-# MIG units name their GPU and the placement start of their GPU instance; whole-GPU units list
-# their GPUs. Ports: the model's serving.ports plus 3 per earlier replica on this host (Triton
-# listens on http/grpc/metrics, trtllm-serve on http only). UNIT_READY: the HTTP paths that
-# answer 200 on UNIT_PORT once the unit serves.
+# plan_unit ID NAME MODEL GPUS MIG_START RUNTIME PORTS PORT READY INPUTS, one line per unit, in the
+# order they start. A MIG unit names its GPU and the placement start of its GPU instance; a whole-GPU
+# unit lists its GPUs. PORTS: the model's serving.ports plus 3 per earlier replica on this host (Triton
+# listens on http/grpc/metrics, trtllm-serve on http only). READY: the HTTP paths that answer 200 on
+# PORT once the unit serves.
 # Disaggregated serving: each prefill and decode server is a unit like the others (its role's
 # trtllm-serve, with the UCX environment in its options); the router of a model whose router host
-# this is comes after every server, with no GPUs (UNIT_GPUS empty) and no MIG instance. UNIT_INPUTS:
-# for these, the digest of what the container reads from the image (its role's options and the
-# model's checkpoint; the router's config): the container is recreated when that changes, not when
-# only other units' files change the image. Empty: any other image recreates it.
-readonly UNIT_ID=(h200-node/gpu0+1+2+3+4+5+6+7)
-readonly UNIT_NAME=(kiln-h200-node-gpu0_1_2_3_4_5_6_7)
-readonly UNIT_MODEL=(llama70b)
-readonly UNIT_GPUS=('0,1,2,3,4,5,6,7')
-readonly UNIT_MIG_START=('')
-readonly UNIT_RUNTIME=(triton)
-readonly UNIT_PORTS=(8000/8001/8002)
-readonly UNIT_PORT=(8000)
-readonly UNIT_READY=('/v2/health/ready /v2/models/llama70b/ready /v2/models/llama70b-preprocessing/ready /v2/models/llama70b-tensorrt_llm/ready /v2/models/llama70b-postprocessing/ready /v2/models/llama70b-bls/ready')
-readonly UNIT_INPUTS=('')
+# this is comes after every server, with no GPUs and no MIG instance. INPUTS: for these, the digest
+# of what the container reads from the image (its role's options and the model's checkpoint; the
+# router's config): the container is recreated when that changes, not when only other units' files
+# change the image. '': any other image recreates it.
+UNIT_ID=() UNIT_NAME=() UNIT_MODEL=() UNIT_GPUS=() UNIT_MIG_START=() UNIT_RUNTIME=() UNIT_PORTS=() UNIT_PORT=()
+UNIT_READY=() UNIT_INPUTS=()
+plan_unit() {
+  UNIT_ID+=("$1"); UNIT_NAME+=("$2"); UNIT_MODEL+=("$3"); UNIT_GPUS+=("$4"); UNIT_MIG_START+=("$5")
+  UNIT_RUNTIME+=("$6"); UNIT_PORTS+=("$7"); UNIT_PORT+=("$8"); UNIT_READY+=("$9"); UNIT_INPUTS+=("${10}")
+}
+plan_unit h200-node/gpu0+1+2+3+4+5+6+7 kiln-h200-node-gpu0_1_2_3_4_5_6_7 llama70b '0,1,2,3,4,5,6,7' '' triton 8000/8001/8002 8000 '/v2/health/ready /v2/models/llama70b/ready /v2/models/llama70b-preprocessing/ready /v2/models/llama70b-tensorrt_llm/ready /v2/models/llama70b-postprocessing/ready /v2/models/llama70b-bls/ready' ''
+readonly UNIT_ID UNIT_NAME UNIT_MODEL UNIT_GPUS UNIT_MIG_START UNIT_RUNTIME UNIT_PORTS UNIT_PORT UNIT_READY UNIT_INPUTS
 
 # unit_argv UNIT-INDEX: CMD = the unit's server command line inside its container
 # (compiler/actions/runtimes.py, every flag checked against the runtime's flag set); OPTS = the
 # docker run options of its runtime and width: /dev/shm for Triton's Python backend and NCCL,
 # memlock and stack limits where NCCL runs between processes (more than one GPU), and the health
-# check (the image's entrypoint probing UNIT_READY).
+# check (the image's entrypoint probing the unit's READY paths).
 unit_argv() {
   case "$1" in
     0) CMD=(mpirun --allow-run-as-root -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=llama70b --load-model=llama70b-preprocessing --load-model=llama70b-tensorrt_llm --load-model=llama70b-postprocessing --load-model=llama70b-bls --http-port=8000 --grpc-port=8001 --metrics-port=8002 --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix0_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix1_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix2_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix3_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix4_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix5_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix6_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix7_')  # 8 ranks: one tritonserver per rank under mpirun
