@@ -8,7 +8,7 @@ from pathlib import Path
 
 from compiler.graph.builder import Builder, Selection
 from compiler.graph.executor import ActionResult, Interrupt, execute
-from compiler.graph.inputs import DigestCache
+from compiler.store.digests import DigestCache
 from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
 from compiler.graph.plan import PlannedAction, make_plan, spec_diff

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from compiler.actions.base import InputUnreadable, LowerContext, input_spec_path
 from compiler.diagnostics import Diagnostic
-from compiler.graph.inputs import DigestCache
+from compiler.store.digests import DigestCache
 from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
 from compiler.ir import Resolved

@@ -24,7 +24,7 @@ from pathlib import Path
 from compiler.actions import image as image_kind
 from compiler.actions import weights_image
 from compiler.targets.kubernetes.k8s_release import KIND as RELEASE
-from compiler.graph.inputs import DigestCache
+from compiler.store.digests import DigestCache
 from compiler.graph.kinds import KindRegistry, RunContext
 from compiler.graph.model import Graph
 from compiler.lower import lower_or_report

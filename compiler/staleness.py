@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from compiler.graph.inputs import DigestCache
+from compiler.store.digests import DigestCache
 from compiler.ir import Resolved
 from compiler.ir.measured import KIND, TuneRecord, spec_changes
 from compiler.ir.tune_inputs import fingerprints, stale_diagnostics

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from compiler.graph.inputs import DigestCache
+from compiler.store.digests import DigestCache
 from compiler.graph.kinds import RunContext
 from compiler.graph.model import Graph
 from compiler.lower import lower

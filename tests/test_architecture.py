@@ -265,7 +265,7 @@ def _resolved(example: str):
 
 def test_every_registered_target_implements_the_protocol() -> None:
     from compiler.graph.kinds import ActionKind
-    from compiler.graph.inputs import DigestCache
+    from compiler.store.digests import DigestCache
     from compiler.deploy import TARGETS
     from compiler.deploy.base import DeployTarget
     from compiler.lower import lower
@@ -320,7 +320,7 @@ def test_the_registry_is_the_common_kinds_then_each_targets() -> None:
 def test_the_lowering_order_of_the_kinds_changes_no_graph() -> None:
     """The registry's order is the lowering order; the graph orders actions by id and dependency, so
     reversing it changes no action, key or order (the targets' kinds moved after the common ones)."""
-    from compiler.graph.inputs import DigestCache
+    from compiler.store.digests import DigestCache
     from compiler.graph.kinds import KindRegistry
     from compiler.lower import lower
     from compiler.targets.registry import REGISTRY

@@ -147,7 +147,7 @@ def test_the_hosts_example_builds_servers_and_router_and_k164_is_retired() -> No
     """K164 refused disaggregated serving on hosts until provision.sh started it: lowering now gives
     the host script each role's servers and the router, and K164 is registered but raised by nothing."""
     from compiler.checks import get_rule
-    from compiler.graph.inputs import DigestCache
+    from compiler.store.digests import DigestCache
     from compiler.lower import lower
 
     v = validate_path(EXAMPLE)

@@ -19,7 +19,7 @@ import yaml
 
 from compiler.actions import disaggregated as kind
 from compiler.actions.base import LowerContext
-from compiler.graph.inputs import DigestCache
+from compiler.store.digests import DigestCache
 from compiler.graph.kinds import RunContext
 from compiler.pipeline import validate_text
 from tests.services import free_ports

@@ -118,7 +118,7 @@ def test_the_action_writes_each_roles_options_and_the_routers_config(tmp_path) -
 
     from compiler.actions import disaggregated as kind
     from compiler.actions.base import LowerContext
-    from compiler.graph.inputs import DigestCache
+    from compiler.store.digests import DigestCache
     from compiler.graph.kinds import RunContext
 
     ir = _ir()

@@ -198,7 +198,7 @@ def test_the_serving_image_carries_each_roles_options_and_the_routers_config(tmp
     import logging
 
     from compiler.actions import image_context
-    from compiler.graph.inputs import DigestCache
+    from compiler.store.digests import DigestCache
     from compiler.graph.kinds import RunContext
     from compiler.lower import lower
     from compiler.pipeline import validate_path
@@ -249,7 +249,7 @@ def test_a_router_on_a_host_of_its_own_starts_alone_and_reaches_the_servers_by_h
                       encoding="utf-8")
     files = generate(s.spec)
     assert b"chat-router" not in files["h200"]["provision.sh"]
-    from compiler.graph.inputs import DigestCache
+    from compiler.store.digests import DigestCache
     from compiler.lower import lower
     from compiler.pipeline import validate_path
 

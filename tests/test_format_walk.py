@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.graph.inputs import DigestCache
+from compiler.store.digests import DigestCache
 from compiler.lower import lower
 from compiler.pipeline import validate_loaded, validate_text
 from compiler.spec.loader import LoadResult, load_text

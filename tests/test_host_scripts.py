@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from compiler.actions import runtimes
-from compiler.graph.inputs import DigestCache
+from compiler.store.digests import DigestCache
 from compiler.graph.kinds import RunContext
 from compiler.targets.disruption import Disruption
 from compiler.lower import lower

@@ -74,7 +74,7 @@ def _context_inputs(tmp: Path) -> dict[str, Path]:
 
 
 def _context_action(tmp: Path):
-    from compiler.graph.inputs import DigestCache
+    from compiler.store.digests import DigestCache
     from compiler.lower import lower
     from compiler.pipeline import validate_path
 
@@ -92,7 +92,7 @@ def test_lowering_adds_context_and_image_only_with_image(tmp_path: Path) -> None
     # default base: the toolchain's Triton image, pinned by digest
     assert ctx_action.params.base.startswith("nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3@sha256:")
     # Without `image:` there is no image work at all.
-    from compiler.graph.inputs import DigestCache
+    from compiler.store.digests import DigestCache
     from compiler.lower import lower
     from compiler.pipeline import validate_path
 
@@ -400,7 +400,7 @@ def test_entrypoint_of_a_host_with_several_units(tmp_path: Path, base_image: str
     """b200-a serves three models on six MIG slices (two GPUs): with no argument the entrypoint names
     the units and refuses; a unit id starts that unit's server (a model name would be ambiguous, so
     it is not one); any other command (how provision.sh starts containers) runs as given."""
-    from compiler.graph.inputs import DigestCache
+    from compiler.store.digests import DigestCache
     from compiler.lower import lower
     from compiler.pipeline import validate_path
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from compiler.cli import main
-from compiler.graph.inputs import DigestCache
+from compiler.store.digests import DigestCache
 from compiler.pipeline import Options, validate_path
 from tests.gitrepo import GitRepo
 from tests.test_gitops_registry import light_spec

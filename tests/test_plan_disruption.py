@@ -66,7 +66,7 @@ def test_the_markdown_plan_has_a_disruption_table(tmp_path: Path, capsys) -> Non
 
 
 def _graph(spec: Path):
-    from compiler.graph.inputs import DigestCache
+    from compiler.store.digests import DigestCache
     from compiler.lower import lower
     from compiler.pipeline import validate_path
 

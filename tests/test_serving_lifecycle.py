@@ -26,7 +26,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from compiler.actions import image_context, llmapi, runtimes
-from compiler.graph.inputs import DigestCache
+from compiler.store.digests import DigestCache
 from compiler.graph.kinds import RunContext
 from compiler.lower import lower
 from compiler.pipeline import validate_path

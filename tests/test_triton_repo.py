@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from compiler.actions import llmapi, triton_repo
-from compiler.graph.inputs import DigestCache
+from compiler.store.digests import DigestCache
 from compiler.graph.kinds import RunContext
 from compiler.lower import lower
 from compiler.pipeline import validate_path

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Mapping, Protocol
 
 from compiler import deploy
-from compiler.graph.inputs import DigestCache, tree_digests
+from compiler.store.digests import DigestCache, tree_digests
 from compiler.graph.kinds import ActionKind, Params, RunContext
 from compiler.ir import Resolved
 from compiler.spec.models import Spec

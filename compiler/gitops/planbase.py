@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler.graph.inputs import DigestCache
+from compiler.store.digests import DigestCache
 from compiler.lower import lower_or_report
 from compiler.pipeline import Options, Validation, validate_path
 from compiler.staleness import keyed_diagnostics

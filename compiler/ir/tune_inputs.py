@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from compiler.diagnostics import Diagnostic
-from compiler.graph.inputs import DigestCache, tree_digests
+from compiler.store.digests import DigestCache, tree_digests
 from compiler.ir.measured import MeasuredLimitStale, RecordPredatesInputs, spec_changes
 from compiler.store.canonical import canonical_json
 from compiler.store.local import sha256_bytes

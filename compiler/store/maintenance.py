@@ -17,7 +17,7 @@ from . import safeio
 from .local import FOLDERS, MAX_DIGEST_CACHE_BYTES, MAX_RECORD_BYTES, MAX_REF_BYTES, LocalStore, StoreError
 from .records import is_digest, parse_action, parse_digest_cache, parse_ref, release_artifacts, release_keys
 
-DIGEST_CACHE = "digest-cache.json"  # compiler/graph/inputs.py DigestCache, kept at the store's root
+DIGEST_CACHE = "digest-cache.json"  # compiler/store/digests.py DigestCache, kept at the store's root
 
 
 def _is_special(mode: int) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from compiler.graph.inputs import DigestCache
+from compiler.store.digests import DigestCache
 from compiler.ir.inputs import replace_file
 from compiler.ir.measured import (GpuRecord, ImageRecord, Measurement, Result, Search, Served, TuneRecord,
                                   record_name, render_record, sla_record)
