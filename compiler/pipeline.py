@@ -1,7 +1,8 @@
 """The front half of the compiler, as one pure call per file:
-load -> parse -> resolve -> analysis passes -> checks (and, for a spec whose limits were measured
-by `kiln tune`, the comparison of its records with what the spec now describes, from the IR:
-compiler/ir/tune_inputs.py; their artifact keys are compared where the spec is lowered)."""
+load -> parse -> resolve -> analysis passes -> checks. The passes compare the records `kiln tune`
+wrote with what the spec now describes, from the IR (compiler/ir/tune_inputs.py), and put the
+records that apply into the estimates; the checks report the others. Their artifact keys are
+compared where the spec is lowered (compiler/staleness.py)."""
 
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ class Validation:
     resolved: Resolved | None = None  # the analysed IR; None when the spec did not parse
     diagnostics: list[Diagnostic] = field(default_factory=list)
     base_dir: Path = Path(".")  # relative paths in the spec are relative to this directory
-    # models whose measurement record validation found current by the IR (or, a v1 record, could not
-    # judge): once the spec is lowered, compiler/staleness.keyed_diagnostics compares their keys and empties this
-    measured_unkeyed: tuple[str, ...] = ()
+    # whether the artifact keys of the measurement records the IR found current (or, a v1 record, could
+    # not judge) were compared: once the spec is lowered, by compiler/staleness.keyed_diagnostics
+    keys_compared: bool = False
 
     @property
     def ok(self) -> bool:
@@ -86,17 +87,6 @@ def _validate(loaded: LoadResult, shown: str, base_dir: Path, options: Options, 
         result.resolved = ir
         result.diagnostics.extend(diags)
         result.diagnostics.extend(run_checks(CheckContext(ir)))
-        if result.ok and any(m.measured is not None for m in ir.models.values()):
-            # measured limits: compare what the records measured with what the spec now builds (K914)
-            # from the IR: the record's input fingerprints; artifact keys are compared where the spec is lowered
-            from compiler.ir.estimates import with_measurements
-            from compiler.ir.tune_inputs import predates_diagnostics, record_changes, stale_diagnostics
-
-            changed, older = record_changes(ir)
-            result.diagnostics.extend(stale_diagnostics(ir, changed) + predates_diagnostics(ir, older))
-            result.measured_unkeyed = tuple(name for name, changes in changed.items() if not changes)
-            # measured beats modelled: the records that still apply replace or recalibrate estimates
-            result.resolved = with_measurements(ir, changed)
     elif parsed.partial is not None:
         # One run, all problems: the entries that parsed are checked too (the IR stays out of the
         # result: a spec with errors is never lowered).

@@ -4,8 +4,8 @@ by artifact key.
 A measurement record (compiler/ir/measured.py) lists the artifact keys of what `kiln tune`
 measured. Comparing them needs the build graph, so this sits after lowering in the layering: the
 commands that lower (compiler/build.prepare_spec: plan, build, publish; `kiln plan --base`) call
-`keyed_diagnostics` for the records validation found current or could not judge (a v1 record;
-validation compares IR fingerprints, compiler/ir/tune_inputs.py). One subtlety: the record's own limit is
+`keyed_diagnostics` for the records the IR's records pass found current or could not judge (a v1
+record; the pass compares IR fingerprints, compiler/ir/tune_inputs.py). One subtlety: the record's own limit is
 an input of the artifacts it measured the next time round (the LLM-API options carry the batch
 limit, and their key the record's digest). So the keys are compared as the spec builds them
 with the limit the unit served while it was measured (`record.served`): what the measurement
@@ -17,12 +17,13 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from compiler.store.digests import DigestCache
+from compiler.checks.measured import stale_diagnostic
 from compiler.ir import Resolved
 from compiler.ir.measured import KIND, TuneRecord, spec_changes
-from compiler.ir.tune_inputs import fingerprints, stale_diagnostics
+from compiler.ir.tune_inputs import fingerprints
 from compiler.lower import lower_ir
 from compiler.store.canonical import canonical_json
+from compiler.store.digests import DigestCache
 from compiler.store.local import sha256_bytes
 
 if TYPE_CHECKING:
@@ -98,10 +99,14 @@ def record_changes(ir: Resolved, digests: DigestCache | None = None,
 
 
 def keyed_diagnostics(result: Validation, digests: DigestCache | None = None) -> None:
-    """K914 into `result` for the records its validation found current by the IR whose artifact keys
-    say otherwise (and v1 records, which it could not compare): called once the spec is lowered."""
-    if not result.measured_unkeyed or result.resolved is None:
+    """K914 into `result` for the records the records pass found current by the IR (or, a v1 record,
+    could not judge: K917) whose artifact keys say otherwise: called once the spec is lowered, once."""
+    ir = result.resolved
+    if result.keys_compared or ir is None:
         return
-    changed = record_changes(result.resolved, digests, list(result.measured_unkeyed))
-    result.measured_unkeyed = ()
-    result.diagnostics.extend(stale_diagnostics(result.resolved, changed))
+    result.keys_compared = True
+    current = [name for name, state in ir.records.items() if state.applies]
+    if not current:
+        return
+    changed = record_changes(ir, digests, current)
+    result.diagnostics.extend(stale_diagnostic(ir, name, changes) for name, changes in changed.items() if changes)

@@ -131,3 +131,80 @@ def test_a_p99_record_is_a_floor_and_its_interval_reaches_the_models_p50() -> No
     assert cost["low"] < cost["value"] == pytest.approx(3.0 / 3600 / 1000.0 * 1e6, rel=1e-3) == cost["high"]
     capped = _measured({**est, "ceiling_tokens_per_s": 1100.0}, e, price=None, share=None)
     assert capped["output_tokens_per_s"]["high"] == 1100.0
+
+
+# --- the checks read the estimates the passes left ------------------------------------------------------
+STRICT = "tiny-strict"  # `tiny` again, FP8 on the same H100, with a TPOT target the measurement says is out of reach
+
+
+def _strict_text() -> str:
+    """The quickstart with a second FP8 model beside the measured one on the same H100: its p99 TPOT
+    target, 5 ms, is far above what the model estimates on a 1g.10gb slice (well under a millisecond)
+    and far below what `tiny` measured there (18.5 ms at concurrency 1)."""
+    text = with_tuning((QUICKSTART / "kiln.yaml").read_text(encoding="utf-8"))
+    model = (f"  {STRICT}:\n    source: {{path: model}}\n    quantization:\n      weights: fp8\n"
+             "      calibration: {data: data/calib-prose.jsonl, samples: 16, max_seq_len: 128, seed: 7}\n"
+             "    limits: {max_batch_size: 8, max_input_len: 256, max_seq_len: 512, max_num_tokens: 2048}\n"
+             "    serving: {max_queue_size: 16, queue_timeout_ms: 1000, ports: {http: 8200, grpc: 8201, metrics: 8202}}\n"
+             "    workload: {input_tokens: 32, output_tokens: 16}\n"
+             "    sla: {ttft_ms: 200, tpot_ms: 5, percentile: p99}\n")
+    text = text.replace("  tiny-awq:\n", model + "  tiny-awq:\n", 1)
+    instance = "          - {profile: 1g.10gb, serves: tiny-awq}\n"
+    return text.replace(instance, instance + f"          - {{profile: 1g.10gb, serves: {STRICT}}}\n", 1)
+
+
+def _k404(v) -> list[str]:
+    return [d.message for d in v.diagnostics if d.code == "K404"]
+
+
+def test_the_sla_check_reads_the_estimate_a_measurement_recalibrated(tmp_path: Path) -> None:
+    """K404 judges each unit on the estimate the measurements pass left, before the checks run: the
+    record of `tiny` recalibrates its FP8 neighbour on the same H100, whose modelled TPOT met 5 ms and
+    whose calibrated TPOT does not (the old pipeline applied records after the checks: no K404)."""
+    before = validate_path(_quickstart(tmp_path / "before", None, text=_strict_text()))
+    assert before.ok and _k404(before) == [], before.diagnostics
+    v = validate_path(_quickstart(tmp_path, "grid", text=_strict_text()))
+    assert v.ok and v.resolved.records["tiny"].applies, v.diagnostics
+    unit = "dev-h100/gpu0/mig2"
+    (e,) = [u.figures.estimate for u in v.resolved.units if u.id == unit]
+    assert e["basis"] == "calibrated"
+    (found,) = _k404(v)
+    assert found.startswith(f"{unit}: the estimate misses the sla of model {STRICT!r}") and "TPOT" in found, found
+    # the measured unit met its own sla where it was measured: no K404 for it
+    assert not any(m.startswith(UNIT) for m in _k404(v))
+
+
+def test_a_record_the_spec_moved_away_from_no_longer_answers_for_the_sla(tmp_path: Path) -> None:
+    """A stale record (K914) measures nothing: its unit's estimate is the model's again, and K404 judges
+    it (the old check stayed silent for any model with a record, current or not)."""
+    spec = _quickstart(tmp_path, "grid")
+    assert _k404(validate_path(spec)) == []
+    text = spec.read_text(encoding="utf-8")
+    assert "tpot_ms: 40," in text
+    spec.write_text(text.replace("tpot_ms: 40,", "tpot_ms: 0.001,", 1), encoding="utf-8")
+    v = validate_path(spec)
+    assert not v.resolved.records["tiny"].applies and "the sla changed" in v.resolved.records["tiny"].changes[0]
+    assert sorted(d.code for d in v.diagnostics) == ["K404", "K914"], v.diagnostics
+    (found,) = _k404(v)
+    assert found.startswith(f"{UNIT}: the estimate misses the sla of model 'tiny'") and "against 0.001 ms" in found
+
+
+def test_the_analysis_compares_the_records_and_measures_the_estimates(tmp_path: Path) -> None:
+    """`analyse` itself (not a step after it) carries what each record still describes and the
+    estimates it measured: every command that analyses the spec reads the same IR."""
+    from compiler.ir import analyse, resolve
+    from compiler.ir.inputs import input_roots
+    from compiler.spec.loader import load_file
+    from compiler.spec.parse import parse_document
+
+    spec = _quickstart(tmp_path, "grid")
+    doc = load_file(spec, "kiln.yaml").document
+    ir, diags = resolve(parse_document(doc).spec, doc, tmp_path, roots=input_roots(tmp_path))
+    assert diags == []
+    ir = analyse(ir)
+    assert dict(ir.records) == {"tiny": ir.records["tiny"]} and ir.records["tiny"].applies
+    assert not ir.records["tiny"].predates_inputs
+    (e,) = [u.figures.estimate for u in ir.units if u.id == UNIT]
+    assert e["basis"] == "measured" and e["measured"]["record"] == "tune/dev-h100.gpu0.mig0.json"
+    assert validate_path(spec).resolved.units == ir.units
+

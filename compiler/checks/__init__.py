@@ -9,7 +9,7 @@ from compiler.diagnostics import Diagnostic, Rule, registered_rules
 from .base import Check, CheckContext
 
 _FAMILY_MODULES: tuple[str, ...] = ("refs", "mig", "memory", "precision", "clocks", "kernels", "parallelism",
-                                     "toolchain", "kubernetes", "disaggregated", "builders")
+                                     "toolchain", "kubernetes", "disaggregated", "builders", "measured")
 
 
 def _load() -> None:

@@ -142,7 +142,9 @@ class SlaOutOfReach(Check):
     batch limit will meet it and `kiln tune` would find no passing concurrency. The curve is at the
     sla's percentile (compiler/capacity/estimate_latency.py), and the optimistic end of the interval
     is taken, so the warning errs on the side of silence. Serve the model on a faster GPU or format, with tensor parallelism, or relax
-    the target; a `kiln tune` record for the unit replaces the estimate with a measurement.
+    the target; a `kiln tune` record for the unit replaces the estimate with a measurement (and
+    silences this), and one on the same GPU at the same precision recalibrates it. A record the spec
+    has moved away from (K914) measures nothing any more: the model's estimate is judged again.
     """
 
     code = "K404"
@@ -154,8 +156,10 @@ class SlaOutOfReach(Check):
         for unit, fig in _figures(ctx):
             sla = ctx.model(unit.model).sla
             e = fig.estimate
-            # a model with a measured limit has a record that says what the unit meets (K914 when stale)
-            if sla is None or not e or not e.get("curve") or ctx.ir.models[unit.model].measured is not None:
+            # the estimate as the measurements pass left it: a unit its own current record measured met the
+            # sla there (nothing to warn of); a recalibrated one is judged on its calibrated figures, and
+            # one no current record covers (a stale record, K914; another GPU or precision) on the model's
+            if sla is None or not e or not e.get("curve") or e.get("basis") == "measured":
                 continue
             first = e["curve"][0]
             misses = []

@@ -13,8 +13,8 @@ p50 / percentile ratio at that concurrency applied to the measured figures).
   (one spec pins one) is recalibrated: its modelled figures are scaled by the geometric mean of
   measured / modelled over those records (basis `calibrated`, "from N measurements"), the
   throughput still capped at its ceiling.
-- A record the spec has moved away from (K914: other artifacts, toolchain, slice, SLA or workload)
-  is used for nothing; neither is one on another GPU or precision for a unit. Each unit's
+- A record the spec has moved away from (K914: other artifacts, toolchain, slice, SLA or workload,
+  as the records pass found them, compiler/ir/tune_inputs.py) is used for nothing; neither is one on another GPU or precision for a unit. Each unit's
   estimate lists the records it did not use and why.
 """
 
@@ -124,9 +124,11 @@ def _costs(t: dict, price: float | None, share: float | None) -> dict | None:
             "high": _r(cost_per_million_tokens(price, share, t["low"]))}
 
 
-def with_measurements(ir: Resolved, changed: dict[str, list[str]]) -> Resolved:
-    """The IR with each unit's estimate replaced or recalibrated by the records that apply to it.
-    `changed`: per model with a record, what the spec no longer matches (ir/tune_inputs.record_changes)."""
+def measurements_pass(ir: Resolved) -> Resolved:
+    """Each unit's estimate replaced or recalibrated by the records that apply to it (after the
+    capacity pass, which models it, and the records pass, which says what each record no longer
+    matches), so the checks, the plan and the capacity report read one estimate."""
+    changed = {model: list(state.changes) for model, state in ir.records.items()}
     if not changed:
         return ir
     usable: list[_Evaluated] = []

@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from compiler.boundedjson import BoundedJSONError, loads_bounded
 from compiler.catalog.cudagraphs import load_cuda_graph_defaults
-from compiler.diagnostics import Rule, Severity
 from compiler.store.canonical import pretty_json
 
 KIND = "kiln.tune/v2"  # what `kiln tune` writes
@@ -206,6 +205,21 @@ class Measurement:
     derivation: str = ""  # limits pass: how the limit follows from the measured concurrency
 
 
+@dataclass(frozen=True)
+class RecordState:
+    """The records pass's finding on a model's measurement record, read from the IR (tune_inputs.py):
+    what the record measured that the spec no longer describes. A record whose list is empty still
+    applies: the estimates pass takes its figures, and the commands that lower compare its artifact
+    keys too (compiler/staleness.py)."""
+
+    changes: tuple[str, ...]  # "<artifact> changed (<fields>)", "the sla changed", ...: K914 when any
+    predates_inputs: bool = False  # a kiln.tune/v1 record: no input fingerprints to compare (K917)
+
+    @property
+    def applies(self) -> bool:
+        return not self.changes
+
+
 MAX_BATCH_SIZE = 65536  # the bound of limits.max_batch_size (compiler/spec/models.py)
 
 
@@ -236,37 +250,6 @@ def batch_limit(concurrency: int, *, target: str, cuda_graph_batch_sizes: list[i
     if fit[-1] == per_rank:
         return per_rank, f"{what}, a CUDA-graph batch size of {where}"
     return fit[-1], f"{what}, rounded down to {fit[-1]}, the largest CUDA-graph batch size of {where} <= {per_rank}"
-
-
-# --- rules -----------------------------------------------------------------------------------------
-class MeasuredLimitStale(Rule):
-    """A measured limit was taken against something other than what the spec now describes.
-
-    `kiln tune` records what it measured: the artifact keys of the model (checkpoint, LLM-API
-    options, tokenizer, ...), the unit's GPU slice, the SLA and the workload. When the spec now
-    builds other artifacts for that model (a new quantization, a runtime option, another
-    TensorRT-LLM), serves it on another slice, or asks for another SLA or workload, the number no
-    longer answers the question the spec asks: serve the new build, run `kiln tune` again and
-    commit the new record. The batch limit it set is still built, so this is a warning.
-    """
-
-    code = "K914"
-    name = "measured-limit-stale"
-    severity = Severity.WARNING
-
-
-class RecordPredatesInputs(Rule):
-    """A measurement record written before records kept their input fingerprints (kiln.tune/v1).
-
-    `kiln validate` compares a record's unit, SLA and workload with the spec, and what each measured
-    artifact was built from through the record's `inputs`, reading the IR only. A v1 record has no
-    `inputs`: its artifact keys are compared where the spec is lowered (`kiln plan`, `kiln build`),
-    and K914 is reported there. Running `kiln tune` again writes a current record.
-    """
-
-    code = "K917"
-    name = "measured-record-predates-inputs"
-    severity = Severity.NOTE
 
 
 def unit_facts(ir, unit_id: str) -> dict[str, str] | None:

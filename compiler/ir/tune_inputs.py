@@ -1,9 +1,10 @@
 """What a measured artifact was built from, read from the IR: the fingerprints a `kiln tune` record
-keeps (`inputs`) and the comparison `kiln validate` makes with them (K914), without lowering.
+keeps (`inputs`) and the records pass, which compares them with the spec without lowering (the
+checks report what it finds: K914, K917, compiler/checks/measured.py).
 
 A record names what it measured by artifact keys (`artifacts`), and those need the build graph, so
 comparing them is left to the commands that lower anyway (compiler/staleness.py, from
-compiler/lower.py). Validation reads the IR only: for each measured artifact, a digest of every IR
+compiler/lower.py). The records pass reads the IR only: for each measured artifact, a digest of every IR
 field its kind reads (`READS`), leaf by leaf, and of the files the model names. A field that
 changed names the artifact and the field. The table is broad on purpose: a field listed that an
 action ignores costs a warning the plan withdraws, never a stale number taken as current.
@@ -15,11 +16,11 @@ compiler/ir/measured.spec_changes).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from compiler.diagnostics import Diagnostic
+from compiler.ir.measured import RecordState, spec_changes
 from compiler.store.digests import DigestCache, tree_digests
-from compiler.ir.measured import MeasuredLimitStale, RecordPredatesInputs, spec_changes
 from compiler.store.canonical import canonical_json
 from compiler.store.local import sha256_bytes
 
@@ -132,32 +133,12 @@ def record_changes(ir, digests: DigestCache | None = None) -> tuple[dict[str, li
     return out, older
 
 
-def stale_diagnostics(ir, changed: dict[str, list[str]]) -> list[Diagnostic]:
-    """K914 for every model whose measured limit no longer describes the spec."""
-    out = []
-    for name, changes in changed.items():
-        rm = ir.models[name]
-        record = rm.measured.record
-        if not changes:
-            continue
-        shown = changes[:4] + ([f"{len(changes) - 4} more"] if len(changes) > 4 else [])
-        doc = ir.document
-        out.append(Diagnostic(
-            MeasuredLimitStale.code, MeasuredLimitStale.severity,
-            f"model {name!r}: {rm.measured.ref} was measured on other artifacts or settings than the spec now "
-            f"describes: {'; '.join(shown)}",
-            doc.file, doc.span_of(("models", name, "limits", "max_batch_size", "measured")),
-            f"build and serve the spec, then run `kiln tune {doc.file} --unit {record.unit} --url URL` and commit "
-            f"the new record (the limit {rm.measured.limit} still comes from the old one)"))
-    return out
-
-
-def predates_diagnostics(ir, older: list[str]) -> list[Diagnostic]:
-    """K917 (a note) for every record written before `inputs`: validation cannot compare its artifacts."""
-    doc = ir.document
-    return [Diagnostic(
-        RecordPredatesInputs.code, RecordPredatesInputs.severity,
-        f"model {name!r}: {ir.models[name].measured.ref} predates the records' input fingerprints; "
-        "`kiln validate` compares its unit, SLA and workload only, `kiln plan` and `kiln build` its artifacts",
-        doc.file, doc.span_of(("models", name, "limits", "max_batch_size", "measured")),
-        f"run `kiln tune` again to write a current record") for name in older]
+def records_pass(ir):
+    """Per model with a measurement record, what the record measured that the spec no longer
+    describes, by the IR (`record_changes`): `Resolved.records`, which the estimates pass (measured
+    beats modelled only where a record still applies) and the checks (K914, K917) read."""
+    if not any(rm.measured is not None for rm in ir.models.values()):
+        return ir
+    changed, older = record_changes(ir)
+    return dataclasses.replace(ir, records={name: RecordState(tuple(changes), name in older)
+                                            for name, changes in changed.items()})

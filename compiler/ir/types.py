@@ -26,7 +26,7 @@ from compiler.spec.loader import Document
 from compiler.spec.models import Host, Image, Kubernetes, MigInstance, Model, Spec, Toolchain
 
 from .lockfile import LockedInstance
-from .measured import Measurement
+from .measured import Measurement, RecordState
 
 if TYPE_CHECKING:  # the format table's row types; only annotations name them here
     from compiler.catalog.formats import KvFormat, Recipe
@@ -189,6 +189,9 @@ class Resolved:
     # frontend routes, every server being on node pools)
     routers: Mapping[str, str | None] = field(default_factory=dict)
     roles: Mapping[str, ModelRoles] = field(default_factory=dict)  # roles pass: each role's servers, placed and needed
+    # records pass: model with a measurement record -> what the record measured that the spec no longer
+    # describes (empty: it applies, and the measurements pass put its figures into the estimates)
+    records: Mapping[str, RecordState] = field(default_factory=dict)
     # the spec's sections no pass rewrites, taken once from the spec (and again by dataclasses.replace
     # with another spec): what checks and targets read in place of the parsed spec
     name: str = field(init=False)
