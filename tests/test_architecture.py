@@ -510,8 +510,10 @@ def test_a_workloads_fields_declare_what_their_change_does() -> None:
     # spec_name: the pod template's part-of label (review N6, S10)
     assert ROLLS == ("spec_name", "image_action", "weights_action", "command", "ports", "liveness", "readiness",
                      "resource", "count", "selector", "gpu_product", "pod_resources")
+    # a DGD worker's surge/unavailable annotations are in the pod template Dynamo's worker hash covers
+    # (catalog k8s_controllers.json rolling_update.hash_source); a Deployment's strategy is not
     assert WORKER_ROLLS == ("image_action", "weights_action", "resource", "count", "selector", "gpu_product",
-                            "power_limit_w", "pod_resources")
+                            "power_limit_w", "pod_resources", "max_surge", "max_unavailable")
     assert fields_that(DeploymentParams, "scale") == fields_that(Worker, "scale") == ("replicas",)
     assert effect(Worker, "options").what == "roll" and effect(DeploymentParams, "max_unavailable").what == "none"
     # the frontend's fields, the planner and the worker hash are named in the plan by their declarations

@@ -196,7 +196,8 @@ def test_power_limit_change_on_dynamo_is_the_nodes(tmp_path: Path) -> None:
 
 def test_a_dgd_carrying_the_power_annotation_is_recreated_to_change_it() -> None:
     """A DGD an earlier Kiln wrote with the annotation: changing or dropping it is refused by the
-    webhook (from Dynamo 1.6, unconfirmed in 1.6.1), as is the GPU count of such a worker."""
+    webhook (from Dynamo 1.6: read on main, and the 1.6.1 release's planner says so of its webhook),
+    as is the GPU count of such a worker."""
     from compiler.targets.kubernetes.k8s_dgd import DgdParams, Worker, forbidden_changes
 
     def params(power, count, version="1.6.1"):
@@ -207,7 +208,7 @@ def test_a_dgd_carrying_the_power_annotation_is_recreated_to_change_it() -> None
                          options_action="llmapi-options/big", options_digest="sha256:0", workers=[w])
 
     dropped = forbidden_changes(params(1000, 8), params(None, 8))
-    assert len(dropped) == 1 and "1000 -> None W" in dropped[0] and "unconfirmed in 1.6.1" in dropped[0]
+    assert len(dropped) == 1 and "1000 -> None W" in dropped[0] and "'field is immutable')" in dropped[0]
     assert "GPU(s)" in forbidden_changes(params(1000, 8), params(1000, 4))[0]
     assert forbidden_changes(params(1000, 8, "1.5.2"), params(None, 8, "1.5.2")) == []  # before the rule
     assert forbidden_changes(params(None, 8), params(None, 4)) == []

@@ -372,3 +372,19 @@ def test_a_spec_rename_on_a_running_tree_is_refused(repo: GitRepo, capsys) -> No
     assert "argocd app delete fleet --cascade=false" in out
     (repo.root / "deploy" / "kiln.yaml").write_text(_edited(()), encoding="utf-8")  # the same name: no K860
     assert "[K860]" not in (main(["plan", "deploy/kiln.yaml", "--base", "main"]), capsys.readouterr().out)[1]
+
+
+def test_halving_tp_on_dynamo_sticks_in_the_operators_own_arithmetic(tmp_path: Path) -> None:
+    """Review N2 on the Dynamo runtime (`dyn_tp`): the operator's managed rolling update
+    (dgd_worker_rollout_reconciler.go buildRollingUpdateContext, sim/dynamo.py) gives the new worker
+    generation 2 of 4 pods, which stay Pending on the full B200 nodes, and may not retire an old one;
+    the plan names the Dynamo worker, not a ReplicaSet."""
+    from tests.k8s_edit_matrix import base_text
+
+    text = base_text("dynamo")
+    sim, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a", text),
+                              graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited_text(text, TP4)))
+    r = sim.result
+    assert not r.completed and r.end["big"] == 2
+    assert r.stuck.startswith("Dynamo worker big-worker-b200-pool never completes: new generation 0/2 available")
+    assert "Insufficient nvidia.com/gpu" in r.stuck and "K858" in [c for c, _, _ in sim.diagnostics()]

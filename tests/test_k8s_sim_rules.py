@@ -18,6 +18,7 @@ from compiler.targets.kubernetes.sim import (
     simulate,
 )
 from compiler.targets.kubernetes.sim import deployment as dc
+from compiler.targets.kubernetes.sim import dynamo as dyn
 from compiler.targets.kubernetes.sim.model import (
     PoolLayout,
     PoolNodes,
@@ -218,3 +219,120 @@ def test_halving_tp_on_a_full_pool_sticks_and_says_why() -> None:
     # with maxUnavailable 2 (the whole old set may go) it completes, through zero
     r = simulate(_revision(_workload("a", 2, 8, "v1")), _revision(_workload("a", 4, 4, "v2", 0, 4)), POOL, {"m": 300})
     assert r.completed and r.end == {"m": 4} and r.low["m"][0] == 0
+
+
+# --- Dynamo's operator: deploy/operator/internal/controller/dgd_worker_rollout_reconciler.go ------------
+@pytest.mark.parametrize("surge,unavail,desired,expected", [
+    ("25%", "25%", 4, (1, 1)),  # defaults - no annotations - 25%/25% of 4 = 1/1
+    (2, "25%", 4, (2, 1)),  # absolute maxSurge overrides default
+    ("25%", 0, 4, (1, 0)),  # absolute maxUnavailable overrides default
+    ("50%", "25%", 4, (2, 1)),  # percentage maxSurge - 50% of 4 = 2
+    (0, 0, 4, (1, 0)),  # both zero - force surge to 1 for progress
+    (0, 1, 4, (0, 1)),  # maxSurge 0 with maxUnavailable 1 - allowed
+    ("34%", "25%", 3, (2, 0)),  # percentage surge rounds up - 34% of 3 rounds up to 2
+    ("25%", "34%", 3, (1, 1)),  # percentage unavailable rounds down - 34% of 3 rounds down to 1
+])
+def test_dynamo_resolves_surge_and_unavailable(surge, unavail, desired, expected) -> None:
+    """dgd_worker_rollout_reconciler_test.go TestResolveRollingUpdateParams: 0/0 becomes surge 1,
+    where the Deployment controller makes it unavailable 1 (the approximation this port replaced)."""
+    assert dyn.resolve_params(surge, unavail, desired) == expected
+    assert dc.resolve_fenceposts(0, 0, 4) == (0, 1)
+
+
+@pytest.mark.parametrize("target,dcds,expected", [
+    (15, [("a", 15, 15, 1), ("b", 10, 0, 2)], {"a": 15, "b": 0}),  # healthy original kept, unavailable dropped
+    (3, [("a", 3, 3, 1), ("b", 1, 1, 2)], {"a": 2, "b": 1}),  # a surplus leaves the oldest first
+    (15, [("a", 15, 12, 1), ("b", 10, 0, 2)], {"a": 12, "b": 3}),  # a shortfall is filled from the newest
+])
+def test_dynamo_spreads_the_old_target_over_old_generations(target, dcds, expected) -> None:
+    """dgd_worker_rollout_reconciler_test.go TestAllocateOldWorkerDCDReplicas."""
+    assert dyn.allocate_old([dc.RS(n, spec, avail, created) for n, spec, avail, created in dcds], target) == expected
+
+
+def test_dynamo_sets_both_generations_in_one_pass() -> None:
+    """buildRollingUpdateContext computes the old and the new target from one observation: 4 workers,
+    1/1, the first pass starts a new worker and retires an old one together; the Deployment
+    controller's pass scales the new ReplicaSet up and returns."""
+    old, new = dc.RS("old", 4, 4, 1), dc.RS("new", 0, 0, 2)
+    assert dyn.targets(4, 1, 1, [old], new) == (3, 1)
+    assert dyn.rollout(4, 1, 1, [old], new) and (old.replicas, new.replicas) == (3, 1)
+    old, new = dc.RS("old", 4, 4, 1), dc.RS("new", 0, 0, 2)
+    assert dc.rollout_rolling(4, 1, 1, [old], new) == "up" and (old.replicas, new.replicas) == (4, 1)
+
+
+def _worker(name: str, replicas: int, gpus: int, template: str, surge=0, unavail=1) -> Workload:
+    w = _workload(name, replicas, gpus, template, surge, unavail)
+    w.dynamo, w.progress_deadline_s = True, 10 ** 9  # the operator has no progress deadline
+    return w
+
+
+def test_dynamo_with_no_surge_and_no_unavailable_waits_for_room() -> None:
+    """0/0 on a Dynamo worker is surge 1: on a full pool the new worker stays Pending and no old one is
+    taken out (the Deployment arithmetic took one out and completed); with a third node it surges and
+    completes without losing a worker."""
+    r = simulate(_revision(_worker("a", 2, 8, "v1", 0, 0)), _revision(_worker("a", 2, 8, "v2", 0, 0)), POOL,
+                 {"m": 300})
+    assert not r.completed and r.end == {"m": 2} and r.low["m"][0] == 2
+    assert r.stuck.startswith("Dynamo worker a never completes") and "Insufficient nvidia.com/gpu" in r.stuck
+    roomy = [PoolNodes("p", 3, 8, None, {"pool": "p"})]
+    r = simulate(_revision(_worker("a", 2, 8, "v1", 0, 0)), _revision(_worker("a", 2, 8, "v2", 0, 0)), roomy,
+                 {"m": 300})
+    assert r.completed and r.end == {"m": 2} and r.low["m"][0] == 2
+
+
+def _dgd(surge: str = "0", shm: str = "8Gi") -> dict:
+    def worker(name: str) -> dict:
+        return {"name": name, "type": "worker", "replicas": 2, "sharedMemorySize": shm,
+                "podTemplate": {"metadata": {"labels": {"kiln.io/model": "m", "kiln.io/pool": "p"},
+                                             "annotations": {"nvidia.com/deployment-rolling-update-max-surge": surge}},
+                                "spec": {"containers": [{"name": "main", "image": "i"}]}}}
+    return {"metadata": {"name": "m", "namespace": "ns"},
+            "spec": {"backendFramework": "trtllm", "components": [
+                {"name": "frontend", "type": "frontend", "replicas": 1, "podTemplate": {}},
+                worker("worker-a"), {**worker("worker-b"), "replicas": 3}]}}
+
+
+def test_dynamo_worker_hash_covers_the_pod_template_whole_and_the_shm() -> None:
+    """worker_hash.go ComputeDGDWorkersSpecHash: one hash over every worker's podTemplate (its
+    annotations too: worker_hash_test.go TestComputeDGDWorkersSpecHashTracksDGDSpecMetadata) and its
+    sharedMemorySize; replicas and the frontend are not in it."""
+    from compiler.targets.kubernetes.sim import tree
+
+    def templates(o):
+        return {w.name: w.template for w in tree.dgd_workloads(o)}
+    base = templates(_dgd())
+    assert len(set(base.values())) == 1 and set(base) == {"m-worker-a", "m-worker-b"}
+    for changed in (_dgd(surge="1"), _dgd(shm="16Gi")):  # one worker's pace, or the shm, rolls both
+        assert set(templates(changed).values()).isdisjoint(base.values())
+    same = _dgd()
+    same["spec"]["components"][1]["replicas"] = 5
+    same["spec"]["components"][0]["podTemplate"] = {"spec": {"containers": [{"name": "main", "image": "j"}]}}
+    assert templates(same) == base
+
+
+def test_a_dynamo_pace_change_alone_rolls_every_worker() -> None:
+    """The surge/unavailable annotations are in the pod template the worker hash covers: a pool that
+    gains room (surge 0 -> 1) rolls every worker of the model; the plan said nothing was disrupted."""
+    from compiler.targets.kubernetes.k8s_dgd import DgdParams, Worker, disruptions
+
+    def params(surge: int) -> DgdParams:
+        workers = [Worker(component=f"worker-{p}", pool=p, replicas=2, image_action=f"image/{p}",
+                          resource="nvidia.com/gpu", count=8, selector={}, gpu_product=None, power_limit_w=None,
+                          pod_resources={}, max_surge=surge if p == "b" else 0,
+                          max_unavailable=0 if surge and p == "b" else 1) for p in ("a", "b")]
+        return DgdParams(model="m", spec_name="s", namespace="ns", version="1.6.1", frontend_image="x",
+                         options_action="llmapi-options/m", options_digest="sha256:0", workers=workers)
+
+    items = disruptions(params(0), params(1))
+    assert sorted((d.host, d.kind) for d in items) == [("a", "workload-roll"), ("b", "workload-roll")]
+    assert "max_surge" in next(d.detail for d in items if d.host == "b")
+
+
+def test_dynamo_webhook_rules_are_confirmed_for_the_pinned_release() -> None:
+    """Review S8: the power rules were marked unconfirmed in 1.6.1; the release's own planner states
+    them of its webhook, and main's validateDynamoGraphDeploymentSharedSpecUpdate has them."""
+    from compiler.catalog import k8s_controllers
+
+    rules = k8s_controllers.forbidden_updates("1.6.1")
+    assert set(rules) == {"component-set", "power-annotation", "power-gpu-count"}
+    assert {r.status for r in rules.values()} == {"verified"}

@@ -334,9 +334,9 @@ class KubernetesUpdateForbidden(Rule):
     Reported by `kiln plan --base` (the rule needs the earlier revision), as the plan line
     `recreate: <model> down for ~T`. Dynamo's admission webhook refuses, on a live
     DynamoGraphDeployment, adding or removing a component (a node pool or device shape gained or
-    lost by a model), and, from Dynamo 1.6 (read on main; unconfirmed in 1.6.1), any change of the
-    `dynamo.nvidia.com/gpu-power-limit` annotation and of the GPU count of a power-capped worker
-    (ai-dynamo/dynamo deploy/operator/internal/webhook/validation/dynamographdeployment.go; each
+    lost by a model), and, from Dynamo 1.6 (read on main; the 1.6.1 release's planner states the
+    same), any change of the `dynamo.nvidia.com/gpu-power-limit` annotation and of the GPU count of
+    a power-capped worker (ai-dynamo/dynamo deploy/operator/internal/webhook/validation/dynamographdeployment.go; each
     rule with its source and version in catalog/data/k8s_controllers.json). Argo CD's sync then
     fails until the object is deleted and created anew, which takes the model down for a pull and
     a load. Apply such a change in a maintenance window (delete the DGD, then sync), or serve the

@@ -55,9 +55,11 @@ class Worker(Params):
     options: Annotated[str | None, plan.ROLL] = Field(default=None, exclude_if=lambda v: v is None)
     # the rolling update's pace (Dynamo's surge/unavailable annotations, k8s_deployment.rollout_surge):
     # surge alone where the pool has room (review N10); 0/1 on a full pool, left out then so that
-    # DGDs of full pools keep their keys
-    max_surge: Annotated[int, plan.UNREAD] = Field(default=0, exclude_if=lambda v: v == 0)
-    max_unavailable: Annotated[int, plan.UNREAD] = Field(default=1, exclude_if=lambda v: v == 1)
+    # DGDs of full pools keep their keys. Unlike a Deployment's strategy they are in the pod template,
+    # which Dynamo's worker hash covers whole: a change of the pace alone rolls every worker
+    # (catalog k8s_controllers.json rolling_update.hash_source)
+    max_surge: Annotated[int, plan.ROLL] = Field(default=0, exclude_if=lambda v: v == 0)
+    max_unavailable: Annotated[int, plan.ROLL] = Field(default=1, exclude_if=lambda v: v == 1)
 
 
 # what replaces a worker's pods, as its fields declare it (the model's options and UCX environment,

@@ -19,6 +19,7 @@ from compiler.catalog import k8s_controllers
 
 from . import argocd, devices, disruption, migmanager, rbac, scheduler
 from . import deployment as dc
+from . import dynamo as dyn
 from .model import PoolNodes, Revision, Workload
 
 
@@ -210,7 +211,7 @@ class Simulation:
             d = self.deploys[w.key] = Deploy(w, last_progress=self.now)
         d.spec = w
         if d.rss and d.templates[d.rss[-1].name].template != w.template and w.dynamo \
-                and w.replicas - dc.max_unavailable(w.replicas, w.max_surge, w.max_unavailable) <= 1:
+                and w.replicas - dyn.resolve_params(w.max_surge, w.max_unavailable, w.replicas)[1] <= 1:
             self._say(f"{w.name}: Dynamo routes to a new worker once it registers with the frontend, after "
                       "Kubernetes marks it Ready; with one worker left in service the frontend may have none "
                       "to route to for a moment (Dynamo's rolling-update guide, ai-dynamo/dynamo#13622)", w.pool)
@@ -237,14 +238,22 @@ class Simulation:
             rs.available = sum(1 for p in self.pods if p.rs == rs.name and p.ready)
         new, olds = d.rss[-1], d.rss[:-1]
         before = [(r.name, r.replicas) for r in d.rss]
-        moved = dc.rollout_rolling(w.replicas, w.max_surge, w.max_unavailable, olds, new)
+        if w.dynamo:  # Dynamo's operator: a worker generation is a DynamoComponentDeployment (sim/dynamo.py)
+            moved = "dcd" if dyn.rollout(w.replicas, w.max_surge, w.max_unavailable, olds, new) else ""
+        else:
+            moved = dc.rollout_rolling(w.replicas, w.max_surge, w.max_unavailable, olds, new)
         if moved:
             after = {r.name: r.replicas for r in d.rss}
             for name, n in before:
                 if after[name] != n:
                     role = "new" if name == new.name else "old"
-                    self._say(f"{w.name}: {role} ReplicaSet {n} -> {after[name]} pod(s) (rolling.go "
-                              f"{'reconcileNewReplicaSet' if moved == 'up' else 'reconcileOldReplicaSets'})", w.pool)
+                    if w.dynamo:
+                        self._say(f"{w.name}: {role} worker generation {n} -> {after[name]} pod(s) (Dynamo "
+                                  "dgd_worker_rollout_reconciler.go buildRollingUpdateContext)", w.pool)
+                    else:
+                        self._say(f"{w.name}: {role} ReplicaSet {n} -> {after[name]} pod(s) (rolling.go "
+                                  f"{'reconcileNewReplicaSet' if moved == 'up' else 'reconcileOldReplicaSets'})",
+                                  w.pool)
             d.last_progress = self.now
         return bool(moved)
 
@@ -475,7 +484,8 @@ class Simulation:
             new, olds = d.rss[-1], d.rss[:-1]
             for rs in d.rss:
                 rs.available = sum(1 for p in self.pods if p.rs == rs.name and p.ready)
-            return "Healthy" if dc.complete(d.spec.replicas, olds, new) else "Progressing"
+            done = dyn.complete if d.spec.dynamo else dc.complete
+            return "Healthy" if done(d.spec.replicas, olds, new) else "Progressing"
         if kind == "DynamoGraphDeployment":  # Kiln's dgd-health.lua: Healthy once the operator's rollout is done
             ks = self.new.groups.get(key, [])
             return "Healthy" if all(self._health(("Deployment",) + tuple(k.split("/", 1))) == "Healthy"
@@ -647,7 +657,7 @@ class Simulation:
         low = self._low()
         for step, w in self.gaps:  # the gap's capacity floor, as the whole simulation found it
             lowest, since, span = low.get(w.model, (0, 0.0, 0.0))
-            why = "" if dc.max_surge(w.replicas, w.max_surge, w.max_unavailable) else \
+            why = "" if dyn.resolve_params(w.max_surge, w.max_unavailable, w.replicas)[0] else \
                 "; the pool has no free device for a surge worker (Kiln surges where it has)"
             step.text += (f"{why}; {w.model}'s fewest ready pods during the change: {lowest} of "
                           f"{self.before.get(w.model, 0)} (from +{since:.0f} s for {span:.0f} s)")
@@ -680,11 +690,20 @@ class Simulation:
         kind, ns, name = key
         if kind == "Job":
             return self.job_failed or "the re-layout Job did not finish"
+        if kind == "DynamoGraphDeployment":  # the first worker whose rollout is not done
+            waiting = [k for k in self.new.groups.get(key, []) if k in self.deploys
+                       and self._health(("Deployment",) + tuple(k.split("/", 1))) != "Healthy"]
+            if waiting:
+                return self._cause(("Deployment",) + tuple(waiting[0].split("/", 1)))
         if kind == "Deployment" and f"{ns}/{name}" in self.deploys:
             d = self.deploys[f"{ns}/{name}"]
             pending = [p for p in self.pods if p.workload == d.spec.key and p.node is None]
             why = f"; its new pods stay Pending: {self.pending_reasons(pending[0])}" if pending else ""
             new, olds = d.rss[-1], d.rss[:-1]
+            if d.spec.dynamo:
+                return (f"Dynamo worker {name} never completes: new generation {new.available}/{new.replicas} "
+                        f"available, old {sum(r.replicas for r in olds)} pod(s) left, and Dynamo's operator "
+                        f"(buildRollingUpdateContext) may neither add nor remove one{why}")
             return (f"Deployment {name} never completes: new ReplicaSet {new.available}/{new.replicas} available, "
                     f"old {sum(r.replicas for r in olds)} pod(s) left, and rolling.go may neither add nor remove one"
                     f"{why}")

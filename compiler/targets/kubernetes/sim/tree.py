@@ -54,26 +54,40 @@ def _bound(script: str, var: str, default: int) -> int:
     return int(m.group(1)) if m else default
 
 
-WORKER_TYPES = ("worker", "prefill", "decode")  # the components Dynamo's worker hash covers
+def worker_hash(spec: dict) -> str:
+    """The input of Dynamo's worker hash (ai-dynamo/dynamo deploy/operator/api/v1beta1
+    ComputeDGDWorkersSpecHash, workerHashInputForSpec; catalog k8s_controllers.json
+    rolling_update.hash_covers): the backend and, per worker component by name, its type and whole
+    podTemplate (metadata, annotations included), sharedMemorySize, multinode and the other
+    pod-shaping fields, and the DGD-wide env, annotations and labels merged into it; replicas
+    and the fields hash_excludes names are not in it. Equal inputs, equal hash."""
+    from compiler.catalog import k8s_controllers
+
+    ru = k8s_controllers.dynamo_rollout()
+    comps = {c["name"]: c for c in spec.get("components") or [] if c.get("type") in ru["worker_types"]}
+    return yaml.safe_dump({"spec": {k: spec.get(k) for k in ru["hash_covers"]["dgd"]},
+                           "workers": {n: {k: c.get(k) for k in ru["hash_covers"]["component"]}
+                                       for n, c in sorted(comps.items())}}, sort_keys=True)
 
 
 def dgd_workloads(o: dict) -> list[Workload]:
     """A DynamoGraphDeployment's worker components as the rollouts Dynamo's operator runs: one hash
-    covers every worker component (ai-dynamo/dynamo docs rolling-update.md, 6659a0a2), so a change
-    to any worker's pod template rolls them all; replicas are not in it. Each rolls within its
-    podTemplate's surge/unavailable annotations (default 25%) with the Deployment controller's
-    arithmetic (deployment.py): the operator's own ordering of old and new components is not ported."""
+    covers every worker component (worker_hash), so a change to any worker's pod template, its
+    surge/unavailable annotations included, rolls them all; replicas are not in it. Each component
+    rolls within its podTemplate's surge/unavailable annotations (default 25%) by the operator's
+    own arithmetic (dynamo.py)."""
     from compiler.catalog import k8s_controllers
 
-    ru = k8s_controllers.table()["dynamo_webhook"]["rolling_update"]
+    ru = k8s_controllers.dynamo_rollout()
     md, comps = o["metadata"], o["spec"].get("components") or []
-    workers = [c for c in comps if c.get("type") in WORKER_TYPES]
-    worker_hash = yaml.safe_dump([c.get("podTemplate") for c in workers], sort_keys=True)
+    workers = [c for c in comps if c.get("type") in ru["worker_types"]]
+    template = worker_hash(o["spec"])
     out = []
     for c in workers:
         t = c.get("podTemplate") or {}
         spec, tmd = t.get("spec") or {}, t.get("metadata") or {}
-        ann = tmd.get("annotations") or {}
+        # GetDGDComponentResourceAnnotations: the DGD's spec.annotations, the pod template's over them
+        ann = {**(o["spec"].get("annotations") or {}), **(tmd.get("annotations") or {})}
         limits = {k: int(v) for k, v in ((spec.get("containers") or [{}])[0].get("resources", {}).get("limits") or {}).items()
                   if k.startswith("nvidia.com/")}
         labels = {**(tmd.get("labels") or {}), "nvidia.com/dynamo-component": c["name"]}
@@ -81,7 +95,7 @@ def dgd_workloads(o: dict) -> list[Workload]:
         def num(v):
             return int(v) if str(v).isdigit() else str(v)
         out.append(Workload(f"{md['name']}-{c['name']}", md.get("namespace", ""), labels.get("kiln.io/model", md["name"]),
-                            labels.get("kiln.io/pool", ""), int(c.get("replicas", 1)), worker_hash, labels,
+                            labels.get("kiln.io/pool", ""), int(c.get("replicas", 1)), template, labels,
                             spec.get("nodeSelector") or {}, spec.get("tolerations") or [], limits,
                             num(ann.get(ru["max_surge"], ru["default"])), num(ann.get(ru["max_unavailable"], ru["default"])),
                             10 ** 9, dynamo=True))  # the operator has no progress deadline: a stuck rollout waits
