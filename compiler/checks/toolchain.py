@@ -6,7 +6,7 @@ import re
 from typing import Iterable
 
 from compiler import runtimes as serving_runtimes
-from compiler.catalog.images import load_image_table
+from compiler.catalog.images import ImageFacts, ImageTable, load_image_table
 from compiler.catalog.types import WEAK_STATUSES
 from compiler.diagnostics import Diagnostic, Severity
 
@@ -33,14 +33,27 @@ def release(text: str) -> tuple[int, int, int] | None:
     return v[:3] if v else None
 
 
-def _images(ir) -> list[tuple[tuple, str]]:
-    """(spec path, reference) of the image whose TensorRT-LLM must match the pin: the base the serving
-    image is built from (compiler/actions/image_context.py), i.e. `image.base` when set, else
-    `toolchain.triton_image`. A `triton_image` that a base replaces runs nowhere, so it is not held to
-    the pin (a Dynamo fleet pins the runtime image's TensorRT-LLM, which no Triton image ships)."""
+def _serving_base(ir, table: ImageTable) -> tuple[tuple, ImageFacts]:
+    """(spec path, what the image table knows) of the image whose TensorRT-LLM must match the pin: the
+    base the serving image is built from (compiler/actions/image_context.py), i.e. `image.base` when
+    set, else `toolchain.triton_image`. A `triton_image` that a base replaces runs nowhere, so it is not
+    held to the pin (a Dynamo fleet pins the runtime image's TensorRT-LLM, which no Triton image ships)."""
     if ir.image is not None and ir.image.base is not None:
-        return [(("image", "base"), ir.image.base)]
-    return [(("toolchain", "triton_image"), ir.toolchain.triton_image)]
+        return ("image", "base"), table.facts(ir.image.base)
+    return ("toolchain", "triton_image"), table.facts(ir.toolchain.triton_image)
+
+
+def _pin_unlisted(ctx: CheckContext, rule: type[Check], field: str, listed: Iterable[str], needing: list[str],
+                  lacks: str, cannot: str, table: str) -> Diagnostic:
+    """A `toolchain.<field>` pin that a table of Kiln's lacks, refused for the models that need its row.
+
+    The help names the releases the table lists, oldest first; the message names three of the models,
+    so that a large spec's message stays one line."""
+    pinned = getattr(ctx.ir.toolchain, field)
+    known = ", ".join(sorted(listed, key=lambda v: parse_version(v) or ()))
+    shown = ", ".join(repr(n) for n in needing[:3]) + (" and more" if len(needing) > 3 else "")
+    return ctx.diag(rule, ("toolchain", field), f"{lacks}, so it cannot {cannot} {shown}",
+                    help=f"pin one of {known}, or add {pinned} to {table} with its source")
 
 
 def _pinned_outside(ctx: CheckContext, target: str, supported) -> str | None:
@@ -130,15 +143,11 @@ class ModelOptUnknown(Check):
         if table.builder(pinned) is not None:
             return
         quantized = sorted(name for name, m in ctx.models() if m.quantization.quantized)
-        if not quantized:
-            return
-        known = ", ".join(sorted(table.builders, key=lambda v: parse_version(v) or ()))
-        shown = ", ".join(repr(n) for n in quantized[:3]) + (" and more" if len(quantized) > 3 else "")
-        yield ctx.diag(self, ("toolchain", "modelopt"),
-                       f"Kiln has no builder for ModelOpt {pinned} (the torch and transformers it quantizes with), "
-                       f"so it cannot quantize {shown}",
-                       help=f"pin one of {known}, or add {pinned} to the builders of "
-                            "compiler/catalog/data/checkpoint_config.json with its source")
+        if quantized:
+            yield _pin_unlisted(ctx, self, "modelopt", table.builders, quantized,
+                                f"Kiln has no builder for ModelOpt {pinned} (the torch and transformers it "
+                                "quantizes with)", "quantize",
+                                "the builders of compiler/catalog/data/checkpoint_config.json")
 
 
 class ImageTrtllmMismatch(Check):
@@ -161,34 +170,33 @@ class ImageTrtllmMismatch(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        table = load_image_table()
         pinned = ctx.ir.toolchain.tensorrt_llm
-        for path, ref in _images(ctx.ir):
-            facts = table.facts(ref)
-            fam = facts.family
-            if facts.verdict == "no-trtllm":
-                key = facts.tag.split("-")[0]
-                yield ctx.diag(self, path, f"{_short(fam.repository)}:{facts.tag} has no TensorRT-LLM; only the "
-                                           "-trtllm-python-py3 images ship it",
-                               help=f"use {_short(fam.repository)}:{key}-trtllm-python-py3 (check that it ships "
-                                    f"TensorRT-LLM {pinned})")
-                continue
-            if facts.verdict != "ships" or parse_version(facts.version) == parse_version(pinned):
-                continue
-            ships = facts.version
-            if fam.tag_is_version:
-                help = f"use {_short(fam.repository)}:{pinned}, or pin tensorrt_llm {ships}"
+        table = load_image_table()
+        path, facts = _serving_base(ctx.ir, table)
+        fam = facts.family
+        if facts.verdict == "no-trtllm":
+            key = facts.tag.split("-")[0]
+            yield ctx.diag(self, path, f"{_short(fam.repository)}:{facts.tag} has no TensorRT-LLM; only the "
+                                       "-trtllm-python-py3 images ship it",
+                           help=f"use {_short(fam.repository)}:{key}-trtllm-python-py3 (check that it ships "
+                                f"TensorRT-LLM {pinned})")
+            return
+        if facts.verdict != "ships" or parse_version(facts.version) == parse_version(pinned):
+            return
+        ships = facts.version
+        if fam.tag_is_version:
+            help = f"use {_short(fam.repository)}:{pinned}, or pin tensorrt_llm {ships}"
+        else:
+            tags = table.tags_shipping(fam.repository, lambda v: release(v) == release(pinned))
+            if tags:
+                others = f" (or {', '.join(t.split('-')[0] for t in tags[1:])})" if tags[1:] else ""
+                help = (f"use {_short(fam.repository)}:{tags[0]}{others} for TensorRT-LLM {pinned}, or pin "
+                        f"tensorrt_llm {ships}")
             else:
-                tags = table.tags_shipping(fam.repository, lambda v: release(v) == release(pinned))
-                if tags:
-                    others = f" (or {', '.join(t.split('-')[0] for t in tags[1:])})" if tags[1:] else ""
-                    help = (f"use {_short(fam.repository)}:{tags[0]}{others} for TensorRT-LLM {pinned}, or pin "
-                            f"tensorrt_llm {ships}")
-                else:
-                    help = f"pin tensorrt_llm {ships}, or an image that ships {pinned}"
-            yield ctx.diag(self, path, f"{_short(fam.repository)}:{facts.tag} ships TensorRT-LLM {ships}, but "
-                                       f"toolchain.tensorrt_llm pins {pinned}; artifacts must be built with the "
-                                       "version that serves them", help=help)
+                help = f"pin tensorrt_llm {ships}, or an image that ships {pinned}"
+        yield ctx.diag(self, path, f"{_short(fam.repository)}:{facts.tag} ships TensorRT-LLM {ships}, but "
+                                   f"toolchain.tensorrt_llm pins {pinned}; artifacts must be built with the "
+                                   "version that serves them", help=help)
 
 
 def _short(repository: str) -> str:
@@ -212,25 +220,23 @@ class ImageUnverifiable(Check):
     order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        table = load_image_table()
         pinned = ctx.ir.toolchain.tensorrt_llm
-        for path, ref in _images(ctx.ir):
-            facts = table.facts(ref)
-            if facts.verdict == "unknown-image":
-                yield ctx.diag(self, path, f"cannot verify that this image ships TensorRT-LLM {pinned}: it is "
-                                           "neither a tritonserver nor a tensorrt-llm/release image",
-                               help="check the TensorRT-LLM version inside the image")
-            elif facts.verdict == "no-tag":
-                yield ctx.diag(self, path, f"cannot verify that this image ships TensorRT-LLM {pinned}: it has "
-                                           "no tag, only a digest",
-                               help="add the tag before the digest (tritonserver:<yy.mm>-trtllm-python-py3@sha256:"
-                                    "... or tensorrt-llm/release:<version>@sha256:...)")
-            elif facts.verdict == "unknown-tag":
-                known = sorted(facts.family.tags)
-                span = f" ({known[0]}-{known[-1]})" if known else ""
-                yield ctx.diag(self, path, f"cannot verify that {_short(facts.family.repository)}:{facts.tag} ships "
-                                           f"TensorRT-LLM {pinned}: the tag is not in Kiln's table{span}",
-                               help="check the Triton compatibility matrix for this tag")
+        path, facts = _serving_base(ctx.ir, load_image_table())
+        if facts.verdict == "unknown-image":
+            yield ctx.diag(self, path, f"cannot verify that this image ships TensorRT-LLM {pinned}: it is "
+                                       "neither a tritonserver nor a tensorrt-llm/release image",
+                           help="check the TensorRT-LLM version inside the image")
+        elif facts.verdict == "no-tag":
+            yield ctx.diag(self, path, f"cannot verify that this image ships TensorRT-LLM {pinned}: it has "
+                                       "no tag, only a digest",
+                           help="add the tag before the digest (tritonserver:<yy.mm>-trtllm-python-py3@sha256:"
+                                "... or tensorrt-llm/release:<version>@sha256:...)")
+        elif facts.verdict == "unknown-tag":
+            known = sorted(facts.family.tags)
+            span = f" ({known[0]}-{known[-1]})" if known else ""
+            yield ctx.diag(self, path, f"cannot verify that {_short(facts.family.repository)}:{facts.tag} ships "
+                                       f"TensorRT-LLM {pinned}: the tag is not in Kiln's table{span}",
+                           help="check the Triton compatibility matrix for this tag")
 
 
 class CheckpointConfigUnknown(Check):
@@ -258,15 +264,11 @@ class CheckpointConfigUnknown(Check):
             return
         writers = sorted(name for name, rm in ctx.ir.models.items()
                          if ctx.target == "llmapi" or (rm.formats is not None and rm.formats.quantized))
-        if not writers:
-            return
-        known = ", ".join(sorted(table.runtimes, key=lambda v: parse_version(v) or ()))
-        shown = ", ".join(repr(n) for n in writers[:3]) + (" and more" if len(writers) > 3 else "")
-        yield ctx.diag(self, ("toolchain", "tensorrt_llm"),
-                       f"Kiln does not know which transformers version TensorRT-LLM {pinned} reads config.json with, "
-                       f"so it cannot write the checkpoint{'s' * (len(writers) > 1)} of {shown}",
-                       help=f"pin one of {known}, or add {pinned} to compiler/catalog/data/checkpoint_config.json "
-                            "with its source")
+        if writers:
+            yield _pin_unlisted(ctx, self, "tensorrt_llm", table.runtimes, writers,
+                                f"Kiln does not know which transformers version TensorRT-LLM {pinned} reads "
+                                "config.json with", f"write the checkpoint{'s' * (len(writers) > 1)} of",
+                                "compiler/catalog/data/checkpoint_config.json")
 
 
 def llmapi_facts_release() -> tuple[int, int] | None:
