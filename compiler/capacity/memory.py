@@ -114,19 +114,10 @@ def weight_bytes(arch: ModelArch, weights_fmt: str, *, exclude: Sequence[str] = 
 _WEIGHT_CACHE: dict[tuple, "WeightBreakdown"] = {}
 
 
-def _weight_bytes(
-    arch: ModelArch,
-    weights_fmt: str,
-    *,
-    exclude: Sequence[str] = (),
-    overrides: Sequence[Override] = (),
-    block_size: int | None = None,
-    unquantized_fmt: str = "bf16",
-    tp: int = 1,
-    pp: int = 1,
-    attention_dp: bool = False,
-) -> WeightBreakdown:
-    """Weight bytes per GPU of a tp x pp unit.
+def _weight_bytes(arch: ModelArch, weights_fmt: str, *, exclude: Sequence[str], overrides: Sequence[Override],
+                  block_size: int | None, unquantized_fmt: str, tp: int, pp: int,
+                  attention_dp: bool) -> WeightBreakdown:
+    """Weight bytes per GPU of a tp x pp unit (the defaults are the memoised front's, `weight_bytes`).
 
     Quantizable linears take `weights_fmt` (with `block_size`); routers, lm_head, embeddings and
     norms stay at `unquantized_fmt`. `overrides` = (glob, format or None, block or None) in order,
