@@ -2,8 +2,9 @@
 
 `resolve` (resolve.py) attaches catalog entries and reads the files the spec names; the ordered
 passes (passes.py) then fill in the derived fields: measured batch limits, effective formats,
-serving units, their ports, MIG placements, per-unit capacity figures, and the node pools of the
-hosts that deploy to Kubernetes (pools.py). Checks, the planner, actions and reports read these
+serving units, their ports, MIG placements, per-unit capacity figures and estimates, what each
+measurement record still describes and the estimates it measures (tune_inputs.py, estimates.py),
+each disaggregated role's sizing, and the node pools of the hosts that deploy to Kubernetes (pools.py). Checks, the planner, actions and reports read these
 fields; none of them recomputes a fact that is here, and none reads the raw spec again. Every
 class is frozen: a pass returns a new IR (`dataclasses.replace`), so a stage can
 never see a half-analysed tree.
