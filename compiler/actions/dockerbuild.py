@@ -21,7 +21,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Iterable, Iterator
 
 FIXED_MTIME = 0  # every entry of a context tar; COPY carries it into the layer
 
@@ -54,32 +54,24 @@ def _first_line(e: BaseException) -> str:
 
 
 def write_context_tar(root: Path, names: list[str], dest: IO[bytes]) -> str:
-    """Write the files under root/<name> for each name as a tar with fixed metadata; its sha256."""
+    """Write the files under root/<name> for each name as a tar (write_entries_tar); its sha256."""
+    return write_entries_tar(_tree_entries(root, names), dest)
+
+
+def _tree_entries(root: Path, names: list[str]) -> Iterator[tuple[str, Path | None]]:
+    """(name in the tar, file or None for a directory) of each root/<name> and everything under it, sorted."""
+    for name in sorted(names):
+        top = root / name
+        for p in [top] + (sorted(top.rglob("*")) if top.is_dir() else []):
+            yield p.relative_to(root).as_posix(), None if p.is_dir() else p
+
+
+def write_entries_tar(entries: Iterable[tuple[str, "Path | bytes | None"]], dest: IO[bytes]) -> str:
+    """Write (name, source) entries as a tar with fixed metadata (mtime, owner, modes 0o755 for a
+    directory or an executable, else 0o644), so that the same files give the same bytes: a Path is a
+    file read from there, bytes a file's content, None a directory; its sha256."""
     hasher = _HashingWriter(dest)
     with tarfile.open(fileobj=hasher, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # a stream: no seeking
-        for name in sorted(names):
-            top = root / name
-            paths = [top] + (sorted(top.rglob("*")) if top.is_dir() else [])
-            for p in paths:
-                rel = p.relative_to(root).as_posix()
-                info = tarfile.TarInfo(rel)
-                info.mtime, info.uid, info.gid, info.uname, info.gname = FIXED_MTIME, 0, 0, "", ""
-                if p.is_dir():
-                    info.type, info.mode = tarfile.DIRTYPE, 0o755
-                    tar.addfile(info)
-                else:
-                    info.size = p.stat().st_size
-                    info.mode = 0o755 if p.stat().st_mode & 0o111 else 0o644
-                    with p.open("rb") as f:
-                        tar.addfile(info, f)
-    return "sha256:" + hasher.hash.hexdigest()
-
-
-def write_entries_tar(entries: list[tuple[str, "Path | bytes | None"]], dest: IO[bytes]) -> str:
-    """Write (name, source) entries as a tar with the fixed metadata of write_context_tar: a Path is
-    a file read from there, bytes a file's content, None a directory; its sha256."""
-    hasher = _HashingWriter(dest)
-    with tarfile.open(fileobj=hasher, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for name, source in entries:
             info = tarfile.TarInfo(name)
             info.mtime, info.uid, info.gid, info.uname, info.gname = FIXED_MTIME, 0, 0, "", ""
