@@ -42,6 +42,7 @@ from compiler.ir.pools import mounts_weights
 from compiler.serving import layout
 from compiler.store.canonical import canonical_json, pretty_json
 from compiler.params import BUILD_INPUT
+from compiler.templating import only_quoted, strict_environment
 
 from . import llmapi, runtimes
 from .base import ActionKind, LowerContext, Params, RunContext, checkpoint_action_id
@@ -65,24 +66,10 @@ def _label(value: object) -> Label:
     return Label(json.dumps(str(value)))
 
 
-def _finalize(value: object) -> object:
-    if isinstance(value, (Shell, Label)):
-        return value
-    from jinja2 import TemplateError
-
-    raise TemplateError(f"unquoted value {value!r} in an image template: pipe it through |q or |label")
-
-
 @functools.lru_cache(maxsize=16)  # compiled templates are kept: an action per host or model
 def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined
-
-    env = Environment(loader=FileSystemLoader(str(template_dir)), undefined=StrictUndefined,
-                      keep_trailing_newline=True, autoescape=False, finalize=_finalize,
-                      trim_blocks=True, lstrip_blocks=True)
-    env.filters["q"] = shell_quote
-    env.filters["label"] = _label
-    return env
+    return strict_environment(template_dir, only_quoted((Shell, Label), "an image template", "|q or |label"),
+                              {"q": shell_quote, "label": _label}, trim_blocks=True, lstrip_blocks=True)
 
 
 class ImageUnit(Params):

@@ -29,6 +29,7 @@ from compiler import resources
 from compiler.graph.kinds import Params
 from compiler.ir import Resolved, ResolvedModel
 from compiler.params import BUILD_INPUT
+from compiler.templating import strict_environment
 
 from .layout import ENGINE_PARTS, REPOSITORY_DIR, engine_dir, engine_names, model_dir
 from .yamlout import dump_yaml
@@ -157,13 +158,7 @@ def _pbstr(value: object) -> str:
 
 @functools.lru_cache(maxsize=16)  # compiled templates are kept: an action per host or model
 def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined
-
-    env = Environment(loader=FileSystemLoader(str(template_dir)), undefined=StrictUndefined,
-                      keep_trailing_newline=True, autoescape=False, finalize=_finalize,
-                      trim_blocks=True, lstrip_blocks=True)
-    env.filters["pbstr"] = _pbstr
-    return env
+    return strict_environment(template_dir, _finalize, {"pbstr": _pbstr}, trim_blocks=True, lstrip_blocks=True)
 
 
 def llm_api_yaml(name: str, options: dict, tensorrt_llm: str | None = None) -> bytes:

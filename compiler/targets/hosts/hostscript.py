@@ -38,6 +38,7 @@ from compiler.graph.model import Action
 from compiler.ir.migparted import mig_parted_problems
 from compiler.params import Effect, changed_names, effect
 from compiler.serving.yamlout import dump_yaml
+from compiler.templating import only_quoted, strict_environment
 
 from . import disaggregated as disagg_hosts
 from .disaggregated import HostRouter
@@ -61,25 +62,11 @@ def unit_word(value: object) -> Shell:
     return Shell(text)
 
 
-def _finalize(value: object) -> object:
-    if isinstance(value, Shell):
-        return value
-    from jinja2 import TemplateError
-
-    raise TemplateError(f"unquoted value {value!r} in a host template: pipe it through |q")
-
-
 @functools.lru_cache(maxsize=16)  # compiled templates are kept: an action per host or model
 def environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined
-
-    env = Environment(loader=FileSystemLoader(str(template_dir)), undefined=StrictUndefined,
-                      keep_trailing_newline=True, autoescape=False, finalize=_finalize,
-                      comment_start_string="{##", comment_end_string="##}")  # bash uses `${#x}`
-    env.filters["q"] = shell_quote
-    env.filters["unit"] = unit_word
-    env.filters["calls"] = calls
-    return env
+    return strict_environment(template_dir, only_quoted((Shell,), "a host template", "|q"),
+                              {"q": shell_quote, "unit": unit_word, "calls": calls},
+                              comment_start_string="{##", comment_end_string="##}")  # bash uses `${#x}`
 
 
 def calls(rows: list[dict], function: str, *keys: str) -> Shell:
