@@ -1,10 +1,12 @@
 """mig-parted's own parsing rules for a config (`mig-configs` document) and a MIG profile name, so
 that a layout it would refuse never reaches a node. Below both the node-layer emitter
-(compiler/targets/kubernetes/nodelayer.py) and the checks (K252), which must agree on them."""
+(compiler/targets/kubernetes/nodelayer.py) and the checks (K252), which must agree on them; and
+the entries of a node's config, which the node layer (ir/pools.py) and the host script write alike."""
 
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 # From NVIDIA/mig-parted: api/spec/v1/spec.go (Spec.UnmarshalJSON, MigConfigSpec.UnmarshalJSON) at
 # commit 28f9599079a99135a96413ef63137ca84a6895f0, pkg/types/mig_profile.go (ParseMigProfile) at
@@ -68,6 +70,22 @@ def mig_profile_problem(profile: str) -> str | None:
         if a not in ATTRIBUTES:
             return f"unknown MigProfile attribute: {a}"
     return None
+
+
+def grouped_entries(gpus: Iterable[tuple[int, tuple[tuple[str, int], ...]]]) -> list[dict]:
+    """`mig-configs` entries (api/spec/v1 MigConfigSpec) for GPUs given as (index, sorted (profile,
+    count) pairs, () for MIG disabled): one entry per layout with the GPUs that have it, in the order
+    of their indices. The node layer and the host script write a node's config with it."""
+    groups: dict[tuple, list[int]] = {}
+    for index, profiles in gpus:
+        groups.setdefault(profiles, []).append(index)
+    entries = []
+    for profiles, devices in sorted(groups.items(), key=lambda kv: kv[1]):
+        entry: dict = {"devices": sorted(devices), "mig-enabled": bool(profiles)}
+        if profiles:
+            entry["mig-devices"] = dict(profiles)
+        entries.append(entry)
+    return entries
 
 
 def _int(value: object) -> bool:

@@ -29,6 +29,7 @@ from compiler import deploy
 from compiler.spec.models import DEFAULT_KUBERNETES_VERSION
 from compiler.store.canonical import canonical_json
 
+from .migparted import grouped_entries
 from .types import Resolved, ServingUnit
 
 ALL_DISABLED = "all-disabled"
@@ -87,16 +88,7 @@ def layout_entries(gpus: tuple[GpuLayout, ...]) -> list[dict]:
     layout grouped by index; a node without MIG is one `devices: all` entry."""
     if not any(g.mig for g in gpus):
         return [{"devices": "all", "mig-enabled": False}]
-    groups: dict[tuple, list[int]] = {}
-    for g in gpus:
-        groups.setdefault(g.profiles, []).append(g.index)
-    out = []
-    for profiles, devices in sorted(groups.items(), key=lambda kv: kv[1]):
-        entry: dict = {"devices": sorted(devices), "mig-enabled": bool(profiles)}
-        if profiles:
-            entry["mig-devices"] = dict(profiles)
-        out.append(entry)
-    return out
+    return grouped_entries((g.index, g.profiles) for g in gpus)
 
 
 def layout_name(entries: list[dict]) -> str:

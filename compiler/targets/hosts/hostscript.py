@@ -24,6 +24,7 @@ import functools
 import hashlib
 import json
 import re
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -35,7 +36,7 @@ from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, 
 from compiler.actions.runtimes import UnitServing, ir_unit_serving
 from compiler.actions.shell import Shell, shell_quote, words
 from compiler.graph.model import Action
-from compiler.ir.migparted import mig_parted_problems
+from compiler.ir.migparted import grouped_entries, mig_parted_problems
 from compiler.params import Effect, changed_names, effect
 from compiler.serving.yamlout import dump_yaml
 from compiler.templating import only_quoted, strict_environment
@@ -244,19 +245,13 @@ def render_script(context: dict, template_dir: Path = TEMPLATE_DIR) -> str:
 def mig_parted_config(plan: dict) -> dict:
     """mig-parted's v1 config for the plan: GPUs with the same layout grouped; GPUs without MIG
     listed with `mig-enabled: false` (mig-parted api/spec/v1; it has no placement field)."""
-    groups: dict[tuple, list[int]] = {}
-    for g in plan["gpus"]:
-        counts: dict[str, int] = {}
-        for inst in (g["mig"] or {}).get("instances", []):
-            counts[inst["profile"]] = counts.get(inst["profile"], 0) + 1
-        groups.setdefault(tuple(sorted(counts.items())), []).append(g["index"])
-    entries = []
-    for layout, devices in sorted(groups.items(), key=lambda kv: kv[1]):
-        entry: dict = {"devices": sorted(devices), "mig-enabled": bool(layout)}
-        if layout:
-            entry["mig-devices"] = dict(layout)
-        entries.append(entry)
+    entries = grouped_entries((g["index"], _profile_counts(g)) for g in plan["gpus"])
     return {"version": "v1", "mig-configs": {f"kiln-{plan['host']}": entries}}
+
+
+def _profile_counts(gpu: dict) -> tuple[tuple[str, int], ...]:
+    """A GPU of the plan as mig-parted counts it: (profile, instances), sorted; () where MIG is off."""
+    return tuple(sorted(Counter(i["profile"] for i in (gpu["mig"] or {}).get("instances", [])).items()))
 
 
 def render(plan: dict, units: list[dict], spec_name: str, plan_bytes: bytes,
