@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # the same imports again). On one worker that is paid once, not once per worker.
 SAME_WORKER = {name: "quantizing" for name in (
     "test_quantize.py", "test_image.py", "test_builder.py", "test_format_walk.py", "test_format_table.py",
-    "test_checkpoint_config.py")}
+    "test_checkpoint_config.py", "test_quantize_sharded.py")}
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook; without xdist it is never called

@@ -36,7 +36,11 @@ def test_calibration_needs_the_source_model_on_one_device(tmp_path: Path) -> Non
     for model in ("small", "big"):
         size = out.graph.actions[f"quantize/{model}"].size
         source = total_params(ir.models[model].arch) * 2 / GiB  # bf16 source
-        gpu, cpu = size.ways  # FP8 calibrates on CPU too (the format table's FP8 row is not CUDA-only)
+        # FP8 calibrates on CPU too (the format table's FP8 row is not CUDA-only); between them, the
+        # sharded ways of a model that some catalog GPU cannot hold alone
+        gpu, *sharded, cpu = size.ways
+        assert all(w.gpus > 1 and w.gpu_mem_gib < gpu.gpu_mem_gib for w in sharded)
+        assert bool(sharded) is (model == "big")
         assert gpu.gpus == 1 and gpu.gpu_mem_gib > source and gpu.host_mem_gib >= source
         assert cpu.gpus == 0 and cpu.host_mem_gib > source
         assert gpu.disk_gib >= 2 * source  # the source and the export
@@ -82,12 +86,12 @@ def test_an_engine_build_needs_tp_times_pp_gpus_of_the_serving_architecture(tmp_
 
 
 # --- builders: declared classes, placement, the release workflow ----------------------------------
-def _init(tmp_path: Path, capsys) -> Path:
+def _init(tmp_path: Path, capsys, example: Path = NEWCOMER.parent) -> Path:
     import shutil
 
     from compiler.cli import main
 
-    shutil.copytree(NEWCOMER.parent, tmp_path / "deploy")
+    shutil.copytree(example, tmp_path / "deploy")
     assert main(["init", str(tmp_path / "deploy" / "kiln.yaml"), "--dir", str(tmp_path), "--kiln-repo",
                  "https://git.example/acme/kiln", "--kiln-commit", "0123456789abcdef0123456789abcdef01234567"]) == 0
     capsys.readouterr()
@@ -181,3 +185,120 @@ def test_an_engine_build_goes_to_a_class_that_runs_tensorrt_llm_or_its_container
     small = Machine("h100", **{**h200, "gpu_name": "H100-SXM5-80GB", "gpu_mem_gib": 79.6, "gpus": 4},
                     has=frozenset({"gpu", "network", "docker"}))
     assert why_not(REGISTRY, engine, [small]) == ["h100 lacks 8 GPU(s), it has 4"]
+
+
+# --- a calibration sharded over the GPUs of one builder -------------------------------------------
+FLEET = ROOT / "examples" / "k8s-two-pools"  # its model `big` is Llama 3.1 405B, calibrated to FP8 by quantize/big
+
+
+def _gpu_class(tmp_path: Path, gpu: str, gpus: int) -> Path:
+    """A builders file: GitHub's hosted runner and one GPU class of `gpus` x `gpu` (512 GiB of host
+    memory: too little to calibrate the 405B on CPU, ample for a sharded load)."""
+    f = tmp_path / f"builders-{gpus}.yml"
+    f.write_text("builders:\n  cpu:\n    runs-on: [ubuntu-latest]\n    host_memory_gib: 16\n    disk_gib: 14\n"
+                 "    has: [torch, network, docker]\n  gpu:\n    runs-on: [self-hosted, linux, gpu]\n"
+                 f"    gpu: {gpu}\n    gpus: {gpus}\n    host_memory_gib: 512\n    disk_gib: 8000\n"
+                 "    has: [torch, gpu, docker, network]\n", encoding="utf-8")
+    return f
+
+
+def test_a_405b_calibration_is_sharded_over_as_many_gpus_as_hold_it(tmp_path: Path) -> None:
+    from compiler.actions.sizing import SHARD_FRACTION, gpu_memories
+
+    out = _plan(FLEET / "kiln.yaml", tmp_path)
+    size = out.graph.actions["quantize/big"].size
+    source = total_params(out.validation.resolved.models["big"].arch) * 2 / GiB  # bf16: ~756 GiB
+    one, *sharded, cpu = size.ways
+    assert one.gpus == 1 and one.gpu_mem_gib > source and cpu.gpus == 0 and cpu.host_mem_gib > source
+    assert [w.gpus for w in sharded] == sorted({w.gpus for w in sharded}) and sharded[0].gpus > 1
+    catalog = [m / GiB for m in gpu_memories()]
+    for w in sharded:
+        mem = min(m for m in catalog if m >= w.gpu_mem_gib)  # the catalog GPU the way stands for
+        assert mem - w.gpu_mem_gib < 0.1
+        # N GPUs hold the weights at SHARD_FRACTION of each, N - 1 do not: the count is the formula's
+        assert (w.gpus - 1) * SHARD_FRACTION * mem < source <= w.gpus * SHARD_FRACTION * mem
+        assert w.host_mem_gib < 16 < source  # the weights load straight to the GPUs
+    by_count = {w.gpus: w.gpu_mem_gib for w in sharded}
+    h100, h200 = (round(load_gpu_memory(n), 1) for n in ("H100-SXM5-80GB", "H200-SXM-141GB"))
+    assert by_count[7] == h200 and by_count[12] == h100  # 8 x 80 GB hold 509 GiB of its 756 at 0.8 each
+    assert any("gpu_mem_percentage" in b for b in size.basis)
+    # a model one catalog GPU holds keeps the one-device way alone (its key and its load unchanged)
+    assert [w.gpus for w in out.graph.actions["quantize/chat"].size.ways] == [1, 0]
+
+
+def load_gpu_memory(name: str) -> float:
+    from compiler.catalog import load_gpu_catalog
+
+    return load_gpu_catalog().get(name).memory_mib / 1024
+
+
+def test_a_class_with_enough_gpus_takes_the_sharded_calibration_and_a_smaller_one_is_k405(tmp_path, capsys) -> None:
+    from compiler.cli import main
+
+    spec, store = str(FLEET / "kiln.yaml"), str(tmp_path / "s")
+    eight = _gpu_class(tmp_path, "H200-SXM-141GB", 8)
+    assert main(["plan", spec, "--store", store, "--builders", str(eight), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert not [d for d in doc["diagnostics"] if d.get("code") == "K405"]
+    big = next(a for a in doc["actions"]["actions"] if a["id"] == "quantize/big")
+    assert big["builder"] == "gpu" and big["builder_way"]["gpus"] == 7
+    assert main(["plan", spec, "--store", store, "--builders", str(eight)]) == 0
+    text = capsys.readouterr().out
+    assert f"builds on: gpu (7 x GPU >= {round(load_gpu_memory('H200-SXM-141GB'), 1):g} GiB)" in text
+    assert main(["plan", spec, "--store", store, "--builders", str(eight), "--matrix"]) == 0
+    jobs = json.loads(capsys.readouterr().out)["include"]
+    on = {a: (j["class"], j["runs-on"]) for j in jobs for a in j["actions"].split()}
+    assert on["quantize/big"] == ("gpu", ["self-hosted", "linux", "gpu"])
+    for gpu, count, need in (("H200-SXM-141GB", 4, 7), ("H100-SXM5-80GB", 8, 12)):
+        small = _gpu_class(tmp_path, gpu, count)
+        assert main(["plan", spec, "--store", store, "--builders", str(small)]) == 1
+        out = capsys.readouterr().out
+        assert "error: no builder holds quantize/big: it needs 1 x GPU >= " in out and "[K405]" in out
+        assert f" or {need} x GPU >= {round(load_gpu_memory(gpu), 1):g} GiB" in out.split("[K405]")[0]
+        assert f"note: gpu lacks " in out and f"(or over {need} GPUs: {need} GPU(s), it has {count})" in out
+        assert main(["plan", spec, "--store", store, "--builders", str(small), "--matrix"]) == 1
+        assert "no builder holds quantize/big" in capsys.readouterr().err
+
+
+def test_ray_asks_for_the_sharded_calibrations_gpus_of_the_node_type_that_holds_them(tmp_path: Path) -> None:
+    from compiler.distributed.driver import _choose, accelerator_of, required
+    from compiler.distributed.ray import machine_of, task_options
+    from compiler.machines import way_rank
+    from compiler.targets.registry import REGISTRY
+
+    action = _plan(FLEET / "kiln.yaml", tmp_path).graph.actions["quantize/big"]
+
+    def node(accelerator: str, gpus: int, ip: str) -> dict:  # an entry of ray.nodes() (no such node here)
+        return {"NodeManagerAddress": ip, "NodeID": "f" * 56, "Alive": True,
+                "Resources": {"CPU": 128, "GPU": gpus, f"accelerator_type:{accelerator}": 1, "memory": 512 * GiB,
+                              "torch": 1, "network": 1}}
+
+    h100, h200 = machine_of(node("H100", 8, "10.0.0.1")), machine_of(node("H200", 8, "10.0.0.2"))
+    machine, way = _choose(REGISTRY, action, [h100, h200], way_rank)
+    assert machine is h200 and way.gpus == 7
+    job = {"needs": required(REGISTRY, action, machine)}
+    opts = task_options(job, way, "kiln:quantize/big", accelerator_of(machine, way))
+    assert opts["num_gpus"] == 7 and opts["resources"]["accelerator_type:H200"] > 0
+    assert {"torch", "network"} <= set(opts["resources"]) and opts["memory"] == int(way.host_mem_gib * GiB)
+    assert _choose(REGISTRY, action, [h100], way_rank) is None  # 8 x 80 GB hold 509 GiB of its 756
+
+
+def test_the_release_workflow_sends_the_405b_calibration_to_the_gpu_runner_with_enough_gpus(tmp_path, capsys,
+                                                                                           monkeypatch) -> None:
+    from ruamel.yaml import YAML
+
+    from compiler.cli import main
+    from compiler.machines import load_builders
+
+    root = _init(tmp_path, capsys, FLEET)
+    release = YAML(typ="safe").load((root / ".github" / "workflows" / "kiln-release.yml").read_text(encoding="utf-8"))
+    builders = load_builders(root / release["env"]["KILN_BUILDERS"])
+    assert [(m.name, m.gpus) for m in builders.machines] == [("cpu", 0), ("h100-sxm5-80gb", 8), ("b200-180gb", 8)]
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("KILN_BUILDERS", release["env"]["KILN_BUILDERS"])
+    assert main(["plan", "deploy/kiln.yaml", "--store", str(tmp_path / "store"), "--matrix"]) == 0
+    jobs = json.loads(capsys.readouterr().out)["include"]
+    on = {a: (j["class"], j["runs-on"]) for j in jobs for a in j["actions"].split()}
+    # 6 x B200 hold its 756 GiB of bf16 at 0.8 each; 8 x H100 do not (it would calibrate on their host's CPUs)
+    assert on["quantize/big"] == ("b200-180gb", ["self-hosted", "linux", "gpu", "b200-180gb"])
+    assert on["spec-snapshot"][0] == "cpu"

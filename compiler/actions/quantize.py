@@ -397,14 +397,81 @@ def regression_pct(metric: str, base: float, quant: float) -> float:
     return (base - quant) / base * 100.0
 
 
-def load(model_dir: Path, dtype: str, device: str):
+def torch_dtype(dtype: str):
     import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+
+
+def load_kwargs(dtype: str, shares: dict[int, int] | None = None) -> dict[str, Any]:
+    """from_pretrained's arguments: the dtype (the one-device load, then moved to its device); for a
+    calibration sharded over GPUs, also device_map "auto" with each GPU's share as its max_memory
+    (ModelOpt's PTQ example, examples/llm_ptq/example_utils.py get_model; compiler/actions/sizing.py)."""
+    kwargs: dict[str, Any] = {"dtype": torch_dtype(dtype)}
+    if shares is not None:
+        kwargs.update(device_map="auto", max_memory=dict(shares))
+    return kwargs
+
+
+def load(model_dir: Path, dtype: str, device: str, shares: dict[int, int] | None = None):
+    """The model and its tokenizer: on `device` whole, or over the GPUs of `shares` (gpu_shares)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype).to(device).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), **load_kwargs(dtype, shares))
+    if shares is None:
+        model = model.to(device)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    return model, tokenizer
+    return model.eval(), tokenizer
+
+
+def weight_bytes_of(model_dir: Path, dtype: str) -> tuple[int, int]:
+    """The model's parameters and buffers at `dtype` and its largest block a sharded load places
+    whole (a module of its `_no_split_modules`, or a leaf such as the embedding table), in bytes;
+    counted on the meta device: nothing is read or allocated."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(model_dir)), dtype=torch_dtype(dtype))
+
+    def size(m) -> int:
+        return sum(t.numel() * t.element_size() for t in (*m.parameters(), *m.buffers()))
+
+    whole = set(getattr(model, "_no_split_modules", None) or ())
+    blocks = [m for m in model.modules() if type(m).__name__ in whole or not any(True for _ in m.children())]
+    return size(model), max((size(m) for m in blocks), default=0)
+
+
+def gpu_shares(model_dir: Path, params: QuantizeParams, memories: list[int], log=None) -> dict[int, int] | None:
+    """How the calibration uses the visible GPUs (`memories`: each one's bytes): None for the
+    one-device load (one GPU holds the model, its batch and the context, or only one is visible),
+    else each GPU's share of the weights for a sharded load. The same formula as the plan's
+    (compiler/actions/sizing.py calibration_gpus), on the weights counted from the model itself."""
+    from transformers import AutoConfig
+
+    from .sizing import activation_bytes, calibration_gpus, shard_share
+
+    if len(memories) < 2:
+        return None
+    cfg = AutoConfig.from_pretrained(str(model_dir))
+    c = params.calibration
+    batch, seq = (c.batch_size, c.max_seq_len) if c is not None else (1, 512)
+    act = activation_bytes(cfg.hidden_size, cfg.vocab_size, batch, seq)
+    weights, layer = weight_bytes_of(model_dir, params.dtype)
+    need = calibration_gpus(weights, act, min(memories), layer)
+    if need == 1:
+        return None
+    gib = 1 << 30
+    if need is None or need > len(memories):
+        lacks = (f"{need} GPUs of {min(memories) / gib:.1f} GiB, this builder has {len(memories)}" if need else
+                 f"larger GPUs than {min(memories) / gib:.1f} GiB (one holds no weights beside the batch)")
+        raise QuantizeError(f"calibrating {params.model} ({weights / gib:.1f} GiB at {params.dtype}) needs {lacks}; "
+                            "`kiln plan` shows what it needs")
+    shares = {i: int(shard_share(act, m)) for i, m in enumerate(memories)}
+    if log:
+        log.info("sharding %.1f GiB of weights over %d GPUs (it needs %d; at most %s GiB each)", weights / gib,
+                 len(memories), need, ", ".join(f"{v / gib:.1f}" for v in shares.values()))
+    return shares
 
 
 def calibration_batches(tokenizer, texts: list[str], max_seq_len: int, batch_size: int) -> list[dict]:
@@ -575,7 +642,9 @@ def _run(params: QuantizeParams, ctx: RunContext, scratch: Path, device: str) ->
         model_dir = local_source(ctx, scratch)
     else:
         model_dir = fetch_huggingface(params.source, ctx.log)
-    model, tokenizer = load(model_dir, params.dtype, device)
+    memories = ([torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())]
+                if device == "cuda" else [])
+    model, tokenizer = load(model_dir, params.dtype, device, gpu_shares(model_dir, params, memories, ctx.log))
 
     texts = None
     if params.calibration is not None:

@@ -12,6 +12,23 @@ weight_bytes, the same count the capacity figures use). The other terms:
   plus the CUDA context. Host memory holds the model once while it loads (transformers reads the
   safetensors into host memory before `.to(device)`). On CPU the same sum is host memory. Where
   the format table marks a recipe CUDA-only (NVFP4, ...), only the GPU way exists.
+  A model that one GPU of a size cannot hold is sharded over several of them, as ModelOpt's PTQ
+  example loads it (Model-Optimizer examples/llm_ptq/example_utils.py `get_model`, called by
+  hf_ptq.py: transformers `device_map="auto"` with a per-GPU `max_memory` of `gpu_mem_percentage`
+  of each GPU, default 0.8, hf_ptq.py `--gpu_max_mem_percentage`; SGLang's ModelOpt loader keeps
+  the same 0.8 as DEFAULT_GPU_MEMORY_FRACTION_FOR_CALIBRATION, "20% GPU memory headroom for
+  ModelOpt calibration"). Each GPU of M bytes then holds at most min(SHARD_FRACTION x M,
+  M - batch - context) of the weights (the rest of it is the calibration's headroom; the batch's
+  tensors live on one GPU at a time as the forward pass walks the layers), so N GPUs of M hold the
+  model when N = ceil((weights + its largest layer) / that share): the placement keeps room for the
+  largest layer free on the first GPU (transformers 5.14 integrations/accelerate.py
+  infer_auto_device_map, max_layer_size on the main device). N is computed for each GPU memory of Kiln's GPU
+  catalog smaller than the one-GPU need (fewest GPUs first, the smallest memory that gives that N):
+  one way per N, so a builder with N GPUs of at least M holds it. Such a load needs little host
+  memory: with a device_map, transformers materializes each tensor of the memory-mapped
+  safetensors on its GPU (transformers 5.14 core_model_loading.py convert_and_load_state_dict_in_model,
+  materialize_device = param_device), and the export writes the checkpoint through host memory one
+  shard at a time (ModelOpt 0.47 unified_export_hf.py export_hf_checkpoint, max_shard_size "10GB").
 - Engine builds (engine/<model>). TensorRT-LLM's quantize.py calibrates the source model across
   the build's GPUs and trtllm-build builds one rank per GPU (`--workers tp*pp`): tp x pp GPUs of
   the serving architecture (an engine is built for one). Each holds the larger of its share of
@@ -30,17 +47,24 @@ Every other action is small (compiler/graph/sizes.py SMALL).
 
 A model the planner cannot size (its architecture unknown) gets the small allowance and says so.
 For scale: ModelOpt's layerwise calibration calibrates DeepSeek-R1 (671B) on one node of
-8 x 80 GB GPUs (Model-Optimizer PR #1251); Kiln's quantize holds the model on one device, so a
-model larger than one GPU is calibrated by the engine target's quantize.py, not by quantize/.
+8 x 80 GB GPUs (Model-Optimizer PR #1251); Kiln's quantize holds the whole model in GPU memory
+(one GPU, or sharded over several, never offloaded to host memory), so its figures are larger.
 """
 
 from __future__ import annotations
 
-from compiler.capacity.memory import ACTIVATION_WIDTHS, reserve_terms, weight_bytes
+import math
+
+from compiler.capacity.memory import ACTIVATION_WIDTHS, MiB, reserve_terms, weight_bytes
 from compiler.graph.sizes import GiB, SMALL, Size, Way, gib
 from compiler.ir.passes import sizing as model_sizing
 
 CUDA_CONTEXT = 1 * GiB  # CUDA context and library workspaces of a calibration process
+# The share of each GPU the weights may take when calibration is sharded over several GPUs: ModelOpt's
+# gpu_mem_percentage (examples/llm_ptq/example_utils.py get_model, hf_ptq.py --gpu_max_mem_percentage,
+# default 0.8; see the module docstring).
+SHARD_FRACTION = 0.8
+EXPORT_SHARD = 10 * 10**9  # ModelOpt 0.47 export_hf_checkpoint's max_shard_size ("10GB")
 TORCH_HOST = 2 * GiB  # Python, torch, transformers and ModelOpt imported (a CPU calibration's base)
 TRT_BUILDER_HOST = 2 * GiB  # TensorRT builder working memory (Torch-TensorRT docs, Resource Management)
 IMAGE_HOST = 1 * GiB  # docker build client and tar streaming
@@ -64,12 +88,59 @@ def checkpoint_bytes(rm) -> float | None:
 
 def calibration_bytes(rm, batch: int, seq: int) -> float:
     """Peak activations of one calibration batch (see the module docstring)."""
-    a = rm.arch
-    return batch * seq * (a.hidden * ACTIVATION_WIDTHS * 2 + a.vocab * 2)
+    return activation_bytes(rm.arch.hidden, rm.arch.vocab, batch, seq)
+
+
+def activation_bytes(hidden: int, vocab: int, batch: int, seq: int) -> float:
+    return batch * seq * (hidden * ACTIVATION_WIDTHS * 2 + vocab * 2)
 
 
 def _unsized(name: str) -> Size:
     return Size(SMALL.ways, (f"model {name}: architecture unknown, not sized (the small allowance)",))
+
+
+def largest_layer(rm) -> float:
+    """The largest block the sharded load places whole (a decoder layer, the embedding table)."""
+    b = weight_bytes(rm.arch, rm.formats.dtype, unquantized_fmt=rm.formats.dtype)
+    return max(b.embedding_bytes, (b.total_bytes - b.embedding_bytes) / rm.arch.layers)
+
+
+def shard_share(act: float, gpu_bytes: float) -> float:
+    """The weights one GPU of `gpu_bytes` holds when the calibration is sharded (module docstring)."""
+    return min(SHARD_FRACTION * gpu_bytes, gpu_bytes - act - CUDA_CONTEXT)
+
+
+def calibration_gpus(weights: float, act: float, gpu_bytes: float, layer: float) -> int | None:
+    """How many GPUs of `gpu_bytes` each calibrate `weights` with a batch of `act`: 1 where one holds
+    the model, the batch and the context (the one-device load), else the sharded count, with room
+    for one more `layer` (the largest), which the placement keeps free on the first GPU; None where
+    a GPU that small cannot hold the batch and its context beside any weights. quantize.py decides
+    its load with the same function, on the GPUs it is given."""
+    if weights + act + CUDA_CONTEXT <= gpu_bytes:
+        return 1
+    share = shard_share(act, gpu_bytes)
+    return max(2, math.ceil((weights + layer) / share)) if share > 0 else None
+
+
+def gpu_memories() -> list[int]:
+    """The memory of each GPU of Kiln's catalog (bytes), distinct, smallest first."""
+    from compiler.catalog import load_gpu_catalog
+
+    return sorted({g.memory_mib * MiB for g in load_gpu_catalog()})
+
+
+def sharded_ways(w: float, act: float, layer: float, disk: float) -> list[Way]:
+    """One way per GPU count that shards the calibration: N GPUs of at least the smallest catalog
+    memory that needs only N (a GPU's memory in GiB as a builder of that GPU states it, to a tenth,
+    never above it), fewest GPUs first."""
+    smallest: dict[int, int] = {}
+    for mem in gpu_memories():
+        n = calibration_gpus(w, act, mem, layer)
+        if n is not None and n > 1:
+            smallest.setdefault(n, mem)
+    host = gib(TORCH_HOST + EXPORT_SHARD)
+    return [Way(gpus=n, gpu_mem_gib=math.floor(mem / GiB * 10) / 10, host_mem_gib=host, disk_gib=disk)
+            for n, mem in sorted(smallest.items())]
 
 
 def quantize_size(rm, cuda_only: bool, cal) -> Size:
@@ -78,14 +149,21 @@ def quantize_size(rm, cuda_only: bool, cal) -> Size:
         return _unsized(rm.name)
     batch, seq = (cal.batch_size, cal.max_seq_len) if cal is not None else (1, 512)
     act = calibration_bytes(rm, batch, seq)
-    gpu = Way(gpus=1, gpu_mem_gib=gib(w + act + CUDA_CONTEXT), host_mem_gib=gib(w + TORCH_HOST),
-              disk_gib=gib(2 * w))
-    cpu = Way(gpus=0, host_mem_gib=gib(w + act + TORCH_HOST), disk_gib=gib(2 * w))
+    disk = gib(2 * w)
+    gpu = Way(gpus=1, gpu_mem_gib=gib(w + act + CUDA_CONTEXT), host_mem_gib=gib(w + TORCH_HOST), disk_gib=disk)
+    sharded = sharded_ways(w, act, largest_layer(rm), disk)
+    cpu = Way(gpus=0, host_mem_gib=gib(w + act + TORCH_HOST), disk_gib=disk)
     basis = (f"source weights {gib(w):g} GiB ({rm.formats.dtype}, from the module inventory)",
              f"calibration batch {batch} x {seq} tokens: {gib(act):g} GiB (hidden {rm.arch.hidden} x "
              f"{ACTIVATION_WIDTHS} x 2 B + vocab {rm.arch.vocab} x 2 B per token; ModelOpt get_max_batch_size)",
              "one device holds the whole model (quantize.load); disk: the source and the export")
-    return Size((gpu,) if cuda_only else (gpu, cpu), basis)
+    if sharded:
+        basis += (f"or N GPUs share it (device_map \"auto\"), each holding at most {SHARD_FRACTION:g} of its memory "
+                  "in weights and the batch and context beside them (ModelOpt examples/llm_ptq get_model, "
+                  "gpu_mem_percentage): " + ", ".join(f"{w_.gpus} x {w_.gpu_mem_gib:g} GiB" for w_ in sharded)
+                  + "; host memory: torch and one export shard (the weights load straight to the GPUs)",)
+    ways = (gpu, *sharded) if cuda_only else (gpu, *sharded, cpu)
+    return Size(ways, basis)
 
 
 def engine_size(rm, arch: str | None, cal) -> Size:

@@ -99,13 +99,17 @@ def _plan_store(args: argparse.Namespace) -> ExitCode:
 
 def _place(outcome, builders) -> None:
     """Each action to run on the first declared class that holds it; K405 for those none holds."""
-    from compiler.machines import place, unplaceable
+    from compiler.graph.sizes import SMALL
+    from compiler.machines import place, unplaceable, way_rank
     from compiler.targets.registry import REGISTRY
 
     todo = [p for p in outcome.plan if not p.cached]
     for p in todo:
-        home = place(REGISTRY, outcome.graph.actions[p.id], builders.machines)
+        action = outcome.graph.actions[p.id]
+        home = place(REGISTRY, action, builders.machines)
         p.builder = home.name if home is not None else None
+        if home is not None:
+            p.builder_way = (action.size or SMALL).ways[way_rank(REGISTRY, action, home)]
     spec = outcome.validation.spec
     outcome.validation.diagnostics.extend(unplaceable(outcome.graph, REGISTRY, builders.machines, [p.id for p in todo],
                                                       outcome.validation.resolved.document, spec.models, spec.hosts))

@@ -142,8 +142,7 @@ def execute_on(engine: Engine, graph: Graph, store: LocalStore, spec_name: str, 
                     _share(graph, aid, results, store, cache)
                     job = _job(graph, aid, results, registry, worker_store)
                     job["needs"] = required(kinds, action, machine)
-                    handle = engine.submit(job, way,
-                                           f"kiln:{aid}", accelerator=machine.gpu_name if way.gpu_arch else None)
+                    handle = engine.submit(job, way, f"kiln:{aid}", accelerator=accelerator_of(machine, way))
                 except Exception as e:  # the registry or the engine refused: this action fails, the build goes on
                     done(aid, ActionResult(aid, key, "failed", error=f"could not submit it: {e}"),
                          f"FAILED {aid}: could not submit it: {e}")
@@ -191,6 +190,13 @@ def required(kinds, action, machine) -> list[str]:
         if cap in machine.has and software_lacking(kinds, action, replace(machine, has=machine.has - {cap})):
             out.append(cap)
     return out
+
+
+def accelerator_of(machine, way) -> str | None:
+    """The GPU type a job asks for: the chosen machine's, wherever its way needs GPUs (an engine is
+    built for their architecture; a calibration's share of the model fits their memory, which the
+    engine does not count)."""
+    return machine.gpu_name if way.gpus else None
 
 
 def _choose(kinds, action, machines, way_rank):

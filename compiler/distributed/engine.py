@@ -35,8 +35,9 @@ class Engine(Protocol):
         """What the engine's machines have, one entry per node (or node type)."""
 
     def submit(self, job: dict, way: Way, label: str, accelerator: str | None = None) -> Any:
-        """Start `job` on a machine that holds `way` (with GPUs of type `accelerator`, where the
-        output depends on the architecture); a handle for wait and cancel."""
+        """Start `job` on a machine that holds `way` (with GPUs of type `accelerator`, the chosen
+        machine's, wherever the way needs GPUs: their memory or architecture is what holds it); a
+        handle for wait and cancel."""
 
     def wait(self, handles: list, timeout_s: float) -> list[Finished]:
         """The jobs among `handles` that ended within `timeout_s` (possibly none)."""

@@ -3,9 +3,10 @@
 HOST:PORT is the cluster's GCS address, as `ray start --address` takes it; the machine running
 `kiln build` must reach the cluster as a node would (KubeRay: run it in a pod of the cluster, or
 where the head's port is forwarded). Each action is a Ray task (`kiln:<action id>`) asking for:
-  - num_gpus: the GPUs of the way it runs in; an engine build also asks for the accelerator type of
-    the node that holds it (Ray's `accelerator_type:<T>` resource), since an engine is built for
-    one architecture;
+  - num_gpus: the GPUs of the way it runs in (a calibration sharded over N GPUs asks for N), and
+    the accelerator type of the node that holds it (Ray's `accelerator_type:<T>` resource): an
+    engine is built for one architecture, and what each GPU must hold (a calibration's share of the
+    model) is known for the node's GPUs, not for any GPU Ray would count;
   - memory: its host memory (Ray's logical `memory` resource, in bytes);
   - a sliver (0.001) of a custom resource per software capability it needs (torch, gpu, docker,
     network, tensorrt_llm): nodes advertise what they have with `ray start --resources '{"torch": 1}'`.
@@ -60,6 +61,15 @@ def machine_of(node: dict) -> Machine:
                    labels=tuple(types))
 
 
+def task_options(job: dict, way: Way, label: str, accelerator: str | None = None) -> dict[str, Any]:
+    """The Ray task options of a job run in `way` (see the module docstring)."""
+    resources = {need: SLIVER for need in job.get("needs", ()) if need in SOFTWARE}
+    if accelerator is not None:
+        resources[f"accelerator_type:{accelerator}"] = SLIVER
+    return dict(name=label, num_cpus=1, num_gpus=way.gpus, memory=int(way.host_mem_gib * GiB), resources=resources,
+                max_retries=MAX_RETRIES, retry_exceptions=False)
+
+
 class RayEngine:
     name = "ray"
 
@@ -81,11 +91,7 @@ class RayEngine:
         return [machine_of(n) for n in self.ray.nodes() if n.get("Alive")]
 
     def submit(self, job: dict, way: Way, label: str, accelerator: str | None = None) -> Any:
-        resources = {need: SLIVER for need in job.get("needs", ()) if need in SOFTWARE}
-        if accelerator is not None:
-            resources[f"accelerator_type:{accelerator}"] = SLIVER
-        ref = self.remote.options(name=label, num_cpus=1, num_gpus=way.gpus, memory=int(way.host_mem_gib * GiB),
-                                  resources=resources, max_retries=MAX_RETRIES, retry_exceptions=False).remote(job)
+        ref = self.remote.options(**task_options(job, way, label, accelerator)).remote(job)
         self.submitted.append(ref)
         return ref
 

@@ -28,6 +28,7 @@ class PlannedAction:
     deferred: str | None = None  # why this builder will not run it (see builder.py)
     size: Any = None  # the machine it needs (compiler/graph/sizes.py Size)
     builder: str | None = None  # the declared builder class it runs on (`kiln plan --builders`)
+    builder_way: Any = None  # the way it runs there (a Way of `size`)
 
 
 def make_plan(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry,
@@ -259,7 +260,8 @@ def render_plan(plan: list[PlannedAction], fmt: str) -> str:
         return json.dumps({"actions": [{"id": p.id, "kind": p.kind, "key": p.key, "cached": p.cached,
                                         "reasons": p.reasons, "needs": list(p.needs), "deferred": p.deferred,
                                         "size": p.size.to_json() if p.size is not None else None,
-                                        **({"builder": p.builder} if p.builder else {})}
+                                        **({"builder": p.builder} if p.builder else {}),
+                                        **({"builder_way": p.builder_way.to_json()} if p.builder_way else {})}
                                        for p in plan],
                            "to_run": len(run), "cached": len(plan) - len(run),
                            "deferred": sum(p.deferred is not None for p in plan)}, indent=2, sort_keys=True)
@@ -280,7 +282,8 @@ def render_plan(plan: list[PlannedAction], fmt: str) -> str:
         if not p.cached and p.size is not None and p.size.ways != SMALL.ways:  # the small allowance goes unsaid
             lines.append(f"           needs: {p.size.text()}")
         if p.builder:
-            lines.append(f"           builds on: {p.builder}")
+            way = p.builder_way
+            lines.append(f"           builds on: {p.builder}" + (f" ({way.gpu_text()})" if way and way.gpus else ""))
         if p.deferred:
             lines.append(f"           deferred here: {p.deferred}")
     return "\n".join(lines)

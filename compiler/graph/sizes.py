@@ -35,16 +35,15 @@ class Way:
         return {"gpus": self.gpus, "gpu_arch": self.gpu_arch, "gpu_mem_gib": self.gpu_mem_gib,
                 "host_mem_gib": self.host_mem_gib, "disk_gib": self.disk_gib}
 
+    def gpu_text(self) -> str:
+        arch = f" {self.gpu_arch}" if self.gpu_arch else ""
+        return f"{self.gpus} x{arch} GPU >= {self.gpu_mem_gib:g} GiB" if self.gpus else "no GPU"
+
+    def rest_text(self) -> str:
+        return f"host memory {self.host_mem_gib:g} GiB, disk {self.disk_gib:g} GiB"
+
     def text(self) -> str:
-        parts = []
-        if self.gpus:
-            arch = f" {self.gpu_arch}" if self.gpu_arch else ""
-            parts.append(f"{self.gpus} x{arch} GPU >= {self.gpu_mem_gib:g} GiB")
-        else:
-            parts.append("no GPU")
-        parts.append(f"host memory {self.host_mem_gib:g} GiB")
-        parts.append(f"disk {self.disk_gib:g} GiB")
-        return ", ".join(parts)
+        return f"{self.gpu_text()}, {self.rest_text()}"
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,15 @@ class Size:
         return {"ways": [w.to_json() for w in self.ways], "basis": list(self.basis)}
 
     def text(self) -> str:
-        return " | or ".join(w.text() for w in self.ways)
+        """The ways, those in a row that differ only in their GPUs as one ("2 x GPU >= 93.5 GiB or 3 x
+        GPU >= 79.6 GiB, host memory ...": a calibration sharded over N GPUs of one size or another)."""
+        groups: list[list[Way]] = []
+        for w in self.ways:
+            if groups and groups[-1][-1].gpus and w.gpus and groups[-1][-1].rest_text() == w.rest_text():
+                groups[-1].append(w)
+            else:
+                groups.append([w])
+        return " | or ".join(" or ".join(w.gpu_text() for w in g) + f", {g[0].rest_text()}" for g in groups)
 
 
 SMALL = Size((Way(),), ("a small action: it reads and writes a few files (Kiln's allowance: 0.5 GiB host "
@@ -115,6 +122,12 @@ def holds(size: Size | None, machine: Machine) -> Way | None:
 
 
 def lacking(size: Size | None, machine: Machine) -> str:
-    """Why `machine` holds no way of `size` (the preferred way's shortfalls)."""
+    """Why `machine` holds no way of `size`: the preferred way's shortfalls, and those of the first
+    way over several GPUs of the machine's own kind (a calibration sharded over more of them)."""
     ways = (size or SMALL).ways
-    return "; ".join(shortfalls(ways[0], machine)) or "nothing"
+    out = "; ".join(shortfalls(ways[0], machine)) or "nothing"
+    kin = next((w for w in ways[1:] if w.gpus > 1 and machine.gpu_mem_gib >= w.gpu_mem_gib
+                and (not w.gpu_arch or (machine.gpu_arch or "").lower() == w.gpu_arch.lower())), None)
+    if kin is not None:
+        out += f" (or over {kin.gpus} GPUs: {'; '.join(shortfalls(kin, machine))})"
+    return out

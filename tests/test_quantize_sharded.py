@@ -1,0 +1,163 @@
+"""A calibration sharded over the GPUs of one builder (compiler/actions/quantize.py gpu_shares, load).
+
+The load's arguments and the decision between the one-device load and a sharded one are checked
+here on any machine: the decision is the plan's formula (compiler/actions/sizing.py
+calibration_gpus) applied to the model's own weights and the GPUs a builder reports. The sharded
+path itself (transformers device_map over the visible GPUs, ModelOpt's calibration and export) runs
+for real where two CUDA GPUs or more are visible, and its checkpoint is compared with the
+one-device load's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+_MISSING = [m for m in ("torch", "transformers", "modelopt", "accelerate") if importlib.util.find_spec(m) is None]
+if _MISSING:  # pragma: no cover - depends on the machine
+    pytestmark = pytest.mark.skip(reason=f"quantization needs torch, transformers, accelerate and nvidia-modelopt "
+                                         f"({', '.join(_MISSING)} missing); bash scripts/install.sh --dev installs them")
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "examples" / "quickstart"
+MODEL = QUICKSTART / "model"
+
+
+@pytest.fixture(scope="module")
+def params(tmp_path_factory):
+    """The quickstart's FP8 quantize parameters, as its plan lowers them."""
+    from compiler.build import open_store, plan_spec
+    from compiler.graph.builder import Builder
+
+    store = open_store(tmp_path_factory.mktemp("plan") / "store", create=False, missing_ok=True)
+    out = plan_spec(QUICKSTART / "kiln.yaml", store, builder=Builder(fixed=frozenset()))
+    assert out.graph is not None, [str(d) for d in out.validation.diagnostics]
+    return out.graph.actions["quantize/tiny"].params
+
+
+def test_the_one_device_load_keeps_its_arguments() -> None:
+    import torch
+
+    from compiler.actions import quantize
+
+    assert quantize.load_kwargs("bf16") == {"dtype": torch.bfloat16}
+    assert quantize.load_kwargs("fp16", None) == {"dtype": torch.float16}
+    assert quantize.load_kwargs("bf16", {0: 7, 1: 9}) == {"dtype": torch.bfloat16, "device_map": "auto",
+                                                          "max_memory": {0: 7, 1: 9}}
+    model, _ = quantize.load(MODEL, "bf16", "cpu")
+    assert not hasattr(model, "hf_device_map")  # no accelerate dispatch: moved to its device whole
+    assert {p.device.type for p in model.parameters()} == {"cpu"} and not model.training
+
+
+def test_the_run_shards_exactly_where_the_plans_formula_does(params) -> None:
+    from transformers import AutoConfig
+
+    from compiler.actions import quantize
+    from compiler.actions.sizing import CUDA_CONTEXT, activation_bytes, calibration_gpus, shard_share
+
+    cfg = AutoConfig.from_pretrained(str(MODEL))
+    c = params.calibration
+    act = activation_bytes(cfg.hidden_size, cfg.vocab_size, c.batch_size, c.max_seq_len)
+    w, layer = quantize.weight_bytes_of(MODEL, params.dtype)
+    assert 0.9 * MODEL.joinpath("model.safetensors").stat().st_size < w  # the weights, counted on the meta device
+    assert w / cfg.num_hidden_layers / 2 < layer < w / 2
+    roomy = 80 << 30
+    assert quantize.gpu_shares(MODEL, params, []) is None  # CPU
+    assert quantize.gpu_shares(MODEL, params, [roomy]) is None  # one GPU: the one-device load
+    assert quantize.gpu_shares(MODEL, params, [roomy, roomy]) is None  # one of them holds it
+    # GPUs whose room beside the batch and the context holds 0.7 of the weights: two of them, with
+    # the largest layer's room on the first
+    two = int(CUDA_CONTEXT + act + 0.7 * w)
+    assert calibration_gpus(w, act, two, layer) == 2 and calibration_gpus(w, act, two, 0.5 * w) == 3
+    shares = quantize.gpu_shares(MODEL, params, [two, two, two])
+    assert shares == {i: int(shard_share(act, two)) for i in range(3)}  # all visible GPUs share it
+    assert sum(shares.values()) >= w + layer
+    three = int(CUDA_CONTEXT + act + 0.45 * w)
+    with pytest.raises(quantize.QuantizeError, match=r"needs 3 GPUs of .* GiB, this builder has 2"):
+        quantize.gpu_shares(MODEL, params, [three, three])
+    with pytest.raises(quantize.QuantizeError, match="larger GPUs"):
+        quantize.gpu_shares(MODEL, params, [CUDA_CONTEXT, CUDA_CONTEXT])
+
+
+def test_transformers_places_every_weight_on_the_gpus_the_formula_counts(params) -> None:
+    """transformers' own device_map="auto" placement (what from_pretrained computes from the shares;
+    it needs no GPU to compute) keeps the whole model on the GPUs, none of it on "disk" or "cpu",
+    for as many GPUs as the formula says and for more."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.integrations.accelerate import _get_device_map
+
+    from compiler.actions import quantize
+    from compiler.actions.sizing import CUDA_CONTEXT, activation_bytes, calibration_gpus
+
+    cfg = AutoConfig.from_pretrained(str(MODEL))
+    w, layer = quantize.weight_bytes_of(MODEL, params.dtype)
+    act = activation_bytes(cfg.hidden_size, cfg.vocab_size, params.calibration.batch_size,
+                           params.calibration.max_seq_len)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=quantize.torch_dtype(params.dtype))
+    for room in (0.3, 0.45, 0.9):
+        mem = int(CUDA_CONTEXT + act + room * w)
+        need = calibration_gpus(w, act, mem, layer)
+        for count in (need, need + 1):
+            shares = quantize.gpu_shares(MODEL, params, [mem] * count)
+            placed = {str(d) for d in _get_device_map(model, "auto", dict(shares), None).values()}
+            assert placed <= {str(i) for i in range(count)} and len(placed) >= 2, (room, count, placed)
+
+
+def _cuda_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _calibrate_and_export(params, shares, out: Path) -> dict:
+    """The action's own load, calibration and export of the quickstart model; the load's devices."""
+    import torch
+    from modelopt.torch.export import export_hf_checkpoint
+
+    from compiler.actions import quantize
+    from compiler.actions.calibration import read_texts
+
+    texts = read_texts((QUICKSTART / "data" / "calib-prose.jsonl").read_text(encoding="utf-8"))[:16]
+    torch.manual_seed(0)
+    model, tok = quantize.load(MODEL, params.dtype, "cuda", shares)
+    devices = dict(getattr(model, "hf_device_map", {"": str(next(model.parameters()).device)}))
+    model = quantize.quantize_in_memory(model, tok, params, texts)
+    export_hf_checkpoint(model, dtype=next(p.dtype for p in model.parameters() if p.is_floating_point()),
+                         export_dir=out)
+    return devices
+
+
+def test_a_sharded_calibration_exports_what_the_one_device_one_does(params, tmp_path: Path) -> None:
+    gpus = _cuda_gpus()
+    if gpus < 2:
+        pytest.skip(f"a sharded calibration needs 2 CUDA GPUs or more; {gpus} visible here")
+    import torch
+    from safetensors import safe_open
+
+    from compiler.actions import quantize
+
+    memories = [torch.cuda.get_device_properties(i).total_memory for i in range(gpus)]
+    assert quantize.gpu_shares(MODEL, params, memories) is None  # the tiny model fits one GPU: the action loads it whole
+    # The shares a GPU of just enough memory would get, so that the load spreads over every visible GPU
+    w, _ = quantize.weight_bytes_of(MODEL, params.dtype)
+    shares = {i: int(2 * w / gpus) for i in range(gpus)}  # spread over several: transformers balances them
+    sharded = _calibrate_and_export(params, shares, tmp_path / "sharded")
+    assert len({str(d) for d in sharded.values()}) >= 2, sharded  # the layers are on several GPUs
+    whole = _calibrate_and_export(params, None, tmp_path / "whole")
+    assert set(whole.values()) == {"cuda:0"}
+    files = sorted(p.name for p in (tmp_path / "whole").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "sharded").iterdir())
+    for name in files:
+        a, b = tmp_path / "whole" / name, tmp_path / "sharded" / name
+        if name.endswith(".safetensors"):
+            with safe_open(str(a), "pt") as fa, safe_open(str(b), "pt") as fb:
+                assert sorted(fa.keys()) == sorted(fb.keys())
+                for k in fa.keys():
+                    assert torch.equal(fa.get_tensor(k), fb.get_tensor(k)), k
+        elif name.endswith(".json"):
+            assert json.loads(a.read_text(encoding="utf-8")) == json.loads(b.read_text(encoding="utf-8")), name
