@@ -22,13 +22,14 @@ weight_bytes, the same count the capacity figures use). The other terms:
   tensors live on one GPU at a time as the forward pass walks the layers), so N GPUs of M hold the
   model when N = ceil((weights + its largest layer) / that share): the placement keeps room for the
   largest layer free on the first GPU (transformers 5.14 integrations/accelerate.py
-  infer_auto_device_map, max_layer_size on the main device). N is computed for each GPU memory of Kiln's GPU
-  catalog smaller than the one-GPU need (fewest GPUs first, the smallest memory that gives that N):
-  one way per N, so a builder with N GPUs of at least M holds it. Such a load needs little host
-  memory: with a device_map, transformers materializes each tensor of the memory-mapped
-  safetensors on its GPU (transformers 5.14 core_model_loading.py convert_and_load_state_dict_in_model,
-  materialize_device = param_device), and the export writes the checkpoint through host memory one
-  shard at a time (ModelOpt 0.47 unified_export_hf.py export_hf_checkpoint, max_shard_size "10GB").
+  infer_auto_device_map, max_layer_size on the main device). N is computed for each GPU memory of
+  Kiln's GPU catalog that cannot hold the one-GPU need, fewest GPUs first, each N with the smallest
+  memory that gives it: a builder with N GPUs of at least M holds that way. Such a load needs
+  little host memory: with a device_map, transformers materializes each tensor of the
+  memory-mapped safetensors on its GPU (transformers 5.14 core_model_loading.py
+  convert_and_load_state_dict_in_model, materialize_device = param_device), and the export writes
+  the checkpoint through host memory one shard at a time (ModelOpt 0.47 unified_export_hf.py
+  export_hf_checkpoint, max_shard_size "10GB").
 - Engine builds (engine/<model>). TensorRT-LLM's quantize.py calibrates the source model across
   the build's GPUs and trtllm-build builds one rank per GPU (`--workers tp*pp`): tp x pp GPUs of
   the serving architecture (an engine is built for one). Each holds the larger of its share of
