@@ -55,7 +55,14 @@ def _range_check(rule: Check, ctx: CheckContext, gpu: GpuSpec, path: tuple, valu
                        notes=_note(gpu, "graphics_mhz_max", "the highest graphics clock"))
 
 
-class GraphicsClockOutOfRange(Check):
+class _ClockCheck(Check):
+    """The common base of the K5xx rules (no `code`: not a rule itself): the family's place in the
+    order checks run and report in, said once."""
+
+    order = 50
+
+
+class GraphicsClockOutOfRange(_ClockCheck):
     """A locked graphics clock outside the range the GPU supports, or a range with min > max.
 
     `clocks.graphics_mhz` becomes `nvidia-smi -lgc <value>` or `-lgc <min>,<max>`; the driver
@@ -66,7 +73,6 @@ class GraphicsClockOutOfRange(Check):
 
     code = "K501"
     name = "graphics-clock-out-of-range"
-    order = 50
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for hname, gpu, base, owner, where in _scopes(ctx):
@@ -93,7 +99,7 @@ class GraphicsClockOutOfRange(Check):
                                help=f"write it as [{g[1]}, {g[0]}]")
 
 
-class MemoryClockUnsupported(Check):
+class MemoryClockUnsupported(_ClockCheck):
     """A memory clock (locked, or the memory half of application clocks) the GPU does not support.
 
     HBM GPUs support one or a few memory clocks only (H100 SXM: 2619 MHz, B200: 3996 MHz);
@@ -102,7 +108,6 @@ class MemoryClockUnsupported(Check):
 
     code = "K502"
     name = "memory-clock-unsupported"
-    order = 50
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for hname, gpu, base, owner, where in _scopes(ctx):
@@ -124,7 +129,7 @@ class MemoryClockUnsupported(Check):
                                    notes=_note(gpu, "memory_mhz", "the memory clocks"))
 
 
-class PowerLimitOutOfRange(Check):
+class PowerLimitOutOfRange(_ClockCheck):
     """A power limit outside the range the GPU accepts.
 
     `power_limit_w` becomes `nvidia-smi -pl <W>`, which refuses values outside the GPU's minimum
@@ -133,7 +138,6 @@ class PowerLimitOutOfRange(Check):
 
     code = "K503"
     name = "power-limit-out-of-range"
-    order = 50
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for hname, gpu, base, owner, where in _scopes(ctx):
@@ -152,7 +156,7 @@ class PowerLimitOutOfRange(Check):
                                help=help, notes=_note(gpu, "power_w_max", "the maximum power limit"))
 
 
-class MigClocksNotLocked(Check):
+class MigClocksNotLocked(_ClockCheck):
     """A GPU split into several MIG instances runs with unlocked clocks.
 
     All MIG instances of a GPU share its SM and memory clocks: they cannot be set per instance.
@@ -166,7 +170,6 @@ class MigClocksNotLocked(Check):
     code = "K504"
     name = "mig-clocks-not-locked"
     severity = Severity.WARNING
-    order = 50
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for hname, host in ctx.ir.hosts.items():
@@ -186,7 +189,7 @@ class MigClocksNotLocked(Check):
                                help=f"lock the clock on the host or this entry: `clocks: {{graphics_mhz: {hi}}}`")
 
 
-class ApplicationClockOutOfRange(Check):
+class ApplicationClockOutOfRange(_ClockCheck):
     """An application graphics clock outside the range the GPU supports.
 
     `application_clocks` becomes `nvidia-smi -ac <memory>,<graphics>`; the driver accepts only
@@ -195,7 +198,6 @@ class ApplicationClockOutOfRange(Check):
 
     code = "K505"
     name = "application-clock-out-of-range"
-    order = 50
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for hname, gpu, base, owner, where in _scopes(ctx):

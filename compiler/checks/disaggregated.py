@@ -53,7 +53,14 @@ def _tokens_per_block(m: Model, d: Disaggregated, role: str) -> int:
     return tokens_per_block(m, role)
 
 
-class DisaggregatedPlacement(Check):
+class _DisaggregatedCheck(Check):
+    """The common base of disaggregated serving's rules (K16x, K46x, K66x, K86x) (no `code`: not a rule itself): the family's place in the
+    order checks run and report in, said once."""
+
+    order = 90
+
+
+class DisaggregatedPlacement(_DisaggregatedCheck):
     """The GPUs of a disaggregated model do not say which role they serve, or a role has none.
 
     Under `serving.disaggregated`, every GPU assignment (`serves`) or MIG instance that serves the
@@ -65,7 +72,6 @@ class DisaggregatedPlacement(Check):
 
     code = "K161"
     name = "disaggregated-placement"
-    order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         seen: set[tuple] = set()
@@ -98,7 +104,7 @@ class DisaggregatedPlacement(Check):
                                    help=f"give some GPUs `serves: {name}, role: {role}` in `hosts`")
 
 
-class DisaggregatedRuntime(Check):
+class DisaggregatedRuntime(_DisaggregatedCheck):
     """Disaggregated serving is declared where the runtime cannot run it.
 
     The roles are LLM-API servers (context and generation servers of TensorRT-LLM): they need the
@@ -112,7 +118,6 @@ class DisaggregatedRuntime(Check):
 
     code = "K162"
     name = "disaggregated-runtime"
-    order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m, d in _disaggregated(ctx):
@@ -151,7 +156,7 @@ class DisaggregatedRuntime(Check):
                                    notes=(f"source: {facts.source_of('dynamo')}",))
 
 
-class RouterPlacement(Check):
+class RouterPlacement(_DisaggregatedCheck):
     """The router of a disaggregated model cannot run where the spec puts it.
 
     On hosts, `trtllm-serve disaggregated` runs on `router.host` (default: the first host with a
@@ -162,7 +167,6 @@ class RouterPlacement(Check):
 
     code = "K163"
     name = "router-placement"
-    order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m, d in _disaggregated(ctx):
@@ -193,7 +197,7 @@ class RouterPlacement(Check):
                     break
 
 
-class TransferBufferTooSmall(Check):
+class TransferBufferTooSmall(_DisaggregatedCheck):
     """The KV-transfer buffer holds fewer tokens than the longest prompt.
 
     `cache_transceiver_config.max_tokens_in_buffer` sizes the buffer a prompt's KV cache is staged
@@ -204,7 +208,6 @@ class TransferBufferTooSmall(Check):
 
     code = "K461"
     name = "transfer-buffer-too-small"
-    order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m, d in _disaggregated(ctx):
@@ -217,7 +220,7 @@ class TransferBufferTooSmall(Check):
                                notes=(f"source: {facts.source_of('transceiver', 'buffer')}",))
 
 
-class TransferBufferNotBlockMultiple(Check):
+class TransferBufferNotBlockMultiple(_DisaggregatedCheck):
     """The KV-transfer buffer is not a whole number of KV-cache blocks.
 
     TensorRT-LLM's cache-transfer buffer manager sizes the buffer in blocks and refuses a
@@ -227,7 +230,6 @@ class TransferBufferNotBlockMultiple(Check):
 
     code = "K463"
     name = "transfer-buffer-not-block-multiple"
-    order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m, d in _disaggregated(ctx):
@@ -241,7 +243,7 @@ class TransferBufferNotBlockMultiple(Check):
                            help=f"use {up}", notes=(f"source: {facts.source_of('transceiver', 'buffer_block_multiple')}",))
 
 
-class RoleCapacity(Check):
+class RoleCapacity(_DisaggregatedCheck):
     """The prefill or decode servers placed are too few for the declared arrival rate and sla.
 
     With `workload.requests_per_second` and an `sla`, each role is sized from the capacity
@@ -259,7 +261,6 @@ class RoleCapacity(Check):
     code = "K462"
     name = "role-capacity"
     severity = Severity.WARNING
-    order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, _m, _d in _disaggregated(ctx):
@@ -276,7 +277,7 @@ class RoleCapacity(Check):
                            notes=tuple(r.note for r in sized.roles if r.note is not None))
 
 
-class TokensPerBlockDiffer(Check):
+class TokensPerBlockDiffer(_DisaggregatedCheck):
     """The prefill and decode servers page the KV cache in different block sizes.
 
     The KV cache moves block by block from a prefill to a decode server, and a KV-aware router
@@ -289,7 +290,6 @@ class TokensPerBlockDiffer(Check):
 
     code = "K661"
     name = "tokens-per-block-differ"
-    order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m, d in _disaggregated(ctx):
@@ -304,7 +304,7 @@ class TokensPerBlockDiffer(Check):
                            notes=(f"source: {facts.source_of('router_block_size')}",))
 
 
-class OverlapSchedulerOnContext(Check):
+class OverlapSchedulerOnContext(_DisaggregatedCheck):
     """The prefill (context) servers run the overlap scheduler where the pinned TensorRT-LLM does
     not support it there.
 
@@ -316,7 +316,6 @@ class OverlapSchedulerOnContext(Check):
 
     code = "K662"
     name = "overlap-scheduler-on-context"
-    order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         version = ctx.ir.toolchain.tensorrt_llm
@@ -331,7 +330,7 @@ class OverlapSchedulerOnContext(Check):
                                notes=(f"source: {facts.source_of('overlap_scheduler')}",))
 
 
-class AsymmetricTpAttention(Check):
+class AsymmetricTpAttention(_DisaggregatedCheck):
     """The roles use different tensor parallelism with an attention backend that gives wrong
     output when the KV cache is re-split between them.
 
@@ -343,7 +342,6 @@ class AsymmetricTpAttention(Check):
 
     code = "K663"
     name = "asymmetric-tp-attention"
-    order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         ok = set(facts.fact("asymmetric_tp")["attention_backends_ok"])
@@ -364,7 +362,7 @@ class AsymmetricTpAttention(Check):
                                notes=(f"source: {facts.source_of('asymmetric_tp')}",))
 
 
-class UcxEnvironmentUnsafe(Check):
+class UcxEnvironmentUnsafe(_DisaggregatedCheck):
     """The UCX environment of the KV transfer moves GPU memory wrongly or picks an arbitrary NIC.
 
     `ucx.tls` (UCX_TLS) without a CUDA transport (cuda, cuda_copy, cuda_ipc, or all) makes UCX
@@ -376,7 +374,6 @@ class UcxEnvironmentUnsafe(Check):
 
     code = "K664"
     name = "ucx-environment"
-    order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         cuda = set(facts.fact("ucx", "tls_needs_cuda")["cuda_transports"])
@@ -418,7 +415,7 @@ def _across(hosts: set[str], units: list, ctx: CheckContext) -> str:
     return f"the nodes of pool {next(iter(hosts))!r}"
 
 
-class MpiTransferBetweenServers(Check):
+class MpiTransferBetweenServers(_DisaggregatedCheck):
     """The KV cache is to move over MPI between servers that are not one MPI world.
 
     TensorRT-LLM's MPI transfer backend needs every executor process of both roles in one MPI
@@ -430,7 +427,6 @@ class MpiTransferBetweenServers(Check):
 
     code = "K665"
     name = "kv-transfer-mpi-separate-servers"
-    order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         mpi = facts.fact("mpi_backend")
@@ -445,7 +441,7 @@ class MpiTransferBetweenServers(Check):
                            notes=(f"source: {facts.source_of('mpi_backend')}",))
 
 
-class KvRouterWithoutBlockReuse(Check):
+class KvRouterWithoutBlockReuse(_DisaggregatedCheck):
     """A KV-aware router routes by the servers' cached prompt blocks, and a role keeps none.
 
     `router.kv_aware` sends a request where the most of its prompt's KV-cache blocks are already
@@ -457,7 +453,6 @@ class KvRouterWithoutBlockReuse(Check):
     code = "K666"
     name = "kv-router-without-block-reuse"
     severity = Severity.WARNING
-    order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         seen: set[tuple] = set()
@@ -490,7 +485,7 @@ def _transfer_backends(ctx: CheckContext):
         yield version, line, name, d.kv_transfer.backend
 
 
-class TransportUnsupported(Check):
+class TransportUnsupported(_DisaggregatedCheck):
     """The KV-transfer backend is not one the pinned TensorRT-LLM knows.
 
     `cache_transceiver_config.backend` is a closed set that changed between releases (1.2:
@@ -501,7 +496,6 @@ class TransportUnsupported(Check):
 
     code = "K861"
     name = "transport-unsupported"
-    order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for version, line, name, backend in _transfer_backends(ctx):
@@ -521,7 +515,7 @@ class TransportUnsupported(Check):
                            notes=(f"source: {line.source} [{line.status}]",))
 
 
-class TransportMisspelled(Check):
+class TransportMisspelled(_DisaggregatedCheck):
     """The KV-transfer backend is spelled otherwise than the pinned TensorRT-LLM spells it.
 
     The 1.0 line accepts lower-case names (ucx, nixl); 1.1 and later only upper-case ones (UCX,
@@ -531,7 +525,6 @@ class TransportMisspelled(Check):
 
     code = "K862"
     name = "transport-misspelled"
-    order = 90
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for version, line, name, backend in _transfer_backends(ctx):

@@ -23,7 +23,14 @@ def _mpath(name: str, *rest) -> tuple:
     return ("models", name) + rest
 
 
-class MoeBackendOnDenseModel(Check):
+class _KernelCheck(Check):
+    """The common base of the K6xx rules (no `code`: not a rule itself): the family's place in the
+    order checks run and report in, said once."""
+
+    order = 60
+
+
+class MoeBackendOnDenseModel(_KernelCheck):
     """`kernels.moe` is set on a model without experts.
 
     The MoE backend (MoeConfig.backend) only selects the kernels of expert layers; on a dense
@@ -32,7 +39,6 @@ class MoeBackendOnDenseModel(Check):
 
     code = "K601"
     name = "moe-backend-on-dense-model"
-    order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         if ctx.target == "engine":
@@ -53,7 +59,7 @@ def fp8_fmha_applies(rm) -> bool:
     return r is not None and r.engine is not None and r.engine.fp8_context_fmha
 
 
-class Fp8ContextFmhaMisused(Check):
+class Fp8ContextFmhaMisused(_KernelCheck):
     """`kernels.fp8_context_fmha` where it cannot apply.
 
     FP8 context-phase fused attention is a `trtllm-build` feature (`--use_fp8_context_fmha`) that
@@ -67,7 +73,6 @@ class Fp8ContextFmhaMisused(Check):
 
     code = "K602"
     name = "fp8-context-fmha-misused"
-    order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in ctx.models():
@@ -89,7 +94,7 @@ class Fp8ContextFmhaMisused(Check):
                                help="remove it, or quantize the weights to fp8 or nvfp4")
 
 
-class CudaGraphSizesInvalid(Check):
+class CudaGraphSizesInvalid(_KernelCheck):
     """`runtime.cuda_graph_batch_sizes` that cannot be used.
 
     CUDA graphs are captured per batch size, each costing GPU memory and start-up time; a size
@@ -100,7 +105,6 @@ class CudaGraphSizesInvalid(Check):
 
     code = "K603"
     name = "cuda-graph-sizes-invalid"
-    order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         seen: set[tuple] = set()  # a value both roles of a disaggregated model share: once
@@ -128,7 +132,7 @@ class CudaGraphSizesInvalid(Check):
                                        help=f"drop sizes above {limit}, or raise limits.max_batch_size")
 
 
-class PytorchOnlyKernel(Check):
+class PytorchOnlyKernel(_KernelCheck):
     """A PyTorch-backend kernel choice on the engine target.
 
     `kernels.attention` (TorchLlmArgs.attn_backend) and `kernels.moe` (MoeConfig.backend) select
@@ -139,7 +143,6 @@ class PytorchOnlyKernel(Check):
 
     code = "K604"
     name = "pytorch-only-kernel"
-    order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         if ctx.target != "engine":
@@ -162,7 +165,7 @@ class PytorchOnlyKernel(Check):
 GENERATION_ONLY = frozenset(disagg_facts.fact("generation_only_token_budget")["roles"])
 
 
-class PromptExceedsTokenBudget(Check):
+class PromptExceedsTokenBudget(_KernelCheck):
     """`limits.max_num_tokens` is smaller than `limits.max_input_len` and chunked prefill is off.
 
     A prompt's context phase is processed in one forward pass, which holds at most max_num_tokens
@@ -177,7 +180,6 @@ class PromptExceedsTokenBudget(Check):
 
     code = "K605"
     name = "prompt-exceeds-token-budget"
-    order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         seen: set[tuple] = set()
@@ -203,7 +205,7 @@ class PromptExceedsTokenBudget(Check):
                                     "true}`")
 
 
-class BatchExceedsTokenBudget(Check):
+class BatchExceedsTokenBudget(_KernelCheck):
     """`limits.max_batch_size` is larger than `limits.max_num_tokens`.
 
     Every scheduled sequence contributes at least one token to a forward pass, so no more than
@@ -214,7 +216,6 @@ class BatchExceedsTokenBudget(Check):
     code = "K606"
     name = "batch-exceeds-token-budget"
     severity = Severity.WARNING
-    order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         seen: set[tuple] = set()
@@ -230,7 +231,7 @@ class BatchExceedsTokenBudget(Check):
                                    "pass", help=f"lower max_batch_size to {lim.max_num_tokens} or raise max_num_tokens")
 
 
-class MultipleInstances(Check):
+class MultipleInstances(_KernelCheck):
     """`serving.instances` above 1.
 
     Each Triton model instance of TensorRT-LLM loads its own copy of the weights and claims its own
@@ -247,7 +248,6 @@ class MultipleInstances(Check):
 
     code = "K607"
     name = "multiple-instances"
-    order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in ctx.models():
@@ -262,7 +262,7 @@ class MultipleInstances(Check):
                                     "MIG instances or serving units to scale out")
 
 
-class StreamTextOnEngine(Check):
+class StreamTextOnEngine(_KernelCheck):
     """`serving.stream_text` on the engine target.
 
     `stream_text` chooses what a streamed response of the llmapi target's Triton model holds: the
@@ -274,7 +274,6 @@ class StreamTextOnEngine(Check):
 
     code = "K612"
     name = "stream-text-on-engine"
-    order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         if ctx.target != "engine":
@@ -287,7 +286,7 @@ class StreamTextOnEngine(Check):
                                help="remove stream_text, or use `target: llmapi`")
 
 
-class FlashinferBackend(Check):
+class FlashinferBackend(_KernelCheck):
     """A FlashInfer attention backend (`flashinfer`, `flashinfer_star_attention`).
 
     TensorRT-LLM uses these backends only when the `flashinfer` Python package is installed in the
@@ -299,7 +298,6 @@ class FlashinferBackend(Check):
     code = "K608"
     name = "flashinfer-backend"
     severity = Severity.WARNING
-    order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         if ctx.target == "engine":
@@ -317,7 +315,7 @@ def _lengths(value) -> list[int]:
     return [value] if isinstance(value, int) else [b.tokens for b in value]
 
 
-class WorkloadPromptTooLong(Check):
+class WorkloadPromptTooLong(_KernelCheck):
     """The workload has prompts longer than `limits.max_input_len`.
 
     TensorRT-LLM refuses a request whose prompt is longer than max_input_len, so the traffic the
@@ -327,7 +325,6 @@ class WorkloadPromptTooLong(Check):
 
     code = "K609"
     name = "workload-prompt-too-long"
-    order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in ctx.models():
@@ -341,7 +338,7 @@ class WorkloadPromptTooLong(Check):
                                help=f"raise limits.max_input_len to at least {longest}")
 
 
-class WorkloadLongerThanSequence(Check):
+class WorkloadLongerThanSequence(_KernelCheck):
     """The workload's prompt plus output is longer than `limits.max_seq_len`.
 
     Generation stops at max_seq_len, so the longest requests of the described traffic would be cut
@@ -351,7 +348,6 @@ class WorkloadLongerThanSequence(Check):
     code = "K610"
     name = "workload-longer-than-sequence"
     severity = Severity.WARNING
-    order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in ctx.models():
@@ -366,7 +362,7 @@ class WorkloadLongerThanSequence(Check):
                                help=f"raise limits.max_seq_len to {longest}, or shorten the workload")
 
 
-class SequenceLongerThanContext(Check):
+class SequenceLongerThanContext(_KernelCheck):
     """`limits.max_seq_len` is longer than the model's context (its `max_position_embeddings`).
 
     Positions past the context the model was trained for (with its RoPE scaling, which the
@@ -379,7 +375,6 @@ class SequenceLongerThanContext(Check):
     code = "K614"
     name = "sequence-longer-than-context"
     severity = Severity.WARNING
-    order = 60
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in ctx.models():
@@ -393,7 +388,7 @@ class SequenceLongerThanContext(Check):
                                help=f"set limits.max_seq_len to at most {context}")
 
 
-class MoeBackendUnsupported(Check):
+class MoeBackendUnsupported(_KernelCheck):
     """The MoE backend does not run the recipe of the model's expert layers on this GPU.
 
     TensorRT-LLM's PyTorch backend runs routed experts with one of several fused MoE backends
@@ -451,7 +446,7 @@ class MoeBackendUnsupported(Check):
                                help=help, notes=p.notes() + verdict_notes(table, v, "this MoE support fact"))
 
 
-class BatcherSettingOnLlmapi(Check):
+class BatcherSettingOnLlmapi(_KernelCheck):
     """A serving setting the model's runtime honours on another target only (a warning).
 
     `serving.max_queue_delay_us` is the delay of Triton's dynamic batcher, which the engine

@@ -53,7 +53,14 @@ def _divisors(n: int, upto: int = 64) -> str:
     return ", ".join(str(d) for d in range(1, min(n, upto) + 1) if n % d == 0)
 
 
-class GpuCountMismatch(Check):
+class _ParallelismCheck(Check):
+    """The common base of the K7xx rules (no `code`: not a rule itself): the family's place in the
+    order checks run and report in, said once."""
+
+    order = 70
+
+
+class GpuCountMismatch(_ParallelismCheck):
     """A whole-GPU assignment lists a number of GPUs different from the model's tp * pp.
 
     The GPUs of one `gpus` entry form one serving unit: TensorRT-LLM runs tp * pp ranks, one per
@@ -63,7 +70,6 @@ class GpuCountMismatch(Check):
 
     code = "K701"
     name = "gpu-count-mismatch"
-    order = 70
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for hname, host in ctx.hosts():
@@ -82,7 +88,7 @@ class GpuCountMismatch(Check):
                                         f"models.{a.serves}.parallelism; write one entry per replica")
 
 
-class HeadsNotDivisible(Check):
+class HeadsNotDivisible(_ParallelismCheck):
     """The model's attention heads are not divisible by tp.
 
     Tensor parallelism gives each rank heads / tp query heads; an uneven split is not supported.
@@ -91,7 +97,6 @@ class HeadsNotDivisible(Check):
 
     code = "K702"
     name = "heads-not-divisible"
-    order = 70
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m, arch in _arch_models(ctx):
@@ -105,7 +110,7 @@ class HeadsNotDivisible(Check):
                                notes=_note(arch, "heads"))
 
 
-class ExpertParallelInvalid(Check):
+class ExpertParallelInvalid(_ParallelismCheck):
     """Expert parallelism on a dense model, or an ep that does not divide tp * pp.
 
     `ep` (moe_expert_parallel_size) distributes the experts of MoE layers over GPUs; a model without
@@ -116,7 +121,6 @@ class ExpertParallelInvalid(Check):
 
     code = "K703"
     name = "expert-parallel-invalid"
-    order = 70
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in ctx.models():
@@ -136,7 +140,7 @@ class ExpertParallelInvalid(Check):
                                help=f"use an ep that divides tp: {_divisors(par.tp)}")
 
 
-class ExpertsNotDivisible(Check):
+class ExpertsNotDivisible(_ParallelismCheck):
     """The model's routed experts are not divisible by ep.
 
     Each expert-parallel rank holds experts / ep experts (Mapping.ep_experts); an uneven split
@@ -145,7 +149,6 @@ class ExpertsNotDivisible(Check):
 
     code = "K704"
     name = "experts-not-divisible"
-    order = 70
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m, arch in _arch_models(ctx):
@@ -157,7 +160,7 @@ class ExpertsNotDivisible(Check):
                            "evenly", help=f"use an ep that divides {arch.experts}", notes=_note(arch, "experts"))
 
 
-class LayersNotDivisible(Check):
+class LayersNotDivisible(_ParallelismCheck):
     """The model's layers are not divisible by pp.
 
     TensorRT-LLM splits layers over pipeline stages as evenly as it can (the first stages get one
@@ -168,7 +171,6 @@ class LayersNotDivisible(Check):
     code = "K705"
     name = "layers-not-divisible"
     severity = Severity.WARNING
-    order = 70
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m, arch in _arch_models(ctx):
@@ -182,7 +184,7 @@ class LayersNotDivisible(Check):
                            notes=_note(arch, "layers"))
 
 
-class ParallelOnMig(Check):
+class ParallelOnMig(_ParallelismCheck):
     """A model (or a disaggregated role of one) with tp * pp > 1 is served on a MIG instance.
 
     A MIG instance is one slice of one GPU, and MIG devices have no peer-to-peer access or NVLink
@@ -193,7 +195,6 @@ class ParallelOnMig(Check):
 
     code = "K706"
     name = "parallel-on-mig"
-    order = 70
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         seen: set[tuple] = set()
@@ -217,7 +218,7 @@ class ParallelOnMig(Check):
                                     "or serve it on whole GPUs")
 
 
-class ExpertParallelNotInTp(Check):
+class ExpertParallelNotInTp(_ParallelismCheck):
     """ep divides tp * pp but not tp.
 
     TensorRT-LLM forms expert-parallel groups inside each pipeline stage: its Mapping requires
@@ -228,7 +229,6 @@ class ExpertParallelNotInTp(Check):
 
     code = "K707"
     name = "expert-parallel-not-in-tp"
-    order = 70
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in ctx.models():
@@ -244,7 +244,7 @@ class ExpertParallelNotInTp(Check):
                            help=f"use an ep that divides tp: {_divisors(par.tp)}")
 
 
-class MoreStagesThanLayers(Check):
+class MoreStagesThanLayers(_ParallelismCheck):
     """pp is larger than the model's number of layers.
 
     Every pipeline stage needs at least one layer; TensorRT-LLM's Mapping.pp_layers asserts
@@ -253,7 +253,6 @@ class MoreStagesThanLayers(Check):
 
     code = "K708"
     name = "more-stages-than-layers"
-    order = 70
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m, arch in _arch_models(ctx):
@@ -266,7 +265,7 @@ class MoreStagesThanLayers(Check):
                                     "parallelism", notes=_note(arch, "layers"))
 
 
-class AttentionDpInvalid(Check):
+class AttentionDpInvalid(_ParallelismCheck):
     """`parallelism.attention_dp` where TensorRT-LLM cannot apply it as Kiln sizes it.
 
     Attention data parallelism (LLM-API `enable_attention_dp`) turns the tp ranks of a unit into
@@ -279,7 +278,6 @@ class AttentionDpInvalid(Check):
 
     code = "K709"
     name = "attention-dp-invalid"
-    order = 70
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in ctx.models():

@@ -209,10 +209,16 @@ def kiln_buildable(table: FormatTable, recipe: Recipe, target: str) -> Verdict:
     return v
 
 
-class _DenseRule(Check):
-    """Reports dense_findings of its own code (no `code`: not a rule itself)."""
+class _PrecisionCheck(Check):
+    """The common base of the K3xx rules (no `code`: not a rule itself): the family's place in the
+    order checks run and report in, said once."""
 
     order = 30
+
+
+class _DenseRule(_PrecisionCheck):
+    """Reports dense_findings of its own code (no `code`: not a rule itself)."""
+
     fix_help: str = ""
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
@@ -309,7 +315,7 @@ class RecipeUnsupported(_DenseRule):
     fix_help = "choose a recipe the format table lists for this target and GPU (`kiln explain K311`)"
 
 
-class RecipeNotBuildable(Check):
+class RecipeNotBuildable(_PrecisionCheck):
     """A recipe Kiln cannot build for the spec's target.
 
     On the llmapi target the checkpoint comes from ModelOpt (the pinned version's named configs)
@@ -322,7 +328,6 @@ class RecipeNotBuildable(Check):
 
     code = "K312"
     name = "recipe-not-buildable"
-    order = 30
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         table = load_format_table()
@@ -362,7 +367,7 @@ class RecipeNotBuildable(Check):
         return "choose another weight format"
 
 
-class NvFp4KvCacheNeedsGate(Check):
+class NvFp4KvCacheNeedsGate(_PrecisionCheck):
     """An NVFP4 KV cache without a quality gate.
 
     Attention is sensitive to outliers in keys and values; 4-bit E2M1 values with a scale per 16
@@ -372,7 +377,6 @@ class NvFp4KvCacheNeedsGate(Check):
 
     code = "K305"
     name = "nvfp4-kv-cache-needs-gate"
-    order = 30
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in ctx.models():
@@ -385,7 +389,7 @@ class NvFp4KvCacheNeedsGate(Check):
                                     "kv_cache: fp8")
 
 
-class InvalidFormatCombination(Check):
+class InvalidFormatCombination(_PrecisionCheck):
     """A weight format combined with an activation format that no quantization recipe implements.
 
     The valid pairs are the format table's recipes (TensorRT-LLM QuantAlgo in parentheses):
@@ -402,7 +406,6 @@ class InvalidFormatCombination(Check):
 
     code = "K306"
     name = "invalid-format-combination"
-    order = 30
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         table = load_format_table()
@@ -447,7 +450,7 @@ def calibration_reasons(rm: ResolvedModel) -> list[tuple[tuple, str]]:
     return out
 
 
-class CalibrationMissing(Check):
+class CalibrationMissing(_PrecisionCheck):
     """A quantization recipe that needs activation statistics has no `calibration` data.
 
     ModelOpt calibrates (runs sample text through the model and records activation ranges) for the
@@ -464,7 +467,6 @@ class CalibrationMissing(Check):
 
     code = "K307"
     name = "calibration-missing"
-    order = 30
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, rm in ctx.ir.models.items():
@@ -479,7 +481,7 @@ class CalibrationMissing(Check):
                                 "quantization", notes=tuple(r for _, r in reasons[1:]))
 
 
-class SmoothQuantNeedsEngine(Check):
+class SmoothQuantNeedsEngine(_PrecisionCheck):
     """INT8 SmoothQuant (int8 weights with int8 activations, W8A8) on the llmapi target.
 
     W8A8 SmoothQuant appears only in TensorRT-LLM's legacy engine precision table; the PyTorch
@@ -489,7 +491,6 @@ class SmoothQuantNeedsEngine(Check):
 
     code = "K308"
     name = "smoothquant-needs-engine"
-    order = 30
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         if ctx.target != "llmapi":
@@ -504,7 +505,7 @@ class SmoothQuantNeedsEngine(Check):
                                     "(activations: bf16), or weights: fp8 on SM89+ GPUs")
 
 
-class BlockSizeInvalid(Check):
+class BlockSizeInvalid(_PrecisionCheck):
     """A `block_size` that the weight format cannot take.
 
     The allowed sizes are the format table's:
@@ -523,7 +524,6 @@ class BlockSizeInvalid(Check):
 
     code = "K309"
     name = "block-size-invalid"
-    order = 30
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         table = load_format_table()
@@ -557,7 +557,7 @@ class BlockSizeInvalid(Check):
                                    f"use one of {', '.join(map(str, allowed))} (default {allowed[-1]})")
 
 
-class PatternMatchesNothing(Check):
+class PatternMatchesNothing(_PrecisionCheck):
     """An `exclude` or `overrides[].match` pattern matches no module of the model's architecture.
 
     Patterns are shell-style globs over module names, spelled the Hugging Face (Llama) way for every
@@ -570,7 +570,6 @@ class PatternMatchesNothing(Check):
     code = "K310"
     name = "pattern-matches-nothing"
     severity = Severity.WARNING
-    order = 30
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         from compiler.capacity.modules import inventory

@@ -65,7 +65,14 @@ def _pinned_outside(ctx: CheckContext, target: str, supported) -> str | None:
     r = release(pinned)
     return pinned if r is not None and not supported(r[:2]) else None
 
-class EngineNeedsOldTrtllm(Check):
+class _ToolchainCheck(Check):
+    """The common base of the K8xx rules (no `code`: not a rule itself): the family's place in the
+    order checks run and report in, said once."""
+
+    order = 80
+
+
+class EngineNeedsOldTrtllm(_ToolchainCheck):
     """The engine target with a TensorRT-LLM release that no longer has the TensorRT backend.
 
     The legacy engine path (`trtllm-build` + the inflight_batcher_llm Triton ensemble) is being
@@ -77,7 +84,6 @@ class EngineNeedsOldTrtllm(Check):
 
     code = "K801"
     name = "engine-needs-old-trtllm"
-    order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         pinned = _pinned_outside(ctx, "engine", lambda line: line <= (1, 2))
@@ -90,7 +96,7 @@ class EngineNeedsOldTrtllm(Check):
                        help="pin tensorrt_llm 1.2.1 (Triton 26.04-26.07), or use `target: llmapi`")
 
 
-class ModelOptMissing(Check):
+class ModelOptMissing(_ToolchainCheck):
     """A model is quantized but `toolchain.modelopt` is not pinned.
 
     Quantized checkpoints are produced with NVIDIA ModelOpt; its version decides the quantization
@@ -100,7 +106,6 @@ class ModelOptMissing(Check):
 
     code = "K802"
     name = "modelopt-missing"
-    order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         if ctx.ir.toolchain.modelopt is not None:
@@ -119,7 +124,7 @@ class ModelOptMissing(Check):
                        help='add `modelopt: "<version>"` (the NVIDIA ModelOpt release that quantizes the checkpoints)')
 
 
-class ModelOptUnknown(Check):
+class ModelOptUnknown(_ToolchainCheck):
     """`toolchain.modelopt` pins a release Kiln has no builder row for.
 
     Kiln quantizes with the torch and transformers versions its table pairs with each ModelOpt
@@ -131,7 +136,6 @@ class ModelOptUnknown(Check):
 
     code = "K810"
     name = "modelopt-unknown"
-    order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         from compiler.catalog.checkpoint_config import load_checkpoint_config
@@ -150,7 +154,7 @@ class ModelOptUnknown(Check):
                                 "the builders of compiler/catalog/data/checkpoint_config.json")
 
 
-class ImageTrtllmMismatch(Check):
+class ImageTrtllmMismatch(_ToolchainCheck):
     """The serving image does not ship the pinned TensorRT-LLM version.
 
     Artifacts are built for `toolchain.tensorrt_llm`; the image that serves them must ship that
@@ -167,7 +171,6 @@ class ImageTrtllmMismatch(Check):
 
     code = "K803"
     name = "image-trtllm-mismatch"
-    order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         pinned = ctx.ir.toolchain.tensorrt_llm
@@ -204,7 +207,7 @@ def _short(repository: str) -> str:
     return repository.split("nvcr.io/nvidia/", 1)[-1]
 
 
-class ImageUnverifiable(Check):
+class ImageUnverifiable(_ToolchainCheck):
     """The serving image's TensorRT-LLM version cannot be verified.
 
     Kiln knows which TensorRT-LLM release each `nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3`
@@ -217,7 +220,6 @@ class ImageUnverifiable(Check):
     code = "K804"
     name = "image-unverifiable"
     severity = Severity.WARNING
-    order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         pinned = ctx.ir.toolchain.tensorrt_llm
@@ -239,7 +241,7 @@ class ImageUnverifiable(Check):
                            help="check the Triton compatibility matrix for this tag")
 
 
-class CheckpointConfigUnknown(Check):
+class CheckpointConfigUnknown(_ToolchainCheck):
     """Kiln does not know how the pinned TensorRT-LLM reads a checkpoint's config.json.
 
     Every checkpoint Kiln writes (`quantize/<model>`, and `model-source/<model>` on the llmapi
@@ -253,7 +255,6 @@ class CheckpointConfigUnknown(Check):
 
     code = "K808"
     name = "checkpoint-config-unknown"
-    order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         from compiler.catalog.checkpoint_config import load_checkpoint_config
@@ -283,7 +284,7 @@ def llmapi_facts_release() -> tuple[int, int] | None:
     return r[:2] if r else None
 
 
-class LlmapiOptionsUnverified(Check):
+class LlmapiOptionsUnverified(_ToolchainCheck):
     """The LLM-API options are written for another TensorRT-LLM release line than the pinned one.
 
     On the llmapi target, Kiln writes each model's LLM-API options (read by the Triton llmapi model,
@@ -298,7 +299,6 @@ class LlmapiOptionsUnverified(Check):
     code = "K809"
     name = "llmapi-options-unverified"
     severity = Severity.WARNING
-    order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         if ctx.target != "llmapi" or not ctx.ir.models:
@@ -315,7 +315,7 @@ class LlmapiOptionsUnverified(Check):
                             f"or pin a {line}.x release")
 
 
-class LlmapiNeedsNewTrtllm(Check):
+class LlmapiNeedsNewTrtllm(_ToolchainCheck):
     """The llmapi target with TensorRT-LLM older than 1.2.
 
     The llmapi target serves quantized Hugging Face checkpoints through the PyTorch backend and the
@@ -325,7 +325,6 @@ class LlmapiNeedsNewTrtllm(Check):
 
     code = "K805"
     name = "llmapi-needs-new-trtllm"
-    order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         pinned = _pinned_outside(ctx, "llmapi", lambda line: line >= (1, 2))
@@ -336,7 +335,7 @@ class LlmapiNeedsNewTrtllm(Check):
                        help="pin tensorrt_llm 1.2.1 (Triton 26.04-26.07), or use `target: engine`")
 
 
-class EngineQualityGate(Check):
+class EngineQualityGate(_ToolchainCheck):
     """A quality gate on the engine target, where Kiln cannot enforce it.
 
     On the llmapi target Kiln quantizes with ModelOpt itself and measures the unquantized and the
@@ -348,7 +347,6 @@ class EngineQualityGate(Check):
 
     code = "K807"
     name = "engine-quality-gate"
-    order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         if ctx.target != "engine":
@@ -378,7 +376,7 @@ def min_driver_version(text: str | None) -> str | None:
     return max(found, key=_driver_key) if found else None
 
 
-class DriverTooOld(Check):
+class DriverTooOld(_ToolchainCheck):
     """The host's driver constraint admits drivers older than the GPU's minimum driver.
 
     Each GPU needs a driver from a minimum branch on (NVIDIA MIG user guide: A100 R450.80.02,
@@ -389,7 +387,6 @@ class DriverTooOld(Check):
 
     code = "K806"
     name = "driver-too-old"
-    order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for hname, host in ctx.ir.hosts.items():
@@ -415,7 +412,7 @@ class DriverTooOld(Check):
                            help=f'use driver: ">={minimum}" (or a newer branch)', notes=notes)
 
 
-class TrtllmServeNeedsLlmapi(Check):
+class TrtllmServeNeedsLlmapi(_ToolchainCheck):
     """A serving runtime on a target it does not serve (`serving.runtime: trtllm-serve` on the engine target).
 
     trtllm-serve serves the LLM API: it loads a Hugging Face checkpoint with the options file that
@@ -428,7 +425,6 @@ class TrtllmServeNeedsLlmapi(Check):
 
     code = "K811"
     name = "trtllm-serve-needs-llmapi"
-    order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in sorted(ctx.models()):
@@ -443,7 +439,7 @@ class TrtllmServeNeedsLlmapi(Check):
                                     + "".join(f", or `runtime: {o}`" for o in others))
 
 
-class TritonSettingWithTrtllmServe(Check):
+class TritonSettingWithTrtllmServe(_ToolchainCheck):
     """A serving setting the model's runtime does not act on (Triton's settings on a trtllm-serve model).
 
     `max_queue_delay_us`, `max_queue_size`, `queue_timeout_ms`, `streaming` and `instances` are
@@ -456,7 +452,6 @@ class TritonSettingWithTrtllmServe(Check):
 
     code = "K812"
     name = "triton-setting-with-trtllm-serve"
-    order = 80
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in sorted(ctx.models()):
