@@ -25,6 +25,16 @@ from .base import Check, CheckContext
 ROLES = ("prefill", "decode")
 
 
+def _source(*fact: str) -> tuple[str]:
+    """The note of a diagnostic that rests on a fact of the table: where it was read, and how sure."""
+    return (f"source: {facts.source_of(*fact)}",)
+
+
+def _line_source(line: facts.TransceiverLine) -> tuple[str]:
+    """The note of a diagnostic that rests on a release line's transceiver facts, worded as _source's."""
+    return (f"source: {line.source} [{line.status}]",)
+
+
 def _dpath(name: str, *rest) -> tuple:
     return ("models", name, "serving", "disaggregated") + rest
 
@@ -54,8 +64,8 @@ def _tokens_per_block(m: Model, d: Disaggregated, role: str) -> int:
 
 
 class _DisaggregatedCheck(Check):
-    """The common base of disaggregated serving's rules (K16x, K46x, K66x, K86x) (no `code`: not a rule itself): the family's place in the
-    order checks run and report in, said once."""
+    """The common base of disaggregated serving's rules, K16x, K46x, K66x and K86x (no `code`: not a
+    rule itself): the family's place in the order checks run and report in, said once."""
 
     order = 90
 
@@ -153,7 +163,7 @@ class DisaggregatedRuntime(_DisaggregatedCheck):
                                    "`kubernetes.runtime: dynamo` and both roles placed on node pools", key=True,
                                    help="place both roles on `deploy: kubernetes` hosts with runtime dynamo, "
                                         "or remove `planner`",
-                                   notes=(f"source: {facts.source_of('dynamo')}",))
+                                   notes=_source("dynamo"))
 
 
 class RouterPlacement(_DisaggregatedCheck):
@@ -217,7 +227,7 @@ class TransferBufferTooSmall(_DisaggregatedCheck):
                                f"max_tokens_in_buffer ({buf}) is below the longest prompt (limits.max_input_len = "
                                f"{m.limits.max_input_len})",
                                help=f"raise it to {m.limits.max_input_len} or more, or leave it unset",
-                               notes=(f"source: {facts.source_of('transceiver', 'buffer')}",))
+                               notes=_source("transceiver", "buffer"))
 
 
 class TransferBufferNotBlockMultiple(_DisaggregatedCheck):
@@ -240,7 +250,7 @@ class TransferBufferNotBlockMultiple(_DisaggregatedCheck):
             up = -(-buf // block) * block
             yield ctx.diag(self, _dpath(name, "kv_transfer", "max_tokens_in_buffer"),
                            f"max_tokens_in_buffer ({buf}) is not a multiple of tokens_per_block ({block})",
-                           help=f"use {up}", notes=(f"source: {facts.source_of('transceiver', 'buffer_block_multiple')}",))
+                           help=f"use {up}", notes=_source("transceiver", "buffer_block_multiple"))
 
 
 class RoleCapacity(_DisaggregatedCheck):
@@ -301,7 +311,7 @@ class TokensPerBlockDiffer(_DisaggregatedCheck):
                            f"prefill servers page the KV cache in blocks of {p} tokens, decode servers in {dec}; "
                            "the transfer and the router need one block size",
                            help="set tokens_per_block once, in the model's `runtime`, and remove the role's",
-                           notes=(f"source: {facts.source_of('router_block_size')}",))
+                           notes=_source("router_block_size"))
 
 
 class OverlapSchedulerOnContext(_DisaggregatedCheck):
@@ -327,7 +337,7 @@ class OverlapSchedulerOnContext(_DisaggregatedCheck):
                                f"TensorRT-LLM {version} does not run the overlap scheduler on context servers "
                                "(context-only requests are refused)",
                                help="remove `overlap_scheduler: true` from the prefill role (Kiln turns it off there)",
-                               notes=(f"source: {facts.source_of('overlap_scheduler')}",))
+                               notes=_source("overlap_scheduler"))
 
 
 class AsymmetricTpAttention(_DisaggregatedCheck):
@@ -359,7 +369,7 @@ class AsymmetricTpAttention(_DisaggregatedCheck):
                                f"the {role} servers' attention backend {backend} gives wrong output when the KV "
                                "cache is re-split between different tp",
                                help="use attention: trtllm, or the same tp for both roles",
-                               notes=(f"source: {facts.source_of('asymmetric_tp')}",))
+                               notes=_source("asymmetric_tp"))
 
 
 class UcxEnvironmentUnsafe(_DisaggregatedCheck):
@@ -384,7 +394,7 @@ class UcxEnvironmentUnsafe(_DisaggregatedCheck):
                                f"UCX_TLS ({','.join(ucx.tls)}) has no CUDA transport: UCX would treat the KV "
                                "cache's GPU memory as host memory",
                                help="add cuda_copy and cuda_ipc (same host), and rc or an RDMA transport across hosts",
-                               notes=(f"source: {facts.source_of('ucx', 'tls_needs_cuda')}",))
+                               notes=_source("ucx", "tls_needs_cuda"))
             units = [u for u in ctx.ir.units if u.model == name and u.role is not None]
             hosts = {u.host for u in units}
             spread = len(hosts) > 1 or any(_replicas(ctx, u) > 1 for u in units)
@@ -395,13 +405,13 @@ class UcxEnvironmentUnsafe(_DisaggregatedCheck):
                 unset.append("UCX_NET_DEVICES is unset: UCX may send KV traffic over a device that does not "
                              "reach the peer")
                 helps.append("kv_transfer.ucx.net_devices to the RDMA devices, e.g. [mlx5_0:1]")
-                notes.append(f"source: {facts.source_of('ucx', 'net_devices_across_hosts')}")
+                notes += _source("ucx", "net_devices_across_hosts")
             if ucx is None or ucx.interface is None:
                 unset.append(f"{facts.fact('interface')['env'][0]} is unset: each server advertises the address "
                              "of the first interface it finds, which may be docker0 or link-local, the same on "
                              "every node")
                 helps.append("kv_transfer.ucx.interface to the interface the hosts reach each other on, e.g. eth0")
-                notes.append(f"source: {facts.source_of('interface')}")
+                notes += _source("interface")
             if unset:
                 yield ctx.diag(self, _dpath(name, "kv_transfer"),
                                f"the servers of model {name!r} run on {_across(hosts, units, ctx)}, and "
@@ -438,7 +448,7 @@ class MpiTransferBetweenServers(_DisaggregatedCheck):
                            f"starts each server of model {name!r} as its own process (a container or pod each): "
                            "no KV cache would reach a decode server",
                            help="use backend: UCX or NIXL",
-                           notes=(f"source: {facts.source_of('mpi_backend')}",))
+                           notes=_source("mpi_backend"))
 
 
 class KvRouterWithoutBlockReuse(_DisaggregatedCheck):
@@ -471,7 +481,7 @@ class KvRouterWithoutBlockReuse(_DisaggregatedCheck):
                                f"the router of model {name!r} is KV-aware, but {who} run without block reuse: "
                                "they keep no prompt blocks for the router to match",
                                help="set block_reuse: true, or router: {kv_aware: false}",
-                               notes=(f"source: {facts.source_of('kv_events', 'host')}",))
+                               notes=_source("kv_events", "host"))
 
 
 def _transfer_backends(ctx: CheckContext):
@@ -506,13 +516,13 @@ class TransportUnsupported(_DisaggregatedCheck):
                                    f"TensorRT-LLM {version} transfers the KV cache with its Python transceiver by "
                                    f"default, which needs {needs}, not {backend}",
                                    help=f"use backend: {needs} (or DEFAULT)",
-                                   notes=(f"source: {line.source} [{line.status}]",))
+                                   notes=_line_source(line))
                 continue
             yield ctx.diag(self, _dpath(name, "kv_transfer", "backend"),
                            f"TensorRT-LLM {version} has no KV-transfer backend {backend!r} "
                            f"(it knows {', '.join(line.backends)})",
                            help=f"use one of {', '.join(line.backends)}",
-                           notes=(f"source: {line.source} [{line.status}]",))
+                           notes=_line_source(line))
 
 
 class TransportMisspelled(_DisaggregatedCheck):
@@ -535,7 +545,7 @@ class TransportMisspelled(_DisaggregatedCheck):
                 yield ctx.diag(self, _dpath(name, "kv_transfer", "backend"),
                                f"TensorRT-LLM {version} spells this backend {spelled[0]!r}, not {backend!r}",
                                help=f"write backend: {spelled[0]}",
-                               notes=(f"source: {line.source} [{line.status}]",))
+                               notes=_line_source(line))
 
 
 class DisaggregatedNotBuilt(Rule):
