@@ -247,8 +247,9 @@ CALLS = [
     (r'kubectl create --raw "/api/v1/namespaces/\$pns/pods/\$pname/eviction"', {("pods/eviction", "create")}),
     (r'kubectl -n "\$ns" get configmap', {("configmaps", "get")}),
     (r'kubectl -n "\$ns" create configmap "\$live" --from-file="\$work/cm" --dry-run=client', set()),  # local
-    (r"kubectl annotate -f - --local", set()),  # local: the live ConfigMap's Prune=false (review N9)
-    (r"kubectl apply -f -", {("configmaps", "get"), ("configmaps", "create"), ("configmaps", "patch")}),
+    # review N9: the live ConfigMap's data as a merge patch (the builder GETs it, then PATCH), or created
+    (r'kubectl -n "\$ns" patch configmap "\$live" --type merge', {("configmaps", "get"), ("configmaps", "patch")}),
+    (r'kubectl -n "\$ns" create configmap "\$live" --from-file="\$work/cm"\)', {("configmaps", "create")}),
     (r'kubectl -n "\$kiln_ns" get deployments -l', {("deployments", "list")}),
     # kubectl scale.go RunScale reads the Deployment through the resource builder, then ScaleSimple
     # patches its scale subresource (review N7: without `get` the Job failed, Forbidden)
@@ -410,34 +411,57 @@ def test_checks_do_not_import_the_emitters() -> None:
 
 
 @pytest.mark.skipif(__import__("shutil").which("kubectl") is None, reason="kubectl is not installed")
-def test_the_live_layouts_configmap_is_never_pruned(tmp_path: Path) -> None:
-    """Review N9: a tree from an earlier Kiln managed `<spec>-mig-layouts`, the ConfigMap the MIG
-    manager reads; the script writes it with Argo CD's Prune=false, so a sync never prunes it. The
-    script runs with the real kubectl for its local steps (create --dry-run=client, annotate --local)
-    and a recording stand-in for the API server's (no cluster here)."""
+def test_the_script_patches_the_live_layouts_data_only(tmp_path: Path) -> None:
+    """Review N9: the tree holds `<spec>-mig-layouts` (Prune=false, the Application ignores its /data),
+    and the script writes its data only, as a merge patch, so Argo CD's metadata stay. A live
+    ConfigMap from a tree of Kiln 7f7403b holds `config.yaml` only: the layout a node still carries is
+    read from it, and a layout the last write kept that no node carries any more is dropped (null).
+    The script runs with the real kubectl for its local step (create --dry-run=client) and a recording
+    stand-in for the API server's (no cluster here)."""
     import shutil
     import subprocess
 
-    script = (_tree(tmp_path / "t") / "node-layer" / "label-nodes.sh").read_text()
+    root = _tree(tmp_path / "t")
+    live = [d for d in YAML_.load_all((root / "node-layer" / "mig-parted-config.yaml").read_text())
+            if d["metadata"]["name"] == "fleet-mig-layouts"]
+    assert live and live[0]["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == "Prune=false"
+    app = YAML_.load((root / "argocd" / "application.yaml").read_text())
+    assert {"kind": "ConfigMap", "name": "fleet-mig-layouts", "namespace": "gpu-operator",
+            "jsonPointers": ["/data"]} in app["spec"]["ignoreDifferences"]
+    assert "RespectIgnoreDifferences=true" in app["spec"]["syncPolicy"]["syncOptions"]
+    script = (root / "node-layer" / "label-nodes.sh").read_text()
     real = shutil.which("kubectl")
+    old = (ROOT / "tests" / "data" / "k8s" / "kiln-7f7403b" / "mig-layouts-old.yaml").read_text()
+    config = next(d for d in YAML_.load_all(old) if d)["data"]["config.yaml"]
+    (tmp_path / "config.yaml").write_text(config)
     bin_ = tmp_path / "bin"
     bin_.mkdir()
-    applied = tmp_path / "applied.yaml"
+    calls = tmp_path / "calls"
     (bin_ / "kubectl").write_text(f"""#!/bin/sh
+echo "$*" >> {calls}
 case "$*" in
-  *"--dry-run=client"*|*"--local"*) exec {real} "$@" ;;
-  "apply -f -") echo --- >> {applied}; cat >> {applied}; echo "configmap/fleet-mig-layouts configured" ;;
-  *"jsonpath={{.data.layouts}}"*) echo all-disabled ;;
-  *"jsonpath={{.data.all-disabled}}"*) echo "- devices: all" ; echo "  mig-enabled: false" ;;
+  *"--dry-run=client"*) exec {real} "$@" ;;
+  *"patch configmap fleet-mig-layouts --type merge --patch-file"*) cp "$9" {tmp_path}/patch.yaml; echo "configmap/fleet-mig-layouts patched" ;;
+  *"get configmap fleet-mig-layouts") ;;
+  *"get nodes -o"*) echo kiln-0ee2259fad ;;
+  *"fleet-mig-layouts-desired -o jsonpath={{.data.layouts}}"*) echo all-disabled ;;
+  *"fleet-mig-layouts-desired -o jsonpath={{.data.all-disabled}}"*) echo "- devices: all" ; echo "  mig-enabled: false" ;;
+  *"fleet-mig-layouts -o jsonpath={{.data.layouts}}"*) echo "all-disabled kiln-gone" ;;
+  *"fleet-mig-layouts -o jsonpath={{.data.config\\.yaml}}"*) cat {tmp_path}/config.yaml ;;
 esac
 """)
     (bin_ / "kubectl").chmod(0o755)
     env = {"PATH": f"{bin_}:/usr/bin:/bin", "KILN_CONFIG_SYNC_S": "0", "HOME": str(tmp_path)}
     proc = subprocess.run(["sh", "-c", script, "label-nodes.sh"], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    docs = [d for d in YAML_.load_all(applied.read_text()) if d]
-    assert docs and all(d["metadata"]["name"] == "fleet-mig-layouts" for d in docs)
-    assert all(d["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == "Prune=false" for d in docs)
+    assert not any(w in calls.read_text() for w in (" apply ", "annotate")), calls.read_text()
+    patch = YAML_.load((tmp_path / "patch.yaml").read_text())
+    assert list(patch) == ["data"]  # no metadata: Argo CD's labels, tracking and Prune=false stay
+    data = patch["data"]
+    carried = YAML_.load(config)["mig-configs"]["kiln-0ee2259fad"]
+    assert YAML_.load(data["kiln-0ee2259fad"]) == carried  # from the old config.yaml
+    assert YAML_.load(data["config.yaml"])["mig-configs"]["kiln-0ee2259fad"] == carried
+    assert data["kiln-gone"] is None and data["layouts"].split() == ["all-disabled", "kiln-0ee2259fad"]
 
 
 # A stand-in for the API server and one node's MIG manager (no cluster, no GPU here) that keeps the
@@ -455,13 +479,14 @@ line = " ".join(args)
 def save(): json.dump(s, open(st, "w"))
 if "--dry-run=client" in args or "--local" in args:
     os.execv(os.environ["REAL_KUBECTL"], ["kubectl"] + args)
-if args[:2] == ["apply", "-f"]:
-    doc = sys.stdin.read()  # the layouts the script wrote: the data's keys but its files
-    data = doc.split("\ndata:\n", 1)[1].split("\n" + next(l for l in doc.split("\ndata:\n", 1)[1].splitlines()
-                                                          if not l.startswith(" ")), 1)[0]
-    names = [l.split(":")[0].strip() for l in data.splitlines() if l.startswith("  ") and not l.startswith("   ")]
+if "patch" in args and "configmap" in args:
+    doc = open(args[args.index("--patch-file") + 1]).read()  # the data the script wrote: its keys but its files
+    names = [l.split(":")[0].strip() for l in doc.splitlines() if l.startswith("  ") and not l.startswith("   ")
+             and not l.endswith(": null")]
     s["written"] = {n: "" for n in names if n not in ("layouts", "config.yaml")}
-    s["reads"] = 0; save(); print("configmap/live configured")
+    s["reads"] = 0; save(); print("configmap/live patched")
+elif "get" in args and "configmap" in args and "jsonpath" not in line:
+    pass  # the live ConfigMap exists
 elif "get" in args and "configmap" in args:
     name, key = args[args.index("configmap") + 1], line.split("jsonpath={.data.")[1].rstrip("}")
     cm = s["desired"] if name.endswith("-desired") else s["mounted"]

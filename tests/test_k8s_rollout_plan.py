@@ -388,3 +388,107 @@ def test_halving_tp_on_dynamo_sticks_in_the_operators_own_arithmetic(tmp_path: P
     assert not r.completed and r.end["big"] == 2
     assert r.stuck.startswith("Dynamo worker big-worker-b200-pool never completes: new generation 0/2 available")
     assert "Insufficient nvidia.com/gpu" in r.stuck and "K858" in [c for c, _, _ in sim.diagnostics()]
+
+
+# --- review N9: the upgrade from a tree that managed the live layouts ConfigMap --------------------------
+LIVE = ("ConfigMap", "gpu-operator", "fleet-mig-layouts")
+OLD_ANNOTATE = "kubectl annotate -f - --local -o yaml argocd.argoproj.io/sync-options=Prune=false"  # f113b8c's script
+
+
+def _upgrade(tmp_path: Path, edits=(), *, job: bool = True, emitters: str = "new", app: str = "new"):
+    """The sync of the example's current tree (with `edits`) over a tree of Kiln 7f7403b..14199f6^,
+    whose node layer was the live layouts ConfigMap alone (tests/data/k8s/kiln-7f7403b), tracked by
+    the Application, its workloads as now; every node at its pool's layout. `job`: the tree has the
+    re-layout Job (kubernetes.relayout_image); `emitters` "old": the tree as f113b8c wrote it (no
+    live ConfigMap in it, the script annotating Prune=false); `app` "old": the Application as applied
+    before (no ignoreDifferences). The Simulation, run."""
+    import dataclasses
+
+    from ruamel.yaml import YAML
+
+    from compiler.targets.kubernetes.kinds import KINDS
+    from compiler.targets.kubernetes.sim import argocd
+    from compiler.targets.kubernetes.sim.engine import Simulation
+    from compiler.targets.kubernetes.sim.fromgraph import pool_nodes, render_revision
+    from compiler.targets.kubernetes.sim.tree import _writes
+
+    base_g = graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a")
+    head_g = graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(edits) if edits else None)
+    cur, new = render_revision(base_g, KINDS), render_revision(head_g, KINDS)
+    old_cm = next(d for d in YAML(typ="safe").load_all(ROOT / "tests" / "data" / "k8s" / "kiln-7f7403b" /
+                                                       "mig-layouts-old.yaml") if d)
+    objects = {k: o for k, o in cur.objects.items() if "relayout" not in k[2] and "mig-layouts" not in k[2]}
+    objects[LIVE] = old_cm
+    base = dataclasses.replace(cur, objects=objects, relayout=None, pools={},
+                               layouts=YAML(typ="safe").load(old_cm["data"]["config.yaml"])["mig-configs"])
+    if emitters == "old":
+        new = dataclasses.replace(new, objects={k: o for k, o in new.objects.items() if k != LIVE})
+        new.relayout.writes = _writes(OLD_ANNOTATE)
+    if app == "old" or emitters == "old":
+        spec = {k: v for k, v in new.app["spec"].items() if k != "ignoreDifferences"}
+        spec["syncPolicy"] = {k: v for k, v in spec["syncPolicy"].items() if k != "syncOptions"}
+        new = dataclasses.replace(new, app={**new.app, "spec": spec})
+    if not job:
+        new = dataclasses.replace(new, relayout=None, objects={
+            k: o for k, o in new.objects.items() if not (k[0] == "Job" or k[2].startswith("fleet-relayout-"))})
+    nodes = pool_nodes(base_g, head_g)
+    for p in nodes:
+        layout = cur.pools[p.name].layout
+        p.preset = {f"{p.name}-{i}": (layout, "success", layout) for i in range(p.count)}
+    assert argocd.has_option(new.objects.get(LIVE, {"metadata": {}}), argocd.DISABLE_PRUNE) == (emitters == "new")
+    sim = Simulation(base, new, nodes)
+    sim.result = sim.run()
+    return sim
+
+
+def _texts(sim) -> str:
+    return "\n".join(s.text for s in sim.result.steps)
+
+
+@pytest.mark.parametrize("job", [True, False])
+def test_the_upgrade_from_a_tree_that_managed_the_live_layouts_keeps_them(tmp_path: Path, job: bool) -> None:
+    """Review N9: the current tree holds `fleet-mig-layouts`, so the sync over a tree that managed it
+    has no prune task for it (reconcile.go), and with the Application's ignoreDifferences /data and
+    RespectIgnoreDifferences Argo CD keeps what the old tree (then the script) wrote: a layout the
+    nodes still carry (here: every h100 node until the Job relabels it) stays in the live ConfigMap
+    at every step, with or without the re-layout Job (without it, with no layout change: the script
+    run by hand relabels the nodes after the sync)."""
+    sim = _upgrade(tmp_path, ONEFIELD if job else (), job=job)
+    text = _texts(sim)
+    assert sim.result.completed, sim.result.stuck
+    assert "prunes ConfigMap gpu-operator/fleet-mig-layouts" not in text and "is gone" not in text
+    assert "in neither ConfigMap" not in text
+    assert "gpu-operator/fleet-mig-layouts: its live data stays" in text
+    assert LIVE in sim.live and LIVE in sim.tracked
+    carried = {n.mig.label for n in sim.nodes.values()}
+    assert carried <= set(sim.config), (carried, sorted(sim.config))
+    # the old tree's h100 layout: found by the Job's first write (no "in neither"), dropped by its last
+    # once no node carries it; without the Job the nodes keep it, and the live ConfigMap too
+    assert ("kiln-0ee2259fad" in sim.config) == ("kiln-0ee2259fad" in carried) != job
+
+
+def test_an_application_applied_before_still_keeps_the_live_layouts(tmp_path: Path) -> None:
+    """The same upgrade before `argocd/application.yaml` is applied again (no ignoreDifferences yet):
+    the ConfigMap is in the tree, so it is not pruned; Argo CD writes the tree's layouts over it at
+    wave 0, after the Job (wave -1) has moved every node to them."""
+    sim = _upgrade(tmp_path, ONEFIELD, app="old")
+    text = _texts(sim)
+    assert sim.result.completed and "prunes ConfigMap gpu-operator/fleet-mig-layouts" not in text
+    assert "fleet-mig-layouts: written with the tree's layouts (over the live ones" in text
+    assert text.index("re-layout Job completed") < text.index("written with the tree's layouts")
+    assert {n.mig.label for n in sim.nodes.values()} <= set(sim.config)
+
+
+def test_the_old_emitters_prune_the_live_layouts_without_the_job(tmp_path: Path) -> None:
+    """The tree as f113b8c wrote it (the script annotates the live ConfigMap Prune=false, the tree does
+    not hold it): without the Job nothing annotates it before Argo CD's wave-0 prune, so the ConfigMap
+    the MIG manager reads is deleted (review N9); with the Job, its write at wave -1 puts Prune=false
+    on the live object, which pruneObject reads when wave 0 runs."""
+    sim = _upgrade(tmp_path, job=False, emitters="old")
+    text = _texts(sim)
+    assert "Argo CD prunes ConfigMap gpu-operator/fleet-mig-layouts" in text and "is gone" in text
+    assert LIVE not in sim.live and sim.config == {}
+    sim = _upgrade(tmp_path / "j", ONEFIELD, emitters="old")
+    text = _texts(sim)
+    assert "does not prune ConfigMap gpu-operator/fleet-mig-layouts: ignored (no prune)" in text
+    assert text.index("live layouts ConfigMap written") < text.index("does not prune ConfigMap")

@@ -180,6 +180,57 @@ def test_prune_waves_are_reversed_and_prune_last_goes_last() -> None:
     assert waves[-1][1][0].key[2] == "keep" and waves[-1][1][0].prune
 
 
+def test_sync_options_are_read_as_argo_cd_reads_them() -> None:
+    """resource/annotations.go HasAnnotationOption: comma-separated, trimmed, whole values."""
+    assert argocd.has_option(_obj("ConfigMap", "a", options="PruneLast=true, Prune=false"), argocd.DISABLE_PRUNE)
+    assert argocd.has_option(_obj("ConfigMap", "a", options="Prune=false,PruneLast=true"), argocd.PRUNE_LAST)
+    assert not argocd.has_option(_obj("ConfigMap", "a", options="Prune=falsey"), argocd.DISABLE_PRUNE)
+    assert not argocd.has_option(_obj("ConfigMap", "a"), argocd.DISABLE_PRUNE)
+
+
+def test_prune_candidates_and_prune_false_on_the_live_object() -> None:
+    """Review N9 (reconcile.go Reconcile, sync_context.go pruneObject): a tracked live object the tree
+    no longer holds is a prune task, an untracked one (written by another client) is not, and a desired
+    object never is; pruneObject reads Prune=false on the LIVE object, as the wave finds it."""
+    live = {argocd.key_of(o): o for o in (_obj("ConfigMap", "tracked"), _obj("ConfigMap", "untracked"),
+                                           _obj("ConfigMap", "kept"))}
+    desired = {argocd.key_of(o): o for o in (_obj("ConfigMap", "kept", options="Prune=false"),)}
+    waves = argocd.plan(live, desired, tracked={("ConfigMap", "ns", "tracked"), ("ConfigMap", "ns", "kept")})
+    tasks = {(t.key[2], t.prune) for _, ts in waves for t in ts}
+    assert tasks == {("tracked", True), ("kept", False)}
+    assert argocd.prune_result(_obj("ConfigMap", "x", options="Prune=false")) == ("PruneSkipped", "ignored (no prune)")
+    assert argocd.prune_result(_obj("ConfigMap", "x")) == ("Pruned", "pruned")
+    assert argocd.prune_result(_obj("ConfigMap", "x"), prune=False)[0] == "PruneSkipped"
+
+
+def test_a_waves_prunes_run_before_its_applies_and_prune_last_after_the_last_wave() -> None:
+    """sync_context.go runTasks ("prune first"); getSyncTasks: PruneLast goes to the last Sync-phase
+    wave + 1, over every desired object's wave."""
+    live = {argocd.key_of(o): o for o in (_obj("Service", "old", -1), _obj("ConfigMap", "opts", -1, "PruneLast=true"))}
+    desired = {argocd.key_of(o): o for o in (_obj("Job", "j", -1), _obj("Deployment", "d", 2))}
+    waves = argocd.plan(live, desired)
+    first = dict(waves)[-1]
+    assert [(t.key[2], t.prune) for t in first] == [("old", True), ("j", False)]
+    assert waves[-1][0] == 3 and waves[-1][1][0].key[2] == "opts"
+
+
+def test_respect_ignore_differences_keeps_the_live_data() -> None:
+    """argo-cd controller/sync.go normalizeTargetResources: with RespectIgnoreDifferences the ignored
+    fields keep their live values in what the sync applies; a missing live object gets the tree's; a
+    difference only there is no apply task (the diff ignores it)."""
+    app = {"spec": {"ignoreDifferences": [{"kind": "ConfigMap", "name": "live", "namespace": "ns",
+                                           "jsonPointers": ["/data"]}],
+                    "syncPolicy": {"syncOptions": [argocd.RESPECT_IGNORE]}}}
+    tree = {**_obj("ConfigMap", "live"), "apiVersion": "v1", "data": {"a": "tree"}}
+    live = {**_obj("ConfigMap", "live"), "apiVersion": "v1", "data": {"a": "job"}}
+    assert argocd.applied(app, tree, live)["data"] == {"a": "job"}
+    assert argocd.applied(app, tree, None)["data"] == {"a": "tree"}
+    plain = {"spec": {"syncPolicy": {}}}
+    assert argocd.applied(plain, tree, live)["data"] == {"a": "tree"}
+    assert argocd.plan({argocd.key_of(live): live}, {argocd.key_of(tree): tree}, app=app) == []
+    assert argocd.plan({argocd.key_of(live): live}, {argocd.key_of(tree): tree}, app=plain) != []
+
+
 # --- kubectl's calls against the re-layout Job's Role --------------------------------------------------
 def test_kubectl_scale_needs_get_on_the_deployment() -> None:
     """Review N7: the Role of Kiln 7349681 grants deployments list and deployments/scale get, patch."""

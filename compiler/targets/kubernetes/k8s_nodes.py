@@ -7,7 +7,8 @@ re-laid out, node by node, and which instances each node loses.
 
 Output (the tree's node-layer/ directory):
   kustomization.yaml        resources: mig-parted-config.yaml, relayout-rbac.yaml[, relayout-job.yaml]
-  mig-parted-config.yaml    <spec>-mig-layouts-desired (GPU Operator namespace), checked with mig-parted's rules
+  mig-parted-config.yaml    <spec>-mig-layouts-desired (GPU Operator namespace), checked with mig-parted's rules,
+                            and <spec>-mig-layouts, the one the MIG manager reads (its data the script's)
   relayout-rbac.yaml        the Job's ServiceAccount, (Cluster)Roles and bindings: exactly what the script calls
   relayout-job.yaml         with kubernetes.relayout_image: the script and the sync-wave Job running it
   clusterpolicy-patch.yaml  `kubectl patch clusterpolicies.nvidia.com cluster-policy --type merge --patch-file ...`
@@ -143,7 +144,8 @@ def render(params: NodeLayerParams) -> dict[str, bytes]:
     ns = params.operator_namespace
     resources = ["mig-parted-config.yaml", "relayout-rbac.yaml"]
     files = {
-        "mig-parted-config.yaml": tree.documents([cm]).encode(),
+        "mig-parted-config.yaml": tree.documents([cm, nodelayer.live_configmap(
+            params.spec_name, params.operator_namespace, params.layouts)]).encode(),
         "relayout-rbac.yaml": tree.documents(nodelayer.rbac(params.spec_name, ns,
                                                             params.namespace if params.workloads else None)).encode(),
         "clusterpolicy-patch.yaml": (patch_header + tree.dump(

@@ -32,7 +32,7 @@ from compiler.release import spec_digest
 from compiler.spec.models import DEFAULT_KUBERNETES_VERSION
 
 from . import admission as adm
-from . import k8s_deployment, k8s_dgd, k8s_nodes, plan, tree, workloads
+from . import k8s_deployment, k8s_dgd, k8s_nodes, nodelayer, plan, tree, workloads
 
 NODE_LAYER_DIR, WORKLOADS_DIR, SERVICES_DIR, ARGOCD_DIR = "node-layer", "workloads", "services", "argocd"
 BUDGETS_DIR, ADMISSION_DIR = "disruption-budgets", "admission"
@@ -93,6 +93,8 @@ class ReleaseParams(Params):
     # volumes (the weights), which need 1.35 without a feature gate: said in kustomization.yaml
     kubernetes_version: Annotated[str, _CLUSTER] = ""
     image_volumes: Annotated[bool, _CLUSTER] = False
+    # the GPU Operator's namespace, where the live layouts ConfigMap is (the Application ignores its data)
+    operator_namespace: Annotated[str, _CLUSTER] = ""
 
     def to_json(self) -> dict:
         out = super().to_json()
@@ -154,7 +156,8 @@ def release_params(ctx: LowerContext, workload_actions: list[str]) -> ReleasePar
                                         and rm.spec.serving.disaggregated is not None
                                         and rm.spec.serving.disaggregated.planner is not None),
                          kubernetes_version=k8s.version if k8s is not None else DEFAULT_KUBERNETES_VERSION,
-                         image_volumes=any(mounts_weights(ir, name) for name in ir.pools))
+                         image_volumes=any(mounts_weights(ir, name) for name in ir.pools),
+                         operator_namespace=(k8s.gpu_operator_namespace if k8s else "gpu-operator") if ir.pools else "")
 
 
 def _copy(src, dest) -> list[str]:
@@ -213,7 +216,9 @@ def write_tree(params: ReleaseParams, out, deps) -> None:
         a = params.argocd
         app = tree.application(spec_name=params.spec_name, namespace_=params.namespace, argocd_namespace=a.namespace,
                                project=a.project, repo_url=a.repo_url, path=a.path, revision=a.revision,
-                               planned=params.planned)
+                               planned=params.planned,
+                               ignored=[nodelayer.ignore_live_data(params.spec_name, params.operator_namespace)]
+                               if params.operator_namespace and params.pools else [])
         (out / ARGOCD_DIR / "application.yaml").write_text(
             "# Apply once: kubectl apply -f argocd/application.yaml (it points Argo CD at this tree)\n"
             + tree.documents([app]), encoding="utf-8")

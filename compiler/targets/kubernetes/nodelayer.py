@@ -6,9 +6,12 @@ layout, and what is left to the nodes themselves.
                         the ClusterPolicy's default for nodes without the label; key `config.yaml`
                         (GPU Operator assets/state-mig-manager/0400_configmap.yaml has the same
                         shape) and one key per layout
-  live layouts          ConfigMap <spec>-mig-layouts, which the MIG manager reads: written by
-                        label-nodes.sh, never by the tree, as the desired layouts plus those a node
-                        still carries (a node restarting mig-manager mid-way finds its layout)
+  live layouts          ConfigMap <spec>-mig-layouts, which the MIG manager reads: in the tree, so
+                        Argo CD creates it where it is missing and never prunes it (an earlier
+                        tree managed it too, review N9); its data is label-nodes.sh's, the desired
+                        layouts plus those a node still carries (a node restarting mig-manager
+                        mid-way finds its layout): the Application ignores /data and respects that
+                        (RespectIgnoreDifferences), so no sync or self-heal writes it back
   ClusterPolicy patch   `spec.mig.strategy` and `spec.migManager.config` pointing the MIG manager
                         at the live ConfigMap: a merge patch, because the ClusterPolicy belongs to
                         the operator's installation, not to Kiln
@@ -50,8 +53,8 @@ ALL_DISABLED_ENTRIES = [{"devices": "all", "mig-enabled": False}]
 
 
 def configmap_name(spec_name: str) -> str:
-    """The ConfigMap mig-manager reads (ClusterPolicy migManager.config.name): written by the
-    re-layout script, never by the tree, so that it keeps every layout a node still carries."""
+    """The ConfigMap mig-manager reads (ClusterPolicy migManager.config.name): its data written by the
+    re-layout script, so that it keeps every layout a node still carries."""
     return mig_configmap_name(spec_name)
 
 
@@ -73,16 +76,42 @@ def mig_parted_config(layouts: dict[str, list[dict]]) -> dict:
     return {"version": "v1", "mig-configs": dict(sorted(configs.items()))}
 
 
+def _layouts_data(layouts: dict[str, list[dict]]) -> dict:
+    doc = mig_parted_config(layouts)
+    data = {CONFIG_KEY: tree.dump(doc), "layouts": " ".join(doc["mig-configs"])}
+    data.update({name: tree.dump(entries) for name, entries in doc["mig-configs"].items()})
+    return data
+
+
 def configmap(spec_name: str, namespace: str, layouts: dict[str, list[dict]]) -> dict:
     """The tree's layouts: `config.yaml` (the mig-parted document, for review), one key per layout
     (its entries) and `layouts` (their names), from which the script writes the live ConfigMap.
     Synced before the Job (sync wave -2)."""
-    doc = mig_parted_config(layouts)
-    data = {CONFIG_KEY: tree.dump(doc), "layouts": " ".join(doc["mig-configs"])}
-    data.update({name: tree.dump(entries) for name, entries in doc["mig-configs"].items()})
     md = meta.metadata(desired_name(spec_name), spec_name, namespace=namespace)
     md["annotations"]["argocd.argoproj.io/sync-wave"] = "-2"
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": data}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": _layouts_data(layouts)}
+
+
+LIVE_IGNORED = ["/data"]  # the Application's ignoreDifferences on the live ConfigMap: the script's
+
+
+def live_configmap(spec_name: str, namespace: str, layouts: dict[str, list[dict]]) -> dict:
+    """The ConfigMap the MIG manager reads, as the tree holds it (review N9). A desired object is never
+    a prune candidate (gitops-engine pkg/sync/reconcile.go Reconcile), so the sync over a tree that
+    managed it keeps it; Argo CD applies these data only where it is missing (argo-cd
+    controller/sync.go normalizeTargetResources: RespectIgnoreDifferences keeps the live /data).
+    Sync wave 0, after the Job: with an Application that does not ignore /data yet, the tree's
+    layouts land once the Job has moved every node to them. Prune=false: a spec rename or a tree
+    without the node layer leaves it to the MIG manager, which still reads it."""
+    md = meta.metadata(configmap_name(spec_name), spec_name, namespace=namespace)
+    md["annotations"]["argocd.argoproj.io/sync-options"] = "Prune=false"
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md, "data": _layouts_data(layouts)}
+
+
+def ignore_live_data(spec_name: str, namespace: str) -> dict:
+    """The Application's ignoreDifferences entry for the live ConfigMap's data."""
+    return {"kind": "ConfigMap", "name": configmap_name(spec_name), "namespace": namespace,
+            "jsonPointers": list(LIVE_IGNORED)}
 
 
 def rbac(spec_name: str, namespace: str, workload_namespace: str | None = None) -> list[dict]:

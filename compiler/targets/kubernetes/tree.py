@@ -85,12 +85,13 @@ def release_stamp(spec_name: str, spec_digest: str) -> dict:
 
 
 def application(*, spec_name: str, namespace_: str, argocd_namespace: str, project: str, repo_url: str,
-                path: str, revision: str, planned: list[str] = ()) -> dict:
+                path: str, revision: str, planned: list[str] = (), ignored: list[dict] = ()) -> dict:
     """`planned`: DGDs whose prefill and decode replicas Dynamo's planner sets (through its scaling
     adapters, whose controller writes the DGD's components' replicas: ai-dynamo/dynamo
     docs/kubernetes/autoscaling.md); Argo CD ignores those fields, or self-heal would revert every
-    scaling decision to the tree's replicas (review N11). RespectIgnoreDifferences keeps a sync from
-    writing them back too (argo-cd docs/user-guide/sync-options.md)."""
+    scaling decision to the tree's replicas (review N11). `ignored`: other ignoreDifferences entries
+    (the live layouts ConfigMap's data, which the re-layout script writes). RespectIgnoreDifferences
+    keeps a sync from writing them back too (argo-cd docs/user-guide/sync-options.md)."""
     app = {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "Application",
@@ -105,11 +106,12 @@ def application(*, spec_name: str, namespace_: str, argocd_namespace: str, proje
                            "retry": {"limit": 10, "backoff": {"duration": "30s", "factor": 2, "maxDuration": "15m"}}},
         },
     }
-    if planned:
-        app["spec"]["ignoreDifferences"] = [
-            {"group": "nvidia.com", "kind": "DynamoGraphDeployment", "name": m, "namespace": namespace_,
-             "jqPathExpressions": ['.spec.components[] | select(.type == "prefill" or .type == "decode") | .replicas']}
-            for m in planned]
+    ignore = list(ignored) + [
+        {"group": "nvidia.com", "kind": "DynamoGraphDeployment", "name": m, "namespace": namespace_,
+         "jqPathExpressions": ['.spec.components[] | select(.type == "prefill" or .type == "decode") | .replicas']}
+        for m in planned]
+    if ignore:
+        app["spec"]["ignoreDifferences"] = ignore
         app["spec"]["syncPolicy"]["syncOptions"] = ["RespectIgnoreDifferences=true"]
     return app
 

@@ -104,6 +104,12 @@ class Simulation:
         self.steps: list[Step] = []
         self.strategy = base.strategy
         self.config = dict(base.layouts)  # the live layouts ConfigMap mig-manager mounts
+        self.defs = {**base.layouts, **new.layouts}  # what each layout is, for the devices a node carries
+        # the live objects (Argo CD's view): the base tree's, which the Application tracks, and the live
+        # layouts ConfigMap a base re-layout Job wrote (untracked: no tree holds it)
+        self.live, self.tracked = dict(base.objects), set(base.objects)
+        if base.relayout is not None and base.mig_config and base.mig_config not in base.objects:
+            self.live[base.mig_config] = self._written(None, base.relayout)
         self.mounted = dict(self.config)  # its copy in mig-manager's pods, refreshed by the kubelet
         self.refresh_at, self.written = 0.0, None  # when that copy catches up; the Job's last change
         self.nodes: dict[str, Node] = {}
@@ -166,7 +172,7 @@ class Simulation:
         return float(self.load.get(model, self.d["pod_load_s"]))
 
     def node_devices(self, n: Node) -> list:
-        return devices.gpus_of(self.config.get(n.mig.applied, []), n.gpus) if n.mig.applied in self.config \
+        return devices.gpus_of(self.defs.get(n.mig.applied, []), n.gpus) if n.mig.applied in self.defs \
             else devices.gpus_of([], n.gpus)
 
     def _node_view(self, n: Node) -> scheduler.NodeView:
@@ -329,7 +335,7 @@ class Simulation:
         for n in self.nodes.values():
             if n.mig.busy_until is not None and n.mig.busy_until <= self.now:
                 held = any(p.node == n.name and self._tmpl(p).requests for p in self.pods)
-                layouts_differ = self.config.get(n.mig.applied) != self.config.get(n.mig.label)
+                layouts_differ = self.defs.get(n.mig.applied) != self.defs.get(n.mig.label)
                 state = migmanager.finish(n.mig, self._mounted(), held and layouts_differ)
                 self._say(f"node {n.name}: MIG manager reports {state} ({migmanager.CONFIG_LABEL}={n.mig.label})",
                           n.pool)
@@ -364,6 +370,9 @@ class Simulation:
         # write_layouts(): desired + layouts in use; the kubelet refreshes the mounted file
         merged = {**{n.mig.label: self.config[n.mig.label] for n in self.nodes.values() if n.mig.label in self.config},
                   **self.new.layouts}
+        for lost in sorted({n.mig.label for n in self.nodes.values() if n.mig.label} - set(merged)):
+            self._say(f"re-layout Job: layout {lost} on a node is in neither ConfigMap: left out of the live one")
+        self._job_writes(job)
         if merged != self.config:
             self._write_config(merged)
             self._say("re-layout Job: live layouts ConfigMap written; the MIG manager sees it once the kubelet "
@@ -428,8 +437,26 @@ class Simulation:
                     n.unschedulable = False
                 self._say(f"re-layout Job: {', '.join(n.name for n in group)} uncordoned", pool.name)
                 self._settle()
+        self._job_writes(job)
         self._write_config({**{n.mig.label: self.config[n.mig.label] for n in self.nodes.values()
                                 if n.mig.label in self.config}, **self.new.layouts})
+
+    def _job_writes(self, job) -> None:
+        if self._mig_key() is not None:
+            self.live[self._mig_key()] = self._written(self.live.get(self._mig_key()), job)
+
+    def _mig_key(self) -> tuple | None:
+        return self.new.mig_config or self.base.mig_config
+
+    @staticmethod
+    def _written(live: dict | None, job) -> dict:
+        """The live layouts ConfigMap after the script's write: its data, the annotations it writes
+        (`writes`), the other metadata as it was (a merge patch; an apply's three-way merge of
+        metadata another client wrote is not modelled)."""
+        md = dict((live or {}).get("metadata") or {})
+        md["annotations"] = {**(md.get("annotations") or {}), **job.writes}
+        return {**(live or {"apiVersion": "v1", "kind": "ConfigMap"}), "metadata": md,
+                "data": {"written-by": "label-nodes.sh"}}
 
     def _write_config(self, layouts: dict) -> None:
         self.mounted, self.config = self._mounted(), layouts
@@ -498,7 +525,23 @@ class Simulation:
         kind, ns, name = task.key
         key = f"{ns}/{name}"
         if task.prune:
+            live = self.live.get(task.key)
+            if live is None:
+                return
+            code, message = argocd.prune_result(live, argocd.prunes(self.new.app))
+            if code != "Pruned":  # sync_context.go pruneObject, on the live object as this wave finds it
+                why = f"its live sync-options hold {argocd.DISABLE_PRUNE}" if argocd.prunes(self.new.app) \
+                    else "the Application's automated sync does not prune"
+                self._say(f"Argo CD does not prune {kind} {key}: {message} ({why})", self._pool_of(task.key))
+                return
+            del self.live[task.key]
+            self.tracked.discard(task.key)
             self._say(f"Argo CD prunes {kind} {key}", self._pool_of(task.key))
+            if task.key == self._mig_key():  # review N9
+                # running MIG manager pods keep the files they have (the kubelet cannot refresh them)
+                self.mounted, self.config, self.refresh_at = self._mounted(), {}, float("inf")
+                self._say(f"the ConfigMap the MIG manager reads is gone: a MIG manager pod that restarts cannot "
+                          f"mount it, and the re-layout script finds no layout a node carries in it")
             if kind == "Deployment":
                 if key in self.deploys:
                     self._event(("workload-delete", self.deploys[key].spec.pool, name))
@@ -521,6 +564,19 @@ class Simulation:
                               labels.get("kiln.io/pool"))
             return
         self._say(f"Argo CD applies {kind} {key}", self._pool_of(task.key))
+        obj, live = self.new.objects[task.key], self.live.get(task.key)
+        self.live[task.key] = argocd.applied(self.new.app, obj, live)
+        self.tracked.add(task.key)
+        if task.key == self.new.mig_config:  # the tree holds the ConfigMap the MIG manager reads
+            kept = live is not None and argocd.respects_ignored(self.new.app) \
+                and "/data" in argocd.ignored_pointers(self.new.app, obj)
+            if not kept:
+                self._write_config(dict(self.new.layouts))
+                self._say(f"{key}: written with the tree's layouts" + (
+                    "" if live is None else " (over the live ones: the Application does not ignore its data)"))
+            else:
+                self._say(f"{key}: its live data stays (the Application's ignoreDifferences /data with "
+                          f"{argocd.RESPECT_IGNORE})")
         if kind == "DynamoGraphDeployment":
             for k in self.new.groups.get(task.key, []):
                 self._changed(self.new.workloads[k], self._shown(self.new.workloads[k], name))
@@ -626,7 +682,7 @@ class Simulation:
                 self._event(("node-relayout", pool))
         self._settle()
         stuck, stuck_on = None, None
-        for wave, tasks in argocd.plan(self.base.objects, self.new.objects):
+        for wave, tasks in argocd.plan(self.live, self.new.objects, self.tracked, self.new.app):
             self._say(f"Argo CD sync wave {wave}")
             for t in tasks:
                 self._apply(t)

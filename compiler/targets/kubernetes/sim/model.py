@@ -50,6 +50,8 @@ class Relayout:
     mig_s: int = 900
     config_sync_s: int = 120
     bounce: str | None = None  # the layout a node labelled with its target but not at success goes through first
+    script: str = ""  # the name of the ConfigMap that holds its script
+    writes: dict = field(default_factory=dict)  # annotations it puts on the live layouts ConfigMap
 
 
 @dataclass
@@ -63,6 +65,8 @@ class Revision:
     pools: dict[str, PoolLayout]
     relayout: Relayout | None = None
     groups: dict = field(default_factory=dict)  # (kind, namespace, name) of a DGD -> its worker Workloads' keys
+    app: dict | None = None  # the Argo CD Application (ignoreDifferences, syncOptions)
+    mig_config: tuple | None = None  # key of the ConfigMap the MIG manager reads (the GPU Operator's values)
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """A revision for the simulation from a Kubernetes tree's documents (the files Kiln writes): the
-Deployments, PodDisruptionBudgets and Services, the GPU Operator values (the MIG strategy), the
-desired layouts ConfigMap, and the re-layout Job with the script its ConfigMap holds (its `pool`
-lines, its retire list and its bounds are what the Job runs)."""
+Deployments, PodDisruptionBudgets and Services, the GPU Operator values (the MIG strategy and the
+ConfigMap the MIG manager reads), the desired layouts ConfigMap, the re-layout Job with the script
+its ConfigMap holds (its `pool` lines, its retire list, its bounds and what it writes on the live
+layouts ConfigMap are what the Job runs), and the Argo CD Application (its ignoreDifferences and
+sync options)."""
 
 from __future__ import annotations
 
@@ -23,16 +25,17 @@ def _int_or_str(v):
     return v if isinstance(v, int) else str(v)
 
 
-def read_dir(root: Path) -> tuple[list[dict], dict]:
-    """(every object of the tree, the GPU Operator's values)."""
-    objects, values = [], {}
+def read_dir(root: Path) -> tuple[list[dict], dict, dict | None]:
+    """(every object of the tree, the GPU Operator's values, the Argo CD Application or None)."""
+    objects, values, app = [], {}, None
     for path in sorted(root.rglob("*.yaml")):
         docs = [d for d in yaml.load_all(path.read_text(encoding="utf-8"), Loader=_LOADER) if isinstance(d, dict)]
         if path.name == "gpu-operator-values.yaml":
             values = docs[0] if docs else {}
             continue
+        app = next((d for d in docs if d.get("kind") == "Application"), app)
         objects += [d for d in docs if "kind" in d and d["kind"] not in SKIP_KINDS and "metadata" in d]
-    return objects, values
+    return objects, values, app
 
 
 def _script_pools(script: str) -> list[PoolLayout]:
@@ -102,6 +105,15 @@ def dgd_workloads(o: dict) -> list[Workload]:
     return out
 
 
+def _writes(script: str) -> dict:
+    """The annotations the script puts on the live layouts ConfigMap (`kubectl annotate --local`)."""
+    return dict(re.findall(r"kubectl annotate -f - --local -o yaml ([a-z0-9./-]+)=(\S+)", script))
+
+
+def _layouts(o: dict) -> dict:
+    return yaml.load(o["data"]["config.yaml"], Loader=_LOADER)["mig-configs"]
+
+
 def _bounce(script: str) -> str | None:
     """The layout the script relabels a node through when the node already carries its target."""
     m = re.search(r"nvidia\.com/mig\.config=([a-z0-9-]+)(?: nvidia\.com/mig\.config\.state-)? --overwrite\n\s*wait_state",
@@ -109,7 +121,7 @@ def _bounce(script: str) -> str | None:
     return m.group(1) if m else None
 
 
-def revision(objects: list[dict], values: dict) -> Revision:
+def revision(objects: list[dict], values: dict, app: dict | None = None) -> Revision:
     by_key = {argocd.key_of(o): o for o in objects}
     workloads, budgets, services, layouts, relayout, groups = {}, [], {}, {}, None, {}
     scripts = {}
@@ -140,18 +152,17 @@ def revision(objects: list[dict], values: dict) -> Revision:
         elif kind == "Service":
             sel = o["spec"].get("selector") or {}
             services[f"{ns}/{md['name']}"] = (sel.get("kiln.io/model", md["name"]), sel)
-        elif kind == "ConfigMap" and "layouts" in (o.get("data") or {}) and "config.yaml" in o["data"]:
-            layouts = yaml.load(o["data"]["config.yaml"], Loader=_LOADER)["mig-configs"]
         elif kind == "ConfigMap" and "label-nodes.sh" in (o.get("data") or {}):
             scripts[md["name"]] = o["data"]["label-nodes.sh"]
     for o in objects:
         if o["kind"] != "Job":
             continue
         vols = o["spec"]["template"]["spec"].get("volumes") or []
-        script = next((scripts[v["configMap"]["name"]] for v in vols if "configMap" in v
-                       and v["configMap"]["name"] in scripts), None)
-        if script is None:
+        name = next((v["configMap"]["name"] for v in vols if "configMap" in v and v["configMap"]["name"] in scripts),
+                    None)
+        if name is None:
             continue
+        script = scripts[name]
         sa = o["spec"]["template"]["spec"].get("serviceAccountName")
         kiln_ns = _script_var(script, "kiln_ns") or ""
         keep = _script_var(script, "workloads")
@@ -162,10 +173,23 @@ def revision(objects: list[dict], values: dict) -> Revision:
                             rules=rules, evict_s=_bound(script, "KILN_EVICT_S", 600),
                             mig_s=_bound(script, "KILN_MIG_S", 900),
                             config_sync_s=_bound(script, "KILN_CONFIG_SYNC_S", 120),
-                            bounce=_bounce(script))
+                            bounce=_bounce(script), script=name)
+    # the ConfigMap the MIG manager reads (helm values migManager.config.name) and the desired layouts:
+    # the script's `desired`, or where no script reads one (a tree from Kiln before 14199f6), that one
+    live_name = ((values.get("migManager") or {}).get("config") or {}).get("name")
+    script = next(iter(scripts.values()), None)
+    desired = (_script_var(script, "desired") if script else None) or live_name
+    cms = [o for o in objects if o["kind"] == "ConfigMap" and "config.yaml" in (o.get("data") or {})]
+    found = next((o for o in cms if o["metadata"]["name"] == desired), None)
+    if found is not None:
+        layouts = _layouts(found)
+    ns = (found or {}).get("metadata", {}).get("namespace") or (_script_var(script, "ns") if script else "") or ""
+    if relayout is not None:
+        relayout.writes = _writes(script_of_job) if (script_of_job := scripts.get(relayout.script)) else {}
     pools = {p.name: p for p in relayout.pools} if relayout is not None else {}
     strategy = ((values.get("mig") or {}).get("strategy")) or "mixed"
-    return Revision(by_key, workloads, budgets, services, strategy, layouts, pools, relayout, groups)
+    return Revision(by_key, workloads, budgets, services, strategy, layouts, pools, relayout, groups, app,
+                    ("ConfigMap", ns, live_name) if live_name else None)
 
 
 def read_tree(root: Path) -> Revision:

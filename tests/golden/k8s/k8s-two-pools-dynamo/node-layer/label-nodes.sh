@@ -8,9 +8,11 @@
 # -> relabel -> wait, bounded, for state success -> uncordon -> next. A node that ends `failed` stays
 # cordoned and the script stops.
 #
-# Layouts: mig-manager reads the ConfigMap fleet-mig-layouts (namespace gpu-operator), which this
-# script writes: the layouts of fleet-mig-layouts-desired (the tree's) plus every layout a node still carries, so
+# Layouts: mig-manager reads the ConfigMap fleet-mig-layouts (namespace gpu-operator), whose data
+# this script writes: the layouts of fleet-mig-layouts-desired (the tree's) plus every layout a node still carries, so
 # a node that restarts mig-manager mid-way finds its layout, and drops layouts no node carries at the end.
+# The tree holds fleet-mig-layouts too (Argo CD creates it where it is missing, never prunes it, and with the
+# Application's ignoreDifferences never writes its data back); this script patches its data only.
 # mig-manager reads the file the kubelet refreshes from it (within a minute or so) at each label
 # change and checks the name first: a relabel that beats the refresh ends `failed` with no GPU touched,
 # and is retried until the name is seen (settle), within KILN_CONFIG_SYNC_S of the write.
@@ -71,12 +73,20 @@ cm_key() { # configmap key (layout names are [a-z0-9-], so a jsonpath key as the
   kubectl -n "$ns" get configmap "$1" -o "jsonpath={.data.$2}" 2>/dev/null
 }
 
+config_entry() { # layout -> its entries in the live config.yaml (a tree from an earlier Kiln wrote that key only)
+  cm_key "$live" 'config\.yaml' | awk -v key="  $1:" '
+    $0 == key { on = 1; next }
+    on && (/^[^ ]/ || /^  [^ -]/) { exit }
+    on { if (ind == "") { match($0, /^ */); ind = RLENGTH } print substr($0, ind + 1) }'
+}
+
 # Write the live ConfigMap: the desired layouts and those nodes still carry (from the live one).
 write_layouts() {
   rm -rf "$work/cm" && mkdir "$work/cm"
   for l in $(cm_key "$desired" layouts); do cm_key "$desired" "$l" > "$work/cm/$l"; done
   for l in $(layouts_in_use); do
     [ -s "$work/cm/$l" ] || cm_key "$live" "$l" > "$work/cm/$l" || true
+    [ -s "$work/cm/$l" ] || config_entry "$l" > "$work/cm/$l" || true
     [ -s "$work/cm/$l" ] || { say "layout $l on a node is in neither ConfigMap"; rm -f "$work/cm/$l"; }
   done
   ls "$work/cm" > "$work/names"
@@ -85,11 +95,20 @@ write_layouts() {
   tr '\n' ' ' < "$work/names" > "$work/cm/layouts"
   mv "$work/config.yaml" "$work/cm/config.yaml"
   if [ "$mode" = --dry-run ]; then say "would write $live with: $(cat "$work/cm/layouts")"; return; fi
-  # Prune=false: a tree from an earlier Kiln managed this ConfigMap; Argo CD must never prune it (review N9)
-  out=$(kubectl -n "$ns" create configmap "$live" --from-file="$work/cm" --dry-run=client -o yaml \
-    | kubectl annotate -f - --local -o yaml argocd.argoproj.io/sync-options=Prune=false | kubectl apply -f -)
+  if kubectl -n "$ns" get configmap "$live" >/dev/null 2>&1; then
+    # its data only, as a merge patch (a layout dropped is null): the metadata stay Argo CD's, so its
+    # tracking and Prune=false stay and self-heal finds nothing to put back (review N9)
+    kubectl -n "$ns" create configmap "$live" --from-file="$work/cm" --dry-run=client -o yaml \
+      | awk '/^data:/ { on = 1; print; next } /^[^ ]/ { on = 0 } on' > "$work/patch.yaml"
+    for l in $(cm_key "$live" layouts); do
+      grep -qx "$l" "$work/names" || echo "  $l: null" >> "$work/patch.yaml"
+    done
+    out=$(kubectl -n "$ns" patch configmap "$live" --type merge --patch-file "$work/patch.yaml")
+  else
+    out=$(kubectl -n "$ns" create configmap "$live" --from-file="$work/cm")
+  fi
   say "$out"
-  case $out in *unchanged*) ;; *) written=$(date +%s) ;; esac
+  case $out in *"no change"*) ;; *) written=$(date +%s) ;; esac
 }
 
 gpu_pods() { # node -> "namespace name" of its pods that hold NVIDIA devices (not the operator's own)
