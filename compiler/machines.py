@@ -135,7 +135,7 @@ def _machine(name: str, d: Any, where: tuple, bad) -> Machine | None:
         return None
     return Machine(name, gpus=int(numbers["gpus"]), gpu_name=gpu_name, gpu_arch=arch, gpu_mem_gib=round(mem, 1),
                    host_mem_gib=float(numbers["host_memory_gib"]), disk_gib=float(numbers["disk_gib"]),
-                   has=frozenset(has), labels=tuple(labels))
+                   has=frozenset(has), labels=tuple(labels), mig=str(d["mig"]) if d.get("mig") is not None else None)
 
 
 # --- this machine, probed -------------------------------------------------------------------------

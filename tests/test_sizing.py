@@ -302,3 +302,26 @@ def test_the_release_workflow_sends_the_405b_calibration_to_the_gpu_runner_with_
     # 6 x B200 hold its 756 GiB of bf16 at 0.8 each; 8 x H100 do not (it would calibrate on their host's CPUs)
     assert on["quantize/big"] == ("b200-180gb", ["self-hosted", "linux", "gpu", "b200-180gb"])
     assert on["spec-snapshot"][0] == "cpu"
+
+
+def test_mig_slices_never_share_a_sharded_calibration(tmp_path: Path) -> None:
+    """A CUDA process sees one MIG instance: a class of sliced GPUs holds no way over several GPUs,
+    whatever its slices' memory adds up to."""
+    from compiler.machines import load_builders, place, why_not
+    from compiler.targets.registry import REGISTRY
+
+    action = _plan(NEWCOMER, tmp_path).graph.actions["quantize/big"]  # the 70B: 4 x GPU >= 44.9 GiB among its ways
+    four = next(w for w in action.size.ways if w.gpus == 4)
+    f = tmp_path / "builders.yml"
+    for mig in ("3g.71gb", None):
+        f.write_text("builders:\n  sliced:\n    gpu: H200-SXM-141GB\n    gpus: 8\n"
+                     + (f"    mig: {mig}\n" if mig else "") + "    host_memory_gib: 64\n    disk_gib: 1000\n"
+                     "    has: [torch, gpu, docker, network]\n", encoding="utf-8")
+        (sliced,) = load_builders(f).machines
+        if mig is None:
+            assert place(REGISTRY, action, [sliced]) is sliced  # whole H200s: one holds the 70B
+            continue
+        assert sliced.mig == mig and sliced.gpu_mem_gib >= four.gpu_mem_gib
+        assert place(REGISTRY, action, [sliced]) is None
+        (note,) = why_not(REGISTRY, action, [sliced])
+        assert f"(or over 4 GPUs: 4 whole GPUs, it has {mig} MIG slices (a process sees one))" in note

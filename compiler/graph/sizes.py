@@ -86,6 +86,7 @@ class Machine:
     disk_gib: float = 0.0
     has: frozenset[str] = field(default_factory=frozenset)
     labels: tuple[str, ...] = ()  # CI runner labels (`runs-on`)
+    mig: str | None = None  # each GPU is this MIG slice (a declared class): a process sees one of them
     # another machine than the one running Kiln (a declared class, a cluster node): what it has is
     # what `has` says, never what is installed here
     elsewhere: bool = True
@@ -93,7 +94,7 @@ class Machine:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "gpus": self.gpus, "gpu_name": self.gpu_name, "gpu_arch": self.gpu_arch,
                 "gpu_mem_gib": self.gpu_mem_gib, "host_mem_gib": self.host_mem_gib, "disk_gib": self.disk_gib,
-                "has": sorted(self.has), "labels": list(self.labels)}
+                "has": sorted(self.has), "labels": list(self.labels), **({"mig": self.mig} if self.mig else {})}
 
 
 def shortfalls(way: Way, machine: Machine) -> list[str]:
@@ -102,6 +103,10 @@ def shortfalls(way: Way, machine: Machine) -> list[str]:
     if way.gpus:
         if machine.gpus < way.gpus:
             out.append(f"{way.gpus} GPU(s), it has {machine.gpus}")
+        elif way.gpus > 1 and machine.mig:
+            # "With CUDA 11/12, only enumeration of a single MIG instance is supported" (NVIDIA MIG
+            # User Guide, CUDA Device Enumeration): one process never spans several slices
+            out.append(f"{way.gpus} whole GPUs, it has {machine.mig} MIG slices (a process sees one)")
         elif way.gpu_arch and (machine.gpu_arch or "").lower() != way.gpu_arch.lower():
             out.append(f"{way.gpu_arch} GPUs, it has {machine.gpu_arch or 'an unknown architecture'}")
         elif machine.gpu_mem_gib < way.gpu_mem_gib:
