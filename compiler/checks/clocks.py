@@ -29,6 +29,14 @@ def _scopes(ctx: CheckContext) -> Iterator[tuple[str, GpuSpec, tuple, object, st
             yield hname, host.gpu, ("hosts", hname, "gpus", a_idx), a, f"{_gpus_text(a.indexes)} of host {hname!r}"
 
 
+def _setting(ctx: CheckContext, field: str) -> Iterator[tuple[GpuSpec, tuple, object, str]]:
+    """(GPU, spec path, value, description) of `field` in every scope of _scopes that sets it."""
+    for _hname, gpu, base, owner, where in _scopes(ctx):
+        value = getattr(owner, field, None)
+        if value is not None:
+            yield gpu, base, value, where
+
+
 def _gpus_text(indexes: list[int]) -> str:
     return f"GPU{'s' * (len(indexes) > 1)} {', '.join(map(str, indexes))}"
 
@@ -75,10 +83,7 @@ class GraphicsClockOutOfRange(_ClockCheck):
     name = "graphics-clock-out-of-range"
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for hname, gpu, base, owner, where in _scopes(ctx):
-            clocks: Clocks | None = getattr(owner, "clocks", None)
-            if clocks is None:
-                continue
+        for gpu, base, clocks, where in _setting(ctx, "clocks"):
             path = base + ("clocks", "graphics_mhz")
             g = clocks.graphics_mhz
             if not isinstance(g, list):
@@ -140,10 +145,7 @@ class PowerLimitOutOfRange(_ClockCheck):
     name = "power-limit-out-of-range"
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for hname, gpu, base, owner, where in _scopes(ctx):
-            w = getattr(owner, "power_limit_w", None)
-            if w is None:
-                continue
+        for gpu, base, w, where in _setting(ctx, "power_limit_w"):
             lo, hi = gpu.power_w
             help = f"{gpu.name} accepts {lo}-{hi} W (`nvidia-smi -q -d POWER` shows the enforced limits)"
             if w < lo:
@@ -200,9 +202,6 @@ class ApplicationClockOutOfRange(_ClockCheck):
     name = "application-clock-out-of-range"
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        for hname, gpu, base, owner, where in _scopes(ctx):
-            app: ApplicationClocks | None = getattr(owner, "application_clocks", None)
-            if app is None:
-                continue
+        for gpu, base, app, where in _setting(ctx, "application_clocks"):
             yield from _range_check(self, ctx, gpu, base + ("application_clocks", "graphics_mhz"), app.graphics_mhz,
                                     "application graphics clock", where, SUPPORTED_CLOCKS_HELP)
