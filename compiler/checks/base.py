@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import ClassVar, Iterable, Iterator
 
 from compiler.diagnostics import Diagnostic, Rule, Severity
-from compiler.ir import Resolved
+from compiler.ir import Resolved, ServingUnit
 from compiler.spec.loader import Document
 from compiler.spec.models import Host, Model
 
@@ -71,6 +71,16 @@ class Check(Rule, ABC):
     @abstractmethod
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         """Yield the diagnostics this rule finds."""
+
+
+def once_per_entry(units: Iterable[ServingUnit]) -> Iterator[ServingUnit]:
+    """The first unit of each spec entry, in order: the replicas of a layout share their entry's path,
+    and what is wrong with the entry is said once."""
+    seen: set[tuple] = set()
+    for unit in units:
+        if unit.path not in seen:
+            seen.add(unit.path)
+            yield unit
 
 
 def weak_fact_note(what: str, status: str, source: str | None = None) -> str:

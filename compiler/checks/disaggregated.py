@@ -20,7 +20,7 @@ from compiler.spec.models import Disaggregated, Model
 
 from compiler.ir.disaggregated import served, tokens_per_block
 
-from .base import Check, CheckContext
+from .base import Check, CheckContext, once_per_entry
 
 ROLES = ("prefill", "decode")
 
@@ -84,12 +84,10 @@ class DisaggregatedPlacement(_DisaggregatedCheck):
     name = "disaggregated-placement"
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        seen: set[tuple] = set()
-        for u in ctx.ir.units:
+        for u in once_per_entry(ctx.ir.units):
             m = ctx.model(u.model)
-            if m is None or u.path in seen:
+            if m is None:
                 continue
-            seen.add(u.path)
             d = m.serving.disaggregated
             if d is not None and u.role is None:
                 yield ctx.diag(self, u.path + ("serves",),

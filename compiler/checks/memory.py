@@ -8,16 +8,13 @@ from compiler.capacity.memory import gpu_memory_bytes
 from compiler.capacity.report import gib, gib_apart
 from compiler.diagnostics import Diagnostic, Severity
 
-from .base import Check, CheckContext, weak_fact_note
+from .base import Check, CheckContext, once_per_entry, weak_fact_note
 
 
 def _figures(ctx: CheckContext):
     """(unit, figures) for every sized unit; one per spec location (replicas of a layout share it)."""
-    seen_paths: set[tuple] = set()
-    for unit in ctx.ir.sized_units():
-        if unit.path not in seen_paths:
-            seen_paths.add(unit.path)
-            yield unit, unit.figures
+    for unit in once_per_entry(ctx.ir.sized_units()):
+        yield unit, unit.figures
 
 
 def _notes(fig) -> list[str]:

@@ -11,7 +11,7 @@ from typing import Iterable
 from compiler.catalog.types import WEAK_STATUSES, ModelArch
 from compiler.diagnostics import Diagnostic, Severity
 
-from .base import Check, CheckContext, weak_fact_note
+from .base import Check, CheckContext, once_per_entry, weak_fact_note
 
 
 def _ppath(name: str, field: str) -> tuple:
@@ -197,12 +197,10 @@ class ParallelOnMig(_ParallelismCheck):
     name = "parallel-on-mig"
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        seen: set[tuple] = set()
-        for unit in ctx.ir.units:
+        for unit in once_per_entry(ctx.ir.units):
             m = ctx.model(unit.model)
-            if unit.mig is None or m is None or unit.path in seen:
+            if unit.mig is None or m is None:
                 continue
-            seen.add(unit.path)
             par = m.parallelism_of(unit.role)
             tp, pp = par.tp, par.pp
             if tp * pp > 1:
