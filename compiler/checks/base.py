@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Iterable, Iterator
 
+from compiler.catalog.models import ModelArch
 from compiler.diagnostics import Diagnostic, Rule, Severity
 from compiler.ir import Resolved, ServingUnit
 from compiler.spec.loader import Document
@@ -33,6 +34,12 @@ class CheckContext:
     def model(self, name: str) -> Model | None:
         rm = self.ir.models.get(name)
         return rm.spec if rm is not None else None
+
+    def arch(self, name: str) -> ModelArch | None:
+        """The catalog architecture of a model; None where the model or its architecture did not
+        resolve (K1xx and K9xx say why), so a rule that needs one says nothing."""
+        rm = self.ir.models.get(name)
+        return rm.arch if rm is not None else None
 
     def hosts(self) -> Iterator[tuple[str, Host]]:
         """(name, host) of every host the IR resolved, in spec order."""

@@ -44,11 +44,11 @@ class MoeBackendOnDenseModel(_KernelCheck):
         if ctx.target == "engine":
             return  # on engines the knob is refused altogether (K604)
         for name, m in ctx.models():
-            rm = ctx.ir.models.get(name)
-            if m.kernels.moe is None or rm is None or rm.arch is None or rm.arch.is_moe:
+            arch = ctx.arch(name)
+            if m.kernels.moe is None or arch is None or arch.is_moe:
                 continue
             yield ctx.diag(self, _mpath(name, "kernels", "moe"),
-                           f"model {name!r} ({rm.arch.name}) has no experts, so `kernels.moe: {m.kernels.moe}` "
+                           f"model {name!r} ({arch.name}) has no experts, so `kernels.moe: {m.kernels.moe}` "
                            "would be ignored", help="remove `moe` from kernels")
 
 
@@ -378,8 +378,8 @@ class SequenceLongerThanContext(_KernelCheck):
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
         for name, m in ctx.models():
-            rm = ctx.ir.models.get(name)
-            context = rm.arch.max_position if rm is not None and rm.arch is not None else None
+            arch = ctx.arch(name)
+            context = arch.max_position if arch is not None else None
             stated = "max_seq_len" in m.limits.model_fields_set  # the default (2048) is not the team's choice
             if context and stated and m.limits.max_seq_len > context:
                 yield ctx.diag(self, _mpath(name, "limits", "max_seq_len"),

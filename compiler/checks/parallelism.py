@@ -21,9 +21,9 @@ def _ppath(name: str, field: str) -> tuple:
 def _arch_models(ctx: CheckContext):
     """(name, model spec, arch) for every model whose architecture resolved."""
     for name, m in ctx.models():
-        rm = ctx.ir.models.get(name)
-        if rm is not None and rm.arch is not None:
-            yield name, m, rm.arch
+        arch = ctx.arch(name)
+        if arch is not None:
+            yield name, m, arch
 
 
 def _tps(name: str, m) -> list[tuple[int, tuple]]:
@@ -127,8 +127,7 @@ class ExpertParallelInvalid(_ParallelismCheck):
             par = m.parallelism
             if par.ep == 1:
                 continue
-            rm = ctx.ir.models.get(name)
-            arch = rm.arch if rm is not None else None
+            arch = ctx.arch(name)
             if arch is not None and not arch.is_moe:
                 yield ctx.diag(self, _ppath(name, "ep"),
                                f"model {_label(name, arch)} has no experts, so ep={par.ep} has nothing to "
@@ -233,8 +232,8 @@ class ExpertParallelNotInTp(_ParallelismCheck):
             par = m.parallelism
             if par.ep == 1 or (par.tp * par.pp) % par.ep or par.tp % par.ep == 0:
                 continue  # dense models and other ep faults are K703's
-            rm = ctx.ir.models.get(name)
-            if rm is not None and rm.arch is not None and not rm.arch.is_moe:
+            arch = ctx.arch(name)
+            if arch is not None and not arch.is_moe:
                 continue
             yield ctx.diag(self, _ppath(name, "ep"),
                            f"model {name!r}: ep={par.ep} does not divide tp={par.tp}; TensorRT-LLM builds expert "
@@ -283,8 +282,7 @@ class AttentionDpInvalid(_ParallelismCheck):
             if not par.attention_dp:
                 continue
             path = _ppath(name, "attention_dp")
-            rm = ctx.ir.models.get(name)
-            arch = rm.arch if rm is not None else None
+            arch = ctx.arch(name)
             if ctx.target == "engine":
                 yield ctx.diag(self, path, f"model {name!r}: attention_dp is a PyTorch-backend option "
                                            "(enable_attention_dp) that the engine target cannot apply",

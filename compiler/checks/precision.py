@@ -575,8 +575,7 @@ class PatternMatchesNothing(_PrecisionCheck):
         from compiler.capacity.modules import inventory
 
         for name, m in ctx.models():
-            rm = ctx.ir.models.get(name)
-            arch = rm.arch if rm is not None else None
+            arch = ctx.arch(name)
             if arch is None:
                 continue
             q = m.quantization
