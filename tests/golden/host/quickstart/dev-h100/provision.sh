@@ -186,12 +186,13 @@ declare -A PENDING_RESET=()
 
 say() { printf 'kiln-host %s: %s\n' "$HOST" "$*"; }
 error() { FAILURES=$((FAILURES + 1)); printf 'kiln-host %s: ERROR: %s\n' "$HOST" "$*" >&2; }
+drift() { DRIFT=$((DRIFT + 1)); printf 'drift: %s\n' "$*"; }  # --check: one difference
 
 # act DESCRIPTION: report one difference between live and desired state. Returns 0 when the
 # caller should change it (converge and boot modes), 1 otherwise (--check, --dry-run).
 act() {
   case "$MODE" in
-    check) DRIFT=$((DRIFT + 1)); printf 'drift: %s\n' "$*"; return 1 ;;
+    check) drift "$@"; return 1 ;;
     dry-run) CHANGES=$((CHANGES + 1)); printf 'would: %s\n' "$*"; return 1 ;;
     *)
       CHANGES=$((CHANGES + 1))
@@ -369,11 +370,7 @@ step_driver() {
     say "driver $live satisfies $DRIVER_OP$DRIVER_VERSION"
     return 0
   fi
-  if [ "$MODE" = check ]; then
-    DRIFT=$((DRIFT + 1))
-    printf 'drift: driver %s does not satisfy %s%s\n' "$live" "$DRIVER_OP" "$DRIVER_VERSION"
-    return 0
-  fi
+  if [ "$MODE" = check ]; then drift "driver $live does not satisfy $DRIVER_OP$DRIVER_VERSION"; return 0; fi
   error "driver $live does not satisfy the spec's constraint $DRIVER_OP$DRIVER_VERSION: install a matching driver first; nothing was changed"
   exit 1
 }
@@ -420,8 +417,11 @@ forget_clocks() {
   if converging; then rm -f "$STATE_DIR/gpu$1.clocks"; fi
 }
 
-pending_help() {
-  echo "GPU $1: MIG mode change to $2 is pending: it takes effect after a GPU reset. Stop every GPU client (CUDA processes, containers, nvidia-persistenced, nv-hostengine/dcgm, nvsm), then run 'nvidia-smi --gpu-reset -i $1' (or reboot) and run this script again"
+pending() { # GPU WANT: its MIG mode change waits for a GPU reset; the GPU is left alone until then
+  local msg="GPU $1: MIG mode change to $2 is pending: it takes effect after a GPU reset. Stop every GPU client (CUDA processes, containers, nvidia-persistenced, nv-hostengine/dcgm, nvsm), then run 'nvidia-smi --gpu-reset -i $1' (or reboot) and run this script again"
+  if [ "$MODE" = check ]; then drift "$msg"; else error "$msg"; forget_clocks "$1"; fi
+  BLOCKED[$1]=1
+  PENDING_RESET[$1]=1
 }
 
 step_mig_mode() {
@@ -440,15 +440,7 @@ step_mig_mode() {
       continue ;;
     esac
     if [ "$cur" = "$want" ] && [ "$pend" = "$want" ]; then continue; fi
-    if [ "$cur" != "$want" ] && [ "$pend" = "$want" ]; then
-      case "$MODE" in
-        check) DRIFT=$((DRIFT + 1)); printf 'drift: %s\n' "$(pending_help "$i" "$want")" ;;
-        *) error "$(pending_help "$i" "$want")"; forget_clocks "$i" ;;
-      esac
-      BLOCKED[$i]=1
-      PENDING_RESET[$i]=1
-      continue
-    fi
+    if [ "$cur" != "$want" ] && [ "$pend" = "$want" ]; then pending "$i" "$want"; continue; fi
     if [ "$cur" = "$want" ]; then
       # someone requested the opposite change; request the current mode again
       if act "GPU $i: cancel the pending MIG mode change to $pend"; then
@@ -482,15 +474,8 @@ step_mig_mode() {
     forget_clocks "$i"
     cur=$(gpu_field mig.mode.current "$i")
     pend=$(gpu_field mig.mode.pending "$i")
-    if [ "$cur" != "$want" ]; then
-      if [ "$pend" = "$want" ]; then
-        error "$(pending_help "$i" "$want")"
-        PENDING_RESET[$i]=1
-      else
-        error "GPU $i: MIG mode is still $cur"
-      fi
-      BLOCKED[$i]=1
-    fi
+    if [ "$cur" = "$want" ]; then continue; fi
+    if [ "$pend" = "$want" ]; then pending "$i" "$want"; else error "GPU $i: MIG mode is still $cur"; BLOCKED[$i]=1; fi
   done
 }
 
@@ -567,16 +552,12 @@ step_mig_instances() {
       continue
     fi
     if [ "$MODE" = check ]; then
-      local have="" gone="" surplus=""
+      local have="" gone="" surplus="" no_cis=""
       for tok in "${!live[@]}"; do have+=" $tok"; done
       for n in "${missing[@]}"; do gone+=" ${want[$n]}(${names[$n]})"; done
       for gid in "${extra[@]}"; do surplus+=" GI$gid(${live_name[$gid]})"; done
-      printf 'drift: GPU %s: MIG layout: live [%s ] want [ %s ]' "$i" "$have" "${WANT_GIS[$i]}"
-      [ -z "$gone" ] || printf '; missing%s' "$gone"
-      [ -z "$surplus" ] || printf '; not in the plan:%s' "$surplus"
-      for gid in "${no_ci[@]}"; do printf '; GPU instance %s has no compute instance' "$gid"; done
-      printf '\n'
-      DRIFT=$((DRIFT + 1))
+      for gid in "${no_ci[@]}"; do no_cis+="; GPU instance $gid has no compute instance"; done
+      drift "GPU $i: MIG layout: live [$have ] want [ ${WANT_GIS[$i]} ]${gone:+; missing$gone}${surplus:+; not in the plan:$surplus}$no_cis"
       continue
     fi
     if [ ${#extra[@]} -gt 0 ]; then
@@ -945,10 +926,7 @@ start_unit() {
   config=$(printf '%s\n' "${args[@]}" "${hashed[@]}" | sha256sum | cut -c1-16)
   state=$("$DOCKER" inspect --format '{{.State.Running}} {{index .Config.Labels "kiln.config"}}' "$name" 2>/dev/null || true)
   if [ "$state" = "true $config" ]; then
-    if [ "$MODE" = check ] && ! unit_ready "$k"; then
-      DRIFT=$((DRIFT + 1))
-      printf 'drift: container %s: running but not ready: %s\n' "$name" "$PROBE"
-    fi
+    if [ "$MODE" = check ] && ! unit_ready "$k"; then drift "container $name: running but not ready: $PROBE"; fi
     STARTED+=("$k")
     return 0
   fi
@@ -1031,7 +1009,7 @@ main() {
   if [ "$MODE" = check ] && [ -z "$IMAGE" ]; then
     say "containers: not checked (no image recorded yet; pass --image REF to compare them too)"
   elif [ "$MODE" = check ]; then
-    if docker_ok; then step_containers; else DRIFT=$((DRIFT + 1)); echo "drift: docker is not reachable"; fi
+    if docker_ok; then step_containers; else drift "docker is not reachable"; fi
   else
     step_containers
   fi
