@@ -493,6 +493,24 @@ def test_application_clock_drift_is_read_back_and_repaired(tmp_path: Path) -> No
     assert [c["argv"] for c in h.mutations()] == [["-i", "3", "-ac", "3201,1500"]]
 
 
+def test_a_lock_the_spec_drops_is_released_and_the_other_lock_stays_recorded(tmp_path: Path) -> None:
+    plan, files = b200()  # locks graphics clocks at 1965,1965 and the memory clock at 3996,3996
+    h = Host(tmp_path, plan)
+    assert h.run(write_script(files, tmp_path / "script")).returncode == 0
+    dropped = synthetic_plan(plan, locked_clocks={"graphics_mhz": [1965, 1965]})
+    script = render(dropped, [], tmp_path / "dropped")
+    check = h.run(script, "--check")
+    assert check.returncode == 1
+    assert "drift: GPU 0: release the memory clock lock 3996,3996 (the spec no longer locks it)" in check.stdout
+    assert h.run(script).returncode == 0
+    assert [c["argv"] for c in h.mutations()] == [["-i", "0", "-rmc"], ["-i", "1", "-rmc"]]
+    gpus = h.load()["gpus"][:2]  # the plan's GPUs 0 and 1
+    assert [(g["locked_gpu"], g["locked_mem"]) for g in gpus] == [([1965, 1965], None)] * 2
+    record = (h.state_dir / "gpu0.clocks").read_text()
+    assert record == "boot=boot-1\nlgc=1965,1965\nlmc=\n"  # the graphics lock is still this boot's
+    assert h.run(script, "--check").returncode == 0
+
+
 def test_clocks_the_gpu_refuses_are_reported_not_recorded(tmp_path: Path) -> None:
     """nvidia-smi may only warn (exit 0) when it cannot lock a clock; the script must notice."""
     base = json.loads(example_files("h200-tp8-llama70b")["h200-node"]["desired-state.json"])

@@ -237,6 +237,7 @@ readonly QUERY_FIELDS=(index driver_version persistence_mode mig.mode.current mi
   clocks.applications.memory clocks.applications.graphics pci.bus_id)
 declare -A LIVE=()
 LIVE_DRIVER=""
+readonly SWITCH=(Disabled Enabled)  # how it reports a mode that -pm or -mig set to 0 or 1
 snapshot() {
   local line f n
   local -a values
@@ -376,13 +377,12 @@ step_driver() {
 }
 
 step_persistence() {
-  local i live want=Disabled flag=0
-  if [ "$PERSISTENCE" = 1 ]; then want=Enabled; flag=1; fi
+  local i live want=${SWITCH[$PERSISTENCE]}
   for i in $(scoped_gpus); do
     live=$(gpu_field persistence_mode "$i")
     if [ "$live" != "$want" ]; then
       if act "GPU $i: persistence mode $live -> $want"; then
-        run "$SMI" -i "$i" -pm "$flag" || error "GPU $i: nvidia-smi -pm $flag failed"
+        run "$SMI" -i "$i" -pm "$PERSISTENCE" || error "GPU $i: nvidia-smi -pm $PERSISTENCE failed"
       fi
     fi
   done
@@ -428,8 +428,8 @@ step_mig_mode() {
   local i cur pend want flag procs
   snapshot
   for i in $(scoped_gpus); do
-    want=Disabled; flag=0
-    if [ "${WANT_MIG[$i]}" = 1 ]; then want=Enabled; flag=1; fi
+    flag=${WANT_MIG[$i]}
+    want=${SWITCH[$flag]}
     cur=$(gpu_field mig.mode.current "$i")
     pend=$(gpu_field mig.mode.pending "$i")
     case "$cur" in Enabled|Disabled) ;; *)
@@ -596,33 +596,28 @@ step_mig_instances() {
   done
 }
 
-clock_record() { # GPU KEY -> recorded value, or nothing
+recorded_now() { # GPU KEY(lgc|lmc) -> the lock recorded in gpu<N>.clocks, if recorded during this boot
   local file="$STATE_DIR/gpu$1.clocks"
   [ -f "$file" ] || return 0
-  awk -F= -v k="$2" '$1 == k { print substr($0, length(k) + 2) }' "$file"
+  [ "$(sed -n 's/^boot=//p' "$file")" = "$(boot_id)" ] || return 0
+  sed -n "s/^$2=//p" "$file"
 }
 
-write_clock_record() { # GPU KEY VALUE
-  local file="$STATE_DIR/gpu$1.clocks" boot
-  boot=$(boot_id)
-  {
-    echo "boot=$boot"
-    if [ "$2" = lgc ]; then echo "lgc=$3"; else echo "lgc=$(recorded_now "$1" lgc)"; fi
-    if [ "$2" = lmc ]; then echo "lmc=$3"; else echo "lmc=$(recorded_now "$1" lmc)"; fi
-  } >"$file.tmp"
+write_clock_record() { # GPU KEY VALUE: the record of this boot, KEY's lock VALUE, the other one kept
+  local file="$STATE_DIR/gpu$1.clocks" lgc lmc
+  lgc=$(recorded_now "$1" lgc)
+  lmc=$(recorded_now "$1" lmc)
+  if [ "$2" = lgc ]; then lgc=$3; else lmc=$3; fi
+  printf 'boot=%s\nlgc=%s\nlmc=%s\n' "$(boot_id)" "$lgc" "$lmc" >"$file.tmp"
   mv "$file.tmp" "$file"
-}
-
-recorded_now() { # GPU KEY -> the recorded value if it was recorded during this boot
-  if [ "$(clock_record "$1" boot)" = "$(boot_id)" ]; then clock_record "$1" "$2"; fi
 }
 
 boot_id() { cat "$BOOT_ID_FILE" 2>/dev/null || echo unknown; }
 
-lock_clock() { # GPU KEY(lgc|lmc) WANT
-  local i=$1 key=$2 value=$3 rec what flag confirm
-  if [ "$key" = lgc ]; then what="graphics clocks"; flag=-lgc; confirm='GPU clocks set to "(gpuClkMin'
-  else what="memory clock"; flag=-lmc; confirm='Memory clocks set to "(memClkMin'; fi
+# lock_clock GPU KEY(lgc|lmc) WANT WHAT RESET CONFIRMATION: nvidia-smi -KEY WANT, confirmed by its
+# CONFIRMATION line, and recorded; where WANT is empty, the lock this script recorded is released by RESET.
+lock_clock() {
+  local i=$1 key=$2 value=$3 what=$4 reset=$5 confirm=$6 flag=-$2 rec
   rec=$(recorded_now "$i" "$key")
   if [ -n "$value" ]; then
     if [ "$rec" = "$value" ] && [ "$REAPPLY_CLOCKS" = 0 ]; then return 0; fi
@@ -640,8 +635,6 @@ lock_clock() { # GPU KEY(lgc|lmc) WANT
     fi
   elif [ -n "$rec" ]; then
     if act "GPU $i: release the $what lock $rec (the spec no longer locks it)"; then
-      local reset=-rgc
-      [ "$key" = lgc ] || reset=-rmc
       if run "$SMI" -i "$i" "$reset"; then
         write_clock_record "$i" "$key" ""
       else
@@ -659,8 +652,8 @@ step_clocks_power() {
       say "GPU $i: clocks and power limit are left for the run after the GPU reset (a reset releases them)"
       continue
     fi
-    lock_clock "$i" lgc "${WANT_LGC[$i]}"
-    lock_clock "$i" lmc "${WANT_LMC[$i]}"
+    lock_clock "$i" lgc "${WANT_LGC[$i]}" "graphics clocks" -rgc 'GPU clocks set to "(gpuClkMin'
+    lock_clock "$i" lmc "${WANT_LMC[$i]}" "memory clock" -rmc 'Memory clocks set to "(memClkMin'
     set_read_back "$i" -ac "${WANT_AC[$i]}" "application clocks (memory,graphics)" "application clocks are" "" \
       clocks.applications.memory clocks.applications.graphics
     set_read_back "$i" -pl "${WANT_PL[$i]}" "power limit" "power limit is" " W" power.limit
@@ -731,9 +724,8 @@ gpu_numa_node() { # GPU -> its NUMA node, or -1 where the host does not say
   printf '%s' "$node"
 }
 
-split_cpus() { # fills UNIT_CPUS (unit index -> cpuset) once; step_containers calls it first
-  [ ${#UNIT_CPUS[@]} -eq 0 ] || return 0
-  local k node i n c per known=1
+split_cpus() { # fills UNIT_CPUS (unit index -> cpuset); step_containers calls it before any unit starts
+  local k node i n c per known=1 all=""
   local -a gl=() cpus=()
   local -A on_node=()
   for k in "${!UNIT_ID[@]}"; do
@@ -742,11 +734,9 @@ split_cpus() { # fills UNIT_CPUS (unit index -> cpuset) once; step_containers ca
     node=$(gpu_numa_node "${gl[0]}")
     [ "$node" != -1 ] || known=0
     on_node[$node]+="$k "
+    all+="$k "
   done
-  if [ "$known" = 0 ]; then
-    on_node=([host]="")
-    for k in "${!UNIT_ID[@]}"; do [ -z "${UNIT_GPUS[$k]}" ] || on_node[host]+="$k "; done
-  fi
+  if [ "$known" = 0 ]; then on_node=([host]="$all"); fi
   for node in "${!on_node[@]}"; do
     if [ "$node" = host ]; then
       mapfile -t cpus < <(seq 0 $(($(nproc) - 1)))
@@ -767,11 +757,6 @@ split_cpus() { # fills UNIT_CPUS (unit index -> cpuset) once; step_containers ca
       fi
     done
   done
-}
-
-cpuset() { # UNIT-INDEX
-  split_cpus
-  printf '%s' "${UNIT_CPUS[$1]}"
 }
 
 # --- readiness -----------------------------------------------------------------------------------
@@ -877,19 +862,15 @@ record_image() {
 declare -A WANTED=()
 STARTED=()
 start_unit() {
-  local k=$1 g dev ok=1 config name running state where
+  local k=$1 g dev config name running state where
   local -a gl=()
   name=${UNIT_NAME[$k]}
   gpus_in_scope "${UNIT_GPUS[$k]}" || return 0
   WANTED[$name]=1
   IFS=, read -r -a gl <<<"${UNIT_GPUS[$k]}"
   for g in "${gl[@]}"; do
-    if [ -n "${BLOCKED[$g]+set}" ]; then ok=0; fi
+    [ -z "${BLOCKED[$g]+set}" ] || { error "container $name: GPU ${UNIT_GPUS[$k]} is not in its desired state; not started"; return 0; }
   done
-  if [ "$ok" = 0 ]; then
-    error "container $name: GPU ${UNIT_GPUS[$k]} is not in its desired state; not started"
-    return 0
-  fi
   if [ -n "${UNIT_MIG_START[$k]}" ]; then
     if ! dev=$(mig_uuid "${UNIT_GPUS[$k]}" "${UNIT_MIG_START[$k]}") || [ -z "$dev" ]; then
       if [ "$MODE" = dry-run ]; then dev="<MIG device of GPU ${UNIT_GPUS[$k]} at slot ${UNIT_MIG_START[$k]}>"; else
@@ -902,24 +883,16 @@ start_unit() {
   fi
   unit_argv "$k"
   local -a args=(--detach --name "$name" --restart unless-stopped --network host)
-  if [ -n "$dev" ]; then args+=(--cpuset-cpus "$(cpuset "$k")"); fi
+  where="no GPU ports ${UNIT_PORTS[$k]}"
+  if [ -n "$dev" ]; then args+=(--cpuset-cpus "${UNIT_CPUS[$k]}"); where="$dev ports ${UNIT_PORTS[$k]}, CPUs ${UNIT_CPUS[$k]}"; fi
   args+=("${OPTS[@]}"
     --label "kiln.host=$HOST" --label "kiln.gpu=${UNIT_GPUS[$k]}" --label "kiln.unit=${UNIT_ID[$k]}"
     --label "kiln.model=${UNIT_MODEL[$k]}" --label "kiln.runtime=${UNIT_RUNTIME[$k]}")
-  if [ -z "$dev" ]; then
-    # a router uses no GPU: no device request; where the default runtime is nvidia, `none` hides
-    # every device (the CUDA base images set NVIDIA_VISIBLE_DEVICES=all)
-    if [ "$GPU_ATTACH" = env ]; then args+=(--env "NVIDIA_VISIBLE_DEVICES=none"); fi
-    where="no GPU ports ${UNIT_PORTS[$k]}"
-  else
-    if [ "$GPU_ATTACH" = env ]; then
-      args+=(--env "NVIDIA_VISIBLE_DEVICES=$dev")
-    else
-      # a list needs the inner quotes: --gpus '"device=0,1"' (Docker run reference)
-      args+=(--gpus "\"device=$dev\"")
-    fi
-    where="$dev ports ${UNIT_PORTS[$k]}, CPUs $(cpuset "$k")"
-  fi
+  # A router (no device) requests none; where the default runtime is nvidia, `none` hides every
+  # device (the CUDA base images set NVIDIA_VISIBLE_DEVICES=all). A list needs the inner quotes:
+  # --gpus '"device=0,1"' (Docker run reference).
+  if [ "$GPU_ATTACH" = env ]; then args+=(--env "NVIDIA_VISIBLE_DEVICES=${dev:-none}")
+  elif [ -n "$dev" ]; then args+=(--gpus "\"device=$dev\""); fi
   local -a cmd=("$IMAGE" "${CMD[@]}") hashed=("$IMAGE" "${CMD[@]}")
   # what it reads from the image is named by its digest: another unit's change keeps it running
   [ -z "${UNIT_INPUTS[$k]}" ] || hashed=("${CMD[@]}" "${UNIT_INPUTS[$k]}")
