@@ -144,6 +144,16 @@ def build_dockerfile(client, dockerfile: str, tag: str, log) -> str:
     return build(client, buf, tag, log)
 
 
+def pushed_entry(tree, output: str) -> dict | None:
+    """What the release manifest says of an image an action pushed: its reference, digest and content
+    digest, from the record `output` the action wrote; None where the action has not run."""
+    data = tree.read(output)
+    if data is None:
+        return None
+    doc = json.loads(data)
+    return {"reference": doc["reference"], "digest": doc["digest"], "content_digest": doc["content_digest"]}
+
+
 @dataclass
 class PushResult:
     digest: str  # manifest digest the registry stored

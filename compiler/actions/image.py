@@ -130,12 +130,8 @@ class Image(ActionKind[ImageParams]):
 
     def manifest_entry(self, params: ImageParams, tree) -> tuple[str, str, dict] | None:
         """The release manifest lists the image by reference and digest."""
-        data = tree.read(OUTPUT)
-        if data is None:
-            return None
-        doc = json.loads(data)
-        return "images", params.host, {"reference": doc["reference"], "digest": doc["digest"],
-                                       "content_digest": doc["content_digest"]}
+        entry = dockerbuild.pushed_entry(tree, OUTPUT)
+        return None if entry is None else ("images", params.host, entry)
 
 
 def _unit(ctx: LowerContext, u) -> UnitGpus:

@@ -185,12 +185,8 @@ class WeightsImage(ActionKind[WeightsImageParams]):
 
     def manifest_entry(self, params: WeightsImageParams, tree) -> tuple[str, str, dict] | None:
         """The release manifest lists each weights image by reference and digest, beside the serving images."""
-        data = tree.read(OUTPUT)
-        if data is None:
-            return None
-        doc = json.loads(data)
-        return "weights", params.model, {"reference": doc["reference"], "digest": doc["digest"],
-                                         "content_digest": doc["content_digest"]}
+        entry = dockerbuild.pushed_entry(tree, OUTPUT)
+        return None if entry is None else ("weights", params.model, entry)
 
 
 KIND = WeightsImage()
