@@ -8,11 +8,12 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from compiler import resources
 
 from .lgip import profiles_from_lgip
+from .named import NamedCatalog
 from .types import GpuSpec, MigGeometry, MigProfile
 
 __all__ = ["GpuCatalog", "Variant", "load_gpu_catalog", "gpu_from_lgip", "describe_source"]
@@ -82,8 +83,10 @@ def describe_source(entry: Mapping[str, Any]) -> str:
     return f"{url} ({desc})" if url and desc else (url or desc)
 
 
-class GpuCatalog:
+class GpuCatalog(NamedCatalog[GpuSpec]):
     """GPUs by catalog key, with aliases, known variants and close-match suggestions."""
+
+    what = "GPU"
 
     def __init__(self, gpus: Mapping[str, GpuSpec], aliases: Mapping[str, str] | None = None,
                  sources: Mapping[str, Mapping[str, Any]] | None = None,
@@ -120,9 +123,8 @@ class GpuCatalog:
         notes = {k: tuple(v.get("notes", ())) for k, v in data["gpus"].items()}
         return cls(gpus, data.get("aliases", {}), data.get("sources", {}), notes, data.get("variants", {}))
 
-    @property
-    def names(self) -> list[str]:
-        return list(self._gpus)
+    def _entries(self) -> Mapping[str, GpuSpec]:
+        return self._gpus
 
     @property
     def aliases(self) -> dict[str, str]:
@@ -138,22 +140,6 @@ class GpuCatalog:
     def get(self, name: str) -> GpuSpec | None:
         key = self.resolve_name(name)
         return self._gpus[key] if key else None
-
-    def __getitem__(self, name: str) -> GpuSpec:
-        spec = self.get(name)
-        if spec is None:
-            hint = self.suggest(name)
-            raise KeyError(f"unknown GPU {name!r}" + (f"; did you mean {', '.join(hint)}?" if hint else ""))
-        return spec
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.resolve_name(name) is not None
-
-    def __iter__(self) -> Iterator[GpuSpec]:
-        return iter(self._gpus.values())
-
-    def __len__(self) -> int:
-        return len(self._gpus)
 
     def variant(self, name: str) -> Variant | None:
         """The known variant ``name`` spells, if it is not itself a catalog name or alias.

@@ -6,11 +6,12 @@ import dataclasses
 import difflib
 import json
 from functools import lru_cache
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from compiler import resources
 
 from .gpus import describe_source
+from .named import NamedCatalog
 from .types import MlaDims, ModelArch
 
 __all__ = [
@@ -50,7 +51,9 @@ def _arch(name: str, d: Mapping[str, Any]) -> ModelArch:
     )
 
 
-class ModelCatalog:
+class ModelCatalog(NamedCatalog[ModelArch]):
+    what = "model"
+
     def __init__(self, models: Mapping[str, ModelArch], sources: Mapping[str, Mapping[str, Any]] | None = None,
                  notes: Mapping[str, tuple[str, ...]] | None = None) -> None:
         self._models = dict(models)
@@ -64,31 +67,14 @@ class ModelCatalog:
         notes = {k: tuple(v.get("notes", ())) for k, v in data["models"].items()}
         return cls(models, data.get("sources", {}), notes)
 
-    @property
-    def names(self) -> list[str]:
-        return list(self._models)
+    def _entries(self) -> Mapping[str, ModelArch]:
+        return self._models
 
     def get(self, name: str) -> ModelArch | None:
         if not isinstance(name, str):
             return None
         key = name if name in self._models else self._lower.get(name.strip().lower())
         return self._models.get(key) if key else None
-
-    def __getitem__(self, name: str) -> ModelArch:
-        arch = self.get(name)
-        if arch is None:
-            hint = self.suggest(name)
-            raise KeyError(f"unknown model {name!r}" + (f"; did you mean {', '.join(hint)}?" if hint else ""))
-        return arch
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.get(name) is not None
-
-    def __iter__(self) -> Iterator[ModelArch]:
-        return iter(self._models.values())
-
-    def __len__(self) -> int:
-        return len(self._models)
 
     def suggest(self, name: str, n: int = 3) -> list[str]:
         if not isinstance(name, str) or not name.strip():
