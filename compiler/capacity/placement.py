@@ -138,25 +138,24 @@ def _check_limits(geometry: MigGeometry, requests: list[MigProfile]) -> tuple[st
         if len(idx) > limit:
             return f"{len(idx)}x {name} requested; this GPU allows at most {limit}", idx
 
-    used = sum(p.compute_slices for p in requests)
-    if used > geometry.compute_slices:
-        return (
-            f"the layout needs {used} compute slices ({_tally(requests)}); "
-            f"this GPU has {geometry.compute_slices}",
-            everyone,
-        )
+    over = _over_budget(requests, geometry.compute_slices)
+    if over:
+        return over, everyone
     media = [i for i, p in enumerate(requests) if p.has_media_extensions]
     if len(media) > 1:
         return f"{len(media)} media-extension (+me) instances requested; only one fits per GPU", media
+    over = _over_budget(requests, geometry.memory_slices, sizes=True)
+    return (over, everyone) if over else None
 
-    slots = sum(p.placement_size for p in requests)
-    if slots > geometry.memory_slices:
-        return (
-            f"the layout needs {slots} memory slots ({_tally(requests, sizes=True)}); "
-            f"this GPU has {geometry.memory_slices}",
-            everyone,
-        )
-    return None
+
+def _over_budget(requests: list[MigProfile], have: int, sizes: bool = False) -> str | None:
+    """Why the instances do not fit the GPU's compute slices (or, with `sizes`, its memory slots:
+    each instance's placement size); None when they fit."""
+    need = sum(p.placement_size if sizes else p.compute_slices for p in requests)
+    if need <= have:
+        return None
+    what = "memory slots" if sizes else "compute slices"
+    return f"the layout needs {need} {what} ({_tally(requests, sizes=sizes)}); this GPU has {have}"
 
 
 def _check_pins(
