@@ -247,7 +247,7 @@ def test_a_multi_rank_engine_unit_starts_one_tritonserver_per_rank(variant: str,
     launch_triton_server.py: rank 0 loads the whole ensemble, the others the engine model only,
     each with its own shared-memory prefix), on the unit's eight GPUs."""
     script = example_files(variant)["h200-node"]["provision.sh"].decode()
-    line = next(x for x in script.splitlines() if x.strip().startswith("0) CMD=("))
+    line = next(x for x in script.splitlines() if ") CMD=(" in x)  # the one unit's
     argv = shlex.split(line.split("CMD=(", 1)[1].rsplit(") ;;", 1)[0])
     assert argv[:2] == ["mpirun", "--allow-run-as-root"]
     per_rank = " ".join(argv[2:]).split(" : ")

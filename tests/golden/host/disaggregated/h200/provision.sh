@@ -118,20 +118,20 @@ plan_unit h200/gpu4+5+6+7 kiln-h200-gpu4_5_6_7 chat '4,5,6,7' '' trtllm-serve 80
 plan_unit h200/chat-router kiln-h200-chat-router chat '' '' trtllm-serve-disaggregated 8000 8000 /health sha256:eed86e208661ab56a038959944419da319ec385a81f93ca9838c7f6e4d9c203b
 readonly UNIT_ID UNIT_NAME UNIT_MODEL UNIT_GPUS UNIT_MIG_START UNIT_RUNTIME UNIT_PORTS UNIT_PORT UNIT_READY UNIT_INPUTS
 
-# unit_argv UNIT-INDEX: CMD = the unit's server command line inside its container
+# unit_argv NAME: CMD = the server command line inside the unit's container NAME
 # (compiler/actions/runtimes.py, every flag checked against the runtime's flag set); OPTS = the
 # docker run options of its runtime and width: /dev/shm for Triton's Python backend and NCCL,
 # memlock and stack limits where NCCL runs between processes (more than one GPU), and the health
 # check (the image's entrypoint probing the unit's READY paths).
 unit_argv() {
   case "$1" in
-    0) CMD=(trtllm-serve /opt/kiln/models/chat --extra_llm_api_options /opt/kiln/llmapi/chat/prefill/llm-api-options.yaml --host 0.0.0.0 --port 8003 --backend pytorch --tp_size 1 --pp_size 1)
+    kiln-h200-gpu0) CMD=(trtllm-serve /opt/kiln/models/chat --extra_llm_api_options /opt/kiln/llmapi/chat/prefill/llm-api-options.yaml --host 0.0.0.0 --port 8003 --backend pytorch --tp_size 1 --pp_size 1)
       OPTS=(--ipc host --pid host --health-cmd '/opt/kiln/bin/serve --probe 8003 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
-    1) CMD=(trtllm-serve /opt/kiln/models/chat --extra_llm_api_options /opt/kiln/llmapi/chat/prefill/llm-api-options.yaml --host 0.0.0.0 --port 8006 --backend pytorch --tp_size 1 --pp_size 1)
+    kiln-h200-gpu1) CMD=(trtllm-serve /opt/kiln/models/chat --extra_llm_api_options /opt/kiln/llmapi/chat/prefill/llm-api-options.yaml --host 0.0.0.0 --port 8006 --backend pytorch --tp_size 1 --pp_size 1)
       OPTS=(--ipc host --pid host --health-cmd '/opt/kiln/bin/serve --probe 8006 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
-    2) CMD=(trtllm-serve /opt/kiln/models/chat --extra_llm_api_options /opt/kiln/llmapi/chat/decode/llm-api-options.yaml --host 0.0.0.0 --port 8009 --backend pytorch --tp_size 4 --pp_size 1)
+    kiln-h200-gpu4_5_6_7) CMD=(trtllm-serve /opt/kiln/models/chat --extra_llm_api_options /opt/kiln/llmapi/chat/decode/llm-api-options.yaml --host 0.0.0.0 --port 8009 --backend pytorch --tp_size 4 --pp_size 1)
       OPTS=(--ipc host --pid host --ulimit memlock=-1 --ulimit stack=67108864 --health-cmd '/opt/kiln/bin/serve --probe 8009 /health /v1/models' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s --env 'UCX_TLS=cuda_copy,cuda_ipc,tcp') ;;
-    3) CMD=(trtllm-serve disaggregated --config_file /opt/kiln/llmapi/chat/disagg-config.yaml --server_start_timeout 1800 --request_timeout 600)
+    kiln-h200-chat-router) CMD=(trtllm-serve disaggregated --config_file /opt/kiln/llmapi/chat/disagg-config.yaml --server_start_timeout 1800 --request_timeout 600)
       OPTS=(--workdir /opt/kiln/models --shm-size 2g --health-cmd '/opt/kiln/bin/serve --probe 8000 /health' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
     *) CMD=(); OPTS=() ;;
   esac
@@ -290,10 +290,8 @@ live_cis() { # GPU -> "<GI id> <CI id>" per compute instance
 }
 
 mig_uuid() { # GPU START -> UUID of the MIG device of the GPU instance placed at START
-  local gpu=$1 start=$2 gid="" cid="" idx="" g s
-  while read -r g _ s _; do
-    if [ "$s" = "$start" ]; then gid=$g; fi
-  done < <(live_gis "$gpu")
+  local gpu=$1 start=$2 gid="" cid="" idx=""
+  gid=$(live_gis "$gpu" | awk -v s="$start" '$3 == s { g = $1 } END { print g }')
   [ -n "$gid" ] || return 1
   cid=$(live_cis "$gpu" | awk -v g="$gid" '$1 == g { print $2; exit }')
   [ -n "$cid" ] || return 1
@@ -519,7 +517,7 @@ destroy_instances() { # GPU [GI-ID...]: destroy the compute instances, then the 
 }
 
 step_mig_instances() {
-  local i tok gid pid start name mode_ok
+  local i tok gid pid start name
   snapshot
   for i in $(scoped_gpus); do
     [ "${WANT_MIG[$i]}" = 1 ] || continue
@@ -528,9 +526,7 @@ step_mig_instances() {
     read -r -a want <<<"${WANT_GIS[$i]}"
     read -r -a names <<<"${WANT_GI_NAMES[$i]}"
     declare -A live=() live_name=() ci_count=()
-    mode_ok=1
-    [ "$(gpu_field mig.mode.current "$i")" = Enabled ] || mode_ok=0
-    if [ "$mode_ok" = 1 ]; then
+    if [ "$(gpu_field mig.mode.current "$i")" = Enabled ]; then  # with MIG off there is nothing to list
       while read -r gid pid start name; do
         [ -n "$gid" ] || continue
         live["$pid:$start"]=$gid
@@ -892,7 +888,7 @@ start_unit() {
   else
     dev=${UNIT_GPUS[$k]}
   fi
-  unit_argv "$k"
+  unit_argv "$name"
   local -a args=(--detach --name "$name" --restart unless-stopped --network host)
   where="no GPU ports ${UNIT_PORTS[$k]}"
   if [ -n "$dev" ]; then args+=(--cpuset-cpus "${UNIT_CPUS[$k]}"); where="$dev ports ${UNIT_PORTS[$k]}, CPUs ${UNIT_CPUS[$k]}"; fi

@@ -117,14 +117,14 @@ plan_unit() {
 plan_unit h200-node/gpu0+1+2+3+4+5+6+7 kiln-h200-node-gpu0_1_2_3_4_5_6_7 llama70b '0,1,2,3,4,5,6,7' '' triton 8000/8001/8002 8000 '/v2/health/ready /v2/models/llama70b/ready /v2/models/llama70b-preprocessing/ready /v2/models/llama70b-tensorrt_llm/ready /v2/models/llama70b-postprocessing/ready /v2/models/llama70b-bls/ready' ''
 readonly UNIT_ID UNIT_NAME UNIT_MODEL UNIT_GPUS UNIT_MIG_START UNIT_RUNTIME UNIT_PORTS UNIT_PORT UNIT_READY UNIT_INPUTS
 
-# unit_argv UNIT-INDEX: CMD = the unit's server command line inside its container
+# unit_argv NAME: CMD = the server command line inside the unit's container NAME
 # (compiler/actions/runtimes.py, every flag checked against the runtime's flag set); OPTS = the
 # docker run options of its runtime and width: /dev/shm for Triton's Python backend and NCCL,
 # memlock and stack limits where NCCL runs between processes (more than one GPU), and the health
 # check (the image's entrypoint probing the unit's READY paths).
 unit_argv() {
   case "$1" in
-    0) CMD=(mpirun --allow-run-as-root -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=llama70b --load-model=llama70b-preprocessing --load-model=llama70b-tensorrt_llm --load-model=llama70b-postprocessing --load-model=llama70b-bls --http-port=8000 --grpc-port=8001 --metrics-port=8002 --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix0_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix1_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix2_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix3_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix4_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix5_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix6_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix7_')  # 8 ranks: one tritonserver per rank under mpirun
+    kiln-h200-node-gpu0_1_2_3_4_5_6_7) CMD=(mpirun --allow-run-as-root -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=llama70b --load-model=llama70b-preprocessing --load-model=llama70b-tensorrt_llm --load-model=llama70b-postprocessing --load-model=llama70b-bls --http-port=8000 --grpc-port=8001 --metrics-port=8002 --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix0_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix1_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix2_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix3_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix4_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix5_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix6_' : -n 1 tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --http-port=8000 --grpc-port=8001 --metrics-port=8002 --load-model=llama70b-tensorrt_llm --disable-auto-complete-config '--backend-config=python,shm-region-prefix-name=prefix7_')  # 8 ranks: one tritonserver per rank under mpirun
       OPTS=(--shm-size 2g --ulimit memlock=-1 --ulimit stack=67108864 --health-cmd '/opt/kiln/bin/serve --probe 8000 /v2/health/ready /v2/models/llama70b/ready /v2/models/llama70b-preprocessing/ready /v2/models/llama70b-tensorrt_llm/ready /v2/models/llama70b-postprocessing/ready /v2/models/llama70b-bls/ready' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
     *) CMD=(); OPTS=() ;;
   esac
@@ -283,10 +283,8 @@ live_cis() { # GPU -> "<GI id> <CI id>" per compute instance
 }
 
 mig_uuid() { # GPU START -> UUID of the MIG device of the GPU instance placed at START
-  local gpu=$1 start=$2 gid="" cid="" idx="" g s
-  while read -r g _ s _; do
-    if [ "$s" = "$start" ]; then gid=$g; fi
-  done < <(live_gis "$gpu")
+  local gpu=$1 start=$2 gid="" cid="" idx=""
+  gid=$(live_gis "$gpu" | awk -v s="$start" '$3 == s { g = $1 } END { print g }')
   [ -n "$gid" ] || return 1
   cid=$(live_cis "$gpu" | awk -v g="$gid" '$1 == g { print $2; exit }')
   [ -n "$cid" ] || return 1
@@ -512,7 +510,7 @@ destroy_instances() { # GPU [GI-ID...]: destroy the compute instances, then the 
 }
 
 step_mig_instances() {
-  local i tok gid pid start name mode_ok
+  local i tok gid pid start name
   snapshot
   for i in $(scoped_gpus); do
     [ "${WANT_MIG[$i]}" = 1 ] || continue
@@ -521,9 +519,7 @@ step_mig_instances() {
     read -r -a want <<<"${WANT_GIS[$i]}"
     read -r -a names <<<"${WANT_GI_NAMES[$i]}"
     declare -A live=() live_name=() ci_count=()
-    mode_ok=1
-    [ "$(gpu_field mig.mode.current "$i")" = Enabled ] || mode_ok=0
-    if [ "$mode_ok" = 1 ]; then
+    if [ "$(gpu_field mig.mode.current "$i")" = Enabled ]; then  # with MIG off there is nothing to list
       while read -r gid pid start name; do
         [ -n "$gid" ] || continue
         live["$pid:$start"]=$gid
@@ -885,7 +881,7 @@ start_unit() {
   else
     dev=${UNIT_GPUS[$k]}
   fi
-  unit_argv "$k"
+  unit_argv "$name"
   local -a args=(--detach --name "$name" --restart unless-stopped --network host)
   where="no GPU ports ${UNIT_PORTS[$k]}"
   if [ -n "$dev" ]; then args+=(--cpuset-cpus "${UNIT_CPUS[$k]}"); where="$dev ports ${UNIT_PORTS[$k]}, CPUs ${UNIT_CPUS[$k]}"; fi

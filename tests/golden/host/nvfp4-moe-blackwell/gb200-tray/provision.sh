@@ -113,14 +113,14 @@ plan_unit() {
 plan_unit gb200-tray/gpu0+1+2+3 kiln-gb200-tray-gpu0_1_2_3 qwen-moe '0,1,2,3' '' triton 8000/8001/8002 8000 '/v2/health/ready /v2/models/qwen-moe/ready' ''
 readonly UNIT_ID UNIT_NAME UNIT_MODEL UNIT_GPUS UNIT_MIG_START UNIT_RUNTIME UNIT_PORTS UNIT_PORT UNIT_READY UNIT_INPUTS
 
-# unit_argv UNIT-INDEX: CMD = the unit's server command line inside its container
+# unit_argv NAME: CMD = the server command line inside the unit's container NAME
 # (compiler/actions/runtimes.py, every flag checked against the runtime's flag set); OPTS = the
 # docker run options of its runtime and width: /dev/shm for Triton's Python backend and NCCL,
 # memlock and stack limits where NCCL runs between processes (more than one GPU), and the health
 # check (the image's entrypoint probing the unit's READY paths).
 unit_argv() {
   case "$1" in
-    0) CMD=(tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=qwen-moe --http-port=8000 --grpc-port=8001 --metrics-port=8002)
+    kiln-gb200-tray-gpu0_1_2_3) CMD=(tritonserver --model-repository=/opt/kiln/repository --model-control-mode=explicit --load-model=qwen-moe --http-port=8000 --grpc-port=8001 --metrics-port=8002)
       OPTS=(--shm-size 2g --ulimit memlock=-1 --ulimit stack=67108864 --health-cmd '/opt/kiln/bin/serve --probe 8000 /v2/health/ready /v2/models/qwen-moe/ready' --health-interval 30s --health-timeout 10s --health-retries 3 --health-start-period 1800s) ;;
     *) CMD=(); OPTS=() ;;
   esac
@@ -279,10 +279,8 @@ live_cis() { # GPU -> "<GI id> <CI id>" per compute instance
 }
 
 mig_uuid() { # GPU START -> UUID of the MIG device of the GPU instance placed at START
-  local gpu=$1 start=$2 gid="" cid="" idx="" g s
-  while read -r g _ s _; do
-    if [ "$s" = "$start" ]; then gid=$g; fi
-  done < <(live_gis "$gpu")
+  local gpu=$1 start=$2 gid="" cid="" idx=""
+  gid=$(live_gis "$gpu" | awk -v s="$start" '$3 == s { g = $1 } END { print g }')
   [ -n "$gid" ] || return 1
   cid=$(live_cis "$gpu" | awk -v g="$gid" '$1 == g { print $2; exit }')
   [ -n "$cid" ] || return 1
@@ -508,7 +506,7 @@ destroy_instances() { # GPU [GI-ID...]: destroy the compute instances, then the 
 }
 
 step_mig_instances() {
-  local i tok gid pid start name mode_ok
+  local i tok gid pid start name
   snapshot
   for i in $(scoped_gpus); do
     [ "${WANT_MIG[$i]}" = 1 ] || continue
@@ -517,9 +515,7 @@ step_mig_instances() {
     read -r -a want <<<"${WANT_GIS[$i]}"
     read -r -a names <<<"${WANT_GI_NAMES[$i]}"
     declare -A live=() live_name=() ci_count=()
-    mode_ok=1
-    [ "$(gpu_field mig.mode.current "$i")" = Enabled ] || mode_ok=0
-    if [ "$mode_ok" = 1 ]; then
+    if [ "$(gpu_field mig.mode.current "$i")" = Enabled ]; then  # with MIG off there is nothing to list
       while read -r gid pid start name; do
         [ -n "$gid" ] || continue
         live["$pid:$start"]=$gid
@@ -881,7 +877,7 @@ start_unit() {
   else
     dev=${UNIT_GPUS[$k]}
   fi
-  unit_argv "$k"
+  unit_argv "$name"
   local -a args=(--detach --name "$name" --restart unless-stopped --network host)
   where="no GPU ports ${UNIT_PORTS[$k]}"
   if [ -n "$dev" ]; then args+=(--cpuset-cpus "${UNIT_CPUS[$k]}"); where="$dev ports ${UNIT_PORTS[$k]}, CPUs ${UNIT_CPUS[$k]}"; fi
