@@ -36,13 +36,19 @@ def test_calibration_needs_the_source_model_on_one_device(tmp_path: Path) -> Non
     for model in ("small", "big"):
         size = out.graph.actions[f"quantize/{model}"].size
         source = total_params(ir.models[model].arch) * 2 / GiB  # bf16 source
-        # FP8 calibrates on CPU too (the format table's FP8 row is not CUDA-only); between them, the
-        # sharded ways of a model that some catalog GPU cannot hold alone
-        gpu, *sharded, cpu = size.ways
-        assert all(w.gpus > 1 and w.gpu_mem_gib < gpu.gpu_mem_gib for w in sharded)
-        assert bool(sharded) is (model == "big")
+        # FP8 calibrates on CPU too (the format table's FP8 row is not CUDA-only) where its forward
+        # passes take less than CPU_HOURS (the 8B); between them, the sharded ways of a model that
+        # some catalog GPU cannot hold alone, then those offloading to host memory
+        gpu, *rest = size.ways
+        sharded = [w for w in rest if w.gpus > 1 and not w.offload_gib]
+        offload = [w for w in rest if w.offload_gib]
+        assert rest[:len(sharded)] == sharded and rest[len(sharded):len(sharded) + len(offload)] == offload
+        assert all(w.gpu_mem_gib < gpu.gpu_mem_gib for w in sharded)
+        assert bool(sharded) is bool(offload) is (model == "big")
         assert gpu.gpus == 1 and gpu.gpu_mem_gib > source and gpu.host_mem_gib >= source
-        assert cpu.gpus == 0 and cpu.host_mem_gib > source
+        cpu = rest[len(sharded) + len(offload):]
+        assert [w.gpus for w in cpu] == ([0] if model == "small" else [])  # 70B x 512 x 1024 tokens: > 24 h
+        assert all(w.host_mem_gib > source for w in cpu)
         assert gpu.disk_gib >= 2 * source  # the source and the export
         assert any("get_max_batch_size" in b for b in size.basis)
     big, small = out.graph.actions["quantize/big"].size, out.graph.actions["quantize/small"].size
@@ -191,13 +197,14 @@ def test_an_engine_build_goes_to_a_class_that_runs_tensorrt_llm_or_its_container
 FLEET = ROOT / "examples" / "k8s-two-pools"  # its model `big` is Llama 3.1 405B, calibrated to FP8 by quantize/big
 
 
-def _gpu_class(tmp_path: Path, gpu: str, gpus: int) -> Path:
-    """A builders file: GitHub's hosted runner and one GPU class of `gpus` x `gpu` (512 GiB of host
-    memory: too little to calibrate the 405B on CPU, ample for a sharded load)."""
-    f = tmp_path / f"builders-{gpus}.yml"
+def _gpu_class(tmp_path: Path, gpu: str, gpus: int, host: int = 256) -> Path:
+    """A builders file: GitHub's hosted runner and one GPU class of `gpus` x `gpu` (256 GiB of host
+    memory: too little to calibrate the 405B on CPU or to offload a third of it, ample for a
+    sharded load)."""
+    f = tmp_path / f"builders-{gpus}-{host}.yml"
     f.write_text("builders:\n  cpu:\n    runs-on: [ubuntu-latest]\n    host_memory_gib: 16\n    disk_gib: 14\n"
                  "    has: [torch, network, docker]\n  gpu:\n    runs-on: [self-hosted, linux, gpu]\n"
-                 f"    gpu: {gpu}\n    gpus: {gpus}\n    host_memory_gib: 512\n    disk_gib: 8000\n"
+                 f"    gpu: {gpu}\n    gpus: {gpus}\n    host_memory_gib: {host}\n    disk_gib: 8000\n"
                  "    has: [torch, gpu, docker, network]\n", encoding="utf-8")
     return f
 
@@ -208,8 +215,9 @@ def test_a_405b_calibration_is_sharded_over_as_many_gpus_as_hold_it(tmp_path: Pa
     out = _plan(FLEET / "kiln.yaml", tmp_path)
     size = out.graph.actions["quantize/big"].size
     source = total_params(out.validation.resolved.models["big"].arch) * 2 / GiB  # bf16: ~756 GiB
-    one, *sharded, cpu = size.ways
-    assert one.gpus == 1 and one.gpu_mem_gib > source and cpu.gpus == 0 and cpu.host_mem_gib > source
+    one, *rest = size.ways
+    sharded = [w for w in rest if not w.offload_gib]
+    assert one.gpus == 1 and one.gpu_mem_gib > source and all(w.gpus for w in rest)  # no CPU way: days of it
     assert [w.gpus for w in sharded] == sorted({w.gpus for w in sharded}) and sharded[0].gpus > 1
     catalog = [m / GiB for m in gpu_memories()]
     for w in sharded:
@@ -254,7 +262,6 @@ def test_a_class_with_enough_gpus_takes_the_sharded_calibration_and_a_smaller_on
         assert main(["plan", spec, "--store", store, "--builders", str(small)]) == 1
         out = capsys.readouterr().out
         assert "error: no builder holds quantize/big: it needs 1 x GPU >= " in out and "[K405]" in out
-        assert f" or {need} x GPU >= {round(load_gpu_memory(gpu), 1):g} GiB" in out.split("[K405]")[0]
         assert f"note: gpu lacks " in out and f"(or over {need} GPUs: {need} GPU(s), it has {count})" in out
         assert main(["plan", spec, "--store", store, "--builders", str(small), "--matrix"]) == 1
         assert "no builder holds quantize/big" in capsys.readouterr().err
@@ -275,12 +282,17 @@ def test_ray_asks_for_the_sharded_calibrations_gpus_of_the_node_type_that_holds_
 
     h100, h200 = machine_of(node("H100", 8, "10.0.0.1")), machine_of(node("H200", 8, "10.0.0.2"))
     machine, way = _choose(REGISTRY, action, [h100, h200], way_rank)
-    assert machine is h200 and way.gpus == 7
+    assert machine is h200 and way.gpus == 7 and not way.offload_gib  # all on GPUs before any offload
     job = {"needs": required(REGISTRY, action, machine)}
     opts = task_options(job, way, "kiln:quantize/big", accelerator_of(machine, way))
     assert opts["num_gpus"] == 7 and opts["resources"]["accelerator_type:H200"] > 0
     assert {"torch", "network"} <= set(opts["resources"]) and opts["memory"] == int(way.host_mem_gib * GiB)
-    assert _choose(REGISTRY, action, [h100], way_rank) is None  # 8 x 80 GB hold 509 GiB of its 756
+    # 8 x 80 GB hold 509 GiB of its 756: the rest goes to the node's host memory, which Ray reserves
+    machine, way = _choose(REGISTRY, action, [h100], way_rank)
+    assert machine is h100 and way.gpus == 8 and way.offload_gib > 756 - 8 * 0.8 * 80
+    opts = task_options({"needs": required(REGISTRY, action, machine)}, way, "kiln:quantize/big",
+                        accelerator_of(machine, way))
+    assert opts["num_gpus"] == 8 and opts["memory"] == int(way.host_mem_gib * GiB) > way.offload_gib * GiB
 
 
 def test_the_release_workflow_sends_the_405b_calibration_to_the_gpu_runner_with_enough_gpus(tmp_path, capsys,
@@ -325,3 +337,87 @@ def test_mig_slices_never_share_a_sharded_calibration(tmp_path: Path) -> None:
         assert place(REGISTRY, action, [sliced]) is None
         (note,) = why_not(REGISTRY, action, [sliced])
         assert f"(or over 4 GPUs: 4 whole GPUs, it has {mig} MIG slices (a process sees one))" in note
+
+
+# --- offloading to host memory; the CPU way's bound; the needs line ------------------------------
+def test_8_h100s_with_enough_host_memory_calibrate_the_405b_offloading_the_rest(tmp_path, capsys) -> None:
+    """ModelOpt's PTQ example loads a model its GPUs cannot hold with the overflow on "cpu": an 8 x
+    80 GB class with 2 TB of host memory holds the 405B's calibration that way; with 256 GiB it is
+    K405, saying how much host memory the offload needs."""
+    from compiler.actions.sizing import (EXPORT_SHARD, HOST_SHARE, TORCH_HOST, activation_bytes, largest_layer,
+                                         shard_share, source_bytes)
+    from compiler.cli import main
+    from compiler.graph.sizes import gib
+
+    spec, store = str(FLEET / "kiln.yaml"), str(tmp_path / "s")
+    out = _plan(FLEET / "kiln.yaml", tmp_path)
+    rm = out.validation.resolved.models["big"]
+    size = out.graph.actions["quantize/big"].size
+    h100 = load_gpu_memory("H100-SXM5-80GB") * GiB
+    w, layer = source_bytes(rm), largest_layer(rm)
+    cal = out.graph.actions["quantize/big"].params.calibration
+    share = shard_share(activation_bytes(rm.arch.hidden, rm.arch.vocab, cal.batch_size, cal.max_seq_len), h100)
+    spill = w + layer - 8 * share  # what 8 GPUs at their 0.8 share (less the first's largest layer) cannot hold
+    way = next(x for x in size.ways if x.gpus == 8 and x.gpu_mem_gib == round(h100 / GiB, 1))
+    assert way.offload_gib == gib(spill) and 240 < way.offload_gib < 260
+    assert way.host_mem_gib == gib((spill + layer + TORCH_HOST + EXPORT_SHARD) / HOST_SHARE)
+    first_offload = next(i for i, x in enumerate(size.ways) if x.offload_gib)
+    assert all(x.offload_gib for x in size.ways[first_offload:])  # every all-GPU way comes first
+    two_tb = _gpu_class(tmp_path, "H100-SXM5-80GB", 8, host=2048)
+    assert main(["plan", spec, "--store", store, "--builders", str(two_tb), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    big = next(a for a in doc["actions"]["actions"] if a["id"] == "quantize/big")
+    assert big["builder"] == "gpu" and big["builder_way"] == way.to_json()
+    assert main(["plan", spec, "--store", store, "--builders", str(two_tb)]) == 0
+    assert f"builds on: gpu (8 x GPU >= 79.6 GiB offloading {way.offload_gib:g} GiB to host memory)" \
+        in capsys.readouterr().out
+    small = _gpu_class(tmp_path, "H100-SXM5-80GB", 8, host=256)
+    assert main(["plan", spec, "--store", store, "--builders", str(small)]) == 1
+    text = capsys.readouterr().out
+    assert "error: no builder holds quantize/big" in text and "[K405]" in text
+    assert (f"(or over 8 GPU(s) offloading {way.offload_gib:g} GiB of weights to host memory: "
+            f"{way.host_mem_gib:g} GiB host memory, it has 256)") in text
+
+
+def test_the_cpu_way_is_offered_only_up_to_a_days_calibration(tmp_path, capsys) -> None:
+    from compiler.actions.sizing import CPU_FLOPS, CPU_HOURS, cpu_hours
+    from compiler.cli import main
+
+    for spec, model, offered in ((ROOT / "examples" / "quickstart" / "kiln.yaml", "tiny", True),
+                                 (NEWCOMER, "small", True), (NEWCOMER, "big", False), (FLEET / "kiln.yaml", "big", False)):
+        out = _plan(spec, tmp_path)
+        rm = out.validation.resolved.models[model]
+        size = out.graph.actions[f"quantize/{model}"].size
+        hours = cpu_hours(rm, rm.spec.quantization.calibration)
+        assert (hours <= CPU_HOURS) is offered, (model, hours)
+        assert (size.ways[-1].gpus == 0) is offered  # the CPU way, last, or none
+        why = [b for b in size.basis if b.startswith("no CPU way")]
+        assert bool(why) is not offered
+        if not offered:
+            assert f"at least {hours:.0f} h" in why[0] and f"{CPU_FLOPS / 1e9:g} GFLOP/s" in why[0]
+    assert cpu_hours(rm, rm.spec.quantization.calibration) > 10 * CPU_HOURS  # the 405B: weeks, at the peak
+    # A class that could only calibrate the 405B on its CPU is K405, and the note says why not
+    f = tmp_path / "cpu.yml"
+    f.write_text("builders:\n  cpu:\n    host_memory_gib: 4096\n    disk_gib: 8000\n    has: [torch, network]\n",
+                 encoding="utf-8")
+    assert main(["plan", str(FLEET / "kiln.yaml"), "--store", str(tmp_path / "s"), "--builders", str(f)]) == 1
+    text = capsys.readouterr().out
+    assert "no builder holds quantize/big" in text and "note: no CPU way: its calibration takes at least" in text
+
+
+def test_the_needs_line_names_a_few_ways_and_counts_the_others(tmp_path, capsys) -> None:
+    from compiler.cli import main
+    from compiler.graph.sizes import SHOWN
+
+    size = _plan(FLEET / "kiln.yaml", tmp_path).graph.actions["quantize/big"].size
+    assert main(["plan", str(FLEET / "kiln.yaml"), "--store", str(tmp_path / "s")]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "needs: 1 x GPU >= 757" in ln)
+    sharded = [w for w in size.ways if w.gpus > 1 and not w.offload_gib]
+    offload = [w for w in size.ways if w.offload_gib]
+    assert len(sharded) > SHOWN and len(offload) > SHOWN
+    for w in sharded[:SHOWN] + offload[:SHOWN]:  # the fewest GPUs, the least offload
+        assert w.gpu_text() in line
+    assert sharded[SHOWN].gpu_text() + "," not in line and " or " + sharded[SHOWN].gpu_text() not in line
+    more = len(size.ways) - 1 - 2 * SHOWN
+    assert line.endswith(f"(and {more} more ways over other GPU counts: the JSON plan lists them)")
+    assert len(line) < 1000

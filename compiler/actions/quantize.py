@@ -43,10 +43,10 @@ from compiler.params import BUILD_INPUT
 
 from .base import ActionKind, LowerContext, Params, RunContext
 from .hf_config import CONFIG_JSON, CheckpointConfigError, ConfigPlan, config_plan, require_plan, write_runtime_config
+from .sizing import CPU_THREADS
 from .source import TOKENIZER_FILES, SourceRef, fetch_huggingface, local_source, lower_source, source_needs
 
 EVAL_MAX_TOKENS = 2048  # each eval text is cut to this many tokens (or the model's context, if shorter)
-CPU_THREADS = 2  # fixed, so that CPU float reductions round the same on every builder
 EXPERTS = "*experts*"  # module names of routed experts (compiler/capacity/modules.py naming)
 
 _LOCK = threading.Lock()  # ModelOpt and torch settings are process-global: one quantization at a time

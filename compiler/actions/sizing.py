@@ -30,6 +30,24 @@ weight_bytes, the same count the capacity figures use). The other terms:
   convert_and_load_state_dict_in_model, materialize_device = param_device), and the export writes
   the checkpoint through host memory one shard at a time (ModelOpt 0.47 unified_export_hf.py
   export_hf_checkpoint, max_shard_size "10GB").
+  Where N GPUs of a size cannot hold the weights at that share, they can still calibrate them with
+  the rest offloaded to host memory, as ModelOpt's PTQ example does when the model does not fit
+  (example_utils.py get_model: accelerate's max_memory with a "cpu" entry, the GPUs' cut to
+  gpu_mem_percentage; "Calibration can be slow"): accelerate keeps the weights placed on "cpu" in
+  host memory and moves each to its GPU as the forward pass reaches it. The host then holds the
+  overflow, weights + largest layer - N x share, plus room for one more largest layer (the host is
+  a main device that keeps it free: transformers 5.14 integrations/accelerate.py
+  infer_auto_device_map, main_devices = [gpus[0], "cpu"]), plus the base (torch and one export
+  shard: ModelOpt 0.47 exports an offloaded model through its streaming writer, one layer and one
+  shard at a time, unified_export_hf.py export_hf_checkpoint), all over HOST_SHARE (transformers
+  itself counts only 90 % of the host's free memory as the "cpu" share, get_max_memory, for the
+  loading's spikes). These ways are offered for 8, 4, 2 or 1 GPUs of each catalog memory that cannot
+  hold the model at that count, after every way that holds it on GPUs (offloading is slower: each
+  offloaded layer crosses PCIe for every batch), least host memory first.
+  The CPU way is offered only where the calibration's forward passes take at most CPU_HOURS at
+  CPU_FLOPS (see there): 2 FLOP per active parameter per token (the forward pass of a decoder,
+  Kaplan et al. 2020, "Scaling Laws for Neural Language Models", C_forward ~ 2N), over samples x
+  max_seq_len tokens. Beyond it the basis says why there is no CPU way.
 - Engine builds (engine/<model>). TensorRT-LLM's quantize.py calibrates the source model across
   the build's GPUs and trtllm-build builds one rank per GPU (`--workers tp*pp`): tp x pp GPUs of
   the serving architecture (an engine is built for one). Each holds the larger of its share of
@@ -49,7 +67,7 @@ Every other action is small (compiler/graph/sizes.py SMALL).
 A model the planner cannot size (its architecture unknown) gets the small allowance and says so.
 For scale: ModelOpt's layerwise calibration calibrates DeepSeek-R1 (671B) on one node of
 8 x 80 GB GPUs (Model-Optimizer PR #1251); Kiln's quantize holds the whole model in GPU memory
-(one GPU, or sharded over several, never offloaded to host memory), so its figures are larger.
+(one GPU, or sharded over several) or offloads what its GPUs cannot hold to host memory.
 """
 
 from __future__ import annotations
@@ -57,6 +75,7 @@ from __future__ import annotations
 import math
 
 from compiler.capacity.memory import ACTIVATION_WIDTHS, MiB, reserve_terms, weight_bytes
+from compiler.catalog.models import estimate_params
 from compiler.graph.sizes import GiB, SMALL, Size, Way, gib
 from compiler.ir.passes import sizing as model_sizing
 
@@ -69,6 +88,21 @@ EXPORT_SHARD = 10 * 10**9  # ModelOpt 0.47 export_hf_checkpoint's max_shard_size
 TORCH_HOST = 2 * GiB  # Python, torch, transformers and ModelOpt imported (a CPU calibration's base)
 TRT_BUILDER_HOST = 2 * GiB  # TensorRT builder working memory (Torch-TensorRT docs, Resource Management)
 IMAGE_HOST = 1 * GiB  # docker build client and tar streaming
+# Offloading to host memory (module docstring): the GPU counts offered, those of NVIDIA's HGX boards
+# (8 and 4 GPUs) and smaller servers, and the share of host memory the offloaded weights may take
+# (transformers 5.14 integrations/accelerate.py get_max_memory: "cpu" x 0.90).
+OFFLOAD_GPUS = (8, 4, 2, 1)
+# quantize.py runs torch on this many CPU threads, fixed so that CPU float reductions round the
+# same on every builder
+CPU_THREADS = 2
+HOST_SHARE = 0.9
+# The CPU way's bound. quantize.py runs torch on CPU_THREADS threads; each core at best retires
+# two 512-bit FMAs per cycle, 2 x 16 FP32 lanes x 2 FLOP = 64 FLOP/cycle (Intel 64 and IA-32
+# Architectures Optimization Reference Manual, Intel AVX-512 on Xeon Scalable processors with two
+# FMA units), at 3 GHz: 192 GFLOP/s a thread. A peak: a real calibration is slower, so the
+# estimate is a lower bound on its time. Beyond CPU_HOURS, the CPU way is not offered.
+CPU_FLOPS = CPU_THREADS * 64 * 3.0e9
+CPU_HOURS = 24
 
 
 def source_bytes(rm) -> float | None:
@@ -152,8 +186,11 @@ def quantize_size(rm, cuda_only: bool, cal) -> Size:
     act = calibration_bytes(rm, batch, seq)
     disk = gib(2 * w)
     gpu = Way(gpus=1, gpu_mem_gib=gib(w + act + CUDA_CONTEXT), host_mem_gib=gib(w + TORCH_HOST), disk_gib=disk)
-    sharded = sharded_ways(w, act, largest_layer(rm), disk)
+    layer = largest_layer(rm)
+    sharded = sharded_ways(w, act, layer, disk)
+    offload = offload_ways(w, act, layer, disk)
     cpu = Way(gpus=0, host_mem_gib=gib(w + act + TORCH_HOST), disk_gib=disk)
+    hours = cpu_hours(rm, rm.spec.quantization.calibration)
     basis = (f"source weights {gib(w):g} GiB ({rm.formats.dtype}, from the module inventory)",
              f"calibration batch {batch} x {seq} tokens: {gib(act):g} GiB (hidden {rm.arch.hidden} x "
              f"{ACTIVATION_WIDTHS} x 2 B + vocab {rm.arch.vocab} x 2 B per token; ModelOpt get_max_batch_size)",
@@ -163,8 +200,60 @@ def quantize_size(rm, cuda_only: bool, cal) -> Size:
                   "in weights and the batch and context beside them (ModelOpt examples/llm_ptq get_model, "
                   "gpu_mem_percentage): " + ", ".join(f"{w_.gpus} x {w_.gpu_mem_gib:g} GiB" for w_ in sharded)
                   + "; host memory: torch and one export shard (the weights load straight to the GPUs)",)
-    ways = (gpu, *sharded) if cuda_only else (gpu, *sharded, cpu)
+    if offload:
+        basis += (f"or N GPUs with what their {SHARD_FRACTION:g} shares cannot hold offloaded to host memory "
+                  f"(accelerate's \"cpu\" in max_memory, as get_model does), for N in {OFFLOAD_GPUS}: host memory the "
+                  f"overflow + its largest layer ({gib(layer):g} GiB) + torch and one export shard, over "
+                  f"{HOST_SHARE:g} (transformers get_max_memory); e.g. {offload[0].gpu_text()}",)
+    slow = hours > CPU_HOURS
+    if slow and not cuda_only:
+        basis += (f"no CPU way: its calibration takes at least {hours:.0f} h on the CPU ({cpu_text(rm)}), more "
+                  f"than Kiln's bound of {CPU_HOURS} h",)
+    ways = (gpu, *sharded, *offload) if cuda_only or slow else (gpu, *sharded, *offload, cpu)
     return Size(ways, basis)
+
+
+def offload_ways(w: float, act: float, layer: float, disk: float) -> list[Way]:
+    """N GPUs of each catalog memory (N of OFFLOAD_GPUS) that cannot hold the weights at their share,
+    with the overflow in host memory (module docstring); least host memory first, then fewest GPUs.
+    A GPU whose share cannot hold the largest layer (the one it runs the offloaded layers in) gives
+    none."""
+    out: dict[tuple[int, float], Way] = {}
+    for mem in gpu_memories():
+        share = shard_share(act, mem)
+        need = calibration_gpus(w, act, mem, layer)
+        if need is None or share <= layer:
+            continue
+        for n in OFFLOAD_GPUS:
+            if n >= need:
+                continue
+            spill = w + layer - n * share
+            host = (spill + layer + TORCH_HOST + EXPORT_SHARD) / HOST_SHARE
+            way = Way(gpus=n, gpu_mem_gib=math.floor(mem / GiB * 10) / 10, host_mem_gib=gib(host), disk_gib=disk,
+                      offload_gib=gib(spill))
+            # two catalog memories the same to a tenth of a GiB: the smaller's need (more host memory)
+            out[(n, way.gpu_mem_gib)] = max(way, out.get((n, way.gpu_mem_gib), way), key=lambda x: x.host_mem_gib)
+    return sorted(out.values(), key=lambda x: (x.host_mem_gib, x.gpus, x.gpu_mem_gib))
+
+
+def calibration_flops(rm, cal) -> float:
+    """The forward passes of a calibration: 2 FLOP per active parameter per token (module docstring);
+    0 without calibration data (the weights alone are quantized: no forward pass)."""
+    if cal is None:
+        return 0.0
+    return 2 * estimate_params(rm.arch)[1] * cal.samples * cal.max_seq_len
+
+
+def cpu_hours(rm, cal) -> float:
+    """The least time a CPU calibration takes at CPU_FLOPS (hours)."""
+    return calibration_flops(rm, cal) / CPU_FLOPS / 3600
+
+
+def cpu_text(rm) -> str:
+    cal = rm.spec.quantization.calibration
+    return (f"2 x {estimate_params(rm.arch)[1] / 1e9:.1f}B active parameters x {cal.samples} samples x "
+            f"{cal.max_seq_len} tokens = {calibration_flops(rm, cal):.3g} FLOP at {CPU_FLOPS / 1e9:g} GFLOP/s, the "
+            f"peak of the {CPU_THREADS} threads Kiln's quantize uses")
 
 
 def engine_size(rm, arch: str | None, cal) -> Size:

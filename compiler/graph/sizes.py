@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 GiB = 1 << 30
+SHOWN = 3  # ways over several GPUs (or offloading) a Size's text names of each kind
+# Machine.mig of a probed builder whose GPUs are in MIG mode: nvidia-smi reports the whole GPU's
+# memory, not that of the instance a process sees (compiler/machines.py _gpus)
+MIG_PROBED = "enabled"
 
 
 def gib(n_bytes: float) -> float:
@@ -30,14 +34,20 @@ class Way:
     gpu_mem_gib: float = 0.0  # each GPU
     host_mem_gib: float = 0.5
     disk_gib: float = 0.1
+    # weights the GPUs do not hold, kept in host memory (part of host_mem_gib) and moved to a GPU
+    # layer by layer as the forward pass reaches them: accelerate's CPU offload
+    offload_gib: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {"gpus": self.gpus, "gpu_arch": self.gpu_arch, "gpu_mem_gib": self.gpu_mem_gib,
-                "host_mem_gib": self.host_mem_gib, "disk_gib": self.disk_gib}
+                "host_mem_gib": self.host_mem_gib, "disk_gib": self.disk_gib, "offload_gib": self.offload_gib}
 
     def gpu_text(self) -> str:
         arch = f" {self.gpu_arch}" if self.gpu_arch else ""
-        return f"{self.gpus} x{arch} GPU >= {self.gpu_mem_gib:g} GiB" if self.gpus else "no GPU"
+        if not self.gpus:
+            return "no GPU"
+        spill = f" offloading {self.offload_gib:g} GiB to host memory" if self.offload_gib else ""
+        return f"{self.gpus} x{arch} GPU >= {self.gpu_mem_gib:g} GiB{spill}"
 
     def rest_text(self) -> str:
         return f"host memory {self.host_mem_gib:g} GiB, disk {self.disk_gib:g} GiB"
@@ -58,14 +68,27 @@ class Size:
 
     def text(self) -> str:
         """The ways, those in a row that differ only in their GPUs as one ("2 x GPU >= 93.5 GiB or 3 x
-        GPU >= 79.6 GiB, host memory ...": a calibration sharded over N GPUs of one size or another)."""
-        groups: list[list[Way]] = []
+        GPU >= 79.6 GiB, host memory ...": a calibration sharded over N GPUs of one size or another).
+        Of the ways over several GPUs only the first SHOWN of each kind (all on GPUs, offloading) are
+        named, fewest GPUs and least offload first; the count of the others closes the line (the JSON
+        plan lists every way)."""
+        shown, seen = [], {False: 0, True: 0}
         for w in self.ways:
+            if w.gpus > 1 or w.offload_gib:
+                seen[bool(w.offload_gib)] += 1
+                if seen[bool(w.offload_gib)] > SHOWN:
+                    continue
+            shown.append(w)
+        groups: list[list[Way]] = []
+        for w in shown:
             if groups and groups[-1][-1].gpus and w.gpus and groups[-1][-1].rest_text() == w.rest_text():
                 groups[-1].append(w)
             else:
                 groups.append([w])
-        return " | or ".join(" or ".join(w.gpu_text() for w in g) + f", {g[0].rest_text()}" for g in groups)
+        text = " | or ".join(" or ".join(w.gpu_text() for w in g) + f", {g[0].rest_text()}" for g in groups)
+        more = len(self.ways) - len(shown)
+        return text + (f" (and {more} more way{'s' * (more != 1)} over other GPU counts: the JSON plan lists them)"
+                       if more else "")
 
 
 SMALL = Size((Way(),), ("a small action: it reads and writes a few files (Kiln's allowance: 0.5 GiB host "
@@ -101,7 +124,11 @@ def shortfalls(way: Way, machine: Machine) -> list[str]:
     """What `machine` lacks to run `way` (empty: it holds it)."""
     out = []
     if way.gpus:
-        if machine.gpus < way.gpus:
+        if machine.mig == MIG_PROBED:
+            out.append("whole GPUs, its GPUs are in MIG mode (a process sees one MIG instance, whose memory nvidia-smi "
+                       "--query-gpu does not report: memory.total is the whole GPU's); calibrate on GPUs with MIG "
+                       "disabled or declare the slices in a builders file")
+        elif machine.gpus < way.gpus:
             out.append(f"{way.gpus} GPU(s), it has {machine.gpus}")
         elif way.gpus > 1 and machine.mig:
             # "With CUDA 11/12, only enumeration of a single MIG instance is supported" (NVIDIA MIG
@@ -127,12 +154,18 @@ def holds(size: Size | None, machine: Machine) -> Way | None:
 
 
 def lacking(size: Size | None, machine: Machine) -> str:
-    """Why `machine` holds no way of `size`: the preferred way's shortfalls, and those of the first
-    way over several GPUs of the machine's own kind (a calibration sharded over more of them)."""
+    """Why `machine` holds no way of `size`: the preferred way's shortfalls, those of the first way
+    over several GPUs of the machine's own kind (a calibration sharded over more of them), and those
+    of the first way its GPUs run by offloading weights to host memory (what host memory it needs)."""
     ways = (size or SMALL).ways
     out = "; ".join(shortfalls(ways[0], machine)) or "nothing"
-    kin = next((w for w in ways[1:] if w.gpus > 1 and machine.gpu_mem_gib >= w.gpu_mem_gib
+    kin = next((w for w in ways[1:] if w.gpus > 1 and not w.offload_gib and machine.gpu_mem_gib >= w.gpu_mem_gib
                 and (not w.gpu_arch or (machine.gpu_arch or "").lower() == w.gpu_arch.lower())), None)
     if kin is not None:
         out += f" (or over {kin.gpus} GPUs: {'; '.join(shortfalls(kin, machine))})"
+    spill = next((w for w in ways[1:] if w.offload_gib and machine.gpus >= w.gpus and machine.gpu_mem_gib >= w.gpu_mem_gib
+                  and (not w.gpu_arch or (machine.gpu_arch or "").lower() == w.gpu_arch.lower())), None)
+    if spill is not None and shortfalls(spill, machine):
+        out += (f" (or over {spill.gpus} GPU(s) offloading {spill.offload_gib:g} GiB of weights to host memory: "
+                f"{'; '.join(shortfalls(spill, machine))})")
     return out
