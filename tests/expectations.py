@@ -12,11 +12,13 @@ A header line `# kiln-options: --gpu-profiles FILE` passes options (paths relati
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from compiler.diagnostics import Diagnostic, Severity
+from compiler.pipeline import Options
 
 _INLINE = re.compile(r"\s*#\s*expect:\s*(?P<items>[^#]*?)\s*$")
 _EXPLICIT = re.compile(r"^#\s*expect\[(?P<line>\d+)\]:\s*(?P<items>.*?)\s*$")
@@ -54,6 +56,20 @@ def parse_options(text: str) -> list[str]:
         if m:
             return m.group("opts").split()
     return []
+
+
+def case_options(case: Path, text: str) -> Options:
+    """The options a case's `# kiln-options:` header names; capture paths are relative to the case's
+    directory (normalised, as a user would type them from where they run `kiln`)."""
+    captures: list[tuple[Path, ...]] = []
+    for arg in parse_options(text):
+        if arg == "--gpu-profiles":
+            captures.append(())
+        elif captures and not arg.startswith("--"):
+            captures[-1] += (Path(os.path.normpath(case.parent / arg)),)
+        else:
+            raise ValueError(f"{case}: unknown kiln-options argument {arg!r}")
+    return Options(gpu_profiles=tuple(captures))
 
 
 def _items(items: str, line: int) -> set[Expected]:

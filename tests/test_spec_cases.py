@@ -9,29 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from compiler.pipeline import Options, validate_path
+from compiler.pipeline import validate_path
 
-from .expectations import actual, case_files, parse_expectations, parse_options, rewrite
+from .expectations import actual, case_files, case_options, parse_expectations, rewrite
 
 CASES = Path(__file__).parent / "cases"
-
-
-def _options(case: Path, text: str) -> Options:
-    captures: list[tuple[Path, ...]] = []
-    for arg in parse_options(text):
-        if arg == "--gpu-profiles":
-            captures.append(())
-        elif captures and not arg.startswith("--"):
-            captures[-1] += (case.parent / arg,)
-        else:
-            raise ValueError(f"{case}: unknown kiln-options argument {arg!r}")
-    return Options(gpu_profiles=tuple(captures))
 
 
 @pytest.mark.parametrize("case", case_files(CASES), ids=lambda p: str(p.relative_to(CASES)))
 def test_case(case: Path, update_expectations: bool) -> None:
     text = case.read_text(encoding="utf-8")
-    result = validate_path(case, _options(case, text), display=case.name)
+    result = validate_path(case, case_options(case, text), display=case.name)
     found = actual(result.diagnostics)
     if update_expectations:
         case.write_text(rewrite(text, found), encoding="utf-8")
