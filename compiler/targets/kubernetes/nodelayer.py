@@ -28,16 +28,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compiler import resources
+from compiler.actions.shell import Shell, shell_word
 from compiler.ir.k8s_names import mig_configmap_name
 # mig-parted's parsing rules live below the emitters (the checks read them too); re-exported here
 from compiler.ir.migparted import (ATTRIBUTES, ENTRY_KEYS, SLICE_COUNTS, mig_parted_problems,  # noqa: F401
                                    mig_profile_problem)
 from compiler.ir.pools import ALL_DISABLED
+from compiler.templating import only_quoted, strict_environment
 
 from . import meta, tree
 from .runtime import PROGRESS_DEADLINE_S
@@ -262,31 +263,13 @@ def cluster_policy_patch(spec_name: str, strategy: str) -> dict:
 
 
 # --- shell files ------------------------------------------------------------------------------------
-class Shell(str):
-    """A string already quoted for the shell."""
-
-
-def shell_quote(value: object) -> Shell:
-    return Shell(shlex.quote(str(value)))
-
-
 @functools.lru_cache(maxsize=16)  # compiled templates are kept: an action per host or model
 def _environment(template_dir: Path = TEMPLATE_DIR) -> Environment:
-    def finalize(value: object) -> object:  # every value passes |q: a name never becomes shell syntax
-        if isinstance(value, Shell):
-            return value
-        from jinja2 import TemplateError
-
-        raise TemplateError(f"unquoted value {value!r} in a k8s template: pipe it through |q")
-
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined
-
-
-    env = Environment(loader=FileSystemLoader(str(template_dir)), undefined=StrictUndefined,
-                      keep_trailing_newline=True, autoescape=False, finalize=finalize,
-                      trim_blocks=True, lstrip_blocks=True, comment_start_string="{##", comment_end_string="##}")
-    env.filters["q"] = shell_quote
-    return env
+    # every value passes |q: a name never becomes shell syntax. shell_word, not the host scripts'
+    # shell_quote: these scripts have no bash arrays, and their bytes name what they run in.
+    return strict_environment(template_dir, only_quoted((Shell,), "a k8s template", "|q"), {"q": shell_word},
+                              trim_blocks=True, lstrip_blocks=True, comment_start_string="{##",
+                              comment_end_string="##}")
 
 
 def label_script(spec_name: str, operator_namespace: str, pools: list[dict], namespace: str = "",
