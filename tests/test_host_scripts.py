@@ -588,11 +588,11 @@ def test_changing_one_gpus_layout_touches_only_that_gpu(tmp_path: Path) -> None:
 def test_mig_mode_change_is_refused_while_processes_run_and_forced_with_force(tmp_path: Path) -> None:
     plan, files = b200()
     script = write_script(files, tmp_path / "script")
-    h = Host(tmp_path, plan, processes={0: [{"pid": 4242, "name": "python3"}]})
+    h = Host(tmp_path, plan, processes={0: [{"pid": 4242, "name": "python3"}, {"pid": 4343, "name": "tritonserver"}]})
 
     refused = h.run(script)
     assert refused.returncode == 1
-    assert "GPU 0: refusing to change MIG mode to Enabled while compute processes run (4242 python3)" in refused.stderr
+    assert "GPU 0: refusing to change MIG mode to Enabled while compute processes run (4242 python3, 4343 tritonserver)" in refused.stderr
     assert "--force" in refused.stderr
     assert not any(gpu_of(c) == 0 and "-mig" in c["argv"] for c in h.mutations())
     assert not any(gpu_of(c) == 0 and "-cgi" in c["argv"] for c in h.mutations())  # GPU 0 is left alone

@@ -256,11 +256,6 @@ gpu_field() { # FIELD GPU -> its value in the last snapshot
   printf '%s' "${LIVE["$2:$1"]:-}"
 }
 
-compute_apps() { # GPU -> "pid name" per compute process, nothing when idle
-  "$SMI" --query-compute-apps=pid,process_name --format=csv,noheader -i "$1" |
-    awk -F', ' 'NF >= 2 { print $1 " " $2 }'
-}
-
 # mig_list -lgi|-lci GPU: nvidia-smi's listing, also when it fails (no instances is an error to it)
 mig_list() { local out; out=$("$SMI" mig "$1" -i "$2" 2>&1) || true; printf '%s\n' "$out"; }
 
@@ -401,12 +396,12 @@ drain() {
   done < <(kiln_containers)
 }
 
-busy() { # GPU -> 0 (and the process list on stdout) when compute processes run on it
+busy() { # GPU -> 0, and "pid name, pid name" on stdout, when compute processes run on it
   local procs
-  procs=$(compute_apps "$1")
+  procs=$("$SMI" --query-compute-apps=pid,process_name --format=csv,noheader -i "$1" |
+    awk -F', ' 'NF >= 2 { printf "%s%s %s", sep, $1, $2; sep = ", " }')
   [ -n "$procs" ] || return 1
-  printf '%s' "$procs" | tr '\n' ';' | sed 's/;$//; s/;/, /g'
-  return 0
+  printf '%s' "$procs"
 }
 
 # A GPU reset (also the one the driver may do when the MIG mode changes) releases clock locks:
