@@ -1,11 +1,12 @@
-"""A calibration sharded over the GPUs of one builder (compiler/actions/quantize.py gpu_shares, load).
+"""A calibration sharded over the GPUs of one builder, or offloading what they cannot hold to host
+memory (compiler/actions/quantize.py gpu_shares, load).
 
-The load's arguments and the decision between the one-device load and a sharded one are checked
-here on any machine: the decision is the plan's formula (compiler/actions/sizing.py
-calibration_gpus) applied to the model's own weights and the GPUs a builder reports. The sharded
-path itself (transformers device_map over the visible GPUs, ModelOpt's calibration and export) runs
-for real where two CUDA GPUs or more are visible, and its checkpoint is compared with the
-one-device load's.
+The load's arguments and the decision between the one-device load, a sharded one and an offloading
+one are checked here on any machine: the decision is the plan's formula (compiler/actions/sizing.py
+calibration_gpus, offload_need) applied to the model's own weights, the GPUs a builder reports and
+its free host memory. The sharded path itself (transformers device_map over the visible GPUs,
+ModelOpt's calibration and export) runs for real where two CUDA GPUs or more are visible, the
+offloading one where one is, and each checkpoint is compared with the one-device load's.
 """
 
 from __future__ import annotations
@@ -161,3 +162,139 @@ def test_a_sharded_calibration_exports_what_the_one_device_one_does(params, tmp_
                     assert torch.equal(fa.get_tensor(k), fb.get_tensor(k)), k
         elif name.endswith(".json"):
             assert json.loads(a.read_text(encoding="utf-8")) == json.loads(b.read_text(encoding="utf-8")), name
+
+
+# --- offloading to host memory ---------------------------------------------------------------------
+FLEET = ROOT / "examples" / "k8s-two-pools"  # its `big`: Llama 3.1 405B, calibrated to FP8
+
+
+@pytest.fixture(scope="module")
+def llama405b(tmp_path_factory):
+    """quantize/big's parameters, its plan's size, and a directory holding the 405B's config.json
+    (from the catalog's architecture: the worker counts the weights on the meta device from it)."""
+    from transformers import LlamaConfig
+
+    from compiler.build import open_store, plan_spec
+    from compiler.graph.builder import Builder
+
+    store = open_store(tmp_path_factory.mktemp("plan405") / "store", create=False, missing_ok=True)
+    out = plan_spec(FLEET / "kiln.yaml", store, builder=Builder(fixed=frozenset()))
+    action = out.graph.actions["quantize/big"]
+    a = out.validation.resolved.models["big"].arch
+    model_dir = tmp_path_factory.mktemp("llama405b")
+    LlamaConfig(hidden_size=a.hidden, intermediate_size=a.intermediate, num_hidden_layers=a.layers,
+                num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, vocab_size=a.vocab,
+                tie_word_embeddings=a.tied_embeddings, architectures=["LlamaForCausalLM"]).save_pretrained(model_dir)
+    return action.params, action.size, model_dir
+
+
+def test_on_8_h100s_the_worker_offloads_the_405b_as_the_plans_way_says(llama405b) -> None:
+    """The issue's own example: the worker's decision and its load arguments for 8 x H100-SXM5-80GB
+    are the plan's offload way for them (the same formula on the weights it counts itself)."""
+    import torch
+
+    from compiler.actions import quantize
+    from compiler.actions.sizing import host_share
+    from compiler.catalog import load_gpu_catalog
+    from compiler.graph.sizes import GiB
+
+    params, size, model_dir = llama405b
+    h100 = load_gpu_catalog().get("H100-SXM5-80GB").memory_mib << 20
+    way = next(w for w in size.ways if w.gpus == 8 and w.gpu_mem_gib == round(h100 / GiB, 1))
+    assert way.offload_gib > 0
+    two_tb = 2048 * GiB
+    shares = quantize.gpu_shares(model_dir, params, [h100] * 8, two_tb)
+    assert set(shares) == {*range(8), "cpu"} and shares["cpu"] == host_share(two_tb)
+    weights, layer = quantize.weight_bytes_of(model_dir, params.dtype)
+    # the weights it counts are the plan's (the module inventory), to 0.5 %; so is what it offloads
+    assert abs(weights / GiB - 756) < 0.005 * 756
+    spill = weights + layer - sum(v for k, v in shares.items() if k != "cpu")
+    assert abs(spill / GiB - way.offload_gib) < 0.01 * way.offload_gib
+    assert quantize.load_kwargs(params.dtype, shares) == {"dtype": torch.bfloat16, "device_map": "auto",
+                                                          "max_memory": shares}
+    # with less free host memory than the way needs, the worker says what it needs and has
+    with pytest.raises(quantize.QuantizeError) as e:
+        quantize.gpu_shares(model_dir, params, [h100] * 8, 256 * GiB)
+    text = str(e.value)
+    assert "needs 12 GPUs of 79.6 GiB, this builder has 8" in text and "it has 256.0 GiB free" in text
+    need = float(text.split("needs ")[2].split(" GiB of free host memory")[0])
+    assert abs(need - way.host_mem_gib) < 0.01 * way.host_mem_gib
+    # twelve of them hold it on their GPUs alone: no offload
+    assert "cpu" not in quantize.gpu_shares(model_dir, params, [h100] * 12, two_tb)
+
+
+def test_the_worker_offloads_exactly_where_the_plans_formula_does(params) -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.integrations.accelerate import _get_device_map
+    import torch
+
+    from compiler.actions import quantize
+    from compiler.actions.sizing import CUDA_CONTEXT, activation_bytes, host_share, offload_need
+
+    cfg = AutoConfig.from_pretrained(str(MODEL))
+    c = params.calibration
+    act = activation_bytes(cfg.hidden_size, cfg.vocab_size, c.batch_size, c.max_seq_len)
+    w, layer = quantize.weight_bytes_of(MODEL, params.dtype)
+    three = int(CUDA_CONTEXT + act + 0.45 * w)  # three such GPUs hold it, two do not
+    for count in (1, 2):
+        spill, need = offload_need(w, act, three, layer, count)
+        enough = int(need) + 1
+        shares = quantize.gpu_shares(MODEL, params, [three] * count, enough)
+        assert shares["cpu"] == host_share(enough) >= spill + layer
+        with pytest.raises(quantize.QuantizeError, match=r"of free host memory, it has .* GiB free"):
+            quantize.gpu_shares(MODEL, params, [three] * count, int(need) - 1)
+        # transformers' own placement of those shares: some of the model on "cpu", none on "disk"
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg, dtype=quantize.torch_dtype(params.dtype))
+        placed = {str(d) for d in _get_device_map(model, "auto", dict(shares), None).values()}
+        assert "cpu" in placed and "disk" not in placed and placed - {"cpu"}, placed
+    assert "cpu" not in quantize.gpu_shares(MODEL, params, [three] * 3, 1 << 40)  # all on GPUs
+
+
+def test_a_load_that_spills_to_disk_is_a_kiln_error_not_a_traceback(tmp_path: Path) -> None:
+    """Where the devices hold less than the plan gave them (other processes on the GPUs),
+    transformers puts the rest on "disk": silently for safetensors it can read in place, with an
+    `offload_folder` ValueError for weights it must re-save (MoE experts). Both are refused."""
+    import torch
+    from transformers import AutoModelForCausalLM, MixtralConfig
+
+    from compiler.actions import quantize
+
+    with pytest.raises(quantize.QuantizeError) as e:
+        quantize.load(MODEL, "bf16", "cpu", {"cpu": 1000})
+    text = str(e.value)
+    assert "does not fit the memory Kiln planned: it needs host 0.0 GiB" in text and " on disk" in text
+    assert ("no CUDA device" in text) is (not torch.cuda.is_available())
+    moe = tmp_path / "moe"
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(MixtralConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2), dtype=torch.bfloat16).save_pretrained(moe)
+    with pytest.raises(ValueError, match="offload_folder"):  # what transformers itself says
+        AutoModelForCausalLM.from_pretrained(str(moe), device_map="auto", max_memory={"cpu": 1000})
+    with pytest.raises(quantize.QuantizeError, match="does not fit the memory Kiln planned"):
+        quantize.load(moe, "bf16", "cpu", {"cpu": 1000})
+
+
+def test_an_offloaded_calibration_exports_what_the_one_device_one_does(params, tmp_path: Path) -> None:
+    gpus = _cuda_gpus()
+    if gpus < 1:
+        pytest.skip(f"an offloaded calibration needs a CUDA GPU (accelerate moves the offloaded layers to it); "
+                    f"{gpus} visible here")
+    import torch
+    from safetensors import safe_open
+
+    from compiler.actions import quantize
+
+    w, _ = quantize.weight_bytes_of(MODEL, params.dtype)
+    shares = {0: int(w / 2), "cpu": 4 * int(w)}  # half the model on GPU 0, the rest in host memory
+    offloaded = _calibrate_and_export(params, shares, tmp_path / "offloaded")
+    assert {"cpu"} < {str(d) for d in offloaded.values()}, offloaded
+    _calibrate_and_export(params, None, tmp_path / "whole")
+    for name in sorted(p.name for p in (tmp_path / "whole").iterdir()):
+        a, b = tmp_path / "whole" / name, tmp_path / "offloaded" / name
+        if name.endswith(".safetensors"):
+            with safe_open(str(a), "pt") as fa, safe_open(str(b), "pt") as fb:
+                assert sorted(fa.keys()) == sorted(fb.keys())
+                for k in fa.keys():
+                    assert torch.equal(fa.get_tensor(k), fb.get_tensor(k)), k

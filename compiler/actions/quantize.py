@@ -352,7 +352,7 @@ def evaluate(model, tokenizer, items: list, metric: str, max_tokens: int) -> flo
     answer after stripping whitespace)."""
     import torch
 
-    device = next(model.parameters()).device
+    device = input_device(model)
     with torch.inference_mode():
         if metric == "perplexity":
             nll, count = 0.0, 0
@@ -403,25 +403,78 @@ def torch_dtype(dtype: str):
     return {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
 
 
-def load_kwargs(dtype: str, shares: dict[int, int] | None = None) -> dict[str, Any]:
+def load_kwargs(dtype: str, shares: dict[int | str, int] | None = None) -> dict[str, Any]:
     """from_pretrained's arguments: the dtype (the one-device load, then moved to its device); for a
-    calibration sharded over GPUs, also device_map "auto" with each GPU's share as its max_memory
-    (ModelOpt's PTQ example, examples/llm_ptq/example_utils.py get_model; compiler/actions/sizing.py)."""
+    calibration sharded over GPUs, also device_map "auto" with each GPU's share as its max_memory,
+    and "cpu"'s where the rest is offloaded (ModelOpt's PTQ example, examples/llm_ptq/example_utils.py
+    get_model; compiler/actions/sizing.py)."""
     kwargs: dict[str, Any] = {"dtype": torch_dtype(dtype)}
     if shares is not None:
         kwargs.update(device_map="auto", max_memory=dict(shares))
     return kwargs
 
 
-def load(model_dir: Path, dtype: str, device: str, shares: dict[int, int] | None = None):
-    """The model and its tokenizer: on `device` whole, or over the GPUs of `shares` (gpu_shares)."""
+def load(model_dir: Path, dtype: str, device: str, shares: dict[int | str, int] | None = None):
+    """The model and its tokenizer: on `device` whole, or over the devices of `shares` (gpu_shares).
+    A load that places weights where the plan has none (on "disk": the GPUs had less free memory
+    than their shares, other processes hold the rest) is refused with what it needed and found."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), **load_kwargs(dtype, shares))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), **load_kwargs(dtype, shares))
+    except ValueError as e:
+        # transformers 5.14 integrations/accelerate.py offload_weight: weights mapped to "disk" that
+        # must be re-saved (MoE experts, non-safetensors) want an offload_folder
+        if shares is None or "offload_folder" not in str(e):
+            raise
+        raise QuantizeError(spilled(shares, None)) from None
     if shares is None:
         model = model.to(device)
+    else:
+        placed = {str(d) for d in model.hf_device_map.values()}
+        if "disk" in placed or ("cpu" in placed and "cpu" not in shares):
+            raise QuantizeError(spilled(shares, model.hf_device_map))
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     return model.eval(), tokenizer
+
+
+def spilled(shares: dict[int | str, int], device_map: dict | None) -> str:
+    """Why a sharded or offloading load failed: the memory each device was to hold, what the GPUs
+    had free, and where the weights went."""
+    import torch
+
+    gib = 1 << 30
+    need = ", ".join(f"{'GPU ' + str(k) if k != 'cpu' else 'host'} {v / gib:.1f} GiB" for k, v in shares.items())
+    if torch.cuda.is_available():
+        free = ", ".join(f"GPU {i} {torch.cuda.mem_get_info(i)[0] / gib:.1f} GiB"
+                         for i in range(torch.cuda.device_count()))
+    else:
+        free = "no CUDA device"
+    went = ""
+    if device_map is not None:
+        counts: dict[str, int] = {}
+        for d in device_map.values():
+            counts[str(d)] = counts.get(str(d), 0) + 1
+        went = " (modules placed: " + ", ".join(f"{n} on {d}" for d, n in sorted(counts.items())) + ")"
+    return (f"the calibration's load does not fit the memory Kiln planned: it needs {need} for the weights and found "
+            f"{free} free; transformers would put the rest on disk{went}. Other processes hold GPU memory "
+            "(nvidia-smi --query-compute-apps=pid,used_memory lists them): free it, or build on another builder")
+
+
+def input_device(model):
+    """Where the batches go: the device of the model's first parameter, or the CPU where it is an
+    offloaded one (on the meta device until accelerate's hook moves it to its GPU, inputs too)."""
+    import torch
+
+    d = next(model.parameters()).device
+    return torch.device("cpu") if d.type == "meta" else d
+
+
+def free_host_memory() -> int:
+    """The host memory a load can take now: what accelerate counts for "cpu" (psutil's available)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
 
 
 def weight_bytes_of(model_dir: Path, dtype: str) -> tuple[int, int]:
@@ -442,35 +495,50 @@ def weight_bytes_of(model_dir: Path, dtype: str) -> tuple[int, int]:
     return size(model), max((size(m) for m in blocks), default=0)
 
 
-def gpu_shares(model_dir: Path, params: QuantizeParams, memories: list[int], log=None) -> dict[int, int] | None:
-    """How the calibration uses the visible GPUs (`memories`: each one's bytes): None for the
-    one-device load (one GPU holds the model, its batch and the context, or only one is visible),
-    else each GPU's share of the weights for a sharded load. The same formula as the plan's
-    (compiler/actions/sizing.py calibration_gpus), on the weights counted from the model itself."""
+def gpu_shares(model_dir: Path, params: QuantizeParams, memories: list[int], host: int | None = None,
+               log=None) -> dict[int | str, int] | None:
+    """How the calibration uses the visible GPUs (`memories`: each one's bytes) and `host` bytes of
+    free host memory: None for the one-device load (one GPU holds the model, its batch and the
+    context, or no GPU is visible), else each GPU's share of the weights for a sharded load, and
+    "cpu" with the host's share where the GPUs cannot hold them all (accelerate's offload). The same
+    formulas as the plan's (compiler/actions/sizing.py calibration_gpus, offload_need), on the
+    weights counted from the model itself."""
     from transformers import AutoConfig
 
-    from .sizing import activation_bytes, calibration_gpus, shard_share
+    from .sizing import activation_bytes, calibration_gpus, host_share, offload_need, shard_share
 
-    if len(memories) < 2:
+    if not memories:
         return None
     cfg = AutoConfig.from_pretrained(str(model_dir))
     c = params.calibration
     batch, seq = (c.batch_size, c.max_seq_len) if c is not None else (1, 512)
     act = activation_bytes(cfg.hidden_size, cfg.vocab_size, batch, seq)
     weights, layer = weight_bytes_of(model_dir, params.dtype)
-    need = calibration_gpus(weights, act, min(memories), layer)
+    smallest = min(memories)
+    need = calibration_gpus(weights, act, smallest, layer)
     if need == 1:
         return None
     gib = 1 << 30
-    if need is None or need > len(memories):
-        lacks = (f"{need} GPUs of {min(memories) / gib:.1f} GiB, this builder has {len(memories)}" if need else
-                 f"larger GPUs than {min(memories) / gib:.1f} GiB (one holds no weights beside the batch)")
-        raise QuantizeError(f"calibrating {params.model} ({weights / gib:.1f} GiB at {params.dtype}) needs {lacks}; "
-                            "`kiln plan` shows what it needs")
-    shares = {i: int(shard_share(act, m)) for i, m in enumerate(memories)}
+    shares: dict[int | str, int] = {i: int(shard_share(act, m)) for i, m in enumerate(memories)}
+    offload = offload_need(weights, act, smallest, layer, len(memories)) if need is None or need > len(memories) \
+        else None
+    what = f"calibrating {params.model} ({weights / gib:.1f} GiB at {params.dtype})"
+    if need is None or offload is None and need > len(memories):
+        raise QuantizeError(f"{what} needs larger GPUs than {smallest / gib:.1f} GiB (one holds no weights beside the "
+                            "batch and its largest layer); `kiln plan` shows what it needs")
+    if offload is not None:
+        spill, host_need = offload
+        if host is None or host < host_need:
+            found = f"{host / gib:.1f} GiB free" if host is not None else "none counted"
+            raise QuantizeError(f"{what} needs {need} GPUs of {smallest / gib:.1f} GiB, this builder has "
+                                f"{len(memories)}; offloading the {spill / gib:.1f} GiB they cannot hold needs "
+                                f"{host_need / gib:.1f} GiB of free host memory, it has {found}; `kiln plan` shows "
+                                "what it needs")
+        shares["cpu"] = host_share(host)
     if log:
-        log.info("sharding %.1f GiB of weights over %d GPUs (it needs %d; at most %s GiB each)", weights / gib,
-                 len(memories), need, ", ".join(f"{v / gib:.1f}" for v in shares.values()))
+        log.info("sharding %.1f GiB of weights over %d GPUs (%s GiB each at most)%s", weights / gib, len(memories),
+                 ", ".join(f"{v / gib:.1f}" for k, v in shares.items() if k != "cpu"),
+                 f", offloading {offload[0] / gib:.1f} GiB to host memory" if offload else "")
     return shares
 
 
@@ -506,7 +574,7 @@ def quantize_in_memory(model, tokenizer, params: QuantizeParams, calibration_tex
     if calibration_texts:
         c = params.calibration
         batches = calibration_batches(tokenizer, calibration_texts, c.max_seq_len, c.batch_size)
-        device = next(model.parameters()).device
+        device = input_device(model)
 
         def forward_loop(m) -> None:
             with torch.no_grad():
@@ -644,7 +712,8 @@ def _run(params: QuantizeParams, ctx: RunContext, scratch: Path, device: str) ->
         model_dir = fetch_huggingface(params.source, ctx.log)
     memories = ([torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())]
                 if device == "cuda" else [])
-    model, tokenizer = load(model_dir, params.dtype, device, gpu_shares(model_dir, params, memories, ctx.log))
+    shares = gpu_shares(model_dir, params, memories, free_host_memory() if memories else None, ctx.log)
+    model, tokenizer = load(model_dir, params.dtype, device, shares)
 
     texts = None
     if params.calibration is not None:

@@ -220,20 +220,36 @@ def offload_ways(w: float, act: float, layer: float, disk: float) -> list[Way]:
     none."""
     out: dict[tuple[int, float], Way] = {}
     for mem in gpu_memories():
-        share = shard_share(act, mem)
         need = calibration_gpus(w, act, mem, layer)
-        if need is None or share <= layer:
+        if need is None or offload_need(w, act, mem, layer, 1) is None:
             continue
         for n in OFFLOAD_GPUS:
             if n >= need:
                 continue
-            spill = w + layer - n * share
-            host = (spill + layer + TORCH_HOST + EXPORT_SHARD) / HOST_SHARE
+            spill, host = offload_need(w, act, mem, layer, n)
             way = Way(gpus=n, gpu_mem_gib=math.floor(mem / GiB * 10) / 10, host_mem_gib=gib(host), disk_gib=disk,
                       offload_gib=gib(spill))
             # two catalog memories the same to a tenth of a GiB: the smaller's need (more host memory)
             out[(n, way.gpu_mem_gib)] = max(way, out.get((n, way.gpu_mem_gib), way), key=lambda x: x.host_mem_gib)
     return sorted(out.values(), key=lambda x: (x.host_mem_gib, x.gpus, x.gpu_mem_gib))
+
+
+def offload_need(w: float, act: float, gpu_bytes: float, layer: float, n: int) -> tuple[float, float] | None:
+    """(weights offloaded, host memory) of calibrating `w` on `n` GPUs of `gpu_bytes` with what their
+    shares cannot hold in host memory (module docstring); None where a GPU's share cannot hold the
+    largest layer, which the first GPU runs each offloaded layer in. quantize.py decides its load
+    with the same function, on the GPUs and the free host memory it is given."""
+    share = shard_share(act, gpu_bytes)
+    if share <= layer:
+        return None
+    spill = max(0.0, w + layer - n * share)
+    return spill, (spill + layer + TORCH_HOST + EXPORT_SHARD) / HOST_SHARE
+
+
+def host_share(host_bytes: float) -> int:
+    """What an offloading load gives "cpu" in max_memory of `host_bytes` of free host memory: its
+    HOST_SHARE, less the base the process itself takes (torch, one export shard)."""
+    return int(HOST_SHARE * host_bytes - TORCH_HOST - EXPORT_SHARD)
 
 
 def calibration_flops(rm, cal) -> float:
