@@ -149,3 +149,19 @@ def test_a_missing_file_with_a_near_name_beside_it_gets_a_did_you_mean(tmp_path:
     (tmp_path / "data" / "calib-prose.jsonl").rename(tmp_path / "data" / "calib_prose.jsonl")
     code, out, err = _run(capsys, "validate", str(tmp_path / "kiln.yaml"))
     assert code == 1 and "[K905]" in out and "help: did you mean 'data/calib_prose.jsonl'?" in out, out
+
+
+def test_a_spec_written_after_gpu_profiles_gets_a_usage_error_that_says_why(tmp_path: Path, capsys) -> None:
+    """argparse's `nargs="+"` takes the spec as a second capture file; the error says so and the
+    two forms that work do work."""
+    capture = tmp_path / "h100.lgip.txt"
+    capture.write_text((Path(__file__).parent / "data" / "lgip" / "h100-sxm5-80gb.lgip.txt").read_text())
+    code, _, err = _run(capsys, "validate", "--gpu-profiles", str(capture), str(QUICKSTART))
+    assert code == 2
+    assert "required: SPEC" in err and "give SPEC before it" in err and "end its files with --" in err
+    for argv in (["validate", str(QUICKSTART), "--gpu-profiles", str(capture)],
+                 ["validate", "--gpu-profiles", str(capture), "--", str(QUICKSTART)]):
+        code, _, err = _run(capsys, *argv)
+        assert code != 2, err
+    code, _, err = _run(capsys, "validate")  # no --gpu-profiles: argparse's own words only
+    assert code == 2 and "give SPEC before it" not in err

@@ -26,10 +26,24 @@ __all__ = ["ExitCode", "UsageError", "build_parser", "main"]
 COMMAND_MODULES = (validate, catalog, plan, render, build, artifacts, lock, tune, release, store)
 
 
+class KilnParser(argparse.ArgumentParser):
+    """argparse, with the one usage trap of Kiln's options explained where argparse's words mislead."""
+
+    argv: tuple[str, ...] = ()  # what main() parses (the subcommands' parsers share it)
+
+    def error(self, message: str):  # type: ignore[override]
+        # `--gpu-profiles` takes one or two files, so argparse's greedy `nargs="+"` also takes a spec
+        # written after it and then says the spec is missing
+        if "required: SPEC" in message and "--gpu-profiles" in KilnParser.argv:
+            message += ("; --gpu-profiles takes the files that follow it, so give SPEC before it "
+                        "(kiln validate SPEC --gpu-profiles LGIP [LGIPP]) or end its files with --")
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kiln", description="Declarative compiler for LLM inference deployments.")
+    p = KilnParser(prog="kiln", description="Declarative compiler for LLM inference deployments.")
     p.add_argument("--version", action="version", version=f"kiln {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=KilnParser)
     for module in COMMAND_MODULES:
         module.register(sub)
     return p
@@ -40,6 +54,7 @@ _parser = build_parser  # the name tests/test_gitops_ci.py imports
 
 def main(argv: Sequence[str] | None = None) -> ExitCode:
     parser = build_parser()
+    KilnParser.argv = tuple(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse exits 2 on usage errors, 0 on --help and --version
