@@ -35,7 +35,7 @@ from typing import Any, Iterable
 
 from compiler.checks.builders import BuildersFileInvalid, NoBuilderHolds
 from compiler.diagnostics import Diagnostic, Severity, Span
-from compiler.graph.sizes import SMALL, GiB, Machine, holds, lacking, shortfalls
+from compiler.graph.sizes import MIG_PROBED, SMALL, GiB, Machine, holds, lacking, shortfalls
 
 
 # tensorrt_llm: importable with CUDA, so an engine build runs without the release container (docker)
@@ -139,24 +139,34 @@ def _machine(name: str, d: Any, where: tuple, bad) -> Machine | None:
 
 
 # --- this machine, probed -------------------------------------------------------------------------
-def _gpus() -> tuple[int, str | None, str | None, float]:
-    """(count, name, architecture, memory each in GiB) from nvidia-smi, or no GPU."""
+def _gpus() -> tuple[int, str | None, str | None, float, bool]:
+    """(count, name, architecture, memory each in GiB, whether they are MIG slices) from nvidia-smi,
+    or no GPU. memory.total is the whole GPU's even in MIG mode, where a process sees one MIG
+    instance ("Total installed GPU memory", nvidia-smi --help-query-gpu; a MIG-enabled H100 80GB
+    HBM3 reports 81559 MiB beside its 3g.40gb and smaller instances in a real capture:
+    utkuozdemir/nvidia_gpu_exporter internal/captures/linux-x86_64__nvidia-h100-mig__590.48.01.txt),
+    so GPUs with mig.mode.current Enabled count only where no whole GPU is left, as MIG slices of
+    unknown memory (Kiln calibrates and builds on none of them: compiler/graph/sizes.py MIG_PROBED)."""
+    none = 0, None, None, 0.0, False
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return 0, None, None, 0.0
+        return none
     try:
-        out = subprocess.run([smi, "--query-gpu=name,memory.total,compute_cap", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run([smi, "--query-gpu=name,memory.total,compute_cap,mig.mode.current",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
-        return 0, None, None, 0.0
-    rows = [[c.strip() for c in line.split(",")] for line in out.stdout.splitlines() if line.count(",") == 2]
+        return none
+    rows = [[c.strip() for c in line.split(",")] for line in out.stdout.splitlines() if line.count(",") == 3]
     if out.returncode != 0 or not rows:
-        return 0, None, None, 0.0
+        return none
+    whole = [r for r in rows if r[3] != "Enabled"]  # "Disabled", or "[N/A]" on a GPU without MIG
+    if not whole:
+        return len(rows), rows[0][0], _arch_of(rows[0][2]), 0.0, True
     try:
-        mem = min(float(r[1]) for r in rows) / 1024  # MiB; the smallest GPU bounds what each may hold
+        mem = min(float(r[1]) for r in whole) / 1024  # MiB; the smallest GPU bounds what each may hold
     except ValueError:
-        return 0, None, None, 0.0
-    return len(rows), rows[0][0], _arch_of(rows[0][2]), round(mem, 1)
+        return none
+    return len(whole), whole[0][0], _arch_of(whole[0][2]), round(mem, 1), False
 
 
 def _arch_of(compute_cap: str) -> str | None:
@@ -198,11 +208,12 @@ def _free_disk_gib(where: Path) -> float:
 
 
 def probe(store_root: Path, has: Iterable[str]) -> Machine:
-    """This machine: its GPUs (nvidia-smi), host memory, free disk under the store, and `has`."""
-    count, name, arch, mem = _gpus()
+    """This machine: its GPUs (nvidia-smi; whole ones, see _gpus), host memory, free disk under the
+    store, and `has`."""
+    count, name, arch, mem, mig = _gpus()
     return Machine("this machine", gpus=count, gpu_name=name, gpu_arch=arch, gpu_mem_gib=mem,
                    host_mem_gib=_host_memory_gib(), disk_gib=_free_disk_gib(store_root), has=frozenset(has),
-                   elsewhere=False)
+                   mig=MIG_PROBED if mig else None, elsewhere=False)
 
 
 # --- placement ------------------------------------------------------------------------------------

@@ -421,3 +421,38 @@ def test_the_needs_line_names_a_few_ways_and_counts_the_others(tmp_path, capsys)
     more = len(size.ways) - 1 - 2 * SHOWN
     assert line.endswith(f"(and {more} more ways over other GPU counts: the JSON plan lists them)")
     assert len(line) < 1000
+
+
+# --- the probe on a MIG-enabled host ----------------------------------------------------------------
+def test_the_probe_counts_whole_gpus_and_refuses_mig_slices_for_calibration(tmp_path, monkeypatch) -> None:
+    """nvidia-smi's memory.total is the whole GPU's even where MIG is on (the project's stand-in
+    reports it so, as a real MIG-enabled H100 does); a process there sees one MIG instance, so the
+    probe counts only the GPUs with MIG off, and a host whose GPUs are all sliced calibrates
+    nothing on them, saying why."""
+    from compiler.graph.sizes import MIG_PROBED
+    from compiler.machines import place, probe, why_not
+    from compiler.targets.registry import REGISTRY
+    from tests.fakes import fake_host
+
+    action = _plan(NEWCOMER, tmp_path).graph.actions["quantize/small"]  # the 8B: one H100 holds it
+    state = tmp_path / "gpus.json"
+    monkeypatch.setenv("PATH", f"{ROOT / 'tests' / 'fakes'}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("KILN_FAKE_SMI_STATE", str(state))
+    h100 = round(load_gpu_memory("H100-SXM5-80GB"), 1)
+    has = {"torch", "gpu", "network"}
+    for enabled, gpus, mem in (((), 8, h100), (range(4), 4, h100), (range(8), 8, 0.0)):
+        fake_host.make_host(state, "H100-SXM5-80GB", 8, "590.48.01", mig_enabled=enabled)
+        m = probe(tmp_path, has)
+        assert (m.gpus, m.gpu_arch, m.gpu_mem_gib) == (gpus, "Hopper", mem), enabled
+        assert m.mig == (MIG_PROBED if len(enabled) == 8 else None)
+        # host memory for the one-GPU way and too little for the CPU way (this machine's own is what
+        # it is): the GPUs decide
+        gpu_way, cpu_way = action.size.ways
+        assert cpu_way.gpus == 0 and cpu_way.host_mem_gib > gpu_way.host_mem_gib
+        m = dataclasses.replace(m, host_mem_gib=gpu_way.host_mem_gib, disk_gib=1000.0)
+        if m.mig is None:
+            assert place(REGISTRY, action, [m]) is m
+            continue
+        assert place(REGISTRY, action, [m]) is None
+        (note,) = why_not(REGISTRY, action, [m])
+        assert "its GPUs are in MIG mode (a process sees one MIG instance" in note, note

@@ -97,6 +97,8 @@ def make_host(state_path: str | os.PathLike, gpu_model: str, count: int, driver:
             "name": PRODUCT_NAMES.get(cat["model"], "NVIDIA " + cat["model"]),
             "uuid": _uuid(f"{cat['model']}/{i}", "GPU"),
             "bus_id": bus,
+            "memory_mib": cat["memory_mib"],
+            "compute_cap": ".".join(str(x) for x in cat["compute_capability"]),
             "mig_supported": bool(mig["supported"]),
             "mig_current": i in enabled,
             "mig_pending": i in enabled,

@@ -2,7 +2,8 @@
 
 State lives in the JSON file named by KILN_FAKE_SMI_STATE (written by tests/fakes/fake_host.py
 from the project's GPU catalog). Only the subset of nvidia-smi that
-compiler/templates/host/provision.sh.j2 uses is implemented; anything else is refused, so a script
+compiler/templates/host/provision.sh.j2 and the builder probe (compiler/machines.py _gpus) use is
+implemented; anything else is refused, so a script
 that starts using a new command fails here until the stand-in learns it (with the real output
 format and a source).
 
@@ -126,6 +127,10 @@ GPU_FIELDS = {  # field -> (header unit, value function(state, gpu, nounits))
     "pci.bus_id": ("", lambda s, g, nu: g["bus_id"]),
     "driver_version": ("", lambda s, g, nu: s["driver"]),
     "persistence_mode": ("", lambda s, g, nu: "Enabled" if g["persistence"] else "Disabled"),
+    # the whole GPU's memory, MIG mode or not: a MIG-enabled "NVIDIA H100 80GB HBM3" reports
+    # "81559 MiB" (the h100-mig capture named in the module docstring); compute_cap as "9.0"
+    "memory.total": ("MiB", lambda s, g, nu: f"{g['memory_mib']}" + ("" if nu else " MiB")),
+    "compute_cap": ("", lambda s, g, nu: g["compute_cap"]),
     "mig.mode.current": ("", lambda s, g, nu: _mig_mode(g, "mig_current")),
     "mig.mode.pending": ("", lambda s, g, nu: _mig_mode(g, "mig_pending")),
     "power.limit": ("W", lambda s, g, nu: fmt_num(g["power_limit"]) + ("" if nu else " W")),
