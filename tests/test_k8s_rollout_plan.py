@@ -5,6 +5,7 @@ rollout section of the text plan)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -492,3 +493,102 @@ def test_the_old_emitters_prune_the_live_layouts_without_the_job(tmp_path: Path)
     text = _texts(sim)
     assert "does not prune ConfigMap gpu-operator/fleet-mig-layouts: ignored (no prune)" in text
     assert text.index("live layouts ConfigMap written") < text.index("does not prune ConfigMap")
+
+
+# --- a Dynamo worker's surge kept by kiln.lock ---------------------------------------------------------
+# big at tp4 on GPUs 0-3 of each B200 node: the pool has room for one surge worker of its shape
+ROOMY = (TP4[0], ("      - index: [0, 1, 2, 3, 4, 5, 6, 7]\n        serves: big\n",
+                  "      - index: [0, 1, 2, 3]\n        serves: big\n"))
+
+
+def _locked_sims(tmp_path: Path, locked_text: str, text: str):
+    """The simulation of `locked_text` -> `text` with the lock `kiln lock` wrote for `locked_text`
+    beside both (the spec and its lock committed together), and the two graphs."""
+    spec = tmp_path / "spec" / "kiln.yaml"
+    shutil.copytree(EXAMPLE, spec.parent)
+    spec.write_text(locked_text, encoding="utf-8")
+    assert main(["lock", str(spec)]) == 0
+    base, head = graph_of(spec, tmp_path / "a", locked_text), graph_of(spec, tmp_path / "b", text)
+    sim, = change_simulations(base, head)
+    return sim, base, head
+
+
+def _dgd_worker(graph, model: str) -> dict:
+    return next(w for w in graph.actions[f"k8s-dgd/{model}"].params.to_json()["workers"]
+                if w["pool"] == "b200-pool")
+
+
+def test_a_pace_only_pool_change_rolls_no_dynamo_worker_with_a_lock(tmp_path: Path) -> None:
+    """A wider node_pool.max_unavailable on the B200 pool lets big surge 2 where it surged 1. The surge is in the
+    worker's pod template, which Dynamo's worker hash covers: following the room rolled every big
+    worker for a pool setting (as the deployment runtime's review N14 edit, which rolls nothing). The
+    lock keeps big's surge while the pool still has the room for it: nothing rolls; without a lock
+    the surge still follows the room, and the plan says why big rolls."""
+    from compiler.gitops.semplan import host_disruptions
+    from tests.k8s_edit_matrix import base_text
+
+    roomy = _edited_text(base_text("dynamo"), ROOMY)
+    wider = _edited_text(roomy, (("node_pool: {nodes: 2,", "node_pool: {nodes: 2, max_unavailable: 2,"),))
+    sim, base, head = _locked_sims(tmp_path / "locked", roomy, wider)
+    assert json.loads((tmp_path / "locked" / "spec" / "kiln.lock").read_text())["surges"]["b200-pool"] == \
+        {"big-b200-pool": 1}
+    assert _dgd_worker(base, "big")["max_surge"] == _dgd_worker(head, "big")["max_surge"] == 1
+    assert sim.result.completed and not [e for e in sim.result.events if e[0] == "workload-roll"]
+    assert not [d for d in host_disruptions(base, head) if d.kind == "workload-roll"]
+
+    free, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "c", roomy),
+                               graph_of(EXAMPLE / "kiln.yaml", tmp_path / "d", wider))
+    assert free.result.events == [("workload-roll", "b200-pool", "big/worker-b200-pool")]
+    line, = [d.detail for d in host_disruptions(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "e", roomy),
+                                                graph_of(EXAMPLE / "kiln.yaml", tmp_path / "f", wider))
+             if d.kind == "workload-roll"]
+    assert "max_surge 1 -> 2" in line and "a pace change alone rolls every worker" in line
+
+
+def _b200(*serves: tuple[str, int]) -> tuple:
+    """big at tp4 on GPUs 0-3 of each B200 node, then each (model, GPU) on a whole GPU."""
+    return (TP4[0], ("      - index: [0, 1, 2, 3, 4, 5, 6, 7]\n        serves: big\n",
+                     "      - index: [0, 1, 2, 3]\n        serves: big\n"
+                     + "".join(f"      - index: [{g}]\n        serves: {m}\n" for m, g in serves)))
+
+
+def test_a_locked_surge_the_room_no_longer_holds_flips_and_is_planned(tmp_path: Path) -> None:
+    """chat and intent on one whole B200 GPU each leave 2 free: chat surges 2 and the lock keeps it.
+    intent taking the two free GPUs leaves none, and a surge worker with no device stays Pending (the
+    rollout would stick): chat's surge flips to 0, its line says why every chat worker rolls, and they
+    all roll. The other way, intent freeing them keeps chat's locked 0 (its pace unchanged:
+    chat rolls only for the pool's rebuilt serving image, whose entrypoint lists the pool's units)."""
+    from compiler.gitops.semplan import host_disruptions
+    from tests.k8s_edit_matrix import base_text
+
+    text = base_text("dynamo")
+    two = _edited_text(text, _b200(("chat", 4), ("intent", 5)))
+    full = _edited_text(text, _b200(("chat", 4), ("intent", 5), ("intent", 6), ("intent", 7)))
+    sim, base, head = _locked_sims(tmp_path / "shrink", two, full)
+    assert _dgd_worker(base, "chat")["max_surge"] == 2 and "max_surge" not in _dgd_worker(head, "chat")
+    # chat's workers all roll to the new generation (big, rolled by the rebuilt image on a now full
+    # pool, sticks as in review N12: intent's new 1-GPU workers take the GPUs an old big worker frees)
+    assert sim.result.end["chat"] == sim.result.desired["chat"] == 34
+    assert sim.result.stuck_on == ("DynamoGraphDeployment", "inference", "big")
+    line = next(d.detail for d in host_disruptions(base, head)
+                if d.kind == "workload-roll" and d.detail.startswith("chat/worker-b200-pool:"))
+    assert "max_surge 2 -> None" in line and "the room no longer holds the locked surge" in line
+
+    sim, base, head = _locked_sims(tmp_path / "grow", full, two)
+    assert "max_surge" not in _dgd_worker(base, "chat") and "max_surge" not in _dgd_worker(head, "chat")
+    line = next(d.detail for d in host_disruptions(base, head)
+                if d.kind == "workload-roll" and d.detail.startswith("chat/worker-b200-pool:"))
+    assert "max_surge" not in line and line.endswith("(a serving image of its pools or its weights image was rebuilt)")
+
+
+def test_a_lock_with_malformed_surges_is_k912(tmp_path: Path) -> None:
+    """The lock's "surges" are read like its placements: a value that is not a number of pods is the
+    lock file's fault (K912, with what to do), never a traceback or a surge of "2"."""
+    from compiler.pipeline import validate_path
+
+    spec = tmp_path / "spec" / "kiln.yaml"
+    shutil.copytree(EXAMPLE, spec.parent)
+    (spec.parent / "kiln.lock").write_text(json.dumps({"kind": "kiln.lock/v1", "spec": "fleet", "placements": {},
+                                                       "surges": {"b200-pool": {"big-b200-pool": "2"}}}))
+    bad, = [d for d in validate_path(spec).diagnostics if d.code == "K912"]
+    assert "surges: expected" in bad.message and "kiln lock" in bad.help

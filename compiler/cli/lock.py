@@ -13,8 +13,8 @@ from .output import print_diagnostics
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("lock", help="write the lock file beside the spec: the MIG placements that later "
-                                    "layouts keep where they can")
+    p = sub.add_parser("lock", help="write the lock file beside the spec: the MIG placements, workload names and "
+                                    "Dynamo worker surges that later layouts keep where they can")
     p.add_argument("spec", type=Path, metavar="SPEC")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 when the lock file is missing or does not match (for CI)")
@@ -28,6 +28,7 @@ def cmd_lock(args: argparse.Namespace) -> ExitCode:
     from compiler.ir.pools import lock_workloads
     from compiler.ir.resolve import LockFileInvalid
     from compiler.pipeline import validate_path
+    from compiler.targets.kubernetes.k8s_dgd import lock_surges
 
     require_file(args.spec)
     result = validate_path(args.spec)
@@ -38,7 +39,7 @@ def cmd_lock(args: argparse.Namespace) -> ExitCode:
         return ExitCode.ERRORS
     path = lock_path(args.spec)
     data = render_lock(result.spec.name, {h: dict(g) for h, g in lock_entries(result.resolved).items()},
-                       lock_workloads(result.resolved))
+                       lock_workloads(result.resolved), lock_surges(result.resolved))
     try:  # confined by the validation above; a FIFO or device is not read
         current = read_regular(path, MAX_LOCK_BYTES)
     except OSError:

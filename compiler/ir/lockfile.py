@@ -10,10 +10,14 @@ restores the earlier placements byte for byte. `kiln lock SPEC` writes it from w
 
 Format (JSON, canonical): {"kind": "kiln.lock/v1", "spec": name,
   "placements": {host: {gpu index: [{"profile", "serves", "start"}, ...]}},
-  "workloads": {node pool: {model[/role]: [shape of <model>-<pool>, shapes named <model>-<pool>-<shape>...]}}}.
+  "workloads": {node pool: {model[/role]: [shape of <model>-<pool>, shapes named <model>-<pool>-<shape>...]}},
+  "surges": {node pool: {workload: maxSurge}}}.
 "workloads" (node pools whose model has several shapes or lost one) keeps a Kubernetes workload's
 name when a sibling shape goes (review M7): a Deployment's name is its identity, and a name that
 moved to the remaining shape would prune that shape's Deployment and roll the other onto it.
+"surges" (runtime dynamo) keeps each Dynamo worker's surge while the pool still has the room for it
+(k8s_dgd.worker_surge): the surge is in the worker's pod template, which Dynamo's worker hash covers,
+so a surge that followed the pool's free room would roll one model's workers on another model's edit.
 """
 
 from __future__ import annotations
@@ -91,6 +95,18 @@ def parse_lock_workloads(text: str) -> dict[str, dict[str, tuple[str, ...]]]:
     return {pool: {m: tuple(v) for m, v in models.items()} for pool, models in names.items()}
 
 
+def parse_lock_surges(text: str) -> dict[str, dict[str, int]]:
+    """pool -> workload -> its locked maxSurge; {} without the key. Call after parse_lock accepted the text."""
+    doc = loads_bounded(text, max_depth=MAX_DEPTH, max_number_chars=MAX_NUMBER_CHARS, max_chars=MAX_LOCK_BYTES)
+    surges = doc.get("surges", {})
+    ok = isinstance(surges, dict) and all(
+        isinstance(ws, dict) and all(len(w) <= 253 and type(n) is int and 0 <= n < 10000 for w, n in ws.items())
+        for ws in surges.values())
+    if not ok:
+        raise LockError("surges: expected {pool: {workload: a number of pods}}")
+    return {pool: dict(ws) for pool, ws in surges.items()}
+
+
 def _name(key: str) -> str:
     return key if len(key) <= 64 else key[:61] + "..."
 
@@ -103,13 +119,16 @@ def _instance(item: Any, where: str) -> LockedInstance:
 
 
 def render_lock(spec_name: str, placements: Mapping[str, Mapping[int, list[LockedInstance]]],
-                workloads: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None) -> bytes:
+                workloads: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None,
+                surges: Mapping[str, Mapping[str, int]] | None = None) -> bytes:
     doc: dict[str, Any] = {"kind": KIND, "spec": spec_name, "placements": {
         host: {str(i): [{"profile": x.profile, "serves": x.serves, "start": x.start} for x in insts]
                for i, insts in sorted(gpus.items())}
         for host, gpus in sorted(placements.items()) if gpus}}
     if workloads:
         doc["workloads"] = {p: {m: list(v) for m, v in sorted(ms.items())} for p, ms in sorted(workloads.items()) if ms}
+    if surges:
+        doc["surges"] = {p: dict(sorted(ws.items())) for p, ws in sorted(surges.items()) if ws}
     return pretty_json(doc)
 
 

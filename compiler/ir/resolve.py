@@ -21,7 +21,7 @@ from compiler.spec.loader import Document
 from compiler.spec.models import ArchitectureFile, Host, MeasuredLimit, Model, Spec
 from compiler.store.local import sha256_bytes
 
-from .lockfile import MAX_LOCK_BYTES, LockError, parse_lock, parse_lock_workloads
+from .lockfile import MAX_LOCK_BYTES, LockError, parse_lock, parse_lock_surges, parse_lock_workloads
 from .measured import MAX_RECORD_BYTES, Measurement, RecordError, parse_record
 from .inputs import (InputRefused, InputRoots, InputUnusable, ResolvedInput, check_readable, confine, confine_path,
                      input_roots, read_regular)
@@ -146,7 +146,7 @@ def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple
     roots = roots if roots is not None else input_roots(base_dir)
     inputs = _resolve_inputs(spec, doc, base_dir, roots, diags)
     read = _read_lock(lock, roots, diags)
-    locked, locked_workloads = read if read is not None else (None, {})
+    locked, locked_workloads, locked_surges = read if read is not None else (None, {}, {})
     captures = [c for c in (_read_capture(files, diags) for files in gpu_profiles) if c is not None]
     models = {name: _resolve_model(name, m, doc, inputs, roots, diags) for name, m in spec.models.items()}
     # A model whose measured limit cannot be read is set aside like a model with a structure error:
@@ -184,7 +184,7 @@ def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple
                     capture=", ".join(src for c in captures for src in c.sources) or None,
                     set_aside=dict(set_aside or {}),
                     lock_file=str(lock) if locked is not None else None, inputs=inputs,
-                    locked_workloads=locked_workloads), diags
+                    locked_workloads=locked_workloads, locked_surges=locked_surges), diags
 
 
 def input_fields(spec: Spec) -> list[tuple[str, tuple, bool]]:
@@ -236,7 +236,7 @@ def _diag(rule: type[Rule], doc: Document, path: tuple, message: str, help: str 
 
 
 def _read_lock(path: Path | None, roots: InputRoots, diags: list[Diagnostic]):
-    """The placements and workload names of the lock file `path`, None when there is none. The lock is an input of the
+    """The placements, workload names and Dynamo surges of the lock file `path`, None when there is none. The lock is an input of the
     spec like the files it names: confined to the same roots (a link out of the repository is
     refused, K915, and never opened), and read only when it is a regular file, at most what the
     format needs (K912)."""
@@ -265,7 +265,7 @@ def _read_lock(path: Path | None, roots: InputRoots, diags: list[Diagnostic]):
                                 shown, Span(1, 1), "delete it and run `kiln lock SPEC` to write it again"))
         return None
     try:
-        return parse_lock(text), parse_lock_workloads(text)
+        return parse_lock(text), parse_lock_workloads(text), parse_lock_surges(text)
     except LockError as e:
         diags.append(Diagnostic(LockFileInvalid.code, LockFileInvalid.severity, f"not a valid lock file: {e.message}",
                                 shown, Span(e.line, e.column), "run `kiln lock SPEC` to write it again"))

@@ -179,6 +179,8 @@ class Resolved:
     # the lock's workload names (pools.lock_workloads): pool -> model[/role] -> the shape slug that
     # holds the bare name, then the shapes named with their suffix
     locked_workloads: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+    # the lock's Dynamo worker surges (k8s_dgd.worker_surge): pool -> workload name -> maxSurge
+    locked_surges: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     # entries of a spec with errors that were left out so the rest could be checked ("models" or
     # "hosts" -> names); checks do not report what follows from their absence
     set_aside: Mapping[str, frozenset[str]] = field(default_factory=dict)

@@ -29,7 +29,7 @@ from compiler.params import Effect, effect, fields_that
 from compiler.store.canonical import canonical_json
 
 from . import dynamo, plan, tree
-from .k8s_deployment import gfd_product, image_reference, namespace_of, pod_resources, rollout_surge
+from .k8s_deployment import free_slots, gfd_product, image_reference, namespace_of, pod_resources, rollout_surge
 
 class Worker(Params):
     """Each field declares what its change does to the running pool (plan.ROLL, SCALE, ...); what
@@ -108,6 +108,30 @@ class DgdParams(Params):
 _FRONTEND_FIELDS = tuple(f for f in DgdParams.model_fields if effect(DgdParams, f).why == _FRONTEND.why)
 
 
+def worker_surge(ir, pool, w) -> int:
+    """A Dynamo worker's maxSurge: the lock's (kiln.lock "surges") while the pool still has that many
+    free devices of its shape, else the pool's room now (rollout_surge). The surge annotation is in
+    the pod template, which the operator's worker hash covers (ComputeDGDWorkersSpecHash), and it is
+    read from nowhere the hash does not see on a v1beta1 DGD (catalog k8s_controllers.json
+    rolling_update.read_from): a surge that followed the room would roll every worker of a model when
+    another model's edit freed or took a device. Pinned, only a room too small for the surge flips it
+    (a surge the pool cannot hold leaves the new worker Pending: the rollout would stick)."""
+    locked = ir.locked_surges.get(pool.name, {}).get(w.name)
+    if locked is not None and locked <= free_slots(pool, w):
+        return locked
+    return rollout_surge(ir, pool.name, w)
+
+
+def lock_surges(ir) -> dict[str, dict[str, int]]:
+    """pool -> Dynamo worker workload -> its surge (worker_surge): what `kiln lock` writes under
+    "surges" (compiler/ir/lockfile.py); {} unless the cluster runs Dynamo (a Deployment's surge is
+    in its strategy, outside the pod template: it follows the room without rolling a pod)."""
+    k8s = ir.spec.kubernetes
+    if k8s is None or k8s.runtime != "dynamo":
+        return {}
+    return {p.name: {w.name: worker_surge(ir, p, w) for w in p.workloads} for p in ir.pools.values() if p.workloads}
+
+
 def dgd_params(ctx: LowerContext) -> list[DgdParams]:
     ir, spec = ctx.ir, ctx.spec
     strategy = cluster_strategy(ir)
@@ -127,8 +151,8 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
             power = None
             component = dgd_component(model, w.name)
             # Dynamo's guide warns that 0/1 leaves a moment with no routable worker (review N10): with
-            # room, new workers come first and none is taken out until they serve
-            surge = rollout_surge(ir, pool.name, w)
+            # room, new workers come first and none is taken out until they serve; the lock keeps it
+            surge = worker_surge(ir, pool, w)
             workers.append(Worker(component=component, pool=pool.name, replicas=w.replicas,
                                   image_action=f"{image.KIND.kind}/{pool.name}", resource=resource, count=w.gpus,
                                   selector=dict(pool.selector), gpu_product=gfd_product(pool, strategy, w.mig_profile),
@@ -277,6 +301,10 @@ def _unordered_roles(params: DgdParams, out: list[Disruption]) -> list[Disruptio
 
 KIND = K8sDgd()
 
+# why a worker's surge changed (worker_surge): the reviewer learns it rolls the model for that alone
+_PACE = ("; its surge follows the pool's free room (no kiln.lock entry, or the room no longer holds the locked "
+         "surge), and a pace change alone rolls every worker (Dynamo's worker hash)")
+
 
 def disruptions(old: DgdParams | None, new: DgdParams) -> list[Disruption]:
     refused = forbidden_changes(old, new)
@@ -299,9 +327,13 @@ def disruptions(old: DgdParams | None, new: DgdParams) -> list[Disruption]:
                          if old.environment.get(k) != new.environment.get(k))
             old_json["environment"], new_json["environment"] = (
                 " ".join(f"{k}={p.environment.get(k, '(unset)')}" for k in env) for p in (old, new))
-        out += plan.workload_disruptions(w.pool, f"{new.model}/{w.component}", old_json, new_json,
-                                         WORKER_ROLLS + ("options", "environment"),
-                                         device=f"{w.count} x {w.resource}")
+        items = plan.workload_disruptions(w.pool, f"{new.model}/{w.component}", old_json, new_json,
+                                          WORKER_ROLLS + ("options", "environment"),
+                                          device=f"{w.count} x {w.resource}")
+        if prev is not None and prev.max_surge != w.max_surge:
+            items = [Disruption(d.host, d.gpu_index, d.kind, d.detail + _PACE) if d.kind == "workload-roll" else d
+                     for d in items]
+        out += items
     if old is None:
         return out
     out += _non_workers(old, new, workers_roll=any(d.kind == "workload-roll" for d in out))

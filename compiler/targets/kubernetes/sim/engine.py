@@ -714,7 +714,8 @@ class Simulation:
         for step, w in self.gaps:  # the gap's capacity floor, as the whole simulation found it
             lowest, since, span = low.get(w.model, (0, 0.0, 0.0))
             why = "" if dyn.resolve_params(w.max_surge, w.max_unavailable, w.replicas)[0] else \
-                "; the pool has no free device for a surge worker (Kiln surges where it has)"
+                ("; maxSurge 0: the pool had no free device for a surge worker when its surge was chosen "
+                 "(Kiln surges where a pool has room, and kiln.lock keeps the choice while the room holds it)")
             step.text += (f"{why}; {w.model}'s fewest ready pods during the change: {lowest} of "
                           f"{self.before.get(w.model, 0)} (from +{since:.0f} s for {span:.0f} s)")
         return Result(self.steps, stuck is None, stuck, self.now, self.before, dict(desired), self.ready_by_model(),
