@@ -120,6 +120,10 @@ class Machine:
                 "has": sorted(self.has), "labels": list(self.labels), **({"mig": self.mig} if self.mig else {})}
 
 
+def _arch_fits(way: Way, machine: Machine) -> bool:
+    return not way.gpu_arch or (machine.gpu_arch or "").lower() == way.gpu_arch.lower()
+
+
 def shortfalls(way: Way, machine: Machine) -> list[str]:
     """What `machine` lacks to run `way` (empty: it holds it)."""
     out = []
@@ -134,7 +138,7 @@ def shortfalls(way: Way, machine: Machine) -> list[str]:
             # "With CUDA 11/12, only enumeration of a single MIG instance is supported" (NVIDIA MIG
             # User Guide, CUDA Device Enumeration): one process never spans several slices
             out.append(f"{way.gpus} whole GPUs, it has {machine.mig} MIG slices (a process sees one)")
-        elif way.gpu_arch and (machine.gpu_arch or "").lower() != way.gpu_arch.lower():
+        elif not _arch_fits(way, machine):
             out.append(f"{way.gpu_arch} GPUs, it has {machine.gpu_arch or 'an unknown architecture'}")
         elif machine.gpu_mem_gib < way.gpu_mem_gib:
             out.append(f"{way.gpu_mem_gib:g} GiB per GPU, it has {machine.gpu_mem_gib:g}")
@@ -160,11 +164,11 @@ def lacking(size: Size | None, machine: Machine) -> str:
     ways = (size or SMALL).ways
     out = "; ".join(shortfalls(ways[0], machine)) or "nothing"
     kin = next((w for w in ways[1:] if w.gpus > 1 and not w.offload_gib and machine.gpu_mem_gib >= w.gpu_mem_gib
-                and (not w.gpu_arch or (machine.gpu_arch or "").lower() == w.gpu_arch.lower())), None)
+                and _arch_fits(w, machine)), None)
     if kin is not None:
         out += f" (or over {kin.gpus} GPUs: {'; '.join(shortfalls(kin, machine))})"
     spill = next((w for w in ways[1:] if w.offload_gib and machine.gpus >= w.gpus and machine.gpu_mem_gib >= w.gpu_mem_gib
-                  and (not w.gpu_arch or (machine.gpu_arch or "").lower() == w.gpu_arch.lower())), None)
+                  and _arch_fits(w, machine)), None)
     if spill is not None and shortfalls(spill, machine):
         out += (f" (or over {spill.gpus} GPU(s) offloading {spill.offload_gib:g} GiB of weights to host memory: "
                 f"{'; '.join(shortfalls(spill, machine))})")
