@@ -112,6 +112,22 @@ def _plan_events(items) -> set:
     return out
 
 
+def _strategy_only(base_g, head_g, items, done: set) -> set:
+    """The plan's "rebuilt" rolls of Deployments the simulated controllers did not roll, each checked
+    to be one whose serving image and weights image are the base's."""
+    out = set()
+    for d in items:
+        name = d.detail.split(":", 1)[0]
+        if not (d.pool and d.kind == "workload-roll" and d.detail.endswith(" rebuilt)")
+                and ("workload-roll", d.host, name) not in done):
+            continue
+        params = head_g.actions[f"k8s-deployment/{name}"].params
+        images = [params.image_action] + ([params.weights_action] if params.weights_action else [])
+        assert all(base_g.keys.get(a) == head_g.keys[a] for a in images), (d.detail, images)
+        out.add(("workload-roll", d.host, name))
+    return out
+
+
 @pytest.mark.parametrize("edit", sorted(MATRIX))
 def test_change_applies_through_the_controllers(edit: str, tmp_path: Path) -> None:
     before_edits, after_edits, dynamo = MATRIX[edit]
@@ -136,7 +152,11 @@ def test_change_applies_through_the_controllers(edit: str, tmp_path: Path) -> No
     done = {("recreate", e[1], "runtime") if e[1] in recreated and e[0] == "workload-delete" else e
             for e in r.events}
     if r.completed:
-        assert planned == done, (sorted(planned - done), sorted(done - planned))
+        # a Deployment whose parameters differ in their rollout strategy alone: the target cannot tell
+        # that from a pushed image and says "rebuilt"; the plan prints the simulation's "no pod
+        # replaced" instead (SimulationReport.annotate), right only where no image it runs changed
+        unrolled = _strategy_only(base_g, head_g, host_disruptions(base_g, head_g), done)
+        assert planned - unrolled == done, (sorted(planned - unrolled - done), sorted(done - planned))
     else:
         assert done <= planned, sorted(done - planned)
 

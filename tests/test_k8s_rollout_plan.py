@@ -552,33 +552,46 @@ def _b200(*serves: tuple[str, int]) -> tuple:
                      + "".join(f"      - index: [{g}]\n        serves: {m}\n" for m, g in serves)))
 
 
-def test_a_locked_surge_the_room_no_longer_holds_flips_and_is_planned(tmp_path: Path) -> None:
-    """chat and intent on one whole B200 GPU each leave 2 free: chat surges 2 and the lock keeps it.
-    intent taking the two free GPUs leaves none, and a surge worker with no device stays Pending (the
-    rollout would stick): chat's surge flips to 0, its line says why every chat worker rolls, and they
-    all roll. The other way, intent freeing them keeps chat's locked 0 (its pace unchanged:
-    chat rolls only for the pool's rebuilt serving image, whose entrypoint lists the pool's units)."""
+def test_another_models_edit_on_a_shared_pool_rolls_no_worker_of_this_one(tmp_path: Path) -> None:
+    """chat on one whole B200 GPU beside big (GPUs 0-3) and intent (5-7): the pool is full, chat's
+    surge 0. intent giving GPUs 6 and 7 back gives the pool room for 2, and chat's surge followed it:
+    every chat worker (34, on both pools: one worker hash) rolled for intent's edit. The pool's
+    serving image listed its units too, so it was rebuilt and every worker on the pool rolled. With
+    the lock and an image that no GPU assignment changes, only intent scales."""
     from compiler.gitops.semplan import host_disruptions
     from tests.k8s_edit_matrix import base_text
 
     text = base_text("dynamo")
     two = _edited_text(text, _b200(("chat", 4), ("intent", 5)))
     full = _edited_text(text, _b200(("chat", 4), ("intent", 5), ("intent", 6), ("intent", 7)))
-    sim, base, head = _locked_sims(tmp_path / "shrink", two, full)
+    sim, base, head = _locked_sims(tmp_path, full, two)
+    assert "max_surge" not in _dgd_worker(base, "chat") and "max_surge" not in _dgd_worker(head, "chat")
+    assert base.keys["image/b200-pool"] == head.keys["image/b200-pool"]
+    assert sim.result.completed and not [e for e in sim.result.events if e[0] == "workload-roll"]
+    assert [(d.kind, d.detail) for d in host_disruptions(base, head) if d.kind in ("workload-roll", "replicas")] == \
+        [("replicas", "intent/worker-b200-pool: 6 -> 2 replicas (-4 x 1 x nvidia.com/gpu)")]
+
+
+def test_a_locked_surge_the_room_no_longer_holds_flips_and_is_planned(tmp_path: Path) -> None:
+    """chat and intent on one whole B200 GPU each leave 2 free: chat surges 2 and the lock keeps it.
+    intent taking the two free GPUs leaves none, and a surge worker with no device stays Pending (the
+    rollout would stick): chat's surge flips to 0, its line says why every chat worker rolls, and the
+    rollout completes."""
+    from compiler.gitops.semplan import host_disruptions
+    from tests.k8s_edit_matrix import base_text
+
+    text = base_text("dynamo")
+    two = _edited_text(text, _b200(("chat", 4), ("intent", 5)))
+    full = _edited_text(text, _b200(("chat", 4), ("intent", 5), ("intent", 6), ("intent", 7)))
+    sim, base, head = _locked_sims(tmp_path, two, full)
     assert _dgd_worker(base, "chat")["max_surge"] == 2 and "max_surge" not in _dgd_worker(head, "chat")
-    # chat's workers all roll to the new generation (big, rolled by the rebuilt image on a now full
-    # pool, sticks as in review N12: intent's new 1-GPU workers take the GPUs an old big worker frees)
-    assert sim.result.end["chat"] == sim.result.desired["chat"] == 34
-    assert sim.result.stuck_on == ("DynamoGraphDeployment", "inference", "big")
+    assert sim.result.completed and sim.result.end["chat"] == 34
+    # intent's own locked surge is as infeasible: its workers roll too; big's (0) stays
+    assert {e[2] for e in sim.result.events if e[0] == "workload-roll"} == \
+        {f"{m}/worker-{p}-pool" for m in ("chat", "intent") for p in ("b200", "h100")}
     line = next(d.detail for d in host_disruptions(base, head)
                 if d.kind == "workload-roll" and d.detail.startswith("chat/worker-b200-pool:"))
     assert "max_surge 2 -> None" in line and "the room no longer holds the locked surge" in line
-
-    sim, base, head = _locked_sims(tmp_path / "grow", full, two)
-    assert "max_surge" not in _dgd_worker(base, "chat") and "max_surge" not in _dgd_worker(head, "chat")
-    line = next(d.detail for d in host_disruptions(base, head)
-                if d.kind == "workload-roll" and d.detail.startswith("chat/worker-b200-pool:"))
-    assert "max_surge" not in line and line.endswith("(a serving image of its pools or its weights image was rebuilt)")
 
 
 def test_a_lock_with_malformed_surges_is_k912(tmp_path: Path) -> None:

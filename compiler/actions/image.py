@@ -111,7 +111,9 @@ class Image(ActionKind[ImageParams]):
     def lower(self, ctx: LowerContext) -> list[Action]:
         return [self.action(f"{self.kind}/{c.params.host}",
                             ImageParams(host=c.params.host, repository=ctx.spec.image.repository,
-                                        units=[_unit(ctx, u) for u in ctx.ir.host_units(c.params.host)]),
+                                        # a node pool has no container of provision.sh's to restart
+                                        units=[] if c.params.host in ctx.ir.pools else
+                                        [_unit(ctx, u) for u in ctx.ir.host_units(c.params.host)]),
                             deps=(c.id,), needs=("docker",))
                 for c in image_context.KIND.lower(ctx)]
 

@@ -227,6 +227,11 @@ class ImageContext(ActionKind[ImageContextParams]):
             triton = "repository" in runtimes.serving_image_needs(
                 {runtime[u.model] for u in ctx.ir.host_units(host) if u.role is None})
             units += [ImageUnit(id=r.id, model=r.model, ports={"http": r.port}, serving=r.serving) for r in routers]
+            if host in ctx.ir.pools:
+                # a node pool's pods name their own command (a Deployment's container, a DGD's worker),
+                # never the entrypoint's units: listing them would rebuild the pool's image, and roll
+                # every workload on it, whenever another model takes or frees one of its GPUs
+                units = []
             params = ImageContextParams(host=host, spec_name=ctx.spec.name, base=base_image(ctx.spec), units=units,
                                         checkpoints=checkpoints, templates=digests, options=options,
                                         repository=triton, disaggregated=disagg)
