@@ -605,3 +605,66 @@ def test_a_lock_with_malformed_surges_is_k912(tmp_path: Path) -> None:
                                                        "surges": {"b200-pool": {"big-b200-pool": "2"}}}))
     bad, = [d for d in validate_path(spec).diagnostics if d.code == "K912"]
     assert "surges: expected" in bad.message and "kiln lock" in bad.help
+
+
+# chat also on a 1g.10gb of every H100 GPU (chat-h100-pool-1g-10gb), then its 3g.40gb dropped (the
+# review's `shape_then_drop_first`): without a lock the bare name moves to the 1g.10gb shape
+CHAT_1G = (("          - {profile: 1g.10gb, serves: intent}\n",
+            "          - {profile: 1g.10gb, serves: intent}\n          - {profile: 1g.10gb, serves: chat}\n"),)
+DROP_3G = (("          - {profile: 3g.40gb, serves: chat}\n", ""),)
+
+
+def test_a_shape_that_takes_the_bare_name_is_a_rename_in_the_plan(repo: GitRepo, capsys) -> None:
+    """Review M7: dropping a model's largest shape on a pool without a lock file gave the next shape
+    the bare name: its Deployment was pruned (32 pods at once) and the bare-named one rolled onto
+    its shape, and the plan listed a removal and an unrelated roll. The plan now says it is a rename
+    (K954, at the model) and how the lock avoids it; the base revision warned already (K953)."""
+    spec = repo.root / "deploy" / "kiln.yaml"
+    spec.write_text(_edited(CHAT_1G), encoding="utf-8")
+    assert main(["validate", "deploy/kiln.yaml"]) == ExitCode.OK
+    warned = capsys.readouterr().out
+    assert "[K953]" in warned and "removing 3g.40gb renames 'chat-h100-pool-1g-10gb' to 'chat-h100-pool'" in warned
+    repo.commit("chat on a second shape")
+    spec.write_text(_edited(CHAT_1G + DROP_3G), encoding="utf-8")
+    main(["plan", "deploy/kiln.yaml", "--base", "main"])
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "[K954]" in ln)
+    assert "warning:" in line and "kiln.yaml:20:3:" in line  # models.chat
+    assert ("chat-h100-pool-1g-10gb renamed to chat-h100-pool: its 32 pod(s) deleted at once (Argo CD prunes it), "
+            "chat-h100-pool rolls from 3g.40gb onto 1g.10gb") in line
+    assert ("chat-h100-pool-1g-10gb: renamed to chat-h100-pool: its 32 pod(s) deleted at once (Argo CD prunes it), "
+            "chat-h100-pool rolls from 3g.40gb onto 1g.10gb; `kiln lock` before the change keeps the name (K954)") in out
+    # with the lock written on the base revision the remaining shape keeps its name: no rename
+    spec.write_text(_edited(CHAT_1G), encoding="utf-8")
+    assert main(["lock", "deploy/kiln.yaml"]) == ExitCode.OK
+    assert main(["validate", "deploy/kiln.yaml"]) == ExitCode.OK and "[K953]" not in capsys.readouterr().out
+    repo.commit("lock")
+    spec.write_text(_edited(CHAT_1G + DROP_3G), encoding="utf-8")
+    main(["plan", "deploy/kiln.yaml", "--base", "main"])
+    out = capsys.readouterr().out
+    assert "[K954]" not in out and "renamed to" not in out and "chat-h100-pool-1g-10gb" in out
+
+
+def test_a_larger_shape_leaves_a_locked_one_shape_model_its_name(tmp_path: Path) -> None:
+    """A one-shape model is in the lock too: without it, chat gaining a larger shape (4g.40gb over
+    its 3g.40gb) took the bare name from the 3g.40gb workload, which rolled onto the new shape while
+    a new workload started the 3g.40gb pods."""
+    from compiler.ir.pools import shape_moves
+    from compiler.pipeline import validate_path
+
+    spec = tmp_path / "deploy" / "kiln.yaml"
+    shutil.copytree(EXAMPLE, spec.parent)
+    gain = (("          - {profile: 3g.40gb, serves: chat}\n          - {profile: 2g.20gb, serves: coder}\n"
+             "          - {profile: 1g.10gb, serves: intent}\n",
+             "          - {profile: 4g.40gb, serves: chat}\n          - {profile: 3g.40gb, serves: chat}\n"),)
+    before = validate_path(spec).resolved.pools
+    spec.write_text(_edited(gain), encoding="utf-8")
+    moves = shape_moves(before, validate_path(spec).resolved.pools)
+    assert [(m.shape, m.before.name, m.after.name, m.old_name_on) for m in moves] == [
+        ("3g.40gb", "chat-h100-pool", "chat-h100-pool-3g-40gb", "4g.40gb")]
+    spec.write_text(_edited(()), encoding="utf-8")
+    assert main(["lock", str(spec)]) == ExitCode.OK
+    spec.write_text(_edited(gain), encoding="utf-8")
+    names = {w.name: w.mig_profile for w in validate_path(spec).resolved.pools["h100-pool"].workloads
+             if w.model == "chat"}
+    assert names == {"chat-h100-pool": "3g.40gb", "chat-h100-pool-4g-40gb": "4g.40gb"}

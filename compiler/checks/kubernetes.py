@@ -328,6 +328,50 @@ class DynamoGroveNameTooLong(Check):
                                    help="shorten the model or node pool name")
 
 
+class WorkloadNamesFollowShapes(Check):
+    """A model serves several device shapes on a node pool, and no lock file records their workload
+    names: a later change of the set of shapes can rename a workload, which Kubernetes carries out
+    as a deletion and a roll.
+
+    A model's workload on a pool is a Deployment per device shape (MIG profile or GPU count): its
+    largest shape is `<model>-<pool>`, the others `<model>-<pool>-<shape>`. Without a lock the names
+    follow the set of shapes: removing the largest shape gives the bare name to the next one, so
+    Argo CD prunes that shape's Deployment (all its pods stop at once) and rolls the bare-named
+    Deployment onto its shape; adding a larger shape takes the bare name from the current one.
+    `kiln lock SPEC` records the names in the lock file (`workloads`), and later changes keep them:
+    a shape that leaves renames no other, and a new one gets a name of its own. Commit the lock
+    file with the spec. `kiln plan --base` reports a rename the change makes (K954). Runtime
+    `dynamo` is not concerned: a worker component added or removed is refused by Dynamo's webhook
+    whatever its name (K855).
+    """
+
+    code = "K953"
+    name = "workload-names-follow-shapes"
+    severity = Severity.WARNING
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        from compiler.ir.pools import shape_text, unlocked_shapes
+
+        if _runtime(ctx) != "deployment":
+            return
+        lock = ctx.ir.lock_file
+        for pname, model, role, ws in unlocked_shapes(ctx.ir):
+            named = ", ".join(f"{w.name!r} ({shape_text(w.mig_profile, w.gpus)})" for w in ws)
+            first, second = ws[0], ws[1]
+            who = f"model {model!r}" + (f" ({role})" if role else "")
+            yield ctx.diag(self, ("models", model), key=True,
+                           message=f"{who} has {len(ws)} device shapes on node pool {pname!r} and "
+                                   + (f"{lock} does not record their workload names" if lock else
+                                      "no lock file records their workload names")
+                                   + f" ({named}): they follow the set of shapes, so removing "
+                                   f"{shape_text(first.mig_profile, first.gpus)} renames {second.name!r} to "
+                                   f"{first.name!r} (its Deployment pruned, {second.replicas} pod(s) at once, and "
+                                   f"{first.name!r} rolled onto {shape_text(second.mig_profile, second.gpus)})",
+                           help=f"run `kiln lock {ctx.doc.file}` and commit the lock file with the spec: it keeps "
+                                "these names when a shape comes or goes")
+
+
 class KubernetesUpdateForbidden(Rule):
     """A change cannot be applied to the live objects: a controller refuses the update.
 
@@ -345,6 +389,24 @@ class KubernetesUpdateForbidden(Rule):
 
     code = "K855"
     name = "kubernetes-update-forbidden"
+    severity = Severity.WARNING
+
+
+class WorkloadRenamed(Rule):
+    """The change gives a model's device shape on a node pool another workload name (`kiln plan
+    --base`): without a lock file the largest shape is `<model>-<pool>`, so removing it moves the
+    bare name to the next shape, and adding a larger one takes it from the current one.
+
+    A Deployment's name is its identity. When the old name leaves the tree, Argo CD prunes that
+    Deployment and all its pods stop at once, while the Deployment that takes the name rolls from
+    its shape onto the pruned one's. The plan's simulation shows what that does to capacity (K859
+    when a model has no ready pod during it). Fix: run `kiln lock SPEC` on the base revision and
+    commit the lock file first (K953 says which models need it): the next change then keeps the
+    names, and a shape that leaves renames no other.
+    """
+
+    code = "K954"
+    name = "workload-renamed"
     severity = Severity.WARNING
 
 

@@ -56,23 +56,57 @@ def plan_against(spec: Path, ref: str, store: LocalStore, options: Options | Non
     head.diagnostics.extend(rollout_diagnostics(head, plan.rollouts))
     if plan.rollouts and base is not None and base.ok:
         head.diagnostics.extend(renamed_spec(head, base.spec.name))
+        plan.disruptions, renames = renamed_workloads(head, base, plan.disruptions)
+        head.diagnostics.extend(renames)
     return BasePlan(head, base, plan)
+
+
+def renamed_workloads(head: Validation, base: Validation, disruptions: list) -> tuple[list, list]:
+    """K954 for each device shape whose workload the change renames (review M7: without a lock file
+    the bare name follows the largest shape), at the model; the pruned workload's plan line says
+    it was a rename. Runtime `deployment` only: a DGD's changed component set is K855's."""
+    from dataclasses import replace
+
+    from compiler.checks.kubernetes import WorkloadRenamed as rule
+    from compiler.diagnostics import Diagnostic
+    from compiler.ir.pools import shape_moves
+
+    if _runtime(head) != "deployment" or _runtime(base) != "deployment":
+        return disruptions, []
+    diags, pruned = [], {}
+    for m in shape_moves(base.resolved.pools, head.resolved.pools):
+        a, b = m.before, m.after
+        takes = (f"{b.name} rolls from {m.new_name_on} onto {m.shape}" if m.new_name_on
+                 else f"{b.name} starts {b.replicas} new pod(s) of {m.shape}")
+        if m.old_name_on is None:
+            pruned[a.name] = f"renamed to {b.name}: its {a.replicas} pod(s) deleted at once (Argo CD prunes it), {takes}"
+            what = f"{a.name} {pruned[a.name]}"
+        else:
+            what = f"{m.shape} moves from {a.name} to {b.name}: {a.name} rolls onto {m.old_name_on}, {takes}"
+        diags.append(Diagnostic(rule.code, rule.severity, f"node pool {m.pool!r}: {what}", head.file,
+                                _span(head, ("models", m.model), key=True),
+                                help="to keep the name, run `kiln lock` on the base revision and commit the lock "
+                                     "file before this change (K953)"))
+    out = []
+    for d in disruptions:
+        name = d.detail.split(":", 1)[0]
+        if d.kind == "workload-delete" and name in pruned:
+            d = replace(d, detail=f"{name}: {pruned[name]}; `kiln lock` before the change keeps the name (K954)")
+        out.append(d)
+    return out, diags
 
 
 def renamed_spec(head: Validation, old: str) -> list:
     """K860: the spec's name changed under a running Kubernetes tree (review N6): its Argo CD
     Application and the live MIG layouts ConfigMap are named after it, and no sync renames them."""
     from compiler.checks.kubernetes import SpecRenamedOnCluster as rule
-    from compiler.diagnostics import Diagnostic, Span
+    from compiler.diagnostics import Diagnostic
     from compiler.ir.k8s_names import mig_configmap_name
 
     new = head.spec.name
     if new == old:
         return []
-    try:
-        span = head.document.span_of(("name",)) if head.document is not None else Span.unknown()
-    except (KeyError, IndexError, TypeError):
-        span = Span.unknown()
+    span = _span(head, ("name",))
     what = [f"the re-layout Job would write {mig_configmap_name(new)!r} while the GPU Operator's mig-manager reads "
             f"{mig_configmap_name(old)!r} (its helm values name it)"]
     if head.spec.kubernetes is not None and head.spec.kubernetes.argocd is not None:
@@ -102,16 +136,28 @@ def rollout_diagnostics(head: Validation, rollouts: list) -> list:
 def refused_updates(head: Validation, disruptions: list) -> list:
     """K855 for every `recreate` the plan holds: an update a controller refuses on the live objects."""
     from compiler.checks.kubernetes import KubernetesUpdateForbidden as rule
-    from compiler.diagnostics import Diagnostic, Span
+    from compiler.diagnostics import Diagnostic
 
     out = []
     for d in disruptions:
         if d.kind != "recreate":
             continue
-        try:
-            span = head.document.span_of(("hosts", d.host), key=True) if head.document is not None else Span.unknown()
-        except (KeyError, IndexError, TypeError):
-            span = Span.unknown()
+        span = _span(head, ("hosts", d.host), key=True)
         out.append(Diagnostic(rule.code, rule.severity, f"node pool {d.host!r}: {d.detail}", head.file, span,
                               help="apply it in a maintenance window: the object is deleted and created anew"))
     return out
+
+
+def _runtime(v: Validation) -> str:
+    k8s = v.spec.kubernetes
+    return k8s.runtime if k8s is not None else "deployment"
+
+
+def _span(head: Validation, path: tuple, key: bool = False):
+    """The span of `path` in the working tree's spec; unknown where it cannot be found."""
+    from compiler.diagnostics import Span
+
+    try:
+        return head.document.span_of(path, key=key) if head.document is not None else Span.unknown()
+    except (KeyError, IndexError, TypeError):
+        return Span.unknown()

@@ -12,9 +12,10 @@ Format (JSON, canonical): {"kind": "kiln.lock/v1", "spec": name,
   "placements": {host: {gpu index: [{"profile", "serves", "start"}, ...]}},
   "workloads": {node pool: {model[/role]: [shape of <model>-<pool>, shapes named <model>-<pool>-<shape>...]}},
   "surges": {node pool: {workload: maxSurge}}}.
-"workloads" (node pools whose model has several shapes or lost one) keeps a Kubernetes workload's
-name when a sibling shape goes (review M7): a Deployment's name is its identity, and a name that
-moved to the remaining shape would prune that shape's Deployment and roll the other onto it.
+"workloads" (every model on a node pool) keeps a Kubernetes workload's name when a sibling shape
+comes or goes (review M7): a Deployment's name is its identity, and a name that moved to the
+remaining shape would prune that shape's Deployment and roll the other onto it. A model with
+several shapes that the lock does not record is warned (K953).
 "surges" (runtime dynamo) keeps each Dynamo worker's surge while the pool still has the room for it
 (k8s_dgd.worker_surge): the surge is in the worker's pod template, which Dynamo's worker hash covers,
 so a surge that followed the pool's free room would roll one model's workers on another model's edit.

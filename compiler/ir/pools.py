@@ -13,7 +13,9 @@ this pass derives what the Kubernetes target needs and the checks read:
   - the workloads: one per (model, device shape) of the pool, whose replicas are the node's units
     of that shape times the node count (one per role and shape for a disaggregated model). Names are stable identities (a rename is a delete and a
     create, i.e. an outage): the model's largest shape on the pool is `<model>-<pool>` whatever
-    order the spec lists them in, further shapes are `<model>-<pool>-<shape>`.
+    order the spec lists them in, further shapes are `<model>-<pool>-<shape>`; the lock file's names
+    (lock_workloads) win where it has them. Without them a change of the set of shapes can move a
+    name (unlocked_shapes: K953; shape_moves: what a change renames, K954).
 """
 
 from __future__ import annotations
@@ -223,10 +225,10 @@ def kubernetes_version(ir: Resolved) -> str:
 
 
 def lock_workloads(ir) -> dict[str, dict[str, tuple[str, ...]]]:
-    """pool -> model[/role] -> [the shape of its bare-named workload, its suffixed shapes], for the
-    models with more than one shape on a pool or a lock entry there (the lock file's "workloads",
-    compiler/ir/lockfile.py, as `kiln lock` writes it). A model whose bare-named shape left keeps
-    that shape first: the name stays free for it."""
+    """pool -> model[/role] -> [the shape of its bare-named workload, its suffixed shapes], for every
+    model on a pool (the lock file's "workloads", compiler/ir/lockfile.py, as `kiln lock` writes it). A one-shape model is recorded too: a larger shape it gains later
+    would otherwise take the bare name from it. A model whose bare-named shape left keeps that
+    shape first: the name stays free for it."""
     out: dict[str, dict[str, tuple[str, ...]]] = {}
     for pname, pool in ir.pools.items():
         shapes: dict[str, tuple[str | None, list[str]]] = {}
@@ -238,6 +240,56 @@ def lock_workloads(ir) -> dict[str, dict[str, tuple[str, ...]]]:
             shapes[key] = (slug, rest) if w.name == bare_name else (bare, rest + [slug])
         old = ir.locked_workloads.get(pname, {})
         for key, (bare, rest) in sorted(shapes.items()):
-            if key in old or len(rest) + (bare is not None) > 1:
-                out.setdefault(pname, {})[key] = (bare or old[key][0], *sorted(rest))
+            out.setdefault(pname, {})[key] = (bare or old[key][0], *sorted(rest))
+    return out
+
+
+def unlocked_shapes(ir) -> list[tuple[str, str, str | None, tuple[PoolWorkload, ...]]]:
+    """(pool, model, role, its workloads largest shape first) for each model with several shapes on
+    a pool whose names the lock does not record: the bare name is the largest shape's, so a change
+    of the set of shapes can move a name to another shape (review M7)."""
+    out = []
+    for pname, pool in sorted(ir.pools.items()):
+        mine: dict[tuple[str, str], list[PoolWorkload]] = {}
+        for w in pool.workloads:
+            mine.setdefault((w.model, w.role or ""), []).append(w)
+        locked = ir.locked_workloads.get(pname, {})
+        for (model, role), ws in sorted(mine.items()):
+            if len(ws) > 1 and (f"{model}/{role}" if role else model) not in locked:
+                ws.sort(key=lambda w: _largest_first((model, role, w.mig_profile, w.gpus)))
+                out.append((pname, model, role or None, tuple(ws)))
+    return out
+
+
+@dataclass(frozen=True)
+class ShapeMove:
+    """A device shape of a model whose workload has another name after a change."""
+
+    pool: str
+    model: str
+    shape: str  # the MIG profile, or `<n> GPU(s)`
+    before: PoolWorkload  # its workload before the change
+    after: PoolWorkload  # and after
+    old_name_on: str | None  # the shape the old name serves after the change; None: it is pruned
+    new_name_on: str | None  # the shape the new name served before the change; None: a new workload
+
+
+def shape_text(profile: str | None, gpus: int) -> str:
+    return profile if profile is not None else f"{gpus} GPU(s)"
+
+
+def shape_moves(before: Mapping[str, NodePool], after: Mapping[str, NodePool]) -> list[ShapeMove]:
+    """The shapes whose workload is renamed from one revision's pools to the other's: a Deployment's
+    name is its identity, so a moved name is a deletion and a roll, not an update."""
+    out = []
+    for pname in sorted(set(before) & set(after)):
+        old = {(w.model, w.role or "", w.mig_profile or "", w.gpus): w for w in before[pname].workloads}
+        new = {(w.model, w.role or "", w.mig_profile or "", w.gpus): w for w in after[pname].workloads}
+        old_named = {w.name: shape_text(w.mig_profile, w.gpus) for w in before[pname].workloads}
+        new_named = {w.name: shape_text(w.mig_profile, w.gpus) for w in after[pname].workloads}
+        for key in sorted(set(old) & set(new)):
+            a, b = old[key], new[key]
+            if a.name != b.name:
+                out.append(ShapeMove(pname, a.model, shape_text(a.mig_profile, a.gpus), a, b,
+                                     new_named.get(a.name), old_named.get(b.name)))
     return out
