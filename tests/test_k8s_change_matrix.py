@@ -73,6 +73,10 @@ MATRIX = {
     "one-mig-profile": ((), (ONE_PROFILE,), False),
     "model-gains-a-shape": ((), (SECOND_SHAPE,), False),
     "model-loses-a-shape": ((SECOND_SHAPE,), (), False),
+    # the review's shape_then_drop_first (M7): without a lock the bare name moves to the 1g.10gb shape,
+    # whose Deployment is pruned while chat-h100-pool rolls onto it (the plan's K954)
+    "model-loses-its-largest-shape": ((SECOND_SHAPE,), (SECOND_SHAPE, ("          - {profile: 3g.40gb, serves: chat}\n", "")),
+                                      False),
     "add-a-pool": ((), (NEW_POOL,), False),
     "remove-a-pool": ((NEW_POOL,), (), False),
     "add-a-pool-dynamo": ((), (NEW_POOL,), True),
