@@ -88,27 +88,35 @@ def actual(diags: list[Diagnostic]) -> set[Expected]:
 
 
 def rewrite(text: str, found: set[Expected]) -> str:
-    """The case text with its expectations replaced by `found` (the update flag)."""
+    """The case text with its expectations replaced by `found` (the update flag). A line the case
+    points at with `# expect[LINE]:` keeps that form where it stands; a stale one is dropped and the
+    line numbers after it renumbered, so an update moves no expectation off its line."""
     lines = text.splitlines()
-    kept: list[str] = []
-    for line in lines:
-        if _EXPLICIT.match(line.strip()):
-            continue
-        kept.append(_INLINE.sub("", line))
-    by_line: dict[int, list[Expected]] = {}
+    by_line: dict[int, str] = {}
     for e in sorted(found):
-        by_line.setdefault(e.line, []).append(e)
-    explicit: list[str] = []
-    for line_no, items in sorted(by_line.items()):
-        rendered = ", ".join(i.render() for i in items)
-        idx = line_no - 1
-        if 0 <= idx < len(kept) and kept[idx].strip() and not kept[idx].lstrip().startswith("#"):
-            kept[idx] = f"{kept[idx]}  # expect: {rendered}"
-        else:
-            explicit.append(f"# expect[{line_no}]: {rendered}")
-    # Explicit expectations go at the end, where they cannot move the lines they point at.
-    result = kept + explicit
-    return "\n".join(result) + "\n"
+        by_line[e.line] = f"{by_line[e.line]}, {e.render()}" if e.line in by_line else e.render()
+    pointed = {i: int(m.group("line")) for i, line in enumerate(lines) if (m := _EXPLICIT.match(line.strip()))}
+    dropped = [i + 1 for i, n in pointed.items() if n not in by_line]
+
+    def renumbered(line_no: int) -> int:  # where an original line lands once the stale pointers go
+        return line_no - sum(1 for d in dropped if d < line_no)
+
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        if i in pointed:
+            if pointed[i] in by_line:
+                out.append(f"# expect[{renumbered(pointed[i])}]: {by_line[pointed[i]]}")
+            continue
+        line = _INLINE.sub("", line)
+        if i + 1 in by_line and i + 1 not in pointed.values() and line.strip() and not line.lstrip().startswith("#"):
+            line = f"{line}  # expect: {by_line[i + 1]}"
+        out.append(line)
+    # a line that cannot carry a comment gets a pointer at the end, where it moves no other line
+    inline_or_pointed = set(pointed.values()) | {n for n in by_line if 0 < n <= len(lines)
+                                                 and lines[n - 1].strip() and not lines[n - 1].lstrip().startswith("#")
+                                                 and n - 1 not in pointed}
+    out += [f"# expect[{renumbered(n)}]: {items}" for n, items in sorted(by_line.items()) if n not in inline_or_pointed]
+    return "\n".join(out) + "\n"
 
 
 def case_files(root: Path) -> list[Path]:

@@ -54,3 +54,18 @@ def test_rewrite_round_trips(tmp_path: Path) -> None:
     new = rewrite(text, found)
     assert parse_expectations(new) == found
     assert rewrite(new, found) == new
+
+
+def test_rewrite_keeps_a_pointer_where_it_stands_and_renumbers_past_a_stale_one() -> None:
+    """`--update-expectations` once moved `# expect[N]:` pointers inline (onto a `%YAML` line) and
+    dropped them from the middle of a case, which shifted every later line off its expectation."""
+    from .expectations import Expected
+
+    text = "%YAML 1.1\n---\n# expect[1]: K014:1\n# expect[4]: K999:1\na: 1\nb: 2  # expect: K101:4\n"
+    # the stale pointer (line 4 has nothing now) goes; lines 5 and 6 become 4 and 5
+    found = {Expected(1, 1, "K014"), Expected(6, 4, "K101"), Expected(5, 1, "K102")}
+    new = rewrite(text, found)
+    assert new.splitlines()[:3] == ["%YAML 1.1", "---", "# expect[1]: K014:1"]
+    renumbered = {Expected(1, 1, "K014"), Expected(5, 4, "K101"), Expected(4, 1, "K102")}
+    assert parse_expectations(new) == renumbered
+    assert rewrite(new, renumbered) == new
