@@ -227,10 +227,8 @@ def way_rank(kinds, action, machine: Machine) -> int | None:
     """The index of the action's most preferred way `machine` holds (software included), or None."""
     if software_lacking(kinds, action, machine):
         return None
-    for i, way in enumerate((action.size or SMALL).ways):
-        if not shortfalls(way, machine):
-            return i
-    return None
+    way = holds(action.size, machine)  # the one decision (compiler/graph/sizes.py holds)
+    return None if way is None else (action.size or SMALL).ways.index(way)
 
 
 def place(kinds, action, machines: list[Machine]) -> Machine | None:

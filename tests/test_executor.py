@@ -33,8 +33,10 @@ class Step(ActionKind[StepParams]):
         self.lock = threading.Lock()
         self.running = 0
         self.most_at_once = 0
+        self.ways: dict = {}  # name -> the way it was told to run in (RunContext.way)
 
     def run(self, params: StepParams, ctx: RunContext) -> None:
+        self.ways[params.name] = ctx.way
         with self.lock:
             self.running += 1
             self.most_at_once = max(self.most_at_once, self.running)
@@ -110,6 +112,42 @@ def test_missing_needs_defer_the_action_and_what_waits_for_it(store: LocalStore)
     # a builder with a GPU completes it from the same store, reusing what is there
     results = execute(g, store, "spec", kinds, builder=Builder(fixed=frozenset({"gpu"})))
     assert {a: r.status for a, r in results.items()} == {"quantize": "built", "gate": "built", "other": "cached"}
+
+
+def test_an_action_runs_in_the_way_its_builder_holds_and_its_record_and_log_say_which(tmp_path: Path) -> None:
+    """The executor decides the way where it places the action (the builder's machine: probed, or a
+    declared class) and hands it to the run; the way is not in the key (the same tree, the same key)."""
+    from dataclasses import replace
+
+    from compiler.graph.sizes import Machine, Size, Way
+
+    gpu, cpu = Way(gpus=1, gpu_mem_gib=40.0, host_mem_gib=4.0), Way(gpus=0, host_mem_gib=16.0)
+    seen, trees = {}, {}
+    for box in (Machine("cpu box", host_mem_gib=32, disk_gib=10),
+                Machine("gpu box", gpus=1, gpu_mem_gib=80, host_mem_gib=32, disk_gib=10), None):
+        step = Step()
+        g = graph(step, ("calibrate", (), {}), ("small", (), {}))
+        g = Graph.build([replace(g.actions["calibrate"], size=Size((gpu, cpu))), g.actions["small"]])
+        store = LocalStore(tmp_path / (box.name.replace(" ", "-") if box else "unplaced"))
+        lines: list[str] = []
+        results = execute(g, store, "spec", KindRegistry([step]), builder=Builder(fixed=frozenset(), machine=box),
+                          progress=lines.append)
+        name = box.name if box else None
+        seen[name] = step.ways["calibrate"]
+        trees[name] = (g.keys["calibrate"], results["calibrate"].tree)
+        record = store.get_action(g.keys["calibrate"])
+        assert results["calibrate"].way == seen[name]
+        assert record.way == (seen[name].to_json() if box else None)
+        log = store.log_path(g.keys["calibrate"]).read_text(encoding="utf-8")
+        built = next(line for line in lines if "built  calibrate" in line)
+        if box:
+            assert f"way {seen[name].short()} ({seen[name].text()})" in log
+            assert built.endswith(f"s, {seen[name].short()})"), built
+        else:
+            assert "way " not in log and built.endswith("s)"), built
+        assert next(line for line in lines if "built  small" in line).endswith("s)")  # one way: nothing said
+    assert seen == {"cpu box": cpu, "gpu box": gpu, None: None}
+    assert len(set(trees.values())) == 1  # one key, one artifact, whichever way made it
 
 
 def test_a_second_run_executes_nothing_and_the_plan_says_why_a_key_moved(store: LocalStore) -> None:

@@ -218,6 +218,64 @@ def test_quantize_runs_in_its_own_process_and_logs_its_phases(fp8) -> None:
                                                         "evaluating the quantized model", "exporting"], log
 
 
+def test_the_build_quantizes_in_the_way_it_placed_and_its_record_says_which(fp8) -> None:
+    """The local build places quantize/tiny on the probed machine (the way compiler/graph/sizes.py
+    holds chooses) and the action, in its own process, runs in that way; the record keeps it."""
+    from compiler.graph.sizes import holds
+    from compiler.machines import probe
+
+    _, store, outcome = fp8
+    res = outcome.results["quantize/tiny"]
+    way = holds(outcome.graph.actions["quantize/tiny"].size, probe(store, ()))
+    assert res.way == way and LocalStore(store).get_action(res.key).way == way.to_json()
+    log = res.log.read_text(encoding="utf-8")
+    assert f"way {way.short()} ({way.text()})" in log  # the executor's
+    on = f"{way.gpus} GPU(s)" if way.gpus else "the CPU"
+    assert f"placed to run {way.short()}: calibrating on {on}" in log  # the action's own, from its process
+
+
+def test_told_the_cpu_way_quantize_runs_on_the_cpu_and_makes_the_same_bytes(fp8, tmp_path: Path) -> None:
+    """The CPU way runs on the CPU even where CUDA is visible (the plan placed it there: a MIG slice
+    the probe does not count as a GPU, say); what it makes is the build's checkpoint, byte for byte,
+    where the build ran in that way too (on a machine without CUDA)."""
+    import logging
+
+    from compiler.actions import quantize
+    from compiler.graph.kinds import RunContext
+
+    spec, store, outcome = fp8
+    action = outcome.graph.actions["quantize/tiny"]
+    cpu = next(w for w in action.size.ways if not w.gpus)
+    calib = materialize(store, outcome, "calibration-set/tiny", tmp_path / "calib")
+    out = tmp_path / "out"
+    out.mkdir()
+    log = logging.getLogger("test.cpu-way")
+    files = {role: Path(path) for role, path in action.files.items()}
+    quantize.KIND.run(action.params, RunContext(out, files, {"calibration-set/tiny": calib}, log, way=cpu))
+    made = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert json.loads(made["quality.json"])["device"] == "cpu"
+    if not outcome.results["quantize/tiny"].way.gpus:
+        assert made == tree_files(store, outcome, "quantize/tiny")
+
+
+def test_a_gpu_way_this_machine_cannot_run_is_refused_with_what_it_sees(tmp_path: Path) -> None:
+    import logging
+
+    from compiler.actions import quantize
+    from compiler.graph.kinds import RunContext
+    from compiler.graph.sizes import Way
+
+    action = lowered(tmp_path, {})
+    seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    way = Way(gpus=seen + 1, gpu_mem_gib=80.0, host_mem_gib=8.0)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(quantize.QuantizeError) as e:
+        quantize.KIND.run(action.params, RunContext(tmp_path / "out", {}, {}, logging.getLogger("test"), way=way))
+    assert str(e.value).startswith(f"quantize/tiny was placed to run {way.short()} ({way.text()}), and this builder's "
+                                   f"process sees {seen or 'no'} CUDA device")
+    assert not list((tmp_path / "out").iterdir())
+
+
 def test_fp8_dequantized_weights_match_the_fake_quantized_model(fp8, fp8_model, tmp_path: Path) -> None:
     """Finding: not bit-exact. ModelOpt 0.47's FP8 export divides the bf16 weight by its fp32
     scale in bf16 (a 0-dim fp32 tensor does not promote a bf16 tensor) before the cast to fp8, while

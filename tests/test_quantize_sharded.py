@@ -255,6 +255,9 @@ def test_the_worker_offloads_exactly_where_the_plans_formula_does(params) -> Non
         enough = int(need) + 1
         shares = quantize.gpu_shares(MODEL, params, [three] * count, enough)
         assert shares["cpu"] == host_share(enough) >= spill + layer
+        # a way placed without offload reserved no host memory for it: the worker does not offload then
+        with pytest.raises(quantize.QuantizeError, match=rf"placed on {count} GPU\(s\) of .* without offloading"):
+            quantize.gpu_shares(MODEL, params, [three] * count, enough, allow_offload=False)
         with pytest.raises(quantize.QuantizeError, match=r"of free host memory, it has .* GiB free"):
             quantize.gpu_shares(MODEL, params, [three] * count, int(need) - 1)
         # transformers' own placement of those shares: some of the model on "cpu", none on "disk"

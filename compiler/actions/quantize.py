@@ -496,13 +496,14 @@ def weight_bytes_of(model_dir: Path, dtype: str) -> tuple[int, int]:
 
 
 def gpu_shares(model_dir: Path, params: QuantizeParams, memories: list[int], host: int | None = None,
-               log=None) -> dict[int | str, int] | None:
-    """How the calibration uses the visible GPUs (`memories`: each one's bytes) and `host` bytes of
-    free host memory: None for the one-device load (one GPU holds the model, its batch and the
-    context, or no GPU is visible), else each GPU's share of the weights for a sharded load, and
-    "cpu" with the host's share where the GPUs cannot hold them all (accelerate's offload). The same
-    formulas as the plan's (compiler/actions/sizing.py calibration_gpus, offload_need), on the
-    weights counted from the model itself."""
+               log=None, allow_offload: bool = True) -> dict[int | str, int] | None:
+    """How the calibration uses the GPUs it is given (`memories`: each one's bytes) and `host` bytes
+    of free host memory: None for the one-device load (one GPU holds the model, its batch and the
+    context, or no GPU is given), else each GPU's share of the weights for a sharded load, and "cpu"
+    with the host's share where the GPUs cannot hold them all (accelerate's offload), which only a
+    way that offloads allows (`allow_offload`: the host memory was reserved for it). The same formulas as
+    the plan's (compiler/actions/sizing.py calibration_gpus, offload_need), on the weights counted
+    from the model itself."""
     from transformers import AutoConfig
 
     from .sizing import activation_bytes, calibration_gpus, host_share, offload_need, shard_share
@@ -526,6 +527,11 @@ def gpu_shares(model_dir: Path, params: QuantizeParams, memories: list[int], hos
     if need is None or offload is None and need > len(memories):
         raise QuantizeError(f"{what} needs larger GPUs than {smallest / gib:.1f} GiB (one holds no weights beside the "
                             "batch and its largest layer); `kiln plan` shows what it needs")
+    if offload is not None and not allow_offload:
+        raise QuantizeError(f"{what} was placed on {len(memories)} GPU(s) of {smallest / gib:.1f} GiB without "
+                            f"offloading to host memory, and counted here it needs {need} of them (or "
+                            f"{offload[0] / gib:.1f} GiB offloaded, for which no host memory was reserved); "
+                            "`kiln plan --builders` shows the ways it runs in")
     if offload is not None:
         spill, host_need = offload
         if host is None or host < host_need:
@@ -641,6 +647,26 @@ def check_builder(params: QuantizeParams) -> None:
                             "cached under the versions that made it)")
 
 
+def placed_devices(params: QuantizeParams, way) -> tuple[str, list[int]]:
+    """Where the calibration runs: ("cpu", []) or ("cuda", the memory of each GPU it may use), as
+    `way` says, the way its placement chose (compiler/graph/sizes.py holds, RunContext.way): a CPU
+    way runs on the CPU even where CUDA is visible (the plan placed it there: the probe counts no MIG
+    slice as a GPU), a way of N GPUs on the first N, refused where this process sees fewer. Without
+    a way (a run placed nowhere), every visible GPU, else the CPU."""
+    import torch
+
+    seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    count = seen if way is None else way.gpus
+    if count > seen:
+        raise QuantizeError(f"quantize/{params.model} was placed to run {way.short()} ({way.text()}), and this "
+                            f"builder's process sees {seen or 'no'} CUDA device{'s' * (seen != 1)}: build it where "
+                            "the way's GPUs are (`kiln plan --builders` says where each action goes), or declare "
+                            "the builder class as the machine is")
+    if not count:
+        return "cpu", []
+    return "cuda", [torch.cuda.get_device_properties(i).total_memory for i in range(count)]
+
+
 def run(params: QuantizeParams, ctx: RunContext) -> None:
     ctx.phase("loading")  # torch and ModelOpt, then the model: the first seconds to minutes
     try:
@@ -649,19 +675,22 @@ def run(params: QuantizeParams, ctx: RunContext) -> None:
         raise QuantizeError("quantization needs torch, transformers and nvidia-modelopt on the builder: "
                             "pip install torch, then pip install '.[quantize]'") from None
     gpu_parts = needs_gpu(params)
-    if gpu_parts and not torch.cuda.is_available():
+    device, memories = placed_devices(params, ctx.way)
+    if gpu_parts and device == "cpu":
+        where = ("this machine has no CUDA device" if ctx.way is None else
+                 f"it was placed to run {ctx.way.short()}")
         raise QuantizeError(f"quantizing {', '.join(gpu_parts)} needs a GPU builder: ModelOpt fake-quantizes these only "
-                            "on CUDA (calibration and the quality gate run forward passes through them), and this "
-                            "machine has no CUDA device")
+                            f"on CUDA (calibration and the quality gate run forward passes through them), and {where}")
     check_builder(params)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    ctx.log.info("%s: calibrating on %s", f"placed to run {ctx.way.short()}" if ctx.way is not None else
+                 "placed nowhere (what this process sees)", f"{len(memories)} GPU(s)" if memories else "the CPU")
     with _LOCK, tempfile.TemporaryDirectory(prefix="kiln-quantize-") as scratch:
         prev_threads, prev_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
         torch.set_num_threads(CPU_THREADS)
         torch.use_deterministic_algorithms(True, warn_only=True)
         try:
             with _into_log(ctx.log):
-                _run(params, ctx, Path(scratch), device)
+                _run(params, ctx, Path(scratch), device, memories)
         finally:
             torch.set_num_threads(prev_threads)
             torch.use_deterministic_algorithms(prev_det)
@@ -699,7 +728,7 @@ def _into_log(log):
             hf_logging.enable_progress_bar()
 
 
-def _run(params: QuantizeParams, ctx: RunContext, scratch: Path, device: str) -> None:
+def _run(params: QuantizeParams, ctx: RunContext, scratch: Path, device: str, memories: list[int]) -> None:
     import time
 
     import torch
@@ -710,10 +739,11 @@ def _run(params: QuantizeParams, ctx: RunContext, scratch: Path, device: str) ->
         model_dir = local_source(ctx, scratch)
     else:
         model_dir = fetch_huggingface(params.source, ctx.log)
-    memories = ([torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())]
-                if device == "cuda" else [])
-    shares = gpu_shares(model_dir, params, memories, free_host_memory() if memories else None, ctx.log)
+    shares = gpu_shares(model_dir, params, memories, free_host_memory() if memories else None, ctx.log,
+                        allow_offload=ctx.way is None or ctx.way.offload_gib > 0)
     model, tokenizer = load(model_dir, params.dtype, device, shares)
+    ctx.log.info("loaded on %s", device if shares is None else
+                 ", ".join(sorted({str(d) for d in model.hf_device_map.values()})))
 
     texts = None
     if params.calibration is not None:

@@ -14,7 +14,9 @@ A small action that needs no software capability (a specs snapshot, a host plan 
 capacity report: the small allowance, compiler/graph/sizes.py SMALL) runs on the driver itself,
 as the local executor runs it: any machine holds it, and an engine job's round trip (push its
 inputs, schedule, fetch and verify its output) costs far more than the action. Its tree is the
-same wherever it runs, and so is the release. Each result says where it was built (`ran_on`).
+same wherever it runs, and so is the release. Each result says where it was built (`ran_on`) and
+in which way (`way`: the one its node was chosen for, which the job tells the action to run in and
+the local store's record keeps).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from compiler.graph.executor import ActionResult, Interrupt, run_here
+from compiler.graph.executor import ActionResult, Interrupt, run_here, way_said
 from compiler.graph.kinds import KindRegistry
 from compiler.graph.model import Graph
 from compiler.store.local import LocalStore
@@ -80,7 +82,7 @@ def execute_on(engine: Engine, graph: Graph, store: LocalStore, spec_name: str, 
     results: dict[str, ActionResult] = {}
     total = len(graph.order)
     pending = list(graph.order)
-    running: dict = {}  # handle -> (aid, start)
+    running: dict = {}  # handle -> (aid, start, way)
 
     def done(aid: str, res: ActionResult, line: str) -> None:
         results[aid] = res
@@ -89,7 +91,7 @@ def execute_on(engine: Engine, graph: Graph, store: LocalStore, spec_name: str, 
     try:
         while pending or running:
             if interrupt.is_set():
-                for handle, (aid, start) in running.items():
+                for handle, (aid, start, _) in running.items():
                     engine.cancel(handle)
                     done(aid, ActionResult(aid, graph.keys[aid], "interrupted", duration_s=time.monotonic() - start,
                                            error="its job was cancelled: the build was interrupted"), f"stopped {aid}")
@@ -119,7 +121,8 @@ def execute_on(engine: Engine, graph: Graph, store: LocalStore, spec_name: str, 
                 why = (f"waits for {waiting[0]}" if waiting else
                        "not selected (--only/--skip)" if selected is not None and aid not in selected else None)
                 if why is None and on_driver(action):
-                    res = run_here(graph, kinds, aid, store, spec_name, results, progress, interrupt)
+                    res = run_here(graph, kinds, aid, store, spec_name, results, progress, interrupt,
+                                   (action.size or SMALL).ways[0])
                     res.ran_on = DRIVER
                     line = {"built": f"built  {aid} ({res.duration_s:.2f}s on the driver)",
                             "interrupted": f"stopped {aid} ({res.error})"}.get(res.status, f"FAILED {aid}: {res.error}")
@@ -142,21 +145,22 @@ def execute_on(engine: Engine, graph: Graph, store: LocalStore, spec_name: str, 
                     _share(graph, aid, results, store, cache)
                     job = _job(graph, aid, results, registry, worker_store)
                     job["needs"] = required(kinds, action, machine)
+                    job["way"] = way.to_json()  # the action runs in the way its node was chosen for
                     handle = engine.submit(job, way, f"kiln:{aid}", accelerator=accelerator_of(machine, way))
                 except Exception as e:  # the registry or the engine refused: this action fails, the build goes on
                     done(aid, ActionResult(aid, key, "failed", error=f"could not submit it: {e}"),
                          f"FAILED {aid}: could not submit it: {e}")
                     continue
-                running[handle] = (aid, time.monotonic())
+                running[handle] = (aid, time.monotonic(), way)
                 progress(f"       submitted {aid} to {engine.name} ({way.text()})")
             if not running:
                 continue
             for fin in engine.wait(list(running), POLL_S):
-                aid, start = running.pop(fin.handle)
-                _finish(graph, aid, fin, start, store, cache, spec_name, done, engine.name)
+                aid, start, way = running.pop(fin.handle)
+                _finish(graph, aid, fin, start, store, cache, spec_name, done, engine.name, way)
             if deadline_s is not None:
                 now = time.monotonic()
-                for handle, (aid, start) in list(running.items()):
+                for handle, (aid, start, _) in list(running.items()):
                     if now - start > deadline_s:
                         engine.cancel(handle)
                         running.pop(handle)
@@ -200,7 +204,8 @@ def accelerator_of(machine, way) -> str | None:
 
 
 def _choose(kinds, action, machines, way_rank):
-    """(machine, way) for the action's most preferred way some machine holds, or None."""
+    """(machine, way) for the action's most preferred way some machine holds (way_rank: the way
+    compiler/graph/sizes.py holds chooses on each), or None."""
     from compiler.graph.sizes import SMALL
 
     best = None
@@ -214,9 +219,9 @@ def _choose(kinds, action, machines, way_rank):
 
 
 def _finish(graph: Graph, aid: str, fin, start: float, store: LocalStore, cache, spec_name: str, done,
-            engine_name: str) -> None:
+            engine_name: str, way) -> None:
     """A job's end: its artifact imported from the registry (verified blob by blob) and checked to be
-    the tree the worker reported; its log kept in the store."""
+    the tree the worker reported; its log kept in the store, its record saying the way it ran in."""
     key = graph.keys[aid]
     duration = round(time.monotonic() - start, 3)
     if fin.error is not None:
@@ -232,9 +237,10 @@ def _finish(graph: Graph, aid: str, fin, start: float, store: LocalStore, cache,
         done(aid, ActionResult(aid, key, "failed", duration_s=duration, error=error), f"FAILED {aid}: {error}")
         return
     _keep_log(store, key, result.get("log") or "")
-    done(aid, ActionResult(aid, key, "built", record.tree, result.get("duration_s", duration),
-                           ran_on=f"{engine_name} node {result.get('node', '?')}"),
-         f"built  {aid} ({result.get('duration_s', duration):.2f}s on {result.get('node', '?')})")
+    store.put_action(replace(record, way=way.to_json()))  # imported as fetched; it was built here, in `way`
+    res = ActionResult(aid, key, "built", record.tree, result.get("duration_s", duration),
+                       ran_on=f"{engine_name} node {result.get('node', '?')}", way=way)
+    done(aid, res, f"built  {aid} ({res.duration_s:.2f}s on {result.get('node', '?')}{way_said(graph, res)})")
 
 
 def _keep_log(store: LocalStore, key: str, text: str) -> None:

@@ -7,8 +7,10 @@ dependency's artifact. The worker fetches each of them into a store of its own, 
 blob against its digest, runs the kind, stores the output tree and pushes it as the action's
 artifact (blobs first, the manifest last: the artifact exists only whole). It returns the tree's
 digest; the driver imports the artifact from the registry, verified again, before it enters the
-local store. A worker that dies leaves at most unreferenced blobs in the registry and a scratch
-directory in its own store, never an artifact or a record.
+local store. The job also names the way the action runs in (GPUs, offload, CPU: the one its node
+was chosen for); the action obeys it, or refuses where this machine cannot run it. A worker that
+dies leaves at most unreferenced blobs in the registry and a scratch directory in its own store,
+never an artifact or a record.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-JOB_VERSION = 1
+JOB_VERSION = 2  # 2: the job names the way the action runs in (`way`, compiler/graph/sizes.py Way)
 
 
 def default_store() -> Path:
@@ -45,6 +47,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     from compiler.gitops.oci import Registry
     from compiler.gitops.publish import push_artifact
     from compiler.graph.kinds import RunContext
+    from compiler.graph.sizes import Way
     from compiler.store.local import LocalStore
 
     if job.get("version") != JOB_VERSION:
@@ -65,6 +68,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         try:
             logger.info("action %s\nkind %s v%d\nkey %s\nnode %s", job["id"], job["kind"], job["kind_version"],
                         job["key"], os.uname().nodename)
+            way = Way.from_json(job["way"]) if job.get("way") else None
+            if way is not None:
+                logger.info("way %s (%s)", way.short(), way.text())
             deps = {}
             for dep, (dep_kind, dep_key) in sorted(job["deps"].items()):
                 record = store.get_action(dep_key) or cache._fetch(dep_kind, dep_key, dep)
@@ -87,7 +93,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 files[role] = dest
             out = work / "out"
             out.mkdir()
-            kind.run(params, RunContext(out, files, deps, logger))
+            kind.run(params, RunContext(out, files, deps, logger, way=way))
             tree = store.put_tree(out)
             duration = round(time.monotonic() - start, 3)
             logger.info("done in %.3fs, tree %s", duration, tree)

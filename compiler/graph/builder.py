@@ -96,9 +96,14 @@ class Builder:
     _probed: dict[str, bool] = field(default_factory=dict)
     machine: Machine | None = None
 
+    def way(self, size):
+        """The way an action of `size` runs here (compiler/graph/sizes.py holds), or None where the
+        machine is unknown (the action then decides from what it sees) or holds no way."""
+        return None if self.machine is None else holds(size, self.machine)
+
     def too_small(self, size) -> str | None:
         """What this builder's machine lacks to hold `size`, or None when it holds it (or is unknown)."""
-        if self.machine is None or holds(size, self.machine) is not None:
+        if self.machine is None or self.way(size) is not None:
             return None
         return f"more machine than {self.machine.name} has: {lacking(size, self.machine)} (it needs {size.text()})"
 

@@ -36,6 +36,7 @@ def die_with_parent(parent: int) -> bool:
 def run(job: dict, status_fd: int, kiln_dir: str) -> int:
     import compiler
     from compiler.graph.kinds import RunContext
+    from compiler.graph.sizes import Way
 
     status = os.fdopen(status_fd, "w", buffering=1, encoding="utf-8")
 
@@ -62,7 +63,8 @@ def run(job: dict, status_fd: int, kiln_dir: str) -> int:
         kind = getattr(importlib.import_module(job["module"]), job["class"])()
         params = kind.Params.model_validate(job["params"])
         ctx = RunContext(Path(job["out"]), {k: Path(v) for k, v in job["files"].items()},
-                         {k: Path(v) for k, v in job["deps"].items()}, log, phase)
+                         {k: Path(v) for k, v in job["deps"].items()}, log, phase,
+                         Way.from_json(job["way"]) if job.get("way") else None)
         kind.run(params, ctx)
     except Exception as e:  # reported to the parent, which fails the action with it
         log.exception("failed: %s", e)

@@ -29,6 +29,7 @@ from compiler.store.local import ActionRecord, LocalStore, StoreError
 from .builder import Builder, describe
 from .kinds import ActionKind, KindRegistry, RunContext
 from .model import Graph
+from .sizes import SMALL, Way
 from .progress import estimate, phase_line, running_line
 from .zygote import Forked, Zygote, ZygoteGone, zygote_for
 
@@ -49,6 +50,7 @@ class ActionResult:
     error: str | None = None
     fetched: bool = False  # "cached" from the registry cache (`--cache`), not from the local store
     ran_on: str | None = None  # a distributed build's: where it was built (compiler/distributed/driver.py)
+    way: Way | None = None  # the way it ran in, as its placement chose it (RunContext.way)
 
 
 class InputChanged(Exception):
@@ -199,8 +201,10 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry
                         busy.add(kind.kind)
                     state = Running(aid, time.monotonic(), functools.partial(estimate, store, spec_name, graph, aid),
                                     kind.isolated)
+                    # placed here: the way this builder's machine holds, which the action is told
+                    way = builder.way(graph.actions[aid].size)
                     running[pool.submit(_run_one, graph, kinds, aid, store, spec_name, results, stop, progress,
-                                        digest_of, state, interrupt)] = aid
+                                        digest_of, state, interrupt, way)] = aid
                 if not running:
                     continue
                 done, _ = wait(list(running), return_when=FIRST_COMPLETED)
@@ -211,7 +215,7 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry
                     res = fut.result()
                     results[aid] = res
                     if res.status == "built":
-                        progress(f"[{len(results)}/{total}] built  {aid} ({res.duration_s:.2f}s)")
+                        progress(f"[{len(results)}/{total}] built  {aid} ({res.duration_s:.2f}s{way_said(graph, res)})")
                     elif res.status == "interrupted":
                         progress(f"[{len(results)}/{total}] stopped {aid} ({res.error})")
                     else:
@@ -228,17 +232,24 @@ def execute(graph: Graph, store: LocalStore, spec_name: str, kinds: KindRegistry
 
 
 def run_here(graph: Graph, kinds: KindRegistry, aid: str, store: LocalStore, spec_name: str, results: dict,
-             progress: Progress, interrupt: Interrupt) -> ActionResult:
-    """Run one action in this process, as `execute` does, and wait for it (a distributed build's
-    small actions: compiler/distributed/driver.py)."""
+             progress: Progress, interrupt: Interrupt, way: Way | None = None) -> ActionResult:
+    """Run one action in this process in `way`, as `execute` does, and wait for it (a distributed
+    build's small actions: compiler/distributed/driver.py)."""
     kind = kinds[graph.actions[aid].kind]
     state = Running(aid, time.monotonic(), functools.partial(estimate, store, spec_name, graph, aid), kind.isolated)
     stop = threading.Event()
     try:
-        return _run_one(graph, kinds, aid, store, spec_name, results, stop, progress, None, state, interrupt)
+        return _run_one(graph, kinds, aid, store, spec_name, results, stop, progress, None, state, interrupt, way)
     finally:
         stop.set()
         interrupt.running.pop(aid, None)
+
+
+def way_said(graph: Graph, res: ActionResult) -> str:
+    """", on the CPU" for a built action's progress line, where its placement chose among ways (a
+    calibration on GPUs, offloading or on the CPU) or gave it GPUs; nothing for the others."""
+    size = graph.actions[res.id].size or SMALL
+    return f", {res.way.short()}" if res.way is not None and (len(size.ways) > 1 or res.way.gpus) else ""
 
 
 def _lacking(kinds: KindRegistry, builder: Builder, action) -> str | None:
@@ -248,7 +259,7 @@ def _lacking(kinds: KindRegistry, builder: Builder, action) -> str | None:
 
 def _run_one(graph: Graph, kinds: KindRegistry, aid: str, store: LocalStore, spec_name: str, results: dict,
              stop: threading.Event, progress: Progress, digest_of, state: Running,
-             interrupt: Interrupt) -> ActionResult:
+             interrupt: Interrupt, way: Way | None = None) -> ActionResult:
     action = graph.actions[aid]
     key = graph.keys[aid]
     kind = kinds[action.kind]
@@ -278,6 +289,8 @@ def _run_one(graph: Graph, kinds: KindRegistry, aid: str, store: LocalStore, spe
         logger.addHandler(handler)
         try:
             logger.info("action %s\nkind %s v%d\nkey %s", aid, action.kind, action.version, key)
+            if way is not None:
+                logger.info("way %s (%s)", way.short(), way.text())
             files = {}
             for role, path in action.files.items():
                 p = Path(path)
@@ -293,19 +306,20 @@ def _run_one(graph: Graph, kinds: KindRegistry, aid: str, store: LocalStore, spe
             out.mkdir()
             ticker.start()
             if kind.isolated:
-                _run_isolated(kind, action.params, RunContext(out, files, deps, logger), work / "action.log",
+                _run_isolated(kind, action.params, RunContext(out, files, deps, logger, way=way), work / "action.log",
                               state, interrupt, lambda name: phase(name, log=False))
             else:
-                kind.run(action.params, RunContext(out, files, deps, logger, phase))
+                kind.run(action.params, RunContext(out, files, deps, logger, phase, way))
             tree = store.put_tree(out)
             duration = round(time.monotonic() - start, 3)
             logger.info("done in %.3fs, tree %s", duration, tree)
             handler.close()
             log_digest = store.put_file(work / "action.log")
             store.write_log(key, work / "action.log")  # before the record: a failure here leaves no record
-            store.put_action(ActionRecord(key, action.kind, aid, tree, duration, log_digest))
+            store.put_action(ActionRecord(key, action.kind, aid, tree, duration, log_digest,
+                                          way.to_json() if way is not None else None))
             store.set_ref(spec_name, aid, key, action.record(graph.keys))
-            return ActionResult(aid, key, "built", tree, duration, log_path)
+            return ActionResult(aid, key, "built", tree, duration, log_path, way=way)
         except Stopped:
             logger.info("stopped: the build was interrupted")
             handler.close()
@@ -337,7 +351,7 @@ def _run_isolated(kind: ActionKind, params, ctx: RunContext, log_file: Path, sta
     job = {"module": type(kind).__module__, "class": type(kind).__qualname__, "params": params.to_json(),
            "out": os.path.abspath(ctx.out), "files": {k: os.path.abspath(v) for k, v in ctx.files.items()},
            "deps": {k: os.path.abspath(v) for k, v in ctx.deps.items()}, "log": os.path.abspath(log_file),
-           "logger": ctx.log.name}
+           "logger": ctx.log.name, "way": ctx.way.to_json() if ctx.way is not None else None}
     zygote = state.zygote = zygote_for((type(kind).__module__, *kind.preload))
     read_fd, write_fd = os.pipe()
     try:

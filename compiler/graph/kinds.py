@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from compiler.params import Params
 
 from .model import Action
+from .sizes import Way
 
 
 P = TypeVar("P", bound=Params)
@@ -44,13 +45,18 @@ def _no_phase(phase: str) -> None:
 @dataclass
 class RunContext:
     """Where an action writes its output, and what it may read. `phase` tells the build which step
-    of a long run is under way ("loading", "calibrating", ...): the progress lines show it."""
+    of a long run is under way ("loading", "calibrating", ...): the progress lines show it. `way`:
+    how it runs (one of its Size's ways: GPUs, offload, CPU), decided where the action was placed
+    (compiler/graph/sizes.py holds) and obeyed by the run; a run-time input, never part of the key
+    (the artifact is the same whichever way made it). None: placed nowhere (a kind run by hand); an
+    action that has ways then decides from what it sees."""
 
     out: Path  # empty directory; everything written here becomes the artifact
     files: dict[str, Path]  # role -> input file (its digest was checked before the run)
     deps: dict[str, Path]  # upstream action id -> its materialized output directory
     log: logging.Logger
     phase: Callable[[str], None] = _no_phase
+    way: Way | None = None
 
 
 class TreeReader(Protocol):

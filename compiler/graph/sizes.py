@@ -42,6 +42,22 @@ class Way:
         return {"gpus": self.gpus, "gpu_arch": self.gpu_arch, "gpu_mem_gib": self.gpu_mem_gib,
                 "host_mem_gib": self.host_mem_gib, "disk_gib": self.disk_gib, "offload_gib": self.offload_gib}
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> "Way":
+        """The way of `to_json` (a job handed to a worker process or a remote machine)."""
+        return cls(gpus=int(doc["gpus"]), gpu_arch=doc.get("gpu_arch"), gpu_mem_gib=float(doc["gpu_mem_gib"]),
+                   host_mem_gib=float(doc["host_mem_gib"]), disk_gib=float(doc["disk_gib"]),
+                   offload_gib=float(doc.get("offload_gib", 0.0)))
+
+    def short(self) -> str:
+        """How it runs, in a few words: "on the CPU", "on 1 GPU", "sharded over 4 GPUs", "on 8 GPUs
+        offloading 252.2 GiB to host memory"."""
+        if not self.gpus:
+            return "on the CPU"
+        if self.offload_gib:
+            return f"on {self.gpus} GPU{'s' * (self.gpus > 1)} offloading {self.offload_gib:g} GiB to host memory"
+        return "on 1 GPU" if self.gpus == 1 else f"sharded over {self.gpus} GPUs"
+
     def gpu_text(self) -> str:
         arch = f" {self.gpu_arch}" if self.gpu_arch else ""
         if not self.gpus:
@@ -150,7 +166,11 @@ def shortfalls(way: Way, machine: Machine) -> list[str]:
 
 
 def holds(size: Size | None, machine: Machine) -> Way | None:
-    """The first way of `size` that `machine` holds, or None."""
+    """The first way of `size` that `machine` holds, or None: THE decision of how an action runs on a
+    machine. The plan (`kiln plan --builders`: compiler/machines.py way_rank), the local executor
+    (against the probed machine or a declared class: compiler/graph/builder.py Builder.way) and a
+    distributed engine (against its nodes: compiler/distributed/driver.py) each take it where they
+    place the action and hand the way to the action's run (RunContext.way), which obeys it."""
     for way in (size or SMALL).ways:
         if not shortfalls(way, machine):
             return way

@@ -49,10 +49,13 @@ class ActionRecord:
     tree: str  # digest of the output tree manifest
     duration_s: float
     log: str | None  # digest of the log blob
+    # the way it ran (compiler/graph/sizes.py Way.to_json: GPUs, offload, CPU), where it was built by
+    # a placement that chose one; like the duration, what happened, not what the artifact is
+    way: dict | None = None
 
     def to_json(self) -> dict:
         return {"key": self.key, "kind": self.kind, "action_id": self.action_id, "tree": self.tree,
-                "duration_s": self.duration_s, "log": self.log}
+                "duration_s": self.duration_s, "log": self.log, **({"way": self.way} if self.way is not None else {})}
 
 
 def is_digest(value: Any) -> bool:
@@ -136,7 +139,10 @@ def parse_action(data: bytes, key: str) -> ActionRecord:
         raise StoreError("action record has no valid duration")
     if doc.get("log") is not None and not is_digest(doc["log"]):
         raise StoreError("action record has an invalid log digest")
-    return ActionRecord(key, doc["kind"], doc["action_id"], doc["tree"], float(duration), doc.get("log"))
+    way = doc.get("way")
+    if way is not None and not (isinstance(way, dict) and isinstance(way.get("gpus"), int)):
+        raise StoreError("action record has an invalid way")
+    return ActionRecord(key, doc["kind"], doc["action_id"], doc["tree"], float(duration), doc.get("log"), way)
 
 
 def parse_ref(data: bytes) -> dict:
