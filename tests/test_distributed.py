@@ -100,6 +100,14 @@ def test_the_quickstart_through_ray_survives_a_killed_worker_and_matches_a_local
     store = LocalStore(tmp_path / "ray")
     for r in remote.results.values():
         assert store.tree(r.tree)
+    # the job ran in the way its node was chosen for (no node has a GPU: the CPU way), which the local
+    # store's record and the action's log (the worker's and the action's own lines) say
+    q = remote.results["quantize/tiny"]
+    assert q.way == next(w for w in remote.graph.actions["quantize/tiny"].size.ways if not w.gpus)
+    assert store.get_action(q.key).way == q.way.to_json()
+    log = store.log_path(q.key).read_text(encoding="utf-8")
+    assert "way on the CPU (no GPU, " in log and "placed to run on the CPU: calibrating on the CPU" in log
+    assert any(line.endswith(", on the CPU)") and "built  quantize/tiny" in line for line in lines), lines
 
 
 def test_an_action_no_node_holds_is_deferred_with_what_it_needs(tmp_path: Path, cluster: RayCluster,
