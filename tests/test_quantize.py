@@ -276,6 +276,28 @@ def test_a_gpu_way_this_machine_cannot_run_is_refused_with_what_it_sees(tmp_path
     assert not list((tmp_path / "out").iterdir())
 
 
+def test_a_ci_class_that_declares_a_gpu_this_runner_lacks_fails_quantize_with_a_kiln_error(tmp_path: Path,
+                                                                                          capsys) -> None:
+    """`kiln build --as CLASS` places each action against the class's declared resources; where the
+    runner is not what its class says (a GPU declared, none here), quantize refuses the GPU way it was
+    placed in, in one line, instead of calibrating on the CPU it was not placed on."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the declared GPU way would run here")
+    from compiler.cli import main
+
+    spec = copy_quickstart(tmp_path / "spec")
+    builders = tmp_path / "builders.yaml"
+    builders.write_text("builders:\n  gpu:\n    gpu: H100-SXM5-80GB\n    gpus: 1\n    host_memory_gib: 64\n"
+                        "    disk_gib: 100\n    has: [torch, gpu]\n", encoding="utf-8")
+    code = main(["build", str(spec), "--store", str(tmp_path / "store"), "--builders", str(builders), "--as", "gpu",
+                 "--only", "quantize/tiny"])
+    err = capsys.readouterr().err
+    assert code != 0 and "Traceback" not in err, err
+    assert ("failed: quantize/tiny: QuantizeError: quantize/tiny was placed to run on 1 GPU (1 x GPU >= "
+            in err), err
+    assert "and this builder's process sees no CUDA device" in err
+
+
 def test_fp8_dequantized_weights_match_the_fake_quantized_model(fp8, fp8_model, tmp_path: Path) -> None:
     """Finding: not bit-exact. ModelOpt 0.47's FP8 export divides the bf16 weight by its fp32
     scale in bf16 (a 0-dim fp32 tensor does not promote a bf16 tensor) before the cast to fp8, while
