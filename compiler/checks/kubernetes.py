@@ -457,6 +457,23 @@ class SpecRenamedOnCluster(Rule):
     severity = Severity.ERROR
 
 
+class DynamoPathwayChanged(Rule):
+    """`kubernetes.dynamo.grove` changed while the models' DynamoGraphDeployments run (`kiln plan
+    --base`). Dynamo's operator fixes a DGD's workload provider, Grove or its own components, when it
+    first admits it: on main it records `nvidia.com/workload-provider` on creation, reuses it without
+    reading `nvidia.com/enable-grove` again, and its webhook refuses to change it (catalog
+    k8s_controllers.json rolling_update.pathway, with the files and functions). The annotation Kiln
+    would write changes nothing there, and the plan, played on the new pathway, would not hold; an
+    earlier operator, which read the annotation on every reconcile, would switch the live DGD to the
+    other family of workloads. Keep the value while the models run, or delete each DGD and let the
+    sync create it anew (the model serves nothing meanwhile).
+    """
+
+    code = "K863"
+    name = "dynamo-pathway-changed"
+    severity = Severity.ERROR
+
+
 class RelayoutTakesModelDown(Check):
     """A MIG re-layout of a node pool would leave a model with no serving replica.
 

@@ -58,6 +58,8 @@ def plan_against(spec: Path, ref: str, store: LocalStore, options: Options | Non
         head.diagnostics.extend(renamed_spec(head, base.spec.name))
         plan.disruptions, renames = renamed_workloads(head, base, plan.disruptions)
         head.diagnostics.extend(renames)
+    if base is not None and base.ok:
+        head.diagnostics.extend(pathway_changed(head, base_graph, head_graph))
     return BasePlan(head, base, plan)
 
 
@@ -94,6 +96,40 @@ def renamed_workloads(head: Validation, base: Validation, disruptions: list) -> 
             d = replace(d, detail=f"{name}: {pruned[name]}; `kiln lock` before the change keeps the name (K954)")
         out.append(d)
     return out, diags
+
+
+def pathway_changed(head: Validation, base_graph, head_graph) -> list:
+    """K863: `kubernetes.dynamo.grove` changed for DGDs that run: Dynamo's operator fixes a DGD's
+    workload provider when it first admits it, so the new nvidia.com/enable-grove would change
+    nothing on main and switch the live DGD's workloads on an earlier operator (catalog
+    k8s_controllers.json rolling_update.pathway)."""
+    from compiler.checks.kubernetes import DynamoPathwayChanged as rule
+    from compiler.diagnostics import Diagnostic
+    from compiler.targets.kubernetes.k8s_dgd import KIND
+
+    def dgds(graph) -> dict:
+        return {(a.params.namespace, a.params.model): a.params.grove for a in (graph.actions.values() if graph else ())
+                if a.kind == KIND.kind}
+
+    before, after = dgds(base_graph), dgds(head_graph)
+    live = sorted(k for k in before.keys() & after.keys() if before[k] != after[k])
+    if not live:
+        return []
+    dynamo = (head.spec.kubernetes.dynamo if head.spec.kubernetes is not None else None)
+    span = _span(head, ("kubernetes", "dynamo", "grove") if dynamo is not None and "grove" in dynamo.model_fields_set
+                 else ("kubernetes", "dynamo"))
+    named = {True: "Grove", False: "the operator's component pathway"}
+    models = ", ".join(m for _, m in live)
+    was = before[live[0]]
+    return [Diagnostic(rule.code, rule.severity,
+                       f"kubernetes.dynamo.grove changes from {str(was).lower()} to {str(not was).lower()} for the "
+                       f"running DGD(s) {models}: Dynamo's operator fixed each one's pathway ({named[was]}) when it first "
+                       "admitted it (nvidia.com/workload-provider, immutable), so the new nvidia.com/enable-grove would "
+                       "leave it there and the plan would not hold; an earlier operator would switch its workloads",
+                       head.file, span,
+                       help=f"keep `grove: {str(was).lower()}` while these models run; to move them, delete each DGD "
+                            "(it serves nothing until the new one is up) and sync the changed spec, or serve them from a "
+                            "second spec on the other pathway first")]
 
 
 def renamed_spec(head: Validation, old: str) -> list:

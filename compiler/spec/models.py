@@ -836,6 +836,15 @@ class DynamoRuntime(SpecModel):
     `runtimeVersionOverride`, which takes MAJOR.MINOR.PATCH). Each release pins one TensorRT-LLM
     version, which must be `toolchain.tensorrt_llm` (K851)."""
 
+    grove: bool = False
+    """The operator runs with Grove and the models' DGDs take it: their workers are PodCliques, which
+    Grove rolls 1 pod at a time, the old one deleted before its replacement (maxUnavailable 1, maxSurge
+    0), every worker of a model when one changes. Default false, the platform chart's
+    `global.grove.enabled`: the operator's managed rolling update, at the surge Kiln chooses where the
+    pool has room. Kiln writes `nvidia.com/enable-grove` on each DGD either way, so `false` holds on any
+    cluster; `true` needs the operator's Grove enabled. The operator fixes a DGD's pathway when it first
+    admits it: a change of this on a live model is refused (K863)."""
+
 
 class ArgoCd(SpecModel):
     """The Argo CD Application that syncs the release's Kustomize tree."""

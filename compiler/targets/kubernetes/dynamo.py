@@ -81,20 +81,23 @@ def planner(*, image: str, version: str, config: dict) -> dict:
 def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, image: str, version: str,
            resource: str, count: int, selector: dict[str, str], gpu_product: str | None, options_configmap_: str,
            power_limit_w: int | None, pod_resources: dict, weights: str | None = None, role: str | None = None,
-           env: dict[str, str] | None = None, kv_events: bool = False, max_surge: int = 0,
+           env: dict[str, str] | None = None, kv_events: bool = False, max_surge: int | None = 0,
            max_unavailable: int = 1) -> dict:
     """Rolling updates at the pace Kiln chose instead of the operator's 25%/25%
     (rolling_update_annotations): `max_surge` new workers on a pool with room and none taken out
     first, or on a full pool none added and one at a time (k8s_dgd.dgd_params). `weights`: the
     model's weights image by digest, mounted at `--model-path` (None: in the serving image).
     `kv_events`: a disaggregated role's worker publishes its KV-cache events to the frontend's
-    KV router (--publish-events-and-metrics)."""
+    KV router (--publish-events-and-metrics). `max_surge` None: no pace annotations, for a DGD on the
+    Grove pathway, whose operator does not read them (Grove rolls 1 at a time: k8s_controllers.json
+    rolling_update.grove_rollout)."""
     surge, unavailable = k8s_controllers.rolling_update_annotations()
+    pace = {} if max_surge is None else {surge: str(max_surge), unavailable: str(max_unavailable)}
     argv = WORKER.argv(model, role, kv_events)  # compiler/runtimes/dynamo_trtllm.py
     template: dict = {
         # the shape label is what the worker's PodDisruptionBudget selects (with model and pool)
         "metadata": {"labels": meta.labels(spec_name, model=model, pool=pool, shape=shape(resource, count)),
-                     "annotations": {surge: str(max_surge), unavailable: str(max_unavailable)}},
+                     "annotations": pace},
         "spec": {
             **serving_pod(selector, gpu_product),
             "containers": [{
@@ -123,11 +126,15 @@ def worker(*, name: str, model: str, spec_name: str, pool: str, replicas: int, i
 
 
 def graph_deployment(*, model: str, spec_name: str, namespace: str, components: list[dict],
-                     artifacts: dict[str, str]) -> dict:
+                     artifacts: dict[str, str], grove: bool = False) -> dict:
     """Synced in the re-layout Job's wave (-1), like the Deployments (workloads.RELAYOUT_WAVE): a worker
-    whose MIG profile changes rolls onto each node's new slices as the Job frees them (review N1)."""
+    whose MIG profile changes rolls onto each node's new slices as the Job frees them (review N1).
+    `grove`: the pathway the spec declares (kubernetes.dynamo.grove), written as nvidia.com/enable-grove
+    either way, so that the operator's choice on creation is the spec's and not its Helm setting's
+    (catalog k8s_controllers.json rolling_update.pathway)."""
     md = meta.metadata(model, spec_name, namespace=namespace, labels_=meta.labels(spec_name, model=model),
                        artifacts=artifacts)
     md["annotations"]["argocd.argoproj.io/sync-wave"] = RELAYOUT_WAVE
+    md["annotations"][k8s_controllers.dynamo_rollout()["grove_rollout"]["annotation"]] = "true" if grove else "false"
     return {"apiVersion": API_VERSION, "kind": "DynamoGraphDeployment", "metadata": md,
             "spec": {"backendFramework": "trtllm", "components": components}}

@@ -78,6 +78,10 @@ class Planner(Params):
 _FRONTEND = Effect("restart", "the frontend is replaced in place, the workers keep running (Dynamo's rolling update "
                               "hashes the workers only: catalog k8s_controllers.json)", ("workload-roll",))
 _PLANNER = Effect("restart", "the planner is replaced in place, outside the worker hash", ("workload-roll",))
+# the operator fixes a DGD's workload provider when it first admits it (catalog k8s_controllers.json
+# rolling_update.pathway): a change on a live DGD is refused before the plan (K863, gitops/planbase.py)
+_PATHWAY = Effect("none", "nvidia.com/enable-grove: read when the operator first admits the DGD, fixed after it "
+                          "(nvidia.com/workload-provider); a change on a live DGD is refused (K863)")
 
 
 class DgdParams(Params):
@@ -102,6 +106,9 @@ class DgdParams(Params):
     planner: Annotated[Planner | None, _PLANNER.naming("its image or config")] = None
     # the workers publish their KV-cache events (the frontend routes by KV; absent: not disaggregated)
     kv_events: Annotated[bool, plan.ROLL] = Field(default=False, exclude_if=lambda v: not v)
+    # the operator's pathway the spec declares (kubernetes.dynamo.grove): Grove rolls each worker 1 at a
+    # time and reads no pace annotation (catalog rolling_update.grove_rollout)
+    grove: Annotated[bool, _PATHWAY] = False
 
 
 # the fields of the frontend a plan names when they change (their declarations: _FRONTEND), in declaration order
@@ -127,7 +134,7 @@ def lock_surges(ir) -> dict[str, dict[str, int]]:
     "surges" (compiler/ir/lockfile.py); {} unless the cluster runs Dynamo (a Deployment's surge is
     in its strategy, outside the pod template: it follows the room without rolling a pod)."""
     k8s = ir.spec.kubernetes
-    if k8s is None or k8s.runtime != "dynamo":
+    if k8s is None or k8s.runtime != "dynamo" or k8s.dynamo.grove:  # Grove reads no surge (grove_rollout)
         return {}
     return {p.name: {w.name: worker_surge(ir, p, w) for w in p.workloads} for p in ir.pools.values() if p.workloads}
 
@@ -135,6 +142,7 @@ def lock_surges(ir) -> dict[str, dict[str, int]]:
 def dgd_params(ctx: LowerContext) -> list[DgdParams]:
     ir, spec = ctx.ir, ctx.spec
     strategy = cluster_strategy(ir)
+    grove = spec.kubernetes.dynamo.grove
     by_model: dict[str, list] = {}
     for pool in ir.pools.values():
         for w in pool.workloads:
@@ -151,8 +159,9 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
             power = None
             component = dgd_component(model, w.name)
             # Dynamo's guide warns that 0/1 leaves a moment with no routable worker (review N10): with
-            # room, new workers come first and none is taken out until they serve; the lock keeps it
-            surge = worker_surge(ir, pool, w)
+            # room, new workers come first and none is taken out until they serve; the lock keeps it.
+            # Grove's PodClique rolls 1 at a time with no surge whatever the room (grove_rollout)
+            surge = 0 if grove else worker_surge(ir, pool, w)
             workers.append(Worker(component=component, pool=pool.name, replicas=w.replicas,
                                   image_action=f"{image.KIND.kind}/{pool.name}", resource=resource, count=w.gpus,
                                   selector=dict(pool.selector), gpu_product=gfd_product(pool, strategy, w.mig_profile),
@@ -167,7 +176,7 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
                                  options_action=f"{llmapi.KIND.kind}/{model}",
                                  options_digest="sha256:" + hashlib.sha256(
                                      canonical_json(llmapi.options(rm))).hexdigest(),
-                                 workers=workers))
+                                 workers=workers, grove=grove))
             continue
         version = spec.toolchain.tensorrt_llm
         role_options = {r: disaggregated.role_options(rm, r, version) for r in disaggregated.ROLES}
@@ -183,7 +192,7 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
                              options_digest="sha256:" + hashlib.sha256(canonical_json(role_options)).hexdigest(),
                              workers=workers, frontend_args=disaggregated.frontend_args(rm),
                              environment=disaggregated.ucx_environment(rm), planner=planner,
-                             kv_events=d.router.kv_aware))
+                             kv_events=d.router.kv_aware, grove=grove))
     return out
 
 
@@ -203,14 +212,15 @@ def render(params: DgdParams, options: bytes | dict[str, bytes], images: dict[st
             selector=w.selector, gpu_product=w.gpu_product, options_configmap_=cm_names[w.role],
             power_limit_w=w.power_limit_w, pod_resources=w.pod_resources,
             weights=images[w.weights_action][0] if w.weights_action else None, role=w.role, env=params.environment,
-            kv_events=params.kv_events, max_surge=w.max_surge, max_unavailable=w.max_unavailable))
+            kv_events=params.kv_events, max_surge=None if params.grove else w.max_surge,
+            max_unavailable=w.max_unavailable))
     artifacts = {a: d for a, (_, d) in images.items()}
     artifacts[params.options_action] = "sha256:" + hashlib.sha256(b"".join(
         by_role[r] for r in sorted(by_role, key=str))).hexdigest()
     objects = [dynamo.options_configmap(model=params.model, spec_name=params.spec_name, namespace=params.namespace,
                                         options=by_role[r]) for r in sorted(by_role, key=str)]
     objects.append(dynamo.graph_deployment(model=params.model, spec_name=params.spec_name, namespace=params.namespace,
-                                           components=components, artifacts=artifacts))
+                                           components=components, artifacts=artifacts, grove=params.grove))
     return tree.documents(objects).encode()
 
 

@@ -3,6 +3,7 @@ step, computed by ports of the controllers that decide it (each module cites its
 
   deployment.py  the Deployment controller's rolling update (kubernetes rolling.go, deployment_util.go)
   dynamo.py      Dynamo's operator rolling a DGD's workers (dgd_worker_rollout_reconciler.go)
+  grove.py       Grove rolling a PodClique: a DGD's worker on the Grove pathway (rollingupdate.go)
   scheduler.py   kube-scheduler's filters and least-allocated score for extended resources
   disruption.py  PodDisruptionBudget status and the Eviction API
   devices.py     GPU Feature Discovery's product label and the device plugin's resources per strategy

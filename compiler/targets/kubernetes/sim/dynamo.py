@@ -15,7 +15,8 @@ is the DCD's spec.replicas, `available` its pods Ready). Unlike the Deployment c
 (deployment.py), both targets come from the same observation in one pass, and when surge and
 unavailable both resolve to 0 the operator forces surge 1 (Kubernetes forces unavailable 1).
 Left out: the Recreate strategy annotation (Kiln writes none), the drain-then-delete of old DCDs at
-completion (they are at 0 replicas by then), the Grove/LWS pathways (no managed rolling update).
+completion (they are at 0 replicas by then), the LWS pathway (multinode: Kiln writes none). A DGD
+on the Grove pathway has no managed rolling update: Grove rolls its PodCliques (grove.py).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from compiler.catalog import k8s_controllers
 from . import argocd, devices, disruption, migmanager, rbac, scheduler
 from . import deployment as dc
 from . import dynamo as dyn
+from . import grove
 from .model import PoolNodes, Revision, Workload
 
 
@@ -58,6 +59,16 @@ class Deploy:
     templates: dict = field(default_factory=dict)  # RS name -> the Workload whose template it runs
     last_progress: float = 0.0
     timed_out: bool = False
+    selected: int = 0  # Grove: the PodClique's pods selected for update since its template changed (grove.py)
+
+
+GROVE = k8s_controllers.dynamo_rollout()["grove_rollout"]
+
+
+def _unavailable(w: Workload) -> int:
+    """How many of a Dynamo worker's pods its rollout may take out at once: Grove's fixed 1, or what the
+    operator resolves from the worker's annotations."""
+    return GROVE["max_unavailable"] if w.grove else dyn.resolve_params(w.max_surge, w.max_unavailable, w.replicas)[1]
 
 
 @dataclass
@@ -217,7 +228,7 @@ class Simulation:
             d = self.deploys[w.key] = Deploy(w, last_progress=self.now)
         d.spec = w
         if d.rss and d.templates[d.rss[-1].name].template != w.template and w.dynamo \
-                and w.replicas - dyn.resolve_params(w.max_surge, w.max_unavailable, w.replicas)[1] <= 1:
+                and w.replicas - _unavailable(w) <= 1:
             self._say(f"{w.name}: Dynamo routes to a new worker once it registers with the frontend, after "
                       "Kubernetes marks it Ready; with one worker left in service the frontend may have none "
                       "to route to for a moment (Dynamo's rolling-update guide, ai-dynamo/dynamo#13622)", w.pool)
@@ -232,7 +243,7 @@ class Simulation:
                 rs = dc.RS(f"{w.name}-rs{self.seq}", 0, 0, self.seq)
                 d.rss.append(rs)
                 d.templates[rs.name] = w
-            d.last_progress, d.timed_out = self.now, False
+            d.last_progress, d.timed_out, d.selected = self.now, False, 0
 
     def _delete_deployment(self, name: str) -> None:
         self.deploys.pop(name, None)
@@ -244,13 +255,22 @@ class Simulation:
             rs.available = sum(1 for p in self.pods if p.rs == rs.name and p.ready)
         new, olds = d.rss[-1], d.rss[:-1]
         before = [(r.name, r.replicas) for r in d.rss]
-        if w.dynamo:  # Dynamo's operator: a worker generation is a DynamoComponentDeployment (sim/dynamo.py)
+        if w.grove:  # Grove: the worker is a PodClique, its old-hash pods the old generations (sim/grove.py)
+            changed, d.selected = grove.rollout(w.replicas, GROVE["min_available_default"], olds, new, d.selected)
+            moved = "pclq" if changed else ""
+        elif w.dynamo:  # Dynamo's operator: a worker generation is a DynamoComponentDeployment (sim/dynamo.py)
             moved = "dcd" if dyn.rollout(w.replicas, w.max_surge, w.max_unavailable, olds, new) else ""
         else:
             moved = dc.rollout_rolling(w.replicas, w.max_surge, w.max_unavailable, olds, new)
         if moved:
             after = {r.name: r.replicas for r in d.rss}
-            for name, n in before:
+            if w.grove:  # one PodClique: its old-hash and new-hash pods in one line
+                old_n = sum(n for name, n in before if name != new.name)
+                self._say(f"{w.name}: Grove PodClique, old-hash pods {old_n} -> "
+                          f"{sum(after[r.name] for r in olds)}, new-hash {dict(before)[new.name]} -> {new.replicas} "
+                          "(rollingupdate.go processPendingUpdates: each old pod deleted before its replacement)",
+                          w.pool)
+            for name, n in before if not w.grove else ():
                 if after[name] != n:
                     role = "new" if name == new.name else "old"
                     if w.dynamo:
@@ -713,7 +733,8 @@ class Simulation:
         low = self._low()
         for step, w in self.gaps:  # the gap's capacity floor, as the whole simulation found it
             lowest, since, span = low.get(w.model, (0, 0.0, 0.0))
-            why = "" if dyn.resolve_params(w.max_surge, w.max_unavailable, w.replicas)[0] else \
+            why = "; Grove rolls a PodClique with no surge worker, whatever the pool's room" if w.grove else \
+                "" if dyn.resolve_params(w.max_surge, w.max_unavailable, w.replicas)[0] else \
                 ("; maxSurge 0: the pool had no free device for a surge worker when its surge was chosen "
                  "(Kiln surges where a pool has room, and kiln.lock keeps the choice while the room holds it)")
             step.text += (f"{why}; {w.model}'s fewest ready pods during the change: {lowest} of "
@@ -757,6 +778,10 @@ class Simulation:
             pending = [p for p in self.pods if p.workload == d.spec.key and p.node is None]
             why = f"; its new pods stay Pending: {self.pending_reasons(pending[0])}" if pending else ""
             new, olds = d.rss[-1], d.rss[:-1]
+            if d.spec.grove:
+                return (f"Dynamo worker {name} (a Grove PodClique) never completes: new-hash pods "
+                        f"{new.available}/{new.replicas} ready, old {sum(r.replicas for r in olds)} pod(s) left, and "
+                        f"Grove (processPendingUpdates) may neither delete nor create one{why}")
             if d.spec.dynamo:
                 return (f"Dynamo worker {name} never completes: new generation {new.available}/{new.replicas} "
                         f"available, old {sum(r.replicas for r in olds)} pod(s) left, and Dynamo's operator "

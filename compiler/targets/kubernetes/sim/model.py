@@ -23,6 +23,7 @@ class Workload:
     max_unavailable: int | str = 1
     progress_deadline_s: int = 600
     dynamo: bool = False  # a DynamoGraphDeployment's worker component (Dynamo's operator rolls it)
+    grove: bool = False  # ... on the Grove pathway: a PodClique, Grove rolls it (grove.py)
 
     @property
     def key(self) -> str:

@@ -78,13 +78,18 @@ def dgd_workloads(o: dict) -> list[Workload]:
     covers every worker component (worker_hash), so a change to any worker's pod template, its
     surge/unavailable annotations included, rolls them all; replicas are not in it. Each component
     rolls within its podTemplate's surge/unavailable annotations (default 25%) by the operator's
-    own arithmetic (dynamo.py)."""
+    own arithmetic (dynamo.py); on the Grove pathway it is a PodClique that Grove rolls 1 at a time
+    (grove.py), every worker too: the worker-hash suffix of a Grove DGD puts that hash in each
+    worker's pod template (catalog k8s_controllers.json rolling_update.grove_rollout.rolls_source)."""
     from compiler.catalog import k8s_controllers
 
     ru = k8s_controllers.dynamo_rollout()
     md, comps = o["metadata"], o["spec"].get("components") or []
     workers = [c for c in comps if c.get("type") in ru["worker_types"]]
     template = worker_hash(o["spec"])
+    # the pathway the tree declares (Kiln writes nvidia.com/enable-grove either way); a DGD without it,
+    # from an earlier Kiln, ran where the platform chart's default put it: no Grove
+    grove = str(((md.get("annotations") or {}).get(ru["grove_rollout"]["annotation"]) or "false")).lower() != "false"
     out = []
     for c in workers:
         t = c.get("podTemplate") or {}
@@ -100,8 +105,10 @@ def dgd_workloads(o: dict) -> list[Workload]:
         out.append(Workload(f"{md['name']}-{c['name']}", md.get("namespace", ""), labels.get("kiln.io/model", md["name"]),
                             labels.get("kiln.io/pool", ""), int(c.get("replicas", 1)), template, labels,
                             spec.get("nodeSelector") or {}, spec.get("tolerations") or [], limits,
-                            num(ann.get(ru["max_surge"], ru["default"])), num(ann.get(ru["max_unavailable"], ru["default"])),
-                            10 ** 9, dynamo=True))  # the operator has no progress deadline: a stuck rollout waits
+                            # on Grove the annotations are not read: its PodClique rolls 1 unavailable, 0 surge
+                            *((0, 1) if grove else (num(ann.get(ru["max_surge"], ru["default"])),
+                                                    num(ann.get(ru["max_unavailable"], ru["default"])))),
+                            10 ** 9, dynamo=True, grove=grove))  # no progress deadline: a stuck rollout waits
     return out
 
 
