@@ -368,6 +368,15 @@ def test_8_h100s_with_enough_host_memory_calibrate_the_405b_offloading_the_rest(
     doc = json.loads(capsys.readouterr().out)
     big = next(a for a in doc["actions"]["actions"] if a["id"] == "quantize/big")
     assert big["builder"] == "gpu" and big["builder_way"] == way.to_json()
+    # `kiln build --as gpu` and an engine choosing such a node decide the same way, by the same function
+    from compiler.distributed.driver import _choose
+    from compiler.graph.builder import Builder
+    from compiler.machines import load_builders, way_rank
+    from compiler.targets.registry import REGISTRY
+
+    gpu = load_builders(two_tb).get("gpu")
+    action = out.graph.actions["quantize/big"]
+    assert Builder(fixed=gpu.has, machine=gpu).way(size) == way == _choose(REGISTRY, action, [gpu], way_rank)[1]
     assert main(["plan", spec, "--store", store, "--builders", str(two_tb)]) == 0
     assert f"builds on: gpu (8 x GPU >= 79.6 GiB offloading {way.offload_gib:g} GiB to host memory)" \
         in capsys.readouterr().out
@@ -429,6 +438,7 @@ def test_the_probe_counts_whole_gpus_and_refuses_mig_slices_for_calibration(tmp_
     reports it so, as a real MIG-enabled H100 does); a process there sees one MIG instance, so the
     probe counts only the GPUs with MIG off, and a host whose GPUs are all sliced calibrates
     nothing on them, saying why."""
+    from compiler.graph.builder import Builder
     from compiler.graph.sizes import MIG_PROBED
     from compiler.machines import place, probe, why_not
     from compiler.targets.registry import REGISTRY
@@ -456,3 +466,7 @@ def test_the_probe_counts_whole_gpus_and_refuses_mig_slices_for_calibration(tmp_
         assert place(REGISTRY, action, [m]) is None
         (note,) = why_not(REGISTRY, action, [m])
         assert "its GPUs are in MIG mode (a process sees one MIG instance" in note, note
+        # with the host memory the CPU way needs, the build places it there, and quantize is told so
+        # (compiler/actions/quantize.py placed_devices: the CPU, though CUDA shows a MIG instance)
+        roomy = dataclasses.replace(m, host_mem_gib=cpu_way.host_mem_gib)
+        assert Builder(fixed=roomy.has, machine=roomy).way(action.size) == cpu_way
