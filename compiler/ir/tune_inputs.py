@@ -6,8 +6,11 @@ A record names what it measured by artifact keys (`artifacts`), and those need t
 comparing them is left to the commands that lower anyway (compiler/staleness.py, from
 compiler/lower.py). The records pass reads the IR only: for each measured artifact, a digest of every IR
 field its kind reads (`READS`), leaf by leaf, and of the files the model names. A field that
-changed names the artifact and the field. The table is broad on purpose: a field listed that an
-action ignores costs a warning the plan withdraws, never a stale number taken as current.
+changed names the artifact and the field. The table is checked against the lowering
+(tests/test_tune_reads.py changes every field of several specs, one at a time, and compares the
+measured artifacts' keys): a field whose change moves a kind's key is listed for that kind (else a
+stale number would be taken as current), and one listed that moves no key says why beside it (else
+the warning names an artifact the spec still builds the same).
 
 Left out everywhere: `limits.max_batch_size` (the measurement sets it: what the measurement itself
 changed is not a change, see compiler/staleness.as_served), `sla` and `workload` (compared as such by
@@ -24,19 +27,42 @@ from compiler.store.digests import DigestCache, tree_digests
 from compiler.store.canonical import canonical_json
 from compiler.store.local import sha256_bytes
 
-# the model's spec fields (sections or dotted paths) and spec-wide pins each action kind of a model
-# reads; a kind not listed reads all of them
-_BUILD = ("source", "architecture", "dtype", "quantization", "parallelism", "kernels", "target",
-          "toolchain.tensorrt_llm", "toolchain.modelopt")
+# the model's spec fields (sections or dotted paths; a prefix takes every leaf below it and the files
+# a field names, `source.path:<file>`) and spec-wide pins each action kind of a model reads, as its
+# key does (compiler/actions/<kind>.py); a kind not listed reads all of them. Kept where no key moves:
+# - source.path, its text (the files below it are read): a path moved onto the same files keeps the keys;
+# - target, on the kinds one target builds (quantize, quality-gate, model-source, llmapi-options,
+#   engine): another target no longer builds them, which is a change;
+# - quantization.activations: the recipe follows it (formats_pass); the default format written out is
+#   no change, another one is;
+# - toolchain.triton_image on triton-repo: the server the unit ran, in no measured artifact's key (the
+#   image is the host's, shared with its other units) but in what the record measured.
+_QUANT = ("quantization.weights", "quantization.activations", "quantization.kv_cache", "quantization.block_size",
+          "quantization.exclude", "quantization.overrides", "quantization.calibration",
+          "quantization.quality_gate.eval", "quantization.quality_gate.metric", "quantization.quality_gate.samples")
+# the ModelOpt checkpoint (QuantizeParams): the gate's eval is in it, the gate's threshold is quality-gate's
+_CHECKPOINT = ("source", "dtype", *_QUANT, "target", "toolchain.tensorrt_llm", "toolchain.modelopt")
 READS: dict[str, tuple[str, ...]] = {
-    "model-source": ("source", "toolchain.tensorrt_llm"),
+    "model-source": ("source", "target", "toolchain.tensorrt_llm"),
     "tokenizer": ("source",),
-    "calibration-set": ("source", "quantization.calibration"),
-    "quantize": _BUILD,
-    "quality-gate": _BUILD,
-    "engine": (*_BUILD, "limits", "runtime"),
-    "llmapi-options": (*_BUILD, "limits", "runtime"),
-    "triton-repo": (*_BUILD, "limits", "runtime", "serving", "toolchain.triton_image"),
+    "calibration-set": ("quantization.calibration.data", "quantization.calibration.samples",
+                        "quantization.calibration.seed"),
+    "quantize": _CHECKPOINT,
+    "quality-gate": (*_CHECKPOINT, "quantization.quality_gate.max_regression_pct"),
+    # EngineParams: its recipe is given no exclude or overrides, and no gate (K807 refuses one)
+    "engine": ("source", "dtype", "quantization.weights", "quantization.activations", "quantization.kv_cache",
+               "quantization.block_size", "quantization.calibration", "parallelism.tp", "parallelism.pp",
+               "limits", "runtime.tokens_per_block", "kernels.fp8_context_fmha", "target",
+               "toolchain.tensorrt_llm"),
+    # options(): the KV cache's format is the only part of the checkpoint's it writes
+    "llmapi-options": ("quantization.kv_cache", "parallelism", "limits", "runtime", "kernels.attention",
+                       "kernels.moe", "target", "toolchain.tensorrt_llm"),
+    # the model's part of the host's repository (serving/triton.py model_params; ranks: tp * pp)
+    "triton-repo": ("parallelism.tp", "parallelism.pp", "limits.max_input_len", "limits.max_beam_width",
+                    "runtime.scheduler", "runtime.kv_cache_memory_fraction", "runtime.block_reuse",
+                    "runtime.chunked_prefill", "runtime.cuda_graph_batch_sizes", "serving.runtime",
+                    "serving.max_queue_delay_us", "serving.max_queue_size", "serving.queue_timeout_ms",
+                    "serving.streaming", "serving.stream_text", "serving.instances", "toolchain.triton_image"),
 }
 _EVERY = ("source", "architecture", "dtype", "quantization", "parallelism", "kernels", "limits", "runtime",
           "serving", "target", "toolchain")
