@@ -1,5 +1,6 @@
 """The generated edit matrix of issue 32: every spec field of examples/k8s-two-pools that reaches the
-Kubernetes tree, changed one at a time and in pairs, on both runtimes (deployment, dynamo).
+Kubernetes tree, changed one at a time and in pairs, on both runtimes (deployment, dynamo), Dynamo on
+both of its operator's pathways (`grove`: kubernetes.dynamo.grove true; sim/grove.py).
 
 Fields are not hand-picked: every scalar leaf of the spec gets one mutation by its type (an integer
 doubled, else halved, else +1; a float times 0.9; a boolean flipped; a string with a suffix; a MIG
@@ -26,12 +27,16 @@ DYNAMO = (('tensorrt_llm: "1.2.1"', 'tensorrt_llm: "1.3.0rc29"'),
           ("image: {repository: registry.example.com/inference/fleet}",
            "image:\n  repository: registry.example.com/inference/fleet\n"
            "  base: nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.6.1@sha256:" + "1" * 64))
-RUNTIMES = ("deployment", "dynamo")
+GROVE = (('dynamo: {version: "1.6.1"}', 'dynamo: {version: "1.6.1", grove: true}'),)
+RUNTIMES = ("deployment", "dynamo", "grove")
+# the pathway itself: a change under running models is refused before any rollout (K863,
+# gitops/planbase.py pathway_changed; tests/test_k8s_grove.py)
+FIXED = (("kubernetes", "dynamo", "grove"),)
 
 
 def base_text(runtime: str) -> str:
     text = EXAMPLE.read_text(encoding="utf-8")
-    for old, new in (DYNAMO if runtime == "dynamo" else ()):
+    for old, new in (DYNAMO if runtime in ("dynamo", "grove") else ()) + (GROVE if runtime == "grove" else ()):
         assert text.count(old) == 1, old
         text = text.replace(old, new)
     return text
@@ -102,7 +107,7 @@ def single_edits(runtime: str, work: Path, sample: int | None = None, seed: int 
 
     doc = yaml.safe_load(base_text(runtime))
     base = k8s_keys(graph_of(EXAMPLE, work / "base", yaml.safe_dump(doc, sort_keys=False)))
-    paths = [(p, v) for p, v in leaves(doc) if p[0] != "kiln"]
+    paths = [(p, v) for p, v in leaves(doc) if p[0] != "kiln" and p not in FIXED]
     if sample is not None:
         paths = random.Random(seed).sample(paths, min(sample, len(paths)))
     out = []

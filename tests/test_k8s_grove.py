@@ -24,12 +24,10 @@ from tests.k8s_tree import graph_of, render
 from tests.test_k8s_rollout_plan import EXAMPLE, GOLDEN, ONEFIELD, _edited_text, _rollout_section
 
 COMPONENT = 'dynamo: {version: "1.6.1"}'
-GROVE = 'dynamo: {version: "1.6.1", grove: true}'
 
 
 def _text(on_grove: bool) -> str:
-    text = base_text("dynamo")
-    return text.replace(COMPONENT, GROVE) if on_grove else text
+    return base_text("grove" if on_grove else "dynamo")  # the edit matrix's runtimes (tests/k8s_edit_matrix.py)
 
 
 # --- the ported rule (grove.py) ------------------------------------------------------------------------
