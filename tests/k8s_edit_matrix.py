@@ -29,7 +29,7 @@ DYNAMO = (('tensorrt_llm: "1.2.1"', 'tensorrt_llm: "1.3.0rc29"'),
            "  base: nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.6.1@sha256:" + "1" * 64))
 GROVE = (('dynamo: {version: "1.6.1"}', 'dynamo: {version: "1.6.1", grove: true}'),)
 RUNTIMES = ("deployment", "dynamo", "grove")
-# the pathway itself: a change under running models is refused before any rollout (K863,
+# the pathway itself: a change under running models is refused before any rollout (K850,
 # gitops/planbase.py pathway_changed; tests/test_k8s_grove.py)
 FIXED = (("kubernetes", "dynamo", "grove"),)
 

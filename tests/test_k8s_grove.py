@@ -1,7 +1,7 @@
 """Dynamo on the Grove pathway (issue 32): `kubernetes.dynamo.grove` declares it, the DGDs say it
 (nvidia.com/enable-grove), the simulator rolls each worker as Grove rolls a PodClique (sim/grove.py,
 ported from ai-dynamo/grove rollingupdate.go processPendingUpdates), and a change of the pathway
-under running models is refused (K863: the operator fixes a DGD's workload provider when it first
+under running models is refused (K850: the operator fixes a DGD's workload provider when it first
 admits it)."""
 
 from __future__ import annotations
@@ -149,14 +149,14 @@ def test_a_plan_on_grove_rolls_podcliques(repo: GitRepo, capsys, tmp_path: Path,
 
 
 def test_changing_the_pathway_of_running_models_is_refused(repo: GitRepo, capsys) -> None:
-    """K863: the operator fixed each running DGD's workload provider when it admitted it
+    """K850: the operator fixed each running DGD's workload provider when it admitted it
     (nvidia.com/workload-provider); the plan refuses, at the spec's line, and names the models."""
     (repo.root / "deploy" / "kiln.yaml").write_text(_text(False).replace(COMPONENT, 'dynamo: {version: "1.6.1", '
                                                                                       'grove: false}'), encoding="utf-8")
     code = main(["plan", "deploy/kiln.yaml", "--base", "main"])
     out = capsys.readouterr().out
-    line = next(ln for ln in out.splitlines() if "[K863]" in ln)
+    line = next(ln for ln in out.splitlines() if "[K850]" in ln)
     assert code == ExitCode.ERRORS and "kiln.yaml:" in line and "from true to false" in line
     assert "big, chat, coder, intent" in line and "keep `grove: true`" in out
     (repo.root / "deploy" / "kiln.yaml").write_text(_edited_text(_text(True), ONEFIELD), encoding="utf-8")
-    assert "[K863]" not in (main(["plan", "deploy/kiln.yaml", "--base", "main"]), capsys.readouterr().out)[1]
+    assert "[K850]" not in (main(["plan", "deploy/kiln.yaml", "--base", "main"]), capsys.readouterr().out)[1]

@@ -469,7 +469,7 @@ class DynamoPathwayChanged(Rule):
     sync create it anew (the model serves nothing meanwhile).
     """
 
-    code = "K863"
+    code = "K850"
     name = "dynamo-pathway-changed"
     severity = Severity.ERROR
 

@@ -99,7 +99,7 @@ def renamed_workloads(head: Validation, base: Validation, disruptions: list) -> 
 
 
 def pathway_changed(head: Validation, base_graph, head_graph) -> list:
-    """K863: `kubernetes.dynamo.grove` changed for DGDs that run: Dynamo's operator fixes a DGD's
+    """K850: `kubernetes.dynamo.grove` changed for DGDs that run: Dynamo's operator fixes a DGD's
     workload provider when it first admits it, so the new nvidia.com/enable-grove would change
     nothing on main and switch the live DGD's workloads on an earlier operator (catalog
     k8s_controllers.json rolling_update.pathway)."""

@@ -843,7 +843,7 @@ class DynamoRuntime(SpecModel):
     `global.grove.enabled`: the operator's managed rolling update, at the surge Kiln chooses where the
     pool has room. Kiln writes `nvidia.com/enable-grove` on each DGD either way, so `false` holds on any
     cluster; `true` needs the operator's Grove enabled. The operator fixes a DGD's pathway when it first
-    admits it: a change of this on a live model is refused (K863). A tree from an earlier Kiln wrote
+    admits it: a change of this on a live model is refused (K850). A tree from an earlier Kiln wrote
     no annotation: on a cluster with Grove enabled, set this to true before upgrading."""
 
 

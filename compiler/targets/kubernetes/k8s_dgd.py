@@ -79,9 +79,9 @@ _FRONTEND = Effect("restart", "the frontend is replaced in place, the workers ke
                               "hashes the workers only: catalog k8s_controllers.json)", ("workload-roll",))
 _PLANNER = Effect("restart", "the planner is replaced in place, outside the worker hash", ("workload-roll",))
 # the operator fixes a DGD's workload provider when it first admits it (catalog k8s_controllers.json
-# rolling_update.pathway): a change on a live DGD is refused before the plan (K863, gitops/planbase.py)
+# rolling_update.pathway): a change on a live DGD is refused before the plan (K850, gitops/planbase.py)
 _PATHWAY = Effect("none", "nvidia.com/enable-grove: read when the operator first admits the DGD, fixed after it "
-                          "(nvidia.com/workload-provider); a change on a live DGD is refused (K863)")
+                          "(nvidia.com/workload-provider); a change on a live DGD is refused (K850)")
 
 
 class DgdParams(Params):
