@@ -278,6 +278,11 @@ def _k914(spec: Path) -> list[str]:
     (("tpot_ms: 40,", "tpot_ms: 30,"), "the sla changed"),
     (("output_tokens: 16}", "output_tokens: 64}"), "the workload changed"),
     (("- {profile: 1g.10gb, serves: tiny}", "- {profile: 2g.20gb, serves: tiny}"), "is now 2g.20gb"),
+    # the GPU locked elsewhere: no artifact changes, what was measured does
+    (("graphics_mhz: 1755,", "graphics_mhz: 1410,"), "runs at other GPU settings (clocks graphics_mhz 1755, "
+     "memory_mhz 2619 when measured, graphics_mhz 1410, memory_mhz 2619 now)"),
+    (("count: 1\n    clocks:", "count: 1\n    power_limit_w: 350\n    clocks:"),
+     "power_limit_w unset when measured, 350 now"),
 ])
 def test_a_record_is_stale_when_the_spec_builds_or_asks_something_else(tmp_path: Path, edit, says: str) -> None:
     spec = _quickstart(tmp_path, "grid")

@@ -19,9 +19,10 @@ class MeasuredLimitStale(Check):
     """A measured limit was taken against something other than what the spec now describes.
 
     `kiln tune` records what it measured: the artifact keys of the model (checkpoint, LLM-API
-    options, tokenizer, ...), the unit's GPU slice, the SLA and the workload. When the spec now
-    builds other artifacts for that model (a new quantization, a runtime option, another
-    TensorRT-LLM), serves it on another slice, or asks for another SLA or workload, the number no
+    options, tokenizer, ...), the unit's GPU slice and the clocks and power limit the spec locks it
+    at, the SLA and the workload. When the spec now builds other artifacts for that model (a new
+    quantization, a runtime option, another TensorRT-LLM), serves it on another slice or at other
+    clocks or power, or asks for another SLA or workload, the number no
     longer answers the question the spec asks: serve the new build, run `kiln tune` again and
     commit the new record. The batch limit it set is still built, so this is a warning.
     """

@@ -267,6 +267,18 @@ def unit_facts(ir, unit_id: str) -> dict[str, str] | None:
     return {"model": unit.model, "gpu": host.gpu.name if host.gpu is not None else host.spec.gpu, "slice": slice_}
 
 
+def unit_settings(ir, unit_id: str) -> dict[str, Any]:
+    """The GPU settings the spec locks for a unit (its assignment's, else its host's), as a record keeps
+    them (GpuRecord): clocks, application clocks, power limit. A measurement holds at these only."""
+    unit = next(u for u in ir.units if u.id == unit_id)
+    host = ir.hosts[unit.host].spec
+    assignment = host.gpus[unit.path[3]]
+    clocks = assignment.clocks or host.clocks
+    return {"clocks": clocks.model_dump(mode="json") if clocks else None,
+            "application_clocks": host.application_clocks.model_dump(mode="json") if host.application_clocks else None,
+            "power_limit_w": assignment.power_limit_w or host.power_limit_w}
+
+
 def sla_record(sla) -> SlaRecord:
     return SlaRecord(ttft_ms=sla.ttft_ms, tpot_ms=sla.tpot_ms, percentile=sla.percentile,
                      max_error_rate=sla.max_error_rate)
@@ -274,8 +286,8 @@ def sla_record(sla) -> SlaRecord:
 
 def spec_changes(ir, model: str, measured: Measurement) -> list[str]:
     """What differs between the spec and a model's record, other than artifacts (their inputs:
-    compiler/ir/tune_inputs.py; their keys: compiler/staleness.py): the unit and its slice, the SLA,
-    the workload."""
+    compiler/ir/tune_inputs.py; their keys: compiler/staleness.py): the unit, its slice and the GPU
+    settings it is locked at, the SLA, the workload."""
     rec = measured.record
     rm = ir.models[model]
     out = []
@@ -288,6 +300,12 @@ def spec_changes(ir, model: str, measured: Measurement) -> list[str]:
         if (facts["gpu"], facts["slice"]) != (rec.gpu.name, rec.gpu.slice):
             out.append(f"unit {rec.unit!r} is now {facts['slice']} of {facts['gpu']} "
                        f"(measured on {rec.gpu.slice} of {rec.gpu.name})")
+        now = unit_settings(ir, rec.unit)
+        changed = [k for k in sorted(now) if now[k] != getattr(rec.gpu, k)]
+        if changed:  # the same GPU locked elsewhere serves at another pace
+            out.append(f"unit {rec.unit!r} runs at other GPU settings ("
+                       + ", ".join(f"{k} {_setting(getattr(rec.gpu, k))} when measured, {_setting(now[k])} now"
+                                   for k in changed) + ")")
     sla = rm.spec.sla
     if sla is None:
         out.append("the model has no `sla` any more")
@@ -297,6 +315,14 @@ def spec_changes(ir, model: str, measured: Measurement) -> list[str]:
     if workload != rec.workload:
         out.append("the workload changed" if workload is not None else "the model has no `workload` any more")
     return out
+
+
+def _setting(value) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in sorted(value.items()) if v is not None) or "unset"
+    return str(value)
 
 
 def _sla_text(s: SlaRecord) -> str:

@@ -20,7 +20,7 @@ from typing import Callable
 from compiler.store.digests import DigestCache
 from compiler.ir.inputs import replace_file
 from compiler.ir.measured import (GpuRecord, ImageRecord, Measurement, Result, Search, Served, TuneRecord,
-                                  record_name, render_record, sla_record)
+                                  record_name, render_record, sla_record, unit_settings)
 from compiler.lower import lower_ir
 from compiler.pipeline import Validation, validate_path
 from compiler.spec.models import MeasuredLimit as MeasuredRef
@@ -265,17 +265,10 @@ def _rel(path: Path) -> str:
 
 def _gpu_record(ir, unit, opts: TuneOptions, progress: Progress) -> GpuRecord:
     host = ir.hosts[unit.host]
-    a_idx = unit.path[3]
-    assignment = host.spec.gpus[a_idx]
-    clocks = assignment.clocks or host.spec.clocks
-    power = assignment.power_limit_w or host.spec.power_limit_w
     observed, how = (gpu.observe(unit.gpu_indexes[0]) if opts.gpu_query else (None, "not observed (--no-gpu-query)"))
     progress(f"GPU state: {how}")
     return GpuRecord(name=host.gpu.name, slice=unit.figures.slice if unit.mig is None else unit.mig.instance.profile,
-                     clocks=clocks.model_dump(mode="json") if clocks else None,
-                     application_clocks=(host.spec.application_clocks.model_dump(mode="json")
-                                         if host.spec.application_clocks else None),
-                     power_limit_w=power, observed=observed)
+                     **unit_settings(ir, unit.id), observed=observed)
 
 
 def _image(ir, unit, graph, opts: TuneOptions) -> ImageRecord:
