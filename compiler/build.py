@@ -136,11 +136,21 @@ def graph_disruptions(graph: Graph, earlier, kinds: KindRegistry) -> list[Disrup
         record = earlier(aid)
         if record is not None and record.get("key") == graph.keys[aid]:
             continue
-        out.extend(disruptions(action.kind, kinds[action.kind].params_from_record(record), action.params))
+        out.extend(disruptions(action.kind, kinds[action.kind].params_from_record(record), action.params,
+                               rebuilt_deps(action, record, graph.keys)))
     scopes = host_scopes(graph)
     # a host's lines at its target's scope only: a node pool's serving image is not restarted per GPU
     # (provision.sh's wording); its workloads' rolls say what the new image does
     return merge_disruptions([d for d in out if d.host not in scopes or in_scope(scopes[d.host], d)])
+
+
+def rebuilt_deps(action, record: dict | None, keys) -> frozenset[str] | None:
+    """The dependencies of `action` whose key differs from the earlier build's (its record's "deps");
+    None where the record does not say (nothing before, or a record of another shape)."""
+    deps = record.get("deps") if record is not None else None
+    if not isinstance(deps, dict):
+        return None
+    return frozenset(d for d in action.deps if deps.get(d) != keys[d])
 
 
 def host_scopes(graph: Graph) -> dict[str, str]:

@@ -132,24 +132,26 @@ def pairs(edits: list[Edit], count: int, seed: int = 0) -> list[Edit]:
 
 def assert_lines_agree(sim, disruptions: list, name: str) -> None:
     from compiler.targets.kubernetes.plan import pace
-    from compiler.targets.kubernetes.sim.report import NOT_ROLLED
 
     r = sim.result
     for d in disruptions:
+        workload = d.detail.split(":", 1)[0]
+        rolled = ("workload-roll", d.host, workload) in r.events
+        if d.pool and d.kind == "rollout-settings":  # the plan says no pod is replaced: the controllers replaced none
+            assert not rolled and "no pod replaced" in d.detail, (name, d.detail)
+            continue
         if not d.pool or d.kind != "workload-roll" or d.detail.split(": ", 1)[1].startswith(("new,", "recreate")):
             continue
-        workload = d.detail.split(":", 1)[0]
         paces = r.paces.get(workload.replace("/", "-"))
         if paces is None:  # a frontend or planner: no GPU, not a rollout the simulation runs
-            continue
-        rolled = ("workload-roll", d.host, workload) in r.events
-        if NOT_ROLLED in d.detail:  # the plan says no pod is replaced: the controllers replaced none
-            assert r.completed and not rolled, (name, d.detail)
             continue
         assert rolled or not r.completed, (name, d.detail)  # a roll the plan names, the controllers did
         assert d.detail.split(": ", 1)[1].startswith(pace(*paces)), (name, d.detail, paces)
         stuck = r.stuck_on is not None and r.stuck_on[2] in (workload, workload.split("/", 1)[0])
         assert ("does NOT complete" in d.detail) == stuck, (name, d.detail)
+    # ... and every roll the controllers did, the plan names (its own line, never a correction)
+    named = {(d.host, d.detail.split(":", 1)[0]) for d in disruptions if d.pool and d.kind == "workload-roll"}
+    assert all((e[1], e[2]) in named for e in r.events if e[0] == "workload-roll"), (name, sorted(r.events))
 
 
 def check(edit: Edit, work: Path) -> tuple[str, object]:

@@ -129,9 +129,9 @@ def test_a_dgd_planned_by_an_earlier_kiln_is_not_a_change_of_options(tmp_path: P
     assert {w.role for w in new.workers if w.options} == {"prefill", "decode"}
     old = new.model_copy(update={"workers": [w.model_copy(update={"options": None}) for w in new.workers]})
     assert "options" not in old.workers[0].to_json()  # left out when unset: the key of a DGD without roles
-    assert disruptions(old, new) == []
+    assert disruptions(old, new, frozenset()) == []  # no image it runs rebuilt
     changed = new.model_copy(update={"options_digest": "sha256:" + "0" * 64})
-    assert {d.detail.split(":", 1)[0] for d in disruptions(old, changed)} == {
+    assert {d.detail.split(":", 1)[0] for d in disruptions(old, changed, frozenset())} == {
         "chat/worker-h200-prefill", "chat/worker-h200-decode"}
 
 

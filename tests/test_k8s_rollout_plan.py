@@ -126,18 +126,47 @@ def test_an_image_bump_rolls_a_nodes_worth_at_a_time(tmp_path: Path) -> None:
 
 def test_a_strategy_only_change_says_no_pod_is_replaced(tmp_path: Path) -> None:
     """Review N14: a wider node_pool.max_unavailable changes the Deployments' maxUnavailable (not in
-    the pod template) and doubles every budget; the plan said the pods roll (the target cannot tell
-    it from a rebuilt image), the simulation replaces none and the budgets say what they now allow."""
+    the pod template) and doubles every budget. The target said the pods roll ("rebuilt": it could
+    not tell a strategy change from a pushed image) and only the simulation's note corrected the
+    printed plan; now the target's own line says no pod is replaced, the simulation replaces none,
+    and the budgets say what they now allow."""
     from compiler.gitops.semplan import host_disruptions
-    from compiler.targets.kubernetes.sim.report import NOT_ROLLED
 
     base, head = (graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a"),
                   graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(MAXUNAVAIL)))
     sim, = change_simulations(base, head)
     assert sim.result.completed and not [e for e in sim.result.events if e[0] == "workload-roll"]
-    lines = sorted(d.detail for d in sim.annotate(host_disruptions(base, head)) if d.kind == "workload-roll")
-    assert lines == [f"{m}-h100-pool: {NOT_ROLLED}; its PodDisruptionBudget: a voluntary disruption (a drain, the "
+    raw = host_disruptions(base, head)
+    assert not [d for d in raw if d.kind == "workload-roll"]
+    said = ("rollout settings changed (maxUnavailable 8 -> 16): no pod replaced (the pod template is unchanged: the "
+            "Deployment controller rolls only for a new .spec.template); its next rollout: pods replaced 16 at a "
+            "time, each old pod stopped before its replacement is scheduled (maxSurge 0, maxUnavailable 16: at "
+            "least 16 of 32 stay ready)")
+    assert sorted(d.detail for d in raw if d.kind == "rollout-settings") == \
+        [f"{m}-h100-pool: {said}" for m in ("chat", "coder", "intent")]
+    lines = sorted(d.detail for d in sim.annotate(raw) if d.kind == "rollout-settings")
+    assert lines == [f"{m}-h100-pool: {said}; its PodDisruptionBudget: a voluntary disruption (a drain, the "
                      "autoscaler) may now take 16 pods at once, was 8" for m in ("chat", "coder", "intent")]
+
+
+def test_another_models_gpus_on_a_shared_pool_roll_no_pod_of_this_one(tmp_path: Path) -> None:
+    """The deployment runtime: chat on B200 GPU 4 beside intent on 5-7, intent giving 6 and 7 back.
+    chat's surge follows the pool's room (its strategy, outside the pod template): its line said
+    "rolled" (serving image of b200-pool or weights rebuilt), though no image it runs changed; now it
+    says its rollout settings changed and no pod is replaced, as the simulation does."""
+    from compiler.gitops.semplan import host_disruptions
+    from tests.k8s_edit_matrix import base_text
+
+    text = base_text("deployment")
+    full = _edited_text(text, _b200(("chat", 4), ("intent", 5), ("intent", 6), ("intent", 7)))
+    two = _edited_text(text, _b200(("chat", 4), ("intent", 5)))
+    base, head = graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a", full), graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", two)
+    sim, = change_simulations(base, head)
+    assert sim.result.completed and sim.result.events == [("replicas", "b200-pool", "intent-b200-pool")]
+    lines = sorted((d.kind, d.detail.split(" (", 1)[0]) for d in host_disruptions(base, head))
+    assert lines == [("replicas", "intent-b200-pool: 6 -> 2 replicas"),
+                     ("rollout-settings", "chat-b200-pool: rollout settings changed"),
+                     ("rollout-settings", "intent-b200-pool: rollout settings changed")]
 
 
 def test_the_timeline_is_a_section_per_pool(tmp_path: Path) -> None:
@@ -668,3 +697,23 @@ def test_a_larger_shape_leaves_a_locked_one_shape_model_its_name(tmp_path: Path)
     names = {w.name: w.mig_profile for w in validate_path(spec).resolved.pools["h100-pool"].workloads
              if w.model == "chat"}
     assert names == {"chat-h100-pool": "3g.40gb", "chat-h100-pool-4g-40gb": "4g.40gb"}
+
+
+def test_a_dynamo_image_bump_says_the_workers_roll_for_their_rebuilt_images(tmp_path: Path) -> None:
+    """Dynamo's runtime image is the frontend's and the base of every pool's serving image. The DGD's
+    parameters show the frontend's new image only: its line said "the workers keep running" while
+    the rebuilt serving images rolled every worker. The target now reads which images were rebuilt
+    (the dependencies' keys): each worker's line names its pool's, as the simulation rolls them."""
+    from compiler.gitops.semplan import host_disruptions
+    from tests.k8s_edit_matrix import base_text
+
+    text = base_text("dynamo")
+    base = graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a", text)
+    head = graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited_text(text, (("1" * 64, "2" * 64),)))
+    sim, = change_simulations(base, head)
+    rolls = {d.detail.split(":", 1)[0]: d.detail for d in host_disruptions(base, head) if d.kind == "workload-roll"}
+    workers = {n for n in rolls if "/worker-" in n}
+    assert sim.result.completed and workers == {e[2] for e in sim.result.events if e[0] == "workload-roll"} == \
+        {"big/worker-b200-pool", "chat/worker-h100-pool", "coder/worker-h100-pool", "intent/worker-h100-pool"}
+    assert all(rolls[n].endswith(f"(serving image of {n.split('worker-', 1)[1]} rebuilt)") for n in workers)
+    assert all("keep running" not in rolls[f"{m}/frontend"] for m in ("big", "chat", "coder", "intent"))

@@ -19,7 +19,7 @@ class Kubernetes:
     # what a change does to a node pool, in the order a plan lists them (compiler/targets/kubernetes/:
     # k8s_nodes.py, plan.py, k8s_release.py)
     disruptions = {"node-relayout": 0, "recreate": 0, "workload-delete": 0, "workload-roll": 1, "replicas": 2,
-                   "clocks": 3, "power": 4}
+                   "rollout-settings": 2, "clocks": 3, "power": 4}
     runs_router = False  # Dynamo's frontend routes (compiler/targets/kubernetes/dynamo.py)
 
     def replicas(self, host) -> int:

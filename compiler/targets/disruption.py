@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any, Callable
 
 POOL = -1  # `gpu_index` of a disruption that concerns a host of the spec as a whole, not one of its GPUs
 
@@ -28,6 +29,18 @@ class Disruption:
     @property
     def pool(self) -> bool:
         return self.gpu_index == POOL
+
+
+# How a target words the change of one of its kinds: (old parameters or None, new parameters, the
+# dependencies rebuilt since the old build, or None where that is not known) -> its disruptions.
+# A dependency's new key tells what its parameters cannot: a pushed image the pods run.
+Wording = Callable[[Any, Any, "frozenset[str] | None"], "list[Disruption]"]
+
+
+def params_only(word: Callable[[Any, Any], list[Disruption]]) -> Wording:
+    """The wording of a kind whose parameters carry all it says (its dependencies' changes are
+    what consumes it to say)."""
+    return lambda old, new, inputs: word(old, new)
 
 
 def _count(n: int, word: str) -> str:

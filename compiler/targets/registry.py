@@ -8,14 +8,12 @@ graph orders actions by id and dependency (compiler/graph/model.py), so it does 
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from compiler.actions import COMMON, image
 from compiler.deploy import TARGETS
 from compiler.deploy.base import Scope
 from compiler.graph.kinds import ActionKind, KindRegistry
 
-from .disruption import POOL, Disruption
+from .disruption import POOL, Disruption, Wording, params_only
 from .hosts import disaggregated as hosts_image
 from .hosts.kinds import KINDS as HOSTS
 from .hosts.kinds import WORDING as HOSTS_WORDING
@@ -34,17 +32,18 @@ IMAGE_ADDITIONS = {"hosts": hosts_image}
 REGISTRY = KindRegistry([*COMMON, *(kind for target in TARGETS for kind in KINDS[target.name])])
 
 # How a change of each kind that reaches what runs is worded, from what its changed fields declare
-# (compiler/params.py Effect): the serving image's container restarts (provision.sh replaces them),
-# then each target's. A build input's kind (BUILD_INPUT) has none: what consumes it says.
-WORDING: dict[str, Callable[[Any, Any], list[Disruption]]] = {
-    image.KIND.kind: image.restarts, **HOSTS_WORDING, **KUBERNETES_WORDING}
+# (compiler/params.py Effect) and, for a workload, which images it runs were pushed anew: the serving
+# image's container restarts (provision.sh replaces them), then each target's. A build input's kind
+# (BUILD_INPUT) has none: what consumes it says.
+WORDING: dict[str, Wording] = {image.KIND.kind: params_only(image.restarts), **HOSTS_WORDING, **KUBERNETES_WORDING}
 
 
-def disruptions(kind: str, old: Any, new: Any) -> list[Disruption]:
+def disruptions(kind: str, old, new, inputs: frozenset[str] | None = None) -> list[Disruption]:
     """What replacing an action of `kind` built with `old` parameters (None: nothing before) by one
-    with `new` disrupts: the one entry the planner asks (compiler/build.py graph_disruptions)."""
+    with `new` disrupts, `inputs` the dependencies rebuilt since (None: not known): the one entry the
+    planner asks (compiler/build.py graph_disruptions)."""
     word = WORDING.get(kind)
-    return word(old, new) if word is not None else []
+    return word(old, new, inputs) if word is not None else []
 
 
 def in_scope(scope: Scope, d: Disruption) -> bool:

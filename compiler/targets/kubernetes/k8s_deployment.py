@@ -20,7 +20,7 @@ from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, 
 from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy, mounts_weights, resource_name
-from compiler.params import fields_that
+from compiler.params import changed_kinds, effect, fields_that
 
 from . import plan, tree, workloads
 from . import runtime as runtime_
@@ -50,11 +50,16 @@ class DeploymentParams(Params):
     gpu_product: Annotated[str | None, plan.ROLL]
     # CPU and memory requests and limits (compiler/targets/kubernetes/runtime.pod_resources)
     pod_resources: Annotated[dict, plan.ROLL]
-    max_unavailable: Annotated[int, plan.UNREAD] = 1  # pods the rolling update takes out at once (rollout_unavailable)
-    max_surge: Annotated[int, plan.UNREAD] = 0  # pods it may add on devices no workload holds (rollout_surge)
+    # the rolling update's strategy, outside the pod template (plan.STRATEGY): pods it takes out at
+    # once (rollout_unavailable), pods it may add on devices no workload holds (rollout_surge)
+    max_unavailable: Annotated[int, plan.STRATEGY.naming("maxUnavailable")] = 1
+    max_surge: Annotated[int, plan.STRATEGY.naming("maxSurge")] = 0
 
 
 ROLLS = fields_that(DeploymentParams, "roll")  # what replaces the pods, as the fields declare it
+# what only paces the next rollout, by the names the manifest gives them (plan.STRATEGY)
+STRATEGY = {f: e.named for f in DeploymentParams.model_fields
+            if "rollout-settings" in (e := effect(DeploymentParams, f)).shows_as}
 
 
 def namespace_of(spec) -> str:
@@ -123,11 +128,6 @@ def rollout_surge(ir, pool: str, w) -> int:
 
 def weights_deps(weights_action: str | None) -> set[str]:
     return {weights_action} if weights_action else set()
-
-
-def rebuilt(pool: str, model: str, weights_action: str | None) -> str:
-    """Why a workload whose parameters are unchanged rolls: an image it runs was pushed anew."""
-    return f"serving image of {pool}" + (f" or weights of {model}" if weights_action else "") + " rebuilt"
 
 
 def image_reference(tree_dir) -> tuple[str, str]:
@@ -218,11 +218,16 @@ class K8sDeployment(ActionKind[DeploymentParams]):
 KIND = K8sDeployment()
 
 
-def disruptions(old: DeploymentParams | None, new: DeploymentParams) -> list[Disruption]:
-    # only an input changed: a pushed image (the rollout's maxUnavailable is not in the pod template;
-    # when it alone changes this still says a roll: the plan's simulated rollout has the truth)
-    strategy = {"max_unavailable": 0, "max_surge": 0}
-    if old is not None and {**old.to_json(), **strategy} == {**new.to_json(), **strategy}:
-        return [plan.roll(new.pool, new.name, rebuilt(new.pool, new.model, new.weights_action), new.to_json())]
-    return plan.workload_disruptions(new.pool, new.name, old.to_json() if old is not None else None,
-                                     new.to_json(), ROLLS, device=f"{new.count} x {new.resource}")
+def disruptions(old: DeploymentParams | None, new: DeploymentParams,
+                inputs: frozenset[str] | None = None) -> list[Disruption]:
+    """What its fields' change does (their declared effects: a roll, a scale, the rollout settings
+    alone) and a roll for each image it runs that was pushed anew (`inputs`: the dependencies
+    rebuilt; None, not known: every image it runs is taken for pushed anew, the safe side)."""
+    device = f"{new.count} x {new.resource}"
+    if old is None:
+        return plan.workload_disruptions(new.pool, new.name, None, new.to_json(), ROLLS, device=device)
+    out = plan.workload_disruptions(new.pool, new.name, old.to_json(), new.to_json(), ROLLS, device=device,
+                                    pushed=plan.pushed_images(plan.pod_images(new, new.model), inputs))
+    if "rollout-settings" in changed_kinds(old, new) and not any(d.kind == "workload-roll" for d in out):
+        out.append(plan.settings_changed(new.pool, new.name, old.to_json(), new.to_json(), STRATEGY))
+    return out

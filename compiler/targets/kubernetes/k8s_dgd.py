@@ -316,7 +316,11 @@ _PACE = ("; its surge follows the pool's free room (no kiln.lock entry, or the r
          "surge), and a pace change alone rolls every worker (Dynamo's worker hash)")
 
 
-def disruptions(old: DgdParams | None, new: DgdParams) -> list[Disruption]:
+def disruptions(old: DgdParams | None, new: DgdParams, inputs: frozenset[str] | None = None) -> list[Disruption]:
+    """Each worker's own fields (Worker), the images it runs that were pushed anew (`inputs`: the
+    dependencies rebuilt; None, not known: every one), then the workers the hash rolls with them and
+    the components updated in place. A rebuilt options action whose options are the same (the
+    digest a field carries) changes no pod template: it rolls nothing."""
     refused = forbidden_changes(old, new)
     if refused:
         return plan.recreate([w.pool for w in new.workers + old.workers], new.model, refused)
@@ -339,7 +343,8 @@ def disruptions(old: DgdParams | None, new: DgdParams) -> list[Disruption]:
                 " ".join(f"{k}={p.environment.get(k, '(unset)')}" for k in env) for p in (old, new))
         items = plan.workload_disruptions(w.pool, f"{new.model}/{w.component}", old_json, new_json,
                                           WORKER_ROLLS + ("options", "environment"),
-                                          device=f"{w.count} x {w.resource}")
+                                          device=f"{w.count} x {w.resource}",
+                                          pushed=plan.pushed_images(plan.pod_images(w, new.model), inputs))
         if prev is not None and prev.max_surge != w.max_surge:
             items = [Disruption(d.host, d.gpu_index, d.kind, d.detail + _PACE) if d.kind == "workload-roll" else d
                      for d in items]
@@ -349,16 +354,11 @@ def disruptions(old: DgdParams | None, new: DgdParams) -> list[Disruption]:
     out += _non_workers(old, new, workers_roll=any(d.kind == "workload-roll" for d in out))
     rolled = {d.detail.split(":", 1)[0] for d in out if d.kind == "workload-roll"
               and d.detail.split(":", 1)[0] in {f"{new.model}/{w.component}" for w in new.workers}}
-    if rolled:
-        why = f"{effect(DgdParams, 'workers').named}: rolled with {', '.join(sorted(rolled))}"
-    elif old.to_json() == new.to_json():
-        why = ("a serving image of its pools or its weights image was rebuilt"  # same parameters: an input changed
-               if any(w.weights_action for w in new.workers) else "a serving image of its pools was rebuilt")
-    else:
+    if not rolled:
         return out
+    why = f"{effect(DgdParams, 'workers').named}: rolled with {', '.join(sorted(rolled))}"
     for w in new.workers:  # the operator's worker hash covers all workers (rolling-update.md)
         name = f"{new.model}/{w.component}"
         if name not in rolled and w.component in before:
-            out.append(plan.roll(w.pool, name, why + (", its own pod template unchanged" if rolled else ""),
-                                 w.to_json()))
+            out.append(plan.roll(w.pool, name, why + ", its own pod template unchanged", w.to_json()))
     return _unordered_roles(new, out)

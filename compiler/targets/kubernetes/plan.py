@@ -26,7 +26,17 @@ ROLL = Effect("roll", "in the pod template: the controller replaces the pods as 
                       "Dynamo's worker hash over the workers' templates, docs rolling-update.md)", ("workload-roll",))
 SCALE = Effect("scale", "spec.replicas: pods added or removed, the others untouched", ("replicas",))
 IDENTITY = Effect("replace", "names the object or where it lives: another value is another object")
-UNREAD = Effect("none", "no pod reads it: the rollout strategy, or a field another one carries into the template")
+UNREAD = Effect("none", "no pod reads it: a field another one carries into the template")
+# A Deployment's spec.strategy: outside the pod template, so its change alone replaces no pod; it paces
+# the next rollout. The controller makes a new ReplicaSet (and replaces pods) only for a .spec.template
+# no ReplicaSet runs: kubernetes/kubernetes pkg/controller/deployment/sync.go getNewReplicaSet (95f0849,
+# as sim/deployment.py) finds it with util/deployment_util.go (277391e) FindNewReplicaSet, which
+# compares each ReplicaSet's Spec.Template with the Deployment's (EqualIgnoreHash: pod-template-hash
+# aside); the strategy and replicas are not in it
+STRATEGY = Effect("none", "spec.strategy, outside the pod template: the Deployment controller replaces pods only "
+                          "for a new .spec.template (kubernetes sync.go getNewReplicaSet 95f0849, deployment_util.go "
+                          "FindNewReplicaSet and EqualIgnoreHash 277391e); it paces the next rollout",
+                  ("rollout-settings",))
 
 
 def down_for() -> str:
@@ -69,23 +79,52 @@ def pace(replicas: int, surge: int | str = 0, unavailable: int | str = 1) -> str
 
 
 def workload_disruptions(pool: str, name: str, old: Mapping | None, new: Mapping, rolls: tuple[str, ...],
-                         replicas_key: str = "replicas", device: str = "") -> list[Disruption]:
+                         replicas_key: str = "replicas", device: str = "", pushed: tuple[str, ...] = ()) -> list[Disruption]:
     """`old`/`new`: the workload's parameters as JSON; `rolls`: the keys whose change replaces the
-    pods; `device`: what one replica requests, e.g. `1 x nvidia.com/mig-3g.40gb`. The rollout's
+    pods; `device`: what one replica requests, e.g. `1 x nvidia.com/mig-3g.40gb`; `pushed`: the
+    images its pods run that were pushed anew (pushed_images), which roll them too. The rollout's
     pace reads `max_surge`/`max_unavailable` of `new` (absent: Dynamo's 0 and 1)."""
     if old is None:
         return [Disruption(pool, POOL, "workload-roll",
                            f"{name}: new, {new[replicas_key]} replica(s) of {device}")]
     out = []
     changed = [k for k in rolls if old.get(k) != new.get(k)]
-    if changed:
-        what = ", ".join(f"{k} {short(old.get(k))} -> {short(new.get(k))}" for k in changed)
+    if changed or pushed:
+        what = ", ".join([f"{k} {short(old.get(k))} -> {short(new.get(k))}" for k in changed] + list(pushed))
         out.append(Disruption(pool, POOL, "workload-roll", f"{name}: {_pace_of(new, replicas_key)} ({what})"))
     b, a = old.get(replicas_key), new[replicas_key]
     if b != a:
         delta = a - (b or 0)
         out.append(Disruption(pool, POOL, "replicas", f"{name}: {b} -> {a} replicas ({delta:+d} x {device})"))
     return out
+
+
+def pod_images(params, model: str) -> dict[str, str]:
+    """The images a workload's pods run (a Deployment's or a DGD worker's parameters: its pool's
+    serving image, its model's weights image where the pool mounts it), by action, as the plan names
+    them: their pushed digests are in the pod template."""
+    out = {params.image_action: f"serving image of {params.pool}"}
+    if params.weights_action:
+        out[params.weights_action] = f"weights image of {model}"
+    return out
+
+
+def pushed_images(images: Mapping[str, str], inputs: frozenset[str] | None) -> tuple[str, ...]:
+    """What the plan says of each image a workload's pods run (`images`: its action -> what it is,
+    e.g. "serving image of h100-pool") whose action was rebuilt (`inputs`, the rebuilt dependencies;
+    None, not known: every one): its pushed digest is in the pod template, so the pods roll."""
+    return tuple(f"{what} rebuilt" for aid, what in images.items() if inputs is None or aid in inputs)
+
+
+def settings_changed(pool: str, name: str, old: Mapping, new: Mapping, fields: Mapping[str, str],
+                     replicas_key: str = "replicas") -> Disruption:
+    """A change of a Deployment's rollout strategy alone (`fields`: its keys -> the names the
+    manifest gives them; STRATEGY): no pod is replaced, the next rollout goes at the new pace."""
+    what = ", ".join(f"{shown} {old.get(k)} -> {new.get(k)}" for k, shown in fields.items() if old.get(k) != new.get(k))
+    return Disruption(pool, POOL, "rollout-settings",
+                      f"{name}: rollout settings changed ({what}): no pod replaced (the pod template is unchanged: "
+                      f"the Deployment controller rolls only for a new .spec.template); its next rollout: "
+                      f"{_pace_of(new, replicas_key)}")
 
 
 def _pace_of(params: Mapping, replicas_key: str = "replicas") -> str:

@@ -10,8 +10,6 @@ from dataclasses import dataclass, replace
 from .engine import Result, defaults
 
 STUCK_CODE, FLOOR_CODE = "K858", "K859"
-NOT_ROLLED = ("no pod replaced: the simulated controllers keep every pod (nothing in the pod template changed); "
-              "its rollout strategy applies from its next rollout")
 
 
 def _dip(before: int, low: tuple) -> str:
@@ -148,9 +146,8 @@ class ChangeSimulation:
     def annotate(self, disruptions: list) -> list:
         """The plan's per-workload lines (`<name>: ...` of a node pool) with what the simulation found:
         the workload the change sticks on says so, so no line promises a rollout that never ends; a
-        roll the controllers did not do (only the rollout strategy changed: the target cannot tell
-        that from a rebuilt image by the parameters alone) says that no pod is replaced."""
-        disruptions = self._unrolled(disruptions)
+        workload whose rollout settings alone changed says what its PodDisruptionBudget now allows."""
+        disruptions = self._budgets(disruptions)
         on = self.result.stuck_on
         if on is None or on[0] not in ("Deployment", "DynamoGraphDeployment"):
             return disruptions
@@ -165,20 +162,15 @@ class ChangeSimulation:
             out.append(d)
         return out
 
-    def _unrolled(self, disruptions: list) -> list:
-        r = self.result
-        if not r.completed:
-            return disruptions
+    def _budgets(self, disruptions: list) -> list:
         # a budget the change widens or narrows (the simulation's step names it namespace/<workload>)
-        budgets = {st.text.split(":", 1)[0].split("/", 1)[-1]: st.text.split(": ", 1)[1] for st in r.steps
+        budgets = {st.text.split(":", 1)[0].split("/", 1)[-1]: st.text.split(": ", 1)[1] for st in self.result.steps
                    if ": a voluntary disruption " in st.text}
         out = []
         for d in disruptions:
             name = d.detail.split(":", 1)[0]
-            if d.pool and d.kind == "workload-roll" and name.replace("/", "-") in r.paces \
-                    and not d.detail.startswith(f"{name}: new,") and ("workload-roll", d.host, name) not in r.events:
-                budget = f"; its PodDisruptionBudget: {budgets[name]}" if name in budgets else ""
-                d = replace(d, detail=f"{name}: {NOT_ROLLED}{budget}")
+            if d.pool and d.kind == "rollout-settings" and name in budgets:
+                d = replace(d, detail=f"{d.detail}; its PodDisruptionBudget: {budgets[name]}")
             out.append(d)
         return out
 
