@@ -79,7 +79,7 @@ def test_the_plan_renders_the_simulated_rollout(repo: GitRepo, capsys, edit: str
                               graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(EDITS[edit])))
     assert len(sims) == 1 and section == sims[0].text() + "\n"
     sim = sims[0]
-    assert ("[K860]" in out) == (edit == "specname")  # a rename is refused whatever the rollout (review N6)
+    assert ("[K955]" in out) == (edit == "specname")  # a rename is refused whatever the rollout (review N6)
     if edit == "specname":
         assert code == ExitCode.ERRORS
     elif sim.result.completed and not sim.floor_breaches():
@@ -396,12 +396,12 @@ def test_a_spec_rename_on_a_running_tree_is_refused(repo: GitRepo, capsys) -> No
     code = main(["plan", "deploy/kiln.yaml", "--base", "main"])
     out = capsys.readouterr().out
     assert code == ExitCode.ERRORS
-    line = next(ln for ln in out.splitlines() if "[K860]" in ln)
+    line = next(ln for ln in out.splitlines() if "[K955]" in ln)
     assert "kiln.yaml:" in line and "'fleet' to 'fleet2'" in line and "'fleet2-mig-layouts'" in line
     assert "second Argo CD Application 'fleet2'" in line
     assert "argocd app delete fleet --cascade=false" in out
-    (repo.root / "deploy" / "kiln.yaml").write_text(_edited(()), encoding="utf-8")  # the same name: no K860
-    assert "[K860]" not in (main(["plan", "deploy/kiln.yaml", "--base", "main"]), capsys.readouterr().out)[1]
+    (repo.root / "deploy" / "kiln.yaml").write_text(_edited(()), encoding="utf-8")  # the same name: no K955
+    assert "[K955]" not in (main(["plan", "deploy/kiln.yaml", "--base", "main"]), capsys.readouterr().out)[1]
 
 
 def test_halving_tp_on_dynamo_sticks_in_the_operators_own_arithmetic(tmp_path: Path) -> None:

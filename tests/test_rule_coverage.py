@@ -18,14 +18,14 @@ CASES = Path(__file__).parent / "cases"
 NOT_A_TEXT_CASE = {"K008", "K009", "K010"}
 # No GPU in the catalog lacks MIG; tested below with a catalog entry that has it switched off.
 UNREACHABLE_FROM_CATALOG = {"K201"}
-# Needs two revisions (`kiln plan --base`): tests/test_k8s_fleet.py, K860 and K954 tests/test_k8s_rollout_plan.py,
+# Needs two revisions (`kiln plan --base`): tests/test_k8s_fleet.py, K955 and K954 tests/test_k8s_rollout_plan.py,
 # K850 tests/test_k8s_grove.py;
 # or a builders file (K405, K406: `kiln plan --builders`, tests/test_sizing.py).
-PLAN_TIME = {"K850", "K855", "K858", "K859", "K860", "K954", "K405", "K406"}
+PLAN_TIME = {"K850", "K855", "K858", "K859", "K955", "K954", "K405", "K406"}
 # Notes (a case pins errors and warnings): K917, a measurement record before `inputs`, tests/test_tune_records.py.
 NOTES = {"K917"}
 # Retired: registered for `kiln explain`, raised by nothing (tests/test_disaggregated.py builds what it refused).
-RETIRED = {"K164"}
+RETIRED = {"K164", "K860"}  # registered so `kiln explain` answers; raised by nothing
 
 
 def test_every_rule_has_a_case() -> None:
@@ -55,3 +55,13 @@ def test_mig_on_a_gpu_without_mig_is_an_error() -> None:
     assert diags[0].span.line == result.document.span_of(("hosts", "dev-h100", "gpus", 0, "mig"), key=True).line
     assert "does not support MIG" in diags[0].message
     assert load_gpu_catalog().get("H100-SXM5-80GB").mig.supported  # the real entry is untouched
+
+
+def test_each_rule_sits_in_its_family_and_a_renumbered_one_says_where_it_went() -> None:
+    """`kiln explain` files a rule by its digits (compiler/diagnostics/rules.py: Kx5x Kubernetes,
+    Kx6x disaggregated serving); K860, a Kubernetes rule about the spec's name, sat in the
+    disaggregated slot and was filed there, so it is K955 and K860 stays to point at it."""
+    from compiler.checks import get_rule
+
+    assert get_rule("K955").family() == "references and names (Kubernetes target)"
+    assert get_rule("K860").doc().startswith("Retired: renumbered K955")

@@ -133,7 +133,7 @@ def pathway_changed(head: Validation, base_graph, head_graph) -> list:
 
 
 def renamed_spec(head: Validation, old: str) -> list:
-    """K860: the spec's name changed under a running Kubernetes tree (review N6): its Argo CD
+    """K955: the spec's name changed under a running Kubernetes tree (review N6): its Argo CD
     Application and the live MIG layouts ConfigMap are named after it, and no sync renames them."""
     from compiler.checks.kubernetes import SpecRenamedOnCluster as rule
     from compiler.diagnostics import Diagnostic
