@@ -599,3 +599,66 @@ class PatternMatchesNothing(_PrecisionCheck):
                                            f"{arch.name}; it would be silently ignored",
                                help="module names look like " + ", ".join(examples)
                                     + "; patterns are globs (`*` matches dots too)", notes=notes)
+
+
+class EngineQuantizeIgnores(_PrecisionCheck):
+    """`quantization.exclude` or `overrides` on the engine target, where they have no effect.
+
+    The engine target's checkpoint comes from TensorRT-LLM's examples/quantization/quantize.py
+    (compiler/actions/engine.py), not from Kiln's ModelOpt step: its flags (data/trtllm_cli.json)
+    take one --qformat for the whole model and no module patterns. It keeps `lm_head` unquantized
+    (without --quantize_lm_head) and quantizes every other linear layer, so an exclusion other than
+    the default `[lm_head]` and every override would be dropped without a word. Use the llmapi
+    target, whose ModelOpt step applies both.
+    """
+
+    code = "K313"
+    name = "engine-quantize-ignores-patterns"
+    severity = Severity.WARNING
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if ctx.target != "engine":
+            return
+        for name, rm in ctx.ir.models.items():
+            if rm.formats is None or not rm.formats.quantized:
+                continue
+            q = rm.spec.quantization
+            if "exclude" in q.model_fields_set and list(q.exclude) != ["lm_head"]:
+                yield ctx.diag(self, quant_path(name, "exclude"),
+                               f"quantization.exclude of model {name!r} has no effect on the engine target: "
+                               "TensorRT-LLM's quantize.py takes no module patterns (it keeps lm_head unquantized "
+                               "and quantizes every other linear layer)",
+                               help="remove `exclude`, or use the llmapi target, whose ModelOpt step applies it")
+            if q.overrides:
+                yield ctx.diag(self, quant_path(name, "overrides"),
+                               f"quantization.overrides of model {name!r} have no effect on the engine target: "
+                               "TensorRT-LLM's quantize.py takes one --qformat for the whole model",
+                               help="remove `overrides`, or use the llmapi target, whose ModelOpt step applies them")
+
+
+class DtypeFollowsCheckpoint(_PrecisionCheck):
+    """`dtype` on an unquantized model of the llmapi target, where the checkpoint's dtype wins.
+
+    With nothing to quantize, the llmapi target serves the model's own checkpoint. TensorRT-LLM's
+    PyTorch backend builds the model at the checkpoint's `torch_dtype` (config.json):
+    tensorrt_llm/_torch/pyexecutor/model_loader.py (ModelLoader._load_and_validate_config, 1.2)
+    passes no dtype to the model config, and LlmArgs.dtype is read by the TensorRT backend's
+    conversion only (llmapi/llm_utils.py ModelLoader). So `dtype` changes nothing served. It does
+    take effect where Kiln quantizes (ModelOpt loads the model at it) and on the engine target
+    (quantize.py --dtype).
+    """
+
+    code = "K314"
+    name = "dtype-follows-checkpoint"
+    severity = Severity.WARNING
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if ctx.target != "llmapi":
+            return
+        for name, rm in ctx.ir.models.items():
+            if "dtype" not in rm.spec.model_fields_set or rm.formats is None or rm.formats.quantized:
+                continue
+            yield ctx.diag(self, ("models", name, "dtype"),
+                           f"dtype of model {name!r} has no effect: nothing is quantized, and the llmapi target's "
+                           "PyTorch backend serves the checkpoint at its own torch_dtype (config.json)",
+                           help="remove `dtype`, or quantize the model (Kiln's ModelOpt step loads it at `dtype`)")
