@@ -37,8 +37,10 @@ def measured_artifacts(ir: Resolved, unit_id: str, digests: DigestCache | None =
     the host's repository and image belong to its other units too, and change with them."""
     unit = next(u for u in ir.units if u.id == unit_id)
     graph = lower_ir(ir, digests if digests is not None else DigestCache(None))
-    out = {aid: graph.keys[aid] for aid in graph.order if aid.endswith("/" + unit.model)}
-    repo = graph.actions.get(f"triton-repo/{unit.host}")
+    # `<kind>/<model>` only: a node pool's `<kind>/<pool>/<model>` (image_context.part) is one pool's
+    out = {aid: graph.keys[aid] for aid in graph.order if aid.count("/") == 1 and aid.endswith("/" + unit.model)}
+    # the host's repository, or on a node pool the model's own (the same part of it is recorded)
+    repo = graph.actions.get(f"triton-repo/{unit.host}") or graph.actions.get(f"triton-repo/{unit.host}/{unit.model}")
     if repo is not None:
         part = next((m for m in repo.params.models if m.name == unit.model), None)
         if part is not None:

@@ -164,8 +164,8 @@ def test_tree_content(trees) -> None:
     assert big["replicas"] == 2 and big_c["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in big["template"]["spec"]["volumes"]
     artifacts = json.loads(deployments["big-b200-pool"]["metadata"]["annotations"][meta.ARTIFACTS_ANNOTATION])
-    assert list(artifacts) == ["image/b200-pool", "weights-image/big"] and \
-        big["template"]["spec"]["containers"][0]["image"].endswith("@" + artifacts["image/b200-pool"])
+    assert list(artifacts) == ["image/b200-pool/big", "weights-image/big"] and \
+        big["template"]["spec"]["containers"][0]["image"].endswith("@" + artifacts["image/b200-pool/big"])
     # the weights are the model's own image, mounted read-only where the runtime reads them; the
     # pool's serving image holds the runtime alone
     weights = {"name": "weights", "image": {"reference": "registry.example.com/inference/fleet@"
@@ -231,7 +231,10 @@ def test_trtllm_serve_pods_run_the_host_command(tmp_path: Path) -> None:
     assert [p["name"] for p in service["spec"]["ports"]] == ["http"]
     chat = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "chat-h100-pool")
     assert chat["spec"]["template"]["spec"]["containers"][0]["command"][0] == "tritonserver"  # the others stay
-    assert "llmapi-options/coder" in graph.actions["image-context/h100-pool"].deps  # the options file (--extra_llm_api_options)
+    assert "llmapi-options/coder" in graph.actions["image-context/h100-pool/coder"].deps  # the options file (--extra_llm_api_options)
+    # each model's image on the pool holds its own files: chat's has no options of coder's, coder's no repository
+    assert "llmapi-options/coder" not in graph.actions["image-context/h100-pool/chat"].deps
+    assert not graph.actions["image-context/h100-pool/coder"].params.repository
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")

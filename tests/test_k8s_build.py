@@ -125,7 +125,7 @@ def test_build_publish_and_revert_the_tree(tmp_path: Path, registry, base_image:
     built = kustomize(a)
     deployment = next(o for o in built if o["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert container["image"] == manifest["images"]["pool"]["reference"]  # the pushed image, by digest
+    assert container["image"] == manifest["images"]["pool/tiny"]["reference"]  # the pushed image (the pool's, tiny's), by digest
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"  # one profile per node: strategy single
     assert set(container["resources"]["requests"]) == {"cpu", "memory", "nvidia.com/gpu"}  # not BestEffort
     assert deployment["metadata"]["annotations"][meta.SPEC_DIGEST_ANNOTATION] == manifest["spec"]["digest"]

@@ -595,7 +595,7 @@ def test_another_models_edit_on_a_shared_pool_rolls_no_worker_of_this_one(tmp_pa
     full = _edited_text(text, _b200(("chat", 4), ("intent", 5), ("intent", 6), ("intent", 7)))
     sim, base, head = _locked_sims(tmp_path, full, two)
     assert "max_surge" not in _dgd_worker(base, "chat") and "max_surge" not in _dgd_worker(head, "chat")
-    assert base.keys["image/b200-pool"] == head.keys["image/b200-pool"]
+    assert base.keys["image/b200-pool/chat"] == head.keys["image/b200-pool/chat"]
     assert sim.result.completed and not [e for e in sim.result.events if e[0] == "workload-roll"]
     assert [(d.kind, d.detail) for d in host_disruptions(base, head) if d.kind in ("workload-roll", "replicas")] == \
         [("replicas", "intent/worker-b200-pool: 6 -> 2 replicas (-4 x 1 x nvidia.com/gpu)")]
@@ -717,3 +717,41 @@ def test_a_dynamo_image_bump_says_the_workers_roll_for_their_rebuilt_images(tmp_
         {"big/worker-b200-pool", "chat/worker-h100-pool", "coder/worker-h100-pool", "intent/worker-h100-pool"}
     assert all(rolls[n].endswith(f"(serving image of {n.split('worker-', 1)[1]} rebuilt)") for n in workers)
     assert all("keep running" not in rolls[f"{m}/frontend"] for m in ("big", "chat", "coder", "intent"))
+
+
+def test_a_model_joining_a_shared_pool_rolls_no_other_models_pods(tmp_path: Path) -> None:
+    """intent takes B200 GPU 5 beside big (GPUs 0-3) and chat (4). The pool's serving image held
+    every Triton model and options file of the pool (triton-repo/b200-pool, image/b200-pool), so
+    intent joining rebuilt it and rolled big's and chat's pods, which load their own model only
+    (--load-model, their own command). A pool's image is now per model (image/<pool>/<model>):
+    intent's is new, big's and chat's are the same digests, and only intent's workload starts.
+    (On Dynamo a model joining a pool adds a worker component, which the webhook refuses: K855.)"""
+    from compiler.gitops.semplan import host_disruptions
+    from tests.k8s_edit_matrix import base_text
+
+    text = base_text("deployment")
+    one, two = _edited_text(text, _b200(("chat", 4))), _edited_text(text, _b200(("chat", 4), ("intent", 5)))
+    base, head = graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a", one), graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", two)
+    sim, = change_simulations(base, head)
+    assert sim.result.completed and [e for e in sim.result.events if e[0] in ("workload-roll", "new")] == \
+        [("new", "b200-pool", "intent-b200-pool")]
+    assert all(base.keys[f"image/b200-pool/{m}"] == head.keys[f"image/b200-pool/{m}"] for m in ("big", "chat"))
+    assert "image/b200-pool/intent" in head.keys and "image/b200-pool/intent" not in base.keys
+    assert [d.detail.split(":", 1)[0] for d in host_disruptions(base, head) if d.kind == "workload-roll"] == \
+        ["intent-b200-pool"]
+
+
+def test_another_models_serving_settings_roll_no_pod_of_this_one(tmp_path: Path) -> None:
+    """intent's max_batch_size on the shared H100 pool changes intent's part of the Triton repository;
+    it rebuilt the pool's one image and rolled chat's and coder's 64 pods with intent's 32. Now
+    intent's own image is rebuilt and intent alone rolls."""
+    from compiler.gitops.semplan import host_disruptions
+
+    base = graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a")
+    head = graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(
+        (("limits: {max_batch_size: 4, max_input_len: 512", "limits: {max_batch_size: 8, max_input_len: 512"),)))
+    sim, = change_simulations(base, head)
+    assert sim.result.completed and sim.result.events == [("workload-roll", "h100-pool", "intent-h100-pool")]
+    assert base.keys["triton-repo/h100-pool/intent"] != head.keys["triton-repo/h100-pool/intent"]
+    line, = [d.detail for d in host_disruptions(base, head) if d.kind == "workload-roll"]
+    assert line.startswith("intent-h100-pool: ") and line.endswith("(serving image of h100-pool rebuilt)")

@@ -55,6 +55,9 @@ class ImageParams(Params):
     # the serving units whose containers run this image (their ids are in the image's entrypoint
     # already, so listing them here rebuilds nothing more): a new image restarts them
     units: Annotated[list[UnitGpus], _RESTARTS] = []
+    # a node pool's: the model whose pods run it (image_context.part); left out for a host's image
+    model: Annotated[str | None, Effect("replace", "another model's image")] = Field(
+        default=None, exclude_if=lambda v: v is None)
 
 
 def local_content_tag(host: str, context) -> str:
@@ -71,7 +74,7 @@ def run(params: ImageParams, ctx: RunContext) -> None:
 
 def _build_and_push(client, params: ImageParams, ctx: RunContext) -> None:
     host, repository = params.host, params.repository
-    context = ctx.deps[f"{image_context.KIND.kind}/{host}"]
+    context = ctx.deps[f"{image_context.KIND.kind}/{image_context.part(host, params.model)}"]
     meta = json.loads((context / image_context.METADATA).read_text(encoding="utf-8"))
     content_tag = local_content_tag(host, context)
     content_hex = content_tag.rsplit(":", 1)[1]
@@ -109,11 +112,12 @@ class Image(ActionKind[ImageParams]):
     kind, version, Params = "image", 2, ImageParams
 
     def lower(self, ctx: LowerContext) -> list[Action]:
-        return [self.action(f"{self.kind}/{c.params.host}",
+        return [self.action(f"{self.kind}/{image_context.part(c.params.host, c.params.model)}",
                             ImageParams(host=c.params.host, repository=ctx.spec.image.repository,
                                         # a node pool has no container of provision.sh's to restart
                                         units=[] if c.params.host in ctx.ir.pools else
-                                        [_unit(ctx, u) for u in ctx.ir.host_units(c.params.host)]),
+                                        [_unit(ctx, u) for u in ctx.ir.host_units(c.params.host)],
+                                        model=c.params.model),
                             deps=(c.id,), needs=("docker",))
                 for c in image_context.KIND.lower(ctx)]
 
@@ -124,7 +128,8 @@ class Image(ActionKind[ImageParams]):
         from .sizing import image_size
 
         models = [] if mounts_weights(ir, action.params.host) else \
-            sorted({u.model for u in ir.host_units(action.params.host)} & set(ir.models))
+            sorted({u.model for u in ir.host_units(action.params.host)} & set(ir.models)
+                   & ({action.params.model} if action.params.model else set(ir.models)))
         return image_size([ir.models[m] for m in models], f"checkpoints of {', '.join(models) or 'no model'}")
 
     def run(self, params: ImageParams, ctx: RunContext) -> None:
@@ -133,7 +138,7 @@ class Image(ActionKind[ImageParams]):
     def manifest_entry(self, params: ImageParams, tree) -> tuple[str, str, dict] | None:
         """The release manifest lists the image by reference and digest."""
         entry = dockerbuild.pushed_entry(tree, OUTPUT)
-        return None if entry is None else ("images", params.host, entry)
+        return None if entry is None else ("images", image_context.part(params.host, params.model), entry)
 
 
 def _unit(ctx: LowerContext, u) -> UnitGpus:

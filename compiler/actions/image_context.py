@@ -1,5 +1,7 @@
 """`image-context/<host>`: the Docker build context of one host's serving image. Pure: it needs no
 daemon, so it is produced on every builder; `image/<host>` builds and pushes it where Docker runs.
+A node pool has one per model it serves (`image-context/<pool>/<model>`, `part`): a pool's pods
+each run their own model, so its image holds that model's files alone.
 
 Output (the context itself, usable with a plain `docker build` too):
   Dockerfile                        compiler/templates/image/Dockerfile.j2
@@ -91,6 +93,16 @@ class ImageContextParams(Params):
     # disaggregated model -> its disagg-options action and the files of it the host's units read
     disaggregated: dict[str, tuple[str, list[str]]] = Field(default={}, exclude_if=lambda v: not v)
     repository: bool = True  # a model on the host is served by Triton: the image carries the repository
+    # a node pool's: the one model whose pods run this image (part); left out for a host's image
+    model: str | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+def part(host: str, model: str | None) -> str:
+    """What names a serving image's actions after their kind: the host, or on a node pool the pool
+    and the model (`image/<pool>/<model>`): the pods of a pool run one model each, so another model
+    taking or freeing a GPU there, joining, leaving or changing its files rebuilds no image of this
+    one and rolls none of its pods."""
+    return host if model is None else f"{host}/{model}"
 
 
 def entrypoint_context(host: str, units: list[ImageUnit]) -> dict:
@@ -143,8 +155,9 @@ def run(params: ImageContextParams, ctx: RunContext) -> None:
         layers.append({"dir": rel, "path": layout.model_dir(model), "from": action_id})
     repo_rel = "layers/repository"
     if params.repository:
-        _copy_tree(ctx.deps[f"{REPO_ACTION}/{host}"], ctx.out / repo_rel / layout.REPOSITORY_DIR.lstrip("/"))
-        layers.append({"dir": repo_rel, "path": layout.REPOSITORY_DIR, "from": f"{REPO_ACTION}/{host}"})
+        repo = f"{REPO_ACTION}/{part(host, params.model)}"
+        _copy_tree(ctx.deps[repo], ctx.out / repo_rel / layout.REPOSITORY_DIR.lstrip("/"))
+        layers.append({"dir": repo_rel, "path": layout.REPOSITORY_DIR, "from": repo})
     options_rel = "layers/llmapi"
     for model, action_id in sorted(params.options.items()):
         dest = ctx.out / options_rel / runtimes.options_path(model).lstrip("/")
@@ -224,21 +237,31 @@ class ImageContext(ActionKind[ImageContextParams]):
                        and not (add is not None and add.carries_options(ctx, m))}
             disagg = add.image_files(ctx, host, routers) if add is not None else {}
             # a disaggregated model's role servers are never Triton models (triton-repo leaves them out)
-            triton = "repository" in runtimes.serving_image_needs(
-                {runtime[u.model] for u in ctx.ir.host_units(host) if u.role is None})
+            triton = {u.model for u in ctx.ir.host_units(host) if u.role is None
+                      and "repository" in runtimes.serving_image_needs([runtime[u.model]])}
             units += [ImageUnit(id=r.id, model=r.model, ports={"http": r.port}, serving=r.serving) for r in routers]
-            if host in ctx.ir.pools:
-                # a node pool's pods name their own command (a Deployment's container, a DGD's worker),
-                # never the entrypoint's units: listing them would rebuild the pool's image, and roll
-                # every workload on it, whenever another model takes or frees one of its GPUs
-                units = []
-            params = ImageContextParams(host=host, spec_name=ctx.spec.name, base=base_image(ctx.spec), units=units,
-                                        checkpoints=checkpoints, templates=digests, options=options,
-                                        repository=triton, disaggregated=disagg)
-            deps = sorted(set(checkpoints.values()) | set(options.values()) | {a for a, _ in disagg.values()}
-                          | ({f"{REPO_ACTION}/{host}"} if triton else set()))
-            out.append(self.action(f"{self.kind}/{host}", params, deps=deps))
+            if host not in ctx.ir.pools:
+                out.append(self._context(ctx, host, None, units, checkpoints, digests, options, disagg, triton))
+                continue
+            # a node pool's pods name their own command (a Deployment's container, a DGD's worker),
+            # never the entrypoint's units, and load their own model: one image per model (part), so
+            # another model taking or freeing one of its GPUs rebuilds none of this model's
+            for m in models:
+                def mine(d: dict) -> dict:
+                    return {k: v for k, v in d.items() if k == m}
+
+                out.append(self._context(ctx, host, m, [], mine(checkpoints), digests, mine(options), mine(disagg),
+                                         triton & {m}))
         return out
+
+    def _context(self, ctx: LowerContext, host: str, model: str | None, units, checkpoints, digests, options,
+                 disagg, triton: set) -> Action:
+        params = ImageContextParams(host=host, spec_name=ctx.spec.name, base=base_image(ctx.spec), units=units,
+                                    checkpoints=checkpoints, templates=digests, options=options,
+                                    repository=bool(triton), disaggregated=disagg, model=model)
+        deps = sorted(set(checkpoints.values()) | set(options.values()) | {a for a, _ in disagg.values()}
+                      | ({f"{REPO_ACTION}/{part(host, model)}"} if triton else set()))
+        return self.action(f"{self.kind}/{part(host, model)}", params, deps=deps)
 
     def run(self, params: ImageContextParams, ctx: RunContext) -> None:
         run(params, ctx)

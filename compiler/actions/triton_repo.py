@@ -22,7 +22,7 @@ from compiler.serving import rules
 from compiler.serving import triton as repo
 from compiler.serving.triton import RepositoryParams
 
-from . import llmapi, tokenizer
+from . import image_context, llmapi, tokenizer
 from .base import ActionKind, LowerContext, RunContext
 from .source import TOKENIZER_FILES
 
@@ -52,16 +52,23 @@ class TritonRepo(ActionKind[RepositoryParams]):
     def lower(self, ctx: LowerContext) -> list[Action]:
         out = []
         for host in sorted(ctx.ir.hosts):
-            params = repository_params(ctx, host)
-            if not params.models:
+            whole = repository_params(ctx, host)
+            if not whole.models:
                 continue  # a host that serves nothing has no repository
-            deps = []
-            for m in params.models:
-                deps.append(params.tokenizers[m.name])
-                if params.target == "llmapi":
-                    deps.append(f"{llmapi.KIND.kind}/{m.name}")
-            out.append(self.action(f"{self.kind}/{host}", params, deps=sorted(deps),
-                                   inputs=ctx.limit_inputs(m.name for m in params.models)))
+            # a node pool's pods each load their own model (--load-model), from their model's serving
+            # image (image_context.parts): one repository per model, so that another model joining,
+            # leaving or changing rebuilds no image this model's pods run
+            parts = ([(image_context.part(host, m.name), whole.model_copy(update={
+                "models": [m], "tokenizers": {m.name: whole.tokenizers[m.name]}})) for m in whole.models]
+                if host in ctx.ir.pools else [(host, whole)])
+            for name, params in parts:
+                deps = []
+                for m in params.models:
+                    deps.append(params.tokenizers[m.name])
+                    if params.target == "llmapi":
+                        deps.append(f"{llmapi.KIND.kind}/{m.name}")
+                out.append(self.action(f"{self.kind}/{name}", params, deps=sorted(deps),
+                                       inputs=ctx.limit_inputs(m.name for m in params.models)))
         return out
 
     def run(self, params: RepositoryParams, ctx: RunContext) -> None:

@@ -275,7 +275,8 @@ def _image(ir, unit, graph, opts: TuneOptions) -> ImageRecord:
     repository = ir.spec.image.repository if ir.spec.image is not None else None
     if opts.image_digest:
         return ImageRecord(repository=repository, digest=opts.image_digest)
-    key = graph.keys.get(f"image/{unit.host}")
+    # a host's serving image, or on a node pool the model's own (image_context.part)
+    key = graph.keys.get(f"image/{unit.host}") or graph.keys.get(f"image/{unit.host}/{unit.model}")
     if key is None:
         return ImageRecord(repository=repository)
     import json

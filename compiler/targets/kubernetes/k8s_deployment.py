@@ -17,6 +17,7 @@ from typing import Annotated
 
 from compiler.actions import image, runtimes, weights_image
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
+from compiler.actions.image_context import part
 from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
 from compiler.ir.pools import cluster_strategy, mounts_weights, resource_name
@@ -165,7 +166,7 @@ def workload_params(ctx: LowerContext) -> list[DeploymentParams]:
                 continue
             out.append(DeploymentParams(
                 name=w.name, spec_name=spec.name, namespace=namespace_of(spec), pool=pname, model=w.model,
-                replicas=w.replicas, image_action=f"{image.KIND.kind}/{pname}", runtime=runtime,
+                replicas=w.replicas, image_action=f"{image.KIND.kind}/{part(pname, w.model)}", runtime=runtime,
                 command=list(c.command), ports=list(c.ports), liveness=c.liveness, readiness=c.readiness,
                 resource=resource, count=w.gpus, selector=dict(pool.selector),
                 gpu_product=gfd_product(pool, strategy, w.mig_profile), pod_resources=pod_resources(ir, w),

@@ -20,6 +20,7 @@ from pydantic import Field
 
 from compiler.actions import disaggregated, image, llmapi, weights_image
 from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, RunContext
+from compiler.actions.image_context import part
 from compiler.targets.disruption import POOL
 from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
@@ -163,7 +164,7 @@ def dgd_params(ctx: LowerContext) -> list[DgdParams]:
             # Grove's PodClique rolls 1 at a time with no surge whatever the room (grove_rollout)
             surge = 0 if grove else worker_surge(ir, pool, w)
             workers.append(Worker(component=component, pool=pool.name, replicas=w.replicas,
-                                  image_action=f"{image.KIND.kind}/{pool.name}", resource=resource, count=w.gpus,
+                                  image_action=f"{image.KIND.kind}/{part(pool.name, model)}", resource=resource, count=w.gpus,
                                   selector=dict(pool.selector), gpu_product=gfd_product(pool, strategy, w.mig_profile),
                                   power_limit_w=power, pod_resources=pod_resources(ir, w),
                                   weights_action=(weights_image.action_id(model) if mounts_weights(ir, pool.name)
