@@ -147,6 +147,12 @@ def test_a_strategy_only_change_says_no_pod_is_replaced(tmp_path: Path) -> None:
     lines = sorted(d.detail for d in sim.annotate(raw) if d.kind == "rollout-settings")
     assert lines == [f"{m}-h100-pool: {said}; its PodDisruptionBudget: a voluntary disruption (a drain, the "
                      "autoscaler) may now take 16 pods at once, was 8" for m in ("chat", "coder", "intent")]
+    # listed for what it changes, but counted as disrupting nothing (the plan's summary and header)
+    from compiler.targets.disruption import disrupted_phrase, render_disruptions
+
+    settings = [d for d in raw if d.kind == "rollout-settings"]
+    assert disrupted_phrase(settings) == "nothing disrupted"
+    assert render_disruptions(settings, "text").splitlines()[0] == "Disruption: none (what is listed replaces no pod)"
 
 
 def test_another_models_gpus_on_a_shared_pool_roll_no_pod_of_this_one(tmp_path: Path) -> None:

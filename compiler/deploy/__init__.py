@@ -23,6 +23,7 @@ BY_DEPLOY: dict[str, DeployTarget] = {t.deploy: t for t in TARGETS}
 DEPLOYS = tuple(BY_DEPLOY)  # the spec's `deploy` values, the first the default
 # every target's disruption kinds and their order (one table: a kind means one thing wherever it is reported)
 DISRUPTION_ORDER: dict[str, int] = {kind: rank for t in TARGETS for kind, rank in t.disruptions.items()}
+UNDISRUPTIVE: frozenset[str] = frozenset(kind for t in TARGETS for kind in t.undisruptive)
 
 
 def of(host: HostSpec) -> DeployTarget:
@@ -30,4 +31,4 @@ def of(host: HostSpec) -> DeployTarget:
     return BY_DEPLOY[host.deploy]
 
 
-__all__ = ["BY_DEPLOY", "DEPLOYS", "DISRUPTION_ORDER", "TARGETS", "of"]
+__all__ = ["BY_DEPLOY", "DEPLOYS", "DISRUPTION_ORDER", "TARGETS", "UNDISRUPTIVE", "of"]

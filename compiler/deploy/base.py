@@ -55,6 +55,9 @@ class DeployTarget(Protocol):
     # the kinds of disruption it reports (compiler.targets.disruption.Disruption.kind) -> their place in a
     # plan's list of one GPU's (one pool's) disruptions
     disruptions: Mapping[str, int]
+    # the kinds among them a plan lists but that stop or replace nothing running (a Deployment's
+    # strategy: outside its pod template), so a plan does not count them as disrupted
+    undisruptive: frozenset[str]
 
     def replicas(self, host: HostSpec) -> int:
         """How many servers one serving unit of `host` stands for."""

@@ -21,6 +21,7 @@ class Hosts:
     # what a change does to one GPU, in the order a plan lists them (compiler/targets/hosts/hostplan.py
     # says what each means; the serving image's rebuild restarts containers: compiler/actions/image.py)
     disruptions = {"mig-reslice": 0, "serving-change": 1, "container-restart": 2, "clocks": 3, "power": 4}
+    undisruptive: frozenset[str] = frozenset()
 
     def replicas(self, host) -> int:
         return 1

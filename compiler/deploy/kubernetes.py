@@ -20,6 +20,9 @@ class Kubernetes:
     # k8s_nodes.py, plan.py, k8s_release.py)
     disruptions = {"node-relayout": 0, "recreate": 0, "workload-delete": 0, "workload-roll": 1, "replicas": 2,
                    "rollout-settings": 2, "clocks": 3, "power": 4}
+    # maxSurge/maxUnavailable only: the Deployment controller rolls on a pod-template change alone
+    # (kubernetes pkg/controller/deployment/sync.go getNewReplicaSet; k8s_deployment.py cites it)
+    undisruptive = frozenset({"rollout-settings"})
     runs_router = False  # Dynamo's frontend routes (compiler/targets/kubernetes/dynamo.py)
 
     def replicas(self, host) -> int:

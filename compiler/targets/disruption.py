@@ -3,7 +3,7 @@ target's vocabulary, so the graph that computes the disruptions knows none. A di
 GPU of a host, or (`gpu_index` POOL, `Disruption.pool`) a node pool as a whole; each target's
 `disruptions` table (compiler/deploy/: each target's object) orders the kinds one GPU or pool lists.
 
-Imports nothing of the compiler: the action kinds, the build and the plan all read it, the graph
+Imports only the deploy targets' objects (compiler/deploy/, which import nothing): the action kinds, the build and the plan all read it, the graph
 (compiler/graph/) none of it."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from compiler.deploy import UNDISRUPTIVE
 
 POOL = -1  # `gpu_index` of a disruption that concerns a host of the spec as a whole, not one of its GPUs
 
@@ -48,7 +50,9 @@ def _count(n: int, word: str) -> str:
 
 
 def disrupted_phrase(items: list[Disruption]) -> str:
-    """"1 host disrupted", "2 hosts and 1 node pool disrupted", "nothing disrupted"."""
+    """"1 host disrupted", "2 hosts and 1 node pool disrupted", "nothing disrupted" (a kind that stops
+    or replaces nothing running, listed for what it changes, is not counted)."""
+    items = [d for d in items if d.kind not in UNDISRUPTIVE]
     hosts = {d.host for d in items if not d.pool}
     pools = {d.host for d in items if d.pool}
     parts = ([_count(len(hosts), "host")] if hosts else []) + ([_count(len(pools), "node pool")] if pools else [])
@@ -70,11 +74,11 @@ def render_disruptions(items: list[Disruption], fmt: str) -> str:
                   f"{d.detail.replace('|', '/')} |" for d in items]
         return "\n".join(lines)
     gpus = [d for d in items if not d.pool]
-    pools = {d.host for d in items if d.pool}
+    pools = {d.host for d in items if d.pool and d.kind not in UNDISRUPTIVE}
     parts = [f"{len({(d.host, d.gpu_index) for d in gpus})} GPU(s) on {len({d.host for d in gpus})} host(s)"] \
         if gpus else []
     parts += [f"{len(pools)} node pool(s)"] if pools else []
-    head = "Disruption: " + "; ".join(parts)
+    head = "Disruption: " + ("; ".join(parts) or "none (what is listed replaces no pod)")
     lines = [head]
     lines += [f"  {d.host} (node pool): {d.kind}: {d.detail}" if d.pool else
               f"  {d.host} GPU {d.gpu_index}: {d.kind}: {d.detail}" for d in items]
