@@ -28,7 +28,7 @@ SLOW_FILES = ("test_store.py", "test_triton_server.py", "test_quantize.py", "tes
               "test_registry_hostile.py", "test_store_hostile.py", "test_fuzz_store.py",
               "test_disaggregated_e2e.py", "test_disaggregated_hosts.py", "test_disaggregated_pair.py",
               "test_signing.py", "test_space_walk.py", "test_k8s_edit_matrix.py",
-              "test_distributed.py", "test_tune_reads.py")
+              "test_distributed.py", "test_tune_reads.py", "test_field_effects.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

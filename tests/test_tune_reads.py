@@ -20,29 +20,21 @@ from __future__ import annotations
 import copy
 import dataclasses
 import shutil
-import types
 from pathlib import Path
-from typing import Annotated, Literal, Union, get_args, get_origin
 
 import pytest
 import yaml
-from pydantic import BaseModel
 
 from compiler.ir.tune_inputs import READS, _EVERY, _fields, _under
 from compiler.pipeline import validate_text
-from compiler.spec import models as spec_models
 from compiler.staleness import measured_artifacts
 from compiler.store.digests import DigestCache
 
-from .quickstart import with_tuning
+from .field_walk import BASES, EXAMPLES, STRINGS, Base, other_values
+from .field_walk import on_engine as _engine
+from .field_walk import set_field as _set
+from .field_walk import value_at as _value
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
-# an image Kiln cannot read the TensorRT-LLM version of (K804 warns): the pin can change alone
-CUSTOM_IMAGE = "registry.example.com/triton/custom:1@"
-NGC_IMAGE = "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3@"
-
-# (kind, field) that READS lists and no edit moves, with why (tune_inputs.py says the same beside READS)
 KEPT = {
     **{(k, "source.path"): "the files under it are read; a path moved onto the same files keeps the keys"
        for k in ("quantize", "quality-gate", "engine", "tokenizer", "model-source")},
@@ -52,117 +44,6 @@ KEPT = {
 }
 # fields no edit of these specs reaches (no other value validates), and why
 UNREACHED = {"serving.instances": "K607 refuses more than one wherever a runtime runs instances (K812 elsewhere)"}
-
-
-def _spec(name: str) -> str:
-    return (EXAMPLES / name / "kiln.yaml").read_text(encoding="utf-8")
-
-
-def _engine(doc: dict) -> dict:
-    """The spec on the engine target: no quality gate (K807), no CUDA-graph sizes (K603)."""
-    doc["target"] = "engine"
-    for m in doc["models"].values():
-        (m.get("quantization") or {}).pop("quality_gate", None)
-        (m.get("runtime") or {}).pop("cuda_graph_batch_sizes", None)
-    return doc
-
-
-@dataclasses.dataclass(frozen=True)
-class Base:
-    name: str
-    text: str
-    model: str
-    files: tuple[str, ...]  # example directories copied beside the spec
-
-
-BASES = (
-    Base("quickstart", with_tuning(_spec("quickstart")), "tiny", ("quickstart",)),
-    Base("quickstart-engine", yaml.safe_dump(_engine(yaml.safe_load(with_tuning(_spec("quickstart")))),
-                                             sort_keys=False), "tiny", ("quickstart",)),
-    Base("h200-tp8", _spec("h200-tp8-llama70b").replace(NGC_IMAGE, CUSTOM_IMAGE), "llama70b", ()),
-    Base("h200-tp8-engine", yaml.safe_dump(_engine(yaml.safe_load(
-        _spec("h200-tp8-llama70b").replace(NGC_IMAGE, CUSTOM_IMAGE))), sort_keys=False), "llama70b", ()),
-    Base("nvfp4-moe", _spec("nvfp4-moe-blackwell").replace(NGC_IMAGE, CUSTOM_IMAGE), "qwen-moe",
-         ("nvfp4-moe-blackwell",)),
-)
-
-# strings a type cannot make up: each names something that exists here (files copied beside the spec)
-STRINGS = {
-    "huggingface": ["acme/other-model"], "revision": ["1" * 40], "digest": ["sha256:" + "2" * 64],
-    "path": ["model-copy"], "data": ["data/calib-code.jsonl", "data/eval.jsonl"],
-    "eval": ["data/eval-code.jsonl", "data/calib.jsonl"],
-    "architecture": ["llama-3.1-8b", "llama-3.1-70b", "qwen3-235b-a22b"],
-    "tensorrt_llm": ["1.2.0", "1.3.0rc29"], "modelopt": ["0.45.0", "0.47.0"],
-}
-
-
-# --- a field's other values, by its type ------------------------------------------------------------
-def _members(tp) -> tuple[list, list, bool]:
-    """(the types a field may hold, their constraints, whether it may be None)."""
-    meta: list = []
-    while get_origin(tp) is Annotated:
-        tp, *more = get_args(tp)
-        meta += more
-    if get_origin(tp) in (Union, types.UnionType):
-        out, nullable = [], False
-        for a in get_args(tp):
-            if a is type(None):
-                nullable = True
-                continue
-            m, more, n = _members(a)
-            out, meta, nullable = out + m, meta + more, nullable or n
-        return out, meta, nullable
-    return [tp], meta, False
-
-
-def _field(path: tuple[str, ...]):
-    """The pydantic field of a dotted path of a model's spec."""
-    cls, info = spec_models.Model, None
-    for seg in path:
-        info = cls.model_fields[seg]
-        cls = next((m for m in _members(info.annotation)[0] if isinstance(m, type) and issubclass(m, BaseModel)), None)
-    return info
-
-
-def _bounded(values, meta) -> list:
-    """The values within the field's bounds (Field(ge=..., le=...), gt, lt)."""
-    checks = [c for m in meta for c in getattr(m, "metadata", [m])]
-
-    def within(v) -> bool:
-        return all((getattr(c, "ge", None) is None or v >= c.ge) and (getattr(c, "gt", None) is None or v > c.gt)
-                   and (getattr(c, "le", None) is None or v <= c.le) and (getattr(c, "lt", None) is None or v < c.lt)
-                   for c in checks)
-    return [v for v in values if within(v)]
-
-
-def other_values(path: tuple[str, ...], value) -> list:
-    info = _field(path)
-    members, meta, nullable = _members(info.annotation)
-    meta = [*meta, *info.metadata]
-    out: list = []
-    for m in members:
-        if get_origin(m) is Literal:
-            out += list(get_args(m))
-        elif m is bool:
-            out += [True, False]
-        elif m is int:
-            out += _bounded([value * 2, value // 2, value + 1] if isinstance(value, int) else [1, 2, 16], meta)
-        elif m is float:
-            out += _bounded([round(value * 0.9, 4), round(value / 2, 4)] if isinstance(value, float) else [0.5],
-                            meta)
-        elif m is str:
-            out += STRINGS.get(path[-1], [f"{value}x"])
-        elif get_origin(m) is list:
-            item = _members(get_args(m)[0])[0][0]
-            if item is int:
-                out += [[1, 2, 4], [8]]
-            elif isinstance(item, type) and issubclass(item, BaseModel):
-                out += [[{"match": "*lm_head*", "weights": "bf16"}], [{"match": "model.layers.0.*", "block_size": 64}]]
-            else:
-                out += [[*(value or []), "*.mlp.gate"], []]
-    if nullable:
-        out.append(None)
-    return [v for i, v in enumerate(out) if v != value and v not in out[:i]]
 
 
 # --- the walk ---------------------------------------------------------------------------------------
@@ -193,18 +74,6 @@ def _measure(text: str, where: Path, model: str):
     if unit is None:
         return None
     return measured_artifacts(ir, unit, DigestCache(None)), _fields(ir, model, DigestCache(None))
-
-
-def _set(doc: dict, path: tuple, value) -> None:
-    """Set a field of the spec's data (None: unset it), making the sections on the way."""
-    for k in path[:-1]:
-        if not isinstance(doc.get(k), dict):
-            doc[k] = {}
-        doc = doc[k]
-    if value is None:
-        doc.pop(path[-1], None)
-    else:
-        doc[path[-1]] = value
 
 
 def _edited(base: Base, doc0: dict, field: str, value) -> str:
@@ -285,12 +154,6 @@ def _walk_base(base: Base, where: Path) -> tuple[list[Edit], set[str]]:
 def _model_doc(base: Base, where: Path) -> dict:
     result = validate_text(base.text, where, "kiln.yaml")
     return result.resolved.models[base.model].spec.model_dump(mode="json")
-
-
-def _value(doc: dict, field: str):
-    for seg in field.split("."):
-        doc = doc.get(seg) if isinstance(doc, dict) else None
-    return doc
 
 
 @dataclasses.dataclass(frozen=True)

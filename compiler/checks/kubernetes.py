@@ -48,6 +48,29 @@ class KubernetesNeedsImage(Check):
                                help="add `image: {repository: registry.example.com/team/<name>}`")
 
 
+class PersistenceOnKubernetes(Check):
+    """`persistence` on a node pool (`deploy: kubernetes`), where it has no effect.
+
+    On hosts Kiln's provisioning script sets the GPUs' persistence mode (`nvidia-smi -pm`). A node
+    pool's tree sets none: the nodes' driver installation (the GPU Operator's driver container, or
+    the node image) decides it. So `persistence: false` would change nothing on the nodes.
+    """
+
+    code = "K551"
+    name = "persistence-on-kubernetes"
+    severity = Severity.WARNING
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name in ctx.ir.pools:
+            host = ctx.host(name)
+            if host is not None and "persistence" in host.model_fields_set:
+                yield ctx.diag(self, ("hosts", name, "persistence"),
+                               f"persistence of node pool {name!r} has no effect: Kiln's Kubernetes tree does not "
+                               "set the GPUs' persistence mode; the nodes' driver installation does",
+                               help="remove `persistence`, and set it where the nodes' driver is installed")
+
+
 class MigStrategyMismatch(Check):
     """The declared MIG strategy cannot advertise a node pool's MIG devices.
 

@@ -601,8 +601,9 @@ class PatternMatchesNothing(_PrecisionCheck):
                                     + "; patterns are globs (`*` matches dots too)", notes=notes)
 
 
-class EngineQuantizeIgnores(_PrecisionCheck):
-    """`quantization.exclude` or `overrides` on the engine target, where they have no effect.
+class QuantizePatternsIgnored(_PrecisionCheck):
+    """`quantization.exclude` or `overrides` where they have no effect: on the engine target, or on a
+    model nothing of which is quantized.
 
     The engine target's checkpoint comes from TensorRT-LLM's examples/quantization/quantize.py
     (compiler/actions/engine.py), not from Kiln's ModelOpt step: its flags (data/trtllm_cli.json)
@@ -610,30 +611,70 @@ class EngineQuantizeIgnores(_PrecisionCheck):
     (without --quantize_lm_head) and quantizes every other linear layer, so an exclusion other than
     the default `[lm_head]` and every override would be dropped without a word. Use the llmapi
     target, whose ModelOpt step applies both.
+
+    A model with 16-bit weights and KV cache is not quantized at all: an exclusion or a 16-bit
+    override then keeps 16-bit what already is. Nor does an override that quantizes modules make it
+    quantized: Kiln's quantize step runs for a model whose own `weights` or `kv_cache` is quantized
+    (compiler/actions/quantize.py), so such an override would leave the model at 16 bits.
     """
 
     code = "K313"
-    name = "engine-quantize-ignores-patterns"
+    name = "quantize-patterns-ignored"
     severity = Severity.WARNING
 
     def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
-        if ctx.target != "engine":
-            return
         for name, rm in ctx.ir.models.items():
-            if rm.formats is None or not rm.formats.quantized:
+            if rm.formats is None:
                 continue
             q = rm.spec.quantization
-            if "exclude" in q.model_fields_set and list(q.exclude) != ["lm_head"]:
+            if not rm.formats.quantized:
+                why, fix = f"nothing of model {name!r} is quantized", "or quantize the model"
+            elif ctx.target == "engine":
+                why = ("on the engine target TensorRT-LLM's quantize.py takes no module patterns (it keeps lm_head "
+                       "unquantized and quantizes every other linear layer)")
+                fix = "or use the llmapi target, whose ModelOpt step applies it"
+            else:
+                continue
+            if "exclude" in q.model_fields_set and (list(q.exclude) != ["lm_head"] or not rm.formats.quantized):
                 yield ctx.diag(self, quant_path(name, "exclude"),
-                               f"quantization.exclude of model {name!r} has no effect on the engine target: "
-                               "TensorRT-LLM's quantize.py takes no module patterns (it keeps lm_head unquantized "
-                               "and quantizes every other linear layer)",
-                               help="remove `exclude`, or use the llmapi target, whose ModelOpt step applies it")
-            if q.overrides:
+                               f"quantization.exclude of model {name!r} has no effect: {why}",
+                               help=f"remove `exclude`, {fix}")
+            if q.overrides and not rm.formats.quantized and any(o.weights not in (None, *SIXTEEN_BIT)
+                                                                  for o in q.overrides):
                 yield ctx.diag(self, quant_path(name, "overrides"),
-                               f"quantization.overrides of model {name!r} have no effect on the engine target: "
-                               "TensorRT-LLM's quantize.py takes one --qformat for the whole model",
-                               help="remove `overrides`, or use the llmapi target, whose ModelOpt step applies them")
+                               f"quantization.overrides of model {name!r} have no effect: Kiln quantizes a model "
+                               "whose own `weights` or `kv_cache` is quantized, and an override alone does not make "
+                               "it so (the model would be served at 16 bits)",
+                               help="set `weights` to the format most modules take, and override the modules that "
+                                    "stay 16-bit")
+            elif q.overrides:
+                yield ctx.diag(self, quant_path(name, "overrides"),
+                               f"quantization.overrides of model {name!r} have no effect: {why}",
+                               help=f"remove `overrides`, {fix}")
+
+
+class SixteenBitWeightsNotDtype(_PrecisionCheck):
+    """`quantization.weights` names the other 16-bit format than `dtype`.
+
+    bf16 and fp16 weights are not a quantization: they leave the weights unquantized, and an
+    unquantized model is built and served at `dtype` (default bf16). `weights: fp16` with the default
+    dtype would keep BF16 weights without a word; the model's 16-bit format is `dtype`.
+    """
+
+    code = "K315"
+    name = "sixteen-bit-weights-not-dtype"
+    severity = Severity.WARNING
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for name, rm in ctx.ir.models.items():
+            m = rm.spec
+            if "weights" in m.quantization.model_fields_set and m.quantization.weights in SIXTEEN_BIT \
+                    and m.quantization.weights != m.dtype:
+                yield ctx.diag(self, quant_path(name, "weights"),
+                               f"quantization.weights: {m.quantization.weights} of model {name!r} has no effect: "
+                               f"16-bit weights are not quantized, so the model keeps its dtype ({m.dtype})",
+                               help=f"set `dtype: {m.quantization.weights}` (and remove `weights`) for "
+                                    f"{m.quantization.weights.upper()} weights")
 
 
 class DtypeFollowsCheckpoint(_PrecisionCheck):

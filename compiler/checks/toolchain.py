@@ -124,6 +124,30 @@ class ModelOptMissing(_ToolchainCheck):
                        help='add `modelopt: "<version>"` (the NVIDIA ModelOpt release that quantizes the checkpoints)')
 
 
+class ModelOptUnused(_ToolchainCheck):
+    """`toolchain.modelopt` is pinned but no model is quantized.
+
+    ModelOpt makes the quantized checkpoints; with every model at 16 bits nothing runs it, so the
+    pin changes no artifact. It is harmless, but it reads as a promise about the build that nothing
+    keeps (K802 asks for it again once a model is quantized).
+    """
+
+    code = "K813"
+    name = "modelopt-unused"
+    severity = Severity.WARNING
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        if ctx.ir.toolchain.modelopt is None:
+            return
+        for _, m in ctx.models():
+            q = m.quantization
+            if q.quantized or any(o.weights is not None and o.weights not in ("bf16", "fp16") for o in q.overrides):
+                return
+        yield ctx.diag(self, ("toolchain", "modelopt"), "toolchain.modelopt has no effect: no model is quantized, "
+                                                         "so nothing runs ModelOpt",
+                       help="remove `modelopt`, or quantize a model")
+
+
 class ModelOptUnknown(_ToolchainCheck):
     """`toolchain.modelopt` pins a release Kiln has no builder row for.
 

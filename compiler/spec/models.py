@@ -86,7 +86,8 @@ class Source(SpecModel):
     """Local directory with config.json, tokenizer and safetensors weights, relative to the spec file."""
 
     digest: Digest | None = None
-    """Expected digest of the weights directory; lets an offline build verify a local copy."""
+    """Expected digest of the weights directory of a `huggingface` source; lets an offline build verify a
+    local copy."""
 
     @model_validator(mode="after")
     def _one_source(self) -> "Source":
@@ -98,6 +99,11 @@ class Source(SpecModel):
                               help="add `revision: <40-hex commit id>`; branches move, commits do not")
         if self.path is not None and self.revision is not None:
             raise value_error("`revision` applies only to `huggingface` sources", key="revision")
+        if self.path is not None and self.digest is not None:
+            # a local directory's files enter the artifacts' keys one by one: nothing would check the digest
+            raise value_error("`digest` applies only to `huggingface` sources (it verifies a local copy of the "
+                              "repository); the files under `path` enter the artifacts' keys themselves",
+                              key="digest", help="remove `digest`")
         return self
 
 
