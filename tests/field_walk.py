@@ -167,3 +167,29 @@ def value_at(doc: dict, field: str):
     for seg in field.split("."):
         doc = doc.get(seg) if isinstance(doc, dict) else None
     return doc
+
+
+def edited(doc: dict, path: tuple, value) -> dict:
+    """The spec's data with the field at `path` set to `value` (None: unset), and what the value needs
+    beside it (companions: the GPUs of a new tensor-parallel size; no Triton queue under trtllm-serve;
+    the engine target's rules). `doc` is changed in place."""
+    if path == ("target",):
+        return on_engine(doc) if value == "engine" else {**doc, "target": value}
+    set_field(doc, path, value)
+    if path[0] != "models" or len(path) < 3:
+        return doc
+    m, field = path[1], ".".join(str(s) for s in path[2:])
+    if field == "parallelism.pp" and isinstance(value, int):  # as many GPUs: the stages split the tensor-parallel group
+        par = doc["models"][m]["parallelism"]
+        par["tp"] = max(1, par.get("tp", 1) // value)
+    if field in ("parallelism.tp", "parallelism.pp"):
+        par = doc["models"][m].get("parallelism") or {}
+        gpus = par.get("tp", 1) * par.get("pp", 1)
+        for host in doc.get("hosts", {}).values():
+            for g in host.get("gpus", []):
+                if g.get("serves") == m and isinstance(g.get("index"), list):
+                    g["index"] = list(range(gpus))
+    if field == "serving.runtime" and value == "trtllm-serve":
+        for k in ("max_queue_size", "queue_timeout_ms", "max_queue_delay_us"):
+            doc["models"][m]["serving"].pop(k, None)
+    return doc

@@ -4,12 +4,13 @@ diagnostic says it has no effect there.
 Every leaf of several specs (the examples, on both targets, a Kubernetes fleet and a disaggregated
 model; defaults included, so a field the example leaves out is walked too) is changed to its other
 valid values by its type (tests/field_walk.py, the machinery of tests/test_tune_reads.py), one at a
-time. Each edit that validates must change some action of the lowered graph (any kind:
-checkpoints, options, Triton repositories, images, host scripts, Kubernetes trees) in its own parameters, inputs or dependencies (not only through
-a dependency's key, so a change is found where it lands), or bring a new
-warning that names the field, or be in EXPLAINED with the effect it has instead, which is then
-asserted. The spec's own copy in the release (`spec-snapshot`) is left out: it moves with every edit
-and proves nothing.
+time. Per field, some edit that validates must change an action of the lowered graph (any kind:
+checkpoints, options, Triton repositories, images, host scripts, Kubernetes trees) in its own
+parameters, inputs or dependencies (not only through a dependency's key, so a change is found where
+it lands), or bring a new warning that names the field. Else the field is in EXPLAINED with the
+effect it has instead, which is then asserted; or in EQUIVALENT (the one value walked is what the
+field resolves to anyway); or in KNOWN_SILENT (found, not fixed yet, with why). The spec's own copy
+in the release (`spec-snapshot`) and the digests in OPAQUE are left out: they move with every edit.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from compiler.spec.models import Spec
 from compiler.store.canonical import canonical_json
 from compiler.store.digests import DigestCache
 
-from .field_walk import BASES, EXAMPLES, Base, other_values, set_field, spec_text
+from .field_walk import BASES, EXAMPLES, Base, edited, other_values, spec_text
 
 # a Kubernetes fleet (node pools, the kubernetes section) and a disaggregated model (roles, KV transfer)
 MORE = (Base("k8s-two-pools", spec_text("k8s-two-pools"), "chat", ("k8s-two-pools",)),
@@ -43,6 +44,32 @@ CARRIES_THE_SPEC = ("spec-snapshot",)
 # fingerprint of what a disaggregated server reads, which decides when it restarts (the model's whole
 # spec); they move with edits that change nothing the server runs, so the walk looks past them
 OPAQUE = ("spec_digest", "inputs")
+# fields found silent and not yet fixed, with why: kept exact (a fix makes the test say to drop the line)
+KNOWN_SILENT: dict[str, str] = {
+    "toolchain.triton_image": "on a spec without `image:` (the quickstart, the disaggregated example) Kiln builds no "
+                              "image from it and the host script runs the image `provision.sh --image` is given; a "
+                              "digest-only change moves nothing and no check reads the digest",
+}
+# values a type cannot make up: sections a base leaves unset, pinned images, settings a GPU takes
+SECTIONS: dict[str, list] = {
+    "hosts.<host>.clocks": [{"graphics_mhz": 1500}],
+    "hosts.<host>.gpus.*.clocks": [{"graphics_mhz": 1500}],
+    "hosts.<host>.power_limit_w": [500],
+    "hosts.<host>.gpus.*.power_limit_w": [500],
+    "models.<model>.quantization.calibration": [{"data": "data/calib-code.jsonl"}],
+    "models.<model>.workload": [{"input_tokens": 512, "output_tokens": 128}],
+    "models.<model>.sla": [{"ttft_ms": 500, "tpot_ms": 40}],
+    "image.base": ["registry.example.com/triton/custom:1@sha256:" + "3" * 64],
+    "kubernetes.version": ["1.31"],
+}
+
+
+def _more_values(field: str, value) -> list:
+    if field == "toolchain.triton_image" and isinstance(value, str):
+        return [value[:-4] + "beef"]  # another digest of the same image
+    return [v for v in SECTIONS.get(field, []) if v != value]
+
+
 # fields whose one silent value here is the value they take when unset (nothing to change), by field
 # (`<model>`, `<host>`: any), with that value and why
 EQUIVALENT: dict[str, tuple[object, str]] = {
@@ -165,10 +192,9 @@ def walk_base(base: Base, where: Path) -> list[Outcome]:
     for path, value in leaves(full):
         if not path or not _walked(base, path) or path in (("kiln",), ("name",)):
             continue
-        for new in other_values(path, value, root=Spec):
-            doc = copy.deepcopy(doc0)
+        for new in [*other_values(path, value, root=Spec), *_more_values(key(path), value)]:
             try:
-                set_field(doc, path, new)
+                doc = edited(copy.deepcopy(doc0), path, new)
             except (IndexError, KeyError, TypeError):  # a list item the user's text does not have
                 continue
             now = _lowered(yaml.safe_dump(doc, sort_keys=False), where)
@@ -210,8 +236,10 @@ def _silent(outcomes: list[Outcome]) -> dict[tuple[str, str], list[Outcome]]:
 def test_every_field_moves_an_artifact_or_says_it_has_no_effect(outcomes: list[Outcome]) -> None:
     silent = _silent(outcomes)
     unexplained = sorted((b, f, [o.value for o in os]) for (b, f), os in silent.items()
-                         if f not in EQUIVALENT and f not in EXPLAINED and not f.endswith(".quantization.activations"))
-    assert unexplained == []
+                         if f not in EQUIVALENT and f not in EXPLAINED and f not in KNOWN_SILENT
+                         and not f.endswith(".quantization.activations"))
+    assert {f for _, f in silent} >= set(KNOWN_SILENT), "a known silent field now has an effect: drop it"
+    assert unexplained == [], "\n".join(map(str, unexplained))
 
 
 def test_a_silent_value_is_the_value_the_field_takes_anyway(outcomes: list[Outcome]) -> None:

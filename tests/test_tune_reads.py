@@ -30,9 +30,7 @@ from compiler.pipeline import validate_text
 from compiler.staleness import measured_artifacts
 from compiler.store.digests import DigestCache
 
-from .field_walk import BASES, EXAMPLES, STRINGS, Base, other_values
-from .field_walk import on_engine as _engine
-from .field_walk import set_field as _set
+from .field_walk import BASES, EXAMPLES, STRINGS, Base, edited, other_values
 from .field_walk import value_at as _value
 
 KEPT = {
@@ -77,28 +75,11 @@ def _measure(text: str, where: Path, model: str):
 
 
 def _edited(base: Base, doc0: dict, field: str, value) -> str:
-    """The spec with `field` set to `value`, and what the value needs beside it (companions: the GPUs of
-    a new tensor-parallel size; no Triton queue under trtllm-serve; the engine target's rules)."""
-    doc = copy.deepcopy(doc0)
-    m = base.model
-    if field == "target":
-        return yaml.safe_dump(_engine(doc) if value == "engine" else {**doc, "target": value}, sort_keys=False)
-    path = ("toolchain", field.split(".", 1)[1]) if field.startswith("toolchain.") else ("models", m, *field.split("."))
-    _set(doc, path, value)
-    if field == "parallelism.pp" and isinstance(value, int):  # as many GPUs: the stages split the tensor-parallel group
-        par = doc["models"][m]["parallelism"]
-        par["tp"] = max(1, par.get("tp", 1) // value)
-    if field in ("parallelism.tp", "parallelism.pp"):
-        par = doc["models"][m].get("parallelism") or {}
-        gpus = par.get("tp", 1) * par.get("pp", 1)
-        for host in doc.get("hosts", {}).values():
-            for g in host.get("gpus", []):
-                if g.get("serves") == m and isinstance(g.get("index"), list):
-                    g["index"] = list(range(gpus))
-    if field == "serving.runtime" and value == "trtllm-serve":
-        for k in ("max_queue_size", "queue_timeout_ms", "max_queue_delay_us"):
-            doc["models"][m]["serving"].pop(k, None)
-    return yaml.safe_dump(doc, sort_keys=False)
+    """The spec with `field` (of the base's model, or `target`, or a toolchain pin) set to `value`,
+    with its companions (field_walk.edited)."""
+    path = (("target",) if field == "target" else ("toolchain", field.split(".", 1)[1])
+            if field.startswith("toolchain.") else ("models", base.model, *field.split(".")))
+    return yaml.safe_dump(edited(copy.deepcopy(doc0), path, value), sort_keys=False)
 
 
 def _walk_base(base: Base, where: Path) -> tuple[list[Edit], set[str]]:
