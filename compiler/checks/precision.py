@@ -682,9 +682,10 @@ class DtypeFollowsCheckpoint(_PrecisionCheck):
 
     With nothing to quantize, the llmapi target serves the model's own checkpoint. TensorRT-LLM's
     PyTorch backend builds the model at the checkpoint's `torch_dtype` (config.json):
-    tensorrt_llm/_torch/pyexecutor/model_loader.py (ModelLoader._load_and_validate_config, 1.2)
-    passes no dtype to the model config, and LlmArgs.dtype is read by the TensorRT backend's
-    conversion only (llmapi/llm_utils.py ModelLoader). So `dtype` changes nothing served. It does
+    tensorrt_llm/_torch/pyexecutor/model_loader.py (ModelLoader._load_and_validate_config, read at
+    NVIDIA/TensorRT-LLM commit 004b733e) passes no dtype to the model config: only the KV-cache and
+    Mamba cache dtypes are applied; LlmArgs.dtype is read by the TensorRT backend's conversion
+    (llmapi/llm_utils.py ModelLoader). So `dtype` changes nothing served. It does
     take effect where Kiln quantizes (ModelOpt loads the model at it) and on the engine target
     (quantize.py --dtype).
     """
