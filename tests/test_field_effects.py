@@ -60,7 +60,10 @@ SECTIONS: dict[str, list] = {
     "models.<model>.workload": [{"input_tokens": 512, "output_tokens": 128}],
     "models.<model>.sla": [{"ttft_ms": 500, "tpot_ms": 40}],
     "image.base": ["registry.example.com/triton/custom:1@sha256:" + "3" * 64],
-    "kubernetes.version": ["1.31"],
+    "kubernetes.version": ["1.33", "1.34"],
+    "hosts.<host>.gpu": ["H200-SXM-141GB", "H100-SXM5-80GB"],
+    "hosts.<host>.gpus.*.mig.*.profile": ["1g.10gb", "2g.20gb", "3g.40gb", "1g.20gb"],
+    "hosts.<host>.gpus.*.mig.*.placement": [0, 4],
 }
 
 
