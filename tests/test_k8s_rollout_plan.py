@@ -70,13 +70,18 @@ def repo(tmp_path: Path, monkeypatch) -> GitRepo:
 @pytest.mark.parametrize("edit", sorted(EDITS))
 def test_the_plan_renders_the_simulated_rollout(repo: GitRepo, capsys, edit: str, tmp_path: Path,
                                                 update_expectations) -> None:
-    (repo.root / "deploy" / "kiln.yaml").write_text(_edited(EDITS[edit]), encoding="utf-8")
+    # the lock written on the base revision, as a team commits it (compiler/ir/lockfile.py): its
+    # "pods" let a shape change (`tp`) free a node before its new pods are due
+    spec = repo.root / "deploy" / "kiln.yaml"
+    assert main(["lock", "deploy/kiln.yaml"]) == ExitCode.OK
+    repo.commit("lock")
+    spec.write_text(_edited(EDITS[edit]), encoding="utf-8")
     code = main(["plan", "deploy/kiln.yaml", "--base", "main"])
     out = capsys.readouterr().out
     section = _rollout_section(out)
     # the plan's text is the simulation's, computed here from the two graphs
-    sims = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a"),
-                              graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(EDITS[edit])))
+    sims = change_simulations(graph_of(spec, tmp_path / "a", _edited(())),
+                              graph_of(spec, tmp_path / "b", _edited(EDITS[edit])))
     assert len(sims) == 1 and section == sims[0].text() + "\n"
     sim = sims[0]
     assert ("[K955]" in out) == (edit == "specname")  # a rename is refused whatever the rollout (review N6)
@@ -93,9 +98,11 @@ def test_the_plan_renders_the_simulated_rollout(repo: GitRepo, capsys, edit: str
     assert section == golden.read_text(encoding="utf-8")
 
 
-def test_halving_tp_on_a_full_pool_is_refused_with_its_cause(tmp_path: Path) -> None:
-    """Review N2: the plan said "pods replaced one at a time"; the rollout never completes, and the
-    workload's own line says so beside the pace the controller's arithmetic gives."""
+def test_halving_tp_on_a_full_pool_without_a_lock_is_refused_with_its_cause(tmp_path: Path) -> None:
+    """Review N2 without kiln.lock: nothing records the old pods' shape and count, so the Deployment
+    keeps a batch's pace (2 of the new pods), the rollout never completes, and the workload's own
+    line says so beside the pace the controller's arithmetic gives (K858 stays for it; with the lock,
+    test_halving_tp_with_a_lock_frees_a_node_first_and_completes)."""
     from compiler.gitops.semplan import host_disruptions
 
     base, head = (graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a"),
@@ -107,6 +114,45 @@ def test_halving_tp_on_a_full_pool_is_refused_with_its_cause(tmp_path: Path) -> 
     lines = [d.detail for d in sim.annotate(host_disruptions(base, head)) if d.kind == "workload-roll"]
     assert len(lines) == 1 and lines[0].startswith("big-b200-pool: pods replaced 2 at a time")
     assert lines[0].endswith("; simulated: does NOT complete, the sync waits on it (K858, see the rollout)")
+
+
+def test_halving_tp_with_a_lock_frees_a_node_first_and_completes(tmp_path: Path) -> None:
+    """Review N2 fixed: with the lock written on the base revision, big's Deployment gets
+    maxUnavailable 4 - (2 - 1) = 3 (k8s_deployment.reshape_unavailable): rolling.go removes the old
+    pod of one node (the pool's max_unavailable) at once, the 2 new pods fit there, then the last
+    old pod goes. It completes in two loads, big at 1 of 2 for one load, the floor an image bump
+    holds; no K858. `kiln lock` after the change puts the batch pace back (2), which replaces no pod."""
+    from compiler.gitops.semplan import host_disruptions
+
+    sim, base, head = _locked_sims(tmp_path, _edited(()), _edited(TP4))
+    r = sim.result
+    assert r.completed and not sim.diagnostics() and r.end["big"] == 4
+    assert r.low["big"] == (1, 0.0, 600.0) and r.duration_s == 1200
+    assert head.actions["k8s-deployment/big-b200-pool"].params.max_unavailable == 3
+    lines = [d.detail for d in sim.annotate(host_disruptions(base, head)) if d.kind == "workload-roll"]
+    assert len(lines) == 1 and "maxSurge 0, maxUnavailable 3: at least 1 of 4 stay ready" in lines[0]
+    assert "K858" not in lines[0]
+    # relocked after the change: the lock's shape is the new one, the pace a batch's again
+    relocked, _, after = _locked_sims(tmp_path / "relocked", _edited(TP4), _edited(TP4))
+    assert after.actions["k8s-deployment/big-b200-pool"].params.max_unavailable == 2
+    assert relocked.result.completed and not relocked.result.events
+    # the image bump that follows holds the same floor: 2 of 4 pods at a time, one node
+    bump, _, _ = _locked_sims(tmp_path / "bump", _edited(TP4), _edited(TP4 + IMAGE))
+    assert bump.result.completed and bump.result.low["big"][0] == 2
+
+
+def test_a_lock_with_malformed_pods_is_k912(tmp_path: Path) -> None:
+    """The lock's "pods" are read like its surges: an entry that is not a shape and two counts is the
+    lock file's fault (K912), never a traceback."""
+    from compiler.pipeline import validate_path
+
+    spec = tmp_path / "spec" / "kiln.yaml"
+    shutil.copytree(EXAMPLE, spec.parent)
+    (spec.parent / "kiln.lock").write_text(json.dumps({
+        "kind": "kiln.lock/v1", "spec": "fleet", "placements": {},
+        "pods": {"b200-pool": {"big-b200-pool": {"shape": "8gpu", "replicas": "2", "per_node": 1}}}}))
+    bad, = [d for d in validate_path(spec).diagnostics if d.code == "K912"]
+    assert "pods: expected" in bad.message and "kiln lock" in bad.help
 
 
 def _sim(tmp_path: Path, edits):

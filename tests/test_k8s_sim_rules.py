@@ -4,6 +4,7 @@ the upstream's own test cases where they exist (cited per test), and the review'
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import pytest
@@ -270,6 +271,36 @@ def test_halving_tp_on_a_full_pool_sticks_and_says_why() -> None:
     # with maxUnavailable 2 (the whole old set may go) it completes, through zero
     r = simulate(_revision(_workload("a", 2, 8, "v1")), _revision(_workload("a", 4, 4, "v2", 0, 4)), POOL, {"m": 300})
     assert r.completed and r.end == {"m": 4} and r.low["m"][0] == 0
+    # with maxUnavailable 3 (k8s_deployment.reshape_unavailable: 4 - (2 - 1)) it completes, keeping
+    # the old pod outside the pool's max_unavailable node for one load
+    r = simulate(_revision(_workload("a", 2, 8, "v1")), _revision(_workload("a", 4, 4, "v2", 0, 3)), POOL, {"m": 300})
+    assert r.completed and r.end == {"m": 4} and r.low["m"] == (1, 0.0, 300.0) and r.duration_s == 600
+
+
+@pytest.mark.parametrize("nodes,batch,old_gpus,new_gpus", [
+    (2, 1, 8, 4), (2, 1, 8, 2), (2, 1, 4, 2), (4, 1, 8, 4), (4, 2, 8, 4), (4, 1, 4, 1), (3, 2, 8, 2), (2, 2, 8, 4)])
+def test_the_reshape_pace_frees_the_batch_and_keeps_the_rest(nodes, batch, old_gpus, new_gpus) -> None:
+    """Smaller pods on a full pool (no surge room): the maxUnavailable Kiln emits for a shape change
+    (k8s_deployment.unavailable_to_free_nodes) completes through Kubernetes' own arithmetic, and the
+    fewest ready pods are the old ones outside the pool's max_unavailable (`batch`) nodes: the floor
+    the pool declares, never lower; with the usual pace (a batch's worth of new pods) it sticks."""
+    from compiler.targets.kubernetes.k8s_deployment import unavailable_to_free_nodes
+
+    old_per_node, new_per_node = 8 // old_gpus, 8 // new_gpus
+    old, new = old_per_node * nodes, new_per_node * nodes
+    pools = [PoolNodes("p", nodes, 8, None, {"pool": "p"})]
+
+    def revisions(unavail):
+        layout = PoolLayout("p", {"pool": "p"}, "all-disabled", nodes, batch)
+        base, head = _revision(_workload("a", old, old_gpus, "v1")), _revision(_workload("a", new, new_gpus, "v2", 0, unavail))
+        return (dataclasses.replace(base, pools={"p": layout}), dataclasses.replace(head, pools={"p": layout}))
+
+    unavail = unavailable_to_free_nodes(new, old, old_per_node, batch)
+    r = simulate(*revisions(unavail), pools, {"m": 300})
+    assert r.completed and r.end == {"m": new}
+    assert r.low["m"][0] == old - old_per_node * batch
+    if batch < nodes:  # a batch of every node may take every pod: that pace completes, through zero
+        assert not simulate(*revisions(new_per_node * batch), pools, {"m": 300}).completed
 
 
 # --- Dynamo's operator: deploy/operator/internal/controller/dgd_worker_rollout_reconciler.go ------------

@@ -28,6 +28,7 @@ def cmd_lock(args: argparse.Namespace) -> ExitCode:
     from compiler.ir.pools import lock_workloads
     from compiler.ir.resolve import LockFileInvalid
     from compiler.pipeline import validate_path
+    from compiler.targets.kubernetes.k8s_deployment import lock_pods
     from compiler.targets.kubernetes.k8s_dgd import lock_surges
 
     require_file(args.spec)
@@ -39,7 +40,8 @@ def cmd_lock(args: argparse.Namespace) -> ExitCode:
         return ExitCode.ERRORS
     path = lock_path(args.spec)
     data = render_lock(result.spec.name, {h: dict(g) for h, g in lock_entries(result.resolved).items()},
-                       lock_workloads(result.resolved), lock_surges(result.resolved))
+                       lock_workloads(result.resolved), lock_surges(result.resolved),
+                       lock_pods(result.resolved))
     try:  # confined by the validation above; a FIFO or device is not read
         current = read_regular(path, MAX_LOCK_BYTES)
     except OSError:

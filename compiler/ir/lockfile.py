@@ -11,7 +11,8 @@ restores the earlier placements byte for byte. `kiln lock SPEC` writes it from w
 Format (JSON, canonical): {"kind": "kiln.lock/v1", "spec": name,
   "placements": {host: {gpu index: [{"profile", "serves", "start"}, ...]}},
   "workloads": {node pool: {model[/role]: [shape of <model>-<pool>, shapes named <model>-<pool>-<shape>...]}},
-  "surges": {node pool: {workload: maxSurge}}}.
+  "surges": {node pool: {workload: maxSurge}},
+  "pods": {node pool: {workload: {"shape", "replicas", "per_node"}}}}.
 "workloads" (every model on a node pool) keeps a Kubernetes workload's name when a sibling shape
 comes or goes (review M7): a Deployment's name is its identity, and a name that moved to the
 remaining shape would prune that shape's Deployment and roll the other onto it. A model with
@@ -19,6 +20,10 @@ several shapes that the lock does not record is warned (K953).
 "surges" (runtime dynamo) keeps each Dynamo worker's surge while the pool still has the room for it
 (k8s_dgd.worker_surge): the surge is in the worker's pod template, which Dynamo's worker hash covers,
 so a surge that followed the pool's free room would roll one model's workers on another model's edit.
+"pods" (runtime deployment) is each Deployment's device shape, replicas and pods per node as last
+locked: when an edit changes a workload's shape on a pool with no room to surge (tp 8 -> 4), its
+rolling update must remove a node's worth of the old pods before any new pod fits, which only the
+old counts tell (k8s_deployment.reshape_unavailable).
 """
 
 from __future__ import annotations
@@ -108,6 +113,23 @@ def parse_lock_surges(text: str) -> dict[str, dict[str, int]]:
     return {pool: dict(ws) for pool, ws in surges.items()}
 
 
+def parse_lock_pods(text: str) -> dict[str, dict[str, dict[str, int | str]]]:
+    """pool -> workload -> {"shape", "replicas", "per_node"} as last locked; {} without the key. Call
+    after parse_lock accepted the text."""
+    doc = loads_bounded(text, max_depth=MAX_DEPTH, max_number_chars=MAX_NUMBER_CHARS, max_chars=MAX_LOCK_BYTES)
+    pods = doc.get("pods", {})
+    ok = isinstance(pods, dict) and all(
+        isinstance(ws, dict) and all(
+            len(w) <= 253 and isinstance(e, dict) and set(e) == {"shape", "replicas", "per_node"}
+            and isinstance(e["shape"], str) and len(e["shape"]) <= 64
+            and all(type(e[k]) is int and 0 <= e[k] < 100000 for k in ("replicas", "per_node"))
+            for w, e in ws.items())
+        for ws in pods.values())
+    if not ok:
+        raise LockError("pods: expected {pool: {workload: {shape, replicas, per_node}}}")
+    return {pool: {w: dict(e) for w, e in ws.items()} for pool, ws in pods.items()}
+
+
 def _name(key: str) -> str:
     return key if len(key) <= 64 else key[:61] + "..."
 
@@ -121,7 +143,8 @@ def _instance(item: Any, where: str) -> LockedInstance:
 
 def render_lock(spec_name: str, placements: Mapping[str, Mapping[int, list[LockedInstance]]],
                 workloads: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None,
-                surges: Mapping[str, Mapping[str, int]] | None = None) -> bytes:
+                surges: Mapping[str, Mapping[str, int]] | None = None,
+                pods: Mapping[str, Mapping[str, Mapping[str, int | str]]] | None = None) -> bytes:
     doc: dict[str, Any] = {"kind": KIND, "spec": spec_name, "placements": {
         host: {str(i): [{"profile": x.profile, "serves": x.serves, "start": x.start} for x in insts]
                for i, insts in sorted(gpus.items())}
@@ -130,6 +153,9 @@ def render_lock(spec_name: str, placements: Mapping[str, Mapping[int, list[Locke
         doc["workloads"] = {p: {m: list(v) for m, v in sorted(ms.items())} for p, ms in sorted(workloads.items()) if ms}
     if surges:
         doc["surges"] = {p: dict(sorted(ws.items())) for p, ws in sorted(surges.items()) if ws}
+    if pods:
+        doc["pods"] = {p: {w: dict(sorted(e.items())) for w, e in sorted(ws.items())}
+                       for p, ws in sorted(pods.items()) if ws}
     return pretty_json(doc)
 
 

@@ -21,7 +21,8 @@ from compiler.spec.loader import Document
 from compiler.spec.models import ArchitectureFile, Host, MeasuredLimit, Model, Spec
 from compiler.store.local import sha256_bytes
 
-from .lockfile import MAX_LOCK_BYTES, LockError, parse_lock, parse_lock_surges, parse_lock_workloads
+from .lockfile import (MAX_LOCK_BYTES, LockError, parse_lock, parse_lock_pods, parse_lock_surges,
+                       parse_lock_workloads)
 from .measured import MAX_RECORD_BYTES, Measurement, RecordError, parse_record
 from .inputs import (InputRefused, InputRoots, InputUnusable, ResolvedInput, check_readable, confine, confine_path,
                      input_roots, read_regular)
@@ -146,7 +147,7 @@ def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple
     roots = roots if roots is not None else input_roots(base_dir)
     inputs = _resolve_inputs(spec, doc, base_dir, roots, diags)
     read = _read_lock(lock, roots, diags)
-    locked, locked_workloads, locked_surges = read if read is not None else (None, {}, {})
+    locked, locked_workloads, locked_surges, locked_pods = read if read is not None else (None, {}, {}, {})
     captures = [c for c in (_read_capture(files, diags) for files in gpu_profiles) if c is not None]
     models = {name: _resolve_model(name, m, doc, inputs, roots, diags) for name, m in spec.models.items()}
     # A model whose measured limit cannot be read is set aside like a model with a structure error:
@@ -184,7 +185,7 @@ def resolve(spec: Spec, doc: Document, base_dir: Path, gpu_profiles: tuple[tuple
                     capture=", ".join(src for c in captures for src in c.sources) or None,
                     set_aside=dict(set_aside or {}),
                     lock_file=str(lock) if locked is not None else None, inputs=inputs,
-                    locked_workloads=locked_workloads, locked_surges=locked_surges), diags
+                    locked_workloads=locked_workloads, locked_surges=locked_surges, locked_pods=locked_pods), diags
 
 
 def input_fields(spec: Spec) -> list[tuple[str, tuple, bool]]:
@@ -265,7 +266,7 @@ def _read_lock(path: Path | None, roots: InputRoots, diags: list[Diagnostic]):
                                 shown, Span(1, 1), "delete it and run `kiln lock SPEC` to write it again"))
         return None
     try:
-        return parse_lock(text), parse_lock_workloads(text), parse_lock_surges(text)
+        return parse_lock(text), parse_lock_workloads(text), parse_lock_surges(text), parse_lock_pods(text)
     except LockError as e:
         diags.append(Diagnostic(LockFileInvalid.code, LockFileInvalid.severity, f"not a valid lock file: {e.message}",
                                 shown, Span(e.line, e.column), "run `kiln lock SPEC` to write it again"))

@@ -181,6 +181,8 @@ class Resolved:
     locked_workloads: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
     # the lock's Dynamo worker surges (k8s_dgd.worker_surge): pool -> workload name -> maxSurge
     locked_surges: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # the lock's Deployments (k8s_deployment.lock_pods): pool -> workload -> shape, replicas, per_node
+    locked_pods: Mapping[str, Mapping[str, Mapping[str, int | str]]] = field(default_factory=dict)
     # entries of a spec with errors that were left out so the rest could be checked ("models" or
     # "hosts" -> names); checks do not report what follows from their absence
     set_aside: Mapping[str, frozenset[str]] = field(default_factory=dict)

@@ -20,7 +20,7 @@ from compiler.actions.base import ActionKind, Disruption, LowerContext, Params, 
 from compiler.actions.image_context import part
 from compiler.catalog import k8s_controllers
 from compiler.graph.model import Action
-from compiler.ir.pools import cluster_strategy, mounts_weights, resource_name
+from compiler.ir.pools import cluster_strategy, mounts_weights, resource_name, shape_slug
 from compiler.params import changed_kinds, effect, fields_that
 
 from . import plan, tree, workloads
@@ -109,6 +109,57 @@ def rollout_unavailable(ir, pool: str, w) -> int:
     return max(1, min(w.replicas, slots_per_node(ir.pools[pool], w) * max_unavailable(ir, pool)))
 
 
+def reshape_unavailable(ir, pool: str, w) -> int | None:
+    """The maxUnavailable that lets a workload whose device shape changed (tp 8 -> 4: 2 x 8 GPUs ->
+    4 x 4) roll on a pool with no room to surge, from its pods as kiln.lock last recorded them
+    (lock_pods); None when the lock has no entry for it or its shape is the same.
+
+    Kubernetes' arithmetic (kubernetes/kubernetes pkg/controller/deployment, ported in
+    sim/deployment.py): with maxSurge 0, NewRSNewReplicas gives the new ReplicaSet `replicas - old`
+    pods, all Pending (no device of the new shape is free), and reconcileOldReplicaSets may then
+    remove `allPods - minAvailable - newRSUnavailable = old - (replicas - maxUnavailable)` old pods
+    (scaleDownOldReplicaSetsForRollingUpdate: the same count). A node frees for the new shape only
+    when those are the old pods on the pool's `max_unavailable` nodes, so maxUnavailable =
+    replicas - (old - old per node x max_unavailable): the controller's minAvailable is then exactly
+    the old pods outside that batch, the floor the pool declares (node_pool.max_unavailable), and
+    it never takes more. A value at most the usual one (the new shape has no more pods) changes
+    nothing: None."""
+    old = ir.locked_pods.get(pool, {}).get(w.name)
+    if old is None or old["shape"] == shape_slug(w.mig_profile, w.gpus):
+        return None
+    wanted = unavailable_to_free_nodes(w.replicas, old["replicas"], old["per_node"], max_unavailable(ir, pool))
+    return wanted if wanted > rollout_unavailable(ir, pool, w) else None
+
+
+def unavailable_to_free_nodes(replicas: int, old: int, old_per_node: int, nodes: int) -> int:
+    """reshape_unavailable's arithmetic: the maxUnavailable whose minAvailable is the old pods outside
+    `nodes` nodes (at least 0, at most `replicas`)."""
+    keep = max(0, old - old_per_node * nodes)
+    return max(0, min(replicas, replicas - keep))
+
+
+def strategy_unavailable(ir, pool: str, w) -> int:
+    """The Deployment's maxUnavailable: 0 beside a surge (with room, surge alone: maxUnavailable 1
+    beside maxSurge 1 lets rolling.go take an old pod out at once too, reconcileOldReplicaSets);
+    a shape change's (reshape_unavailable) on a full pool; else a node batch's (rollout_unavailable)."""
+    if rollout_surge(ir, pool, w):
+        return 0
+    reshape = reshape_unavailable(ir, pool, w)
+    return reshape if reshape is not None else rollout_unavailable(ir, pool, w)
+
+
+def lock_pods(ir) -> dict[str, dict[str, dict[str, int | str]]]:
+    """pool -> Deployment workload -> its shape slug, replicas and pods per node: what `kiln lock`
+    writes under "pods" (compiler/ir/lockfile.py) for reshape_unavailable; {} unless the cluster
+    runs Deployments."""
+    k8s = ir.spec.kubernetes
+    if k8s is not None and k8s.runtime != "deployment":
+        return {}
+    return {p.name: {w.name: {"shape": shape_slug(w.mig_profile, w.gpus), "replicas": w.replicas,
+                              "per_node": w.per_node} for w in p.workloads}
+            for p in ir.pools.values() if p.workloads}
+
+
 def free_slots(pool, w) -> int:
     """Pods of the workload's device shape the pool's nodes can hold beyond every workload's own:
     GPUs without MIG that serve nothing (whole-GPU pods), or MIG instances of its profile that no
@@ -171,9 +222,7 @@ def workload_params(ctx: LowerContext) -> list[DeploymentParams]:
                 resource=resource, count=w.gpus, selector=dict(pool.selector),
                 gpu_product=gfd_product(pool, strategy, w.mig_profile), pod_resources=pod_resources(ir, w),
                 weights_action=weights_image.action_id(w.model) if mounts_weights(ir, pname) else None,
-                # with room, surge alone: maxUnavailable 1 beside maxSurge 1 lets rolling.go take an old
-                # pod out at once too (reconcileOldReplicaSets), which the simulation showed
-                max_unavailable=0 if rollout_surge(ir, pname, w) else rollout_unavailable(ir, pname, w),
+                max_unavailable=strategy_unavailable(ir, pname, w),
                 max_surge=rollout_surge(ir, pname, w)))
     return out
 

@@ -9,8 +9,11 @@ directory (runtime.weights_volume).
 Rolling updates replace a node's worth of pods at a time (the workload's pods on the pool's
 `max_unavailable` nodes, as its PodDisruptionBudget allows) without a surge pod (maxSurge 0): a
 pool's devices are all assigned, so a surge pod could never be scheduled, and with maxUnavailable 1
-a 32-replica workload rolled one pod per load (hours; issue 32's simulation). The Service spans
-every pool that serves the model.
+a 32-replica workload rolled one pod per load (hours; issue 32's simulation). A change of the pods'
+device shape (tp 8 -> 4) cannot roll at that pace on a full pool: no new pod fits until a node's
+old pods are gone, so the Deployment then takes out the count that frees the pool's
+`max_unavailable` nodes at once and keeps the old pods outside them, the pool's declared floor
+(k8s_deployment.reshape_unavailable, from kiln.lock). The Service spans every pool that serves the model.
 
 The selector is the workload label alone (`kiln.io/workload: <name>`): a Deployment's selector is
 immutable, so it holds nothing that can change while the name stays (not the spec's name). The

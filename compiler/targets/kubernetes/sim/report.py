@@ -181,7 +181,8 @@ class ChangeSimulation:
             out.append((STUCK_CODE, f"the change does not complete on the cluster: {self.result.stuck}",
                         "see the simulated rollout in the plan; change the edit (or split it) so that every "
                         "rollout has room: fewer replicas per node, a pool with a free node, or the change in "
-                        "two merges"))
+                        "two merges; a Deployment whose pods change shape on a full pool (tp) rolls from the old pods "
+                        "kiln.lock records: run `kiln lock` on the base revision and commit it first"))
         for m in self.floor_breaches():
             lowest, since, span = self.result.low[m]
             out.append((FLOOR_CODE, f"model {m!r} has no ready pod from +{_t(since)} for {_t(span)} during the change",
