@@ -128,7 +128,7 @@ hosts:
     gpus: [{{index: 0, serves: m}}]
 """)
     assert [d.code for d in result.diagnostics if d.severity.name == "ERROR"] == ["K909"]
-    [d] = result.diagnostics
+    [d] = [d for d in result.diagnostics if d.code == "K909"]  # beside K813: HEAD pins a ModelOpt nothing runs
     for key in load_gpu_catalog().ambiguous(alias):
         assert key in d.message
     assert (d.span.line, d.span.column) == (14, 10)

@@ -14,7 +14,8 @@ import json
 import os
 from pathlib import Path
 
-from compiler.catalog import ConfigError, LgipParseError, arch_from_hf_config, load_gpu_catalog, load_model_catalog
+from compiler.catalog import (ConfigError, LgipParseError, ModelArch, arch_from_hf_config, load_gpu_catalog,
+                              load_model_catalog)
 from compiler.catalog.capture import Capture, CaptureMismatchError, gpu_with_capture, identify, read_capture
 from compiler.diagnostics import Diagnostic, Rule, Span
 from compiler.spec.loader import Document
@@ -73,6 +74,20 @@ class ArchitectureConfigInvalid(Rule):
 
     code = "K903"
     name = "architecture-config-invalid"
+
+
+class ArchitectureNotCheckpoint(Rule):
+    """A catalog `architecture` that is not the local checkpoint's own (its config.json).
+
+    The architecture sizes the model: weights, KV cache, the capacity figures and every memory
+    check. A local `source.path` has its own config.json; a catalog name whose shape differs from
+    it (layers, hidden size, heads, KV heads, vocabulary, experts) would size another model than
+    the one built and served. Leave `architecture` out to have the config.json read, or name the
+    catalog entry of this checkpoint.
+    """
+
+    code = "K918"
+    name = "architecture-not-checkpoint"
 
 
 class GpuProfilesInvalid(Rule):
@@ -333,6 +348,14 @@ def _resolve_model(name: str, m: Model, doc: Document, inputs: dict[str, Resolve
                 "see `kiln catalog --models`, or give {config: path/to/config.json}"
             diags.append(_diag(UnknownArchitecture, doc, path, f"unknown model architecture {arch_ref!r}", help))
             return ResolvedModel(name, m, None, "")
+        if m.source.path is not None and m.source.path in inputs:
+            differs = _differs_from_checkpoint(arch, inputs[m.source.path].path, roots, m.source.path)
+            if differs:
+                diags.append(_diag(ArchitectureNotCheckpoint, doc, path,
+                                   f"architecture {arch_ref!r} of model {name!r} is not the checkpoint under "
+                                   f"{m.source.path!r}: " + "; ".join(differs),
+                                   "leave `architecture` out to have the checkpoint's config.json read, or name "
+                                   "the catalog entry of this checkpoint"))
         return ResolvedModel(name, m, arch, "catalog")
     if isinstance(arch_ref, ArchitectureFile):
         if arch_ref.config not in inputs:
@@ -373,6 +396,25 @@ def _resolve_model(name: str, m: Model, doc: Document, inputs: dict[str, Resolve
         diags.append(_diag(ArchitectureConfigInvalid, doc, where, f"cannot read the architecture from {shown}: {why}"))
         return ResolvedModel(name, m, None, "")
     return ResolvedModel(name, m, arch, "config")
+
+
+SHAPE = (("layers", "layers"), ("hidden", "hidden size"), ("heads", "attention heads"), ("kv_heads", "KV heads"),
+         ("vocab", "vocabulary"), ("experts", "experts"))
+
+
+def _differs_from_checkpoint(arch: ModelArch, directory: Path, roots: InputRoots, shown: str) -> list[str]:
+    """How the catalog `arch` differs from the config.json under a local model directory, in the
+    shape that sizes it; nothing when the config cannot be read (K903 and the build say why)."""
+    try:
+        path = confine_path(Path(os.path.realpath(directory / "config.json")), roots, f"{shown}/config.json")
+        config = json.loads(read_regular(path, MAX_CONFIG_BYTES).decode("utf-8"))
+        own = arch_from_hf_config(config, arch.name) if isinstance(config, dict) else None
+    except (InputRefused, OSError, ValueError, RecursionError, ConfigError):
+        return []
+    if own is None:
+        return []
+    return [f"{what} {getattr(arch, f)} in the catalog, {getattr(own, f)} in config.json"
+            for f, what in SHAPE if getattr(arch, f) != getattr(own, f)]
 
 
 MAX_CONFIG_BYTES = 16 << 20  # a Hugging Face config.json is a few KB
