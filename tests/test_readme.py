@@ -25,7 +25,9 @@ OTHER_TOOLS = {"--dry-run": PROVISION, "--ready-timeout": PROVISION, "--boot": P
                # disaggregated serving's worker flag and shared namespaces, from its facts file
                "--publish-events-and-metrics": DISAGG_FACTS, "--ipc": DISAGG_FACTS, "--pid": DISAGG_FACTS,
                "--no-quantize": "scripts/install.sh", "--update-expectations": "tests/conftest.py",
-               "--offline": "tests/test_ci_lint.py", "--persona": "tests/test_ci_lint.py"}
+               "--offline": "tests/test_ci_lint.py", "--persona": "tests/test_ci_lint.py",
+               # tritonserver's flag a pool's pod loads its own model with, from the runtime's data
+               "--load-model": "compiler/runtimes/data/triton.json"}
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
