@@ -11,6 +11,7 @@ kept when a Kubernetes action's key changes (the field reaches the tree). tests/
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,6 +133,7 @@ def pairs(edits: list[Edit], count: int, seed: int = 0) -> list[Edit]:
 
 def assert_lines_agree(sim, disruptions: list, name: str) -> None:
     from compiler.targets.kubernetes.plan import pace
+    from compiler.targets.kubernetes.sim.report import promise
 
     r = sim.result
     for d in disruptions:
@@ -142,6 +144,13 @@ def assert_lines_agree(sim, disruptions: list, name: str) -> None:
             continue
         if not d.pool or d.kind != "workload-roll" or d.detail.split(": ", 1)[1].startswith(("new,", "recreate")):
             continue
+        # its promise ("at least X of N stay ready") is never above the simulated lowest of its model's pods
+        # on its pool: where the simulation went lower, the line says the simulated figure instead
+        low = r.pool_low.get(d.host, {}).get(r.models.get(workload.replace("/", "-")))
+        said = re.search(r"; simulated: lowest (\d+) of ", d.detail)
+        if promise(d.detail) is not None and low is not None:
+            assert (int(said.group(1)) if said else promise(d.detail)[0]) <= low[0], (name, d.detail, low)
+            assert said is None or int(said.group(1)) == low[0], (name, d.detail, low)
         paces = r.paces.get(workload.replace("/", "-"))
         if paces is None:  # a frontend or planner: no GPU, not a rollout the simulation runs
             continue

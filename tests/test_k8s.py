@@ -557,8 +557,8 @@ def test_plan_words_node_pools_as_pools(tmp_path: Path) -> None:
     assert sorted(d.detail.split(":", 1)[0] for d in items if d.kind == "workload-roll") == [
         "big-b200-pool", "chat-h100-pool", "coder-h100-pool", "intent-h100-pool"]
     # the images carry the spec's name in their labels: they are rebuilt too, and the lines say so
-    assert all(d.detail.endswith(f"(spec_name fleet -> fleet2, serving image of {d.host} rebuilt, weights image of "
-                                 f"{d.detail.split('-', 1)[0]} rebuilt)") for d in items)
+    assert all(d.detail.endswith(f"(spec_name fleet -> fleet2, {m}'s serving image on {d.host} rebuilt, weights image "
+                                 f"of {m} rebuilt)") for d in items for m in [d.detail.split('-', 1)[0]])
 
 
 def test_plan_says_which_nodes_a_pool_change_touches(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -85,8 +86,11 @@ def test_the_plan_renders_the_simulated_rollout(repo: GitRepo, capsys, edit: str
     assert len(sims) == 1 and section == sims[0].text() + "\n"
     sim = sims[0]
     assert ("[K955]" in out) == (edit == "specname")  # a rename is refused whatever the rollout (review N6)
+    assert ("[K956]" in out) == (edit == "namespace")  # so is a namespace move, with its outage (review N5)
     if edit == "specname":
         assert code == ExitCode.ERRORS
+    elif edit == "namespace":
+        assert code == ExitCode.ERRORS and sim.floor_breaches() and "[K859]" not in out
     elif sim.result.completed and not sim.floor_breaches():
         assert code == ExitCode.CHANGES and "[K858]" not in out and "[K859]" not in out
     else:
@@ -767,7 +771,9 @@ def test_a_dynamo_image_bump_says_the_workers_roll_for_their_rebuilt_images(tmp_
     workers = {n for n in rolls if "/worker-" in n}
     assert sim.result.completed and workers == {e[2] for e in sim.result.events if e[0] == "workload-roll"} == \
         {"big/worker-b200-pool", "chat/worker-h100-pool", "coder/worker-h100-pool", "intent/worker-h100-pool"}
-    assert all(rolls[n].endswith(f"(serving image of {n.split('worker-', 1)[1]} rebuilt)") for n in workers)
+    # each model has its own serving image on a pool (image/<pool>/<model>): the line names both
+    assert all(rolls[n].endswith(f"({n.split('/', 1)[0]}'s serving image on {n.split('worker-', 1)[1]} rebuilt)")
+               for n in workers)
     assert all("keep running" not in rolls[f"{m}/frontend"] for m in ("big", "chat", "coder", "intent"))
 
 
@@ -806,4 +812,92 @@ def test_another_models_serving_settings_roll_no_pod_of_this_one(tmp_path: Path)
     assert sim.result.completed and sim.result.events == [("workload-roll", "h100-pool", "intent-h100-pool")]
     assert base.keys["triton-repo/h100-pool/intent"] != head.keys["triton-repo/h100-pool/intent"]
     line, = [d.detail for d in host_disruptions(base, head) if d.kind == "workload-roll"]
-    assert line.startswith("intent-h100-pool: ") and line.endswith("(serving image of h100-pool rebuilt)")
+    assert line.startswith("intent-h100-pool: ") and line.endswith("(intent's serving image on h100-pool rebuilt)")
+
+
+def test_a_roll_line_never_promises_more_than_the_simulation_keeps(tmp_path: Path) -> None:
+    """Review N1/N4: the workload line's "at least 24 of 32 stay ready" came from the rollout arithmetic
+    alone, while the re-layout Job evicts a node's pods beside the roll: intent falls to 16 of 32 for
+    30 minutes on one changed MIG profile (its PodDisruptionBudget allows 8 at a time, the roll takes
+    8 more), and to 0 of 224 on the `single` flip. The line now says the simulated figure and why."""
+    from compiler.gitops.semplan import host_disruptions
+    from tests.k8s_edit_matrix import assert_lines_agree
+
+    for edit, said in (("onefield", "; simulated: lowest 16 of 32 for 30m00s, while the re-layout Job evicts node "
+                                    "h100-pool-1"),
+                       ("single", "; simulated: lowest 0 of 224 for 10m00s, while the re-layout Job evicts node "
+                                  "h100-pool-3")):
+        base = graph_of(EXAMPLE / "kiln.yaml", tmp_path / edit / "a")
+        head = graph_of(EXAMPLE / "kiln.yaml", tmp_path / edit / "b", _edited(EDITS[edit]))
+        sim, = change_simulations(base, head)
+        lines = sim.annotate(host_disruptions(base, head))
+        line, = [d.detail for d in lines if d.kind == "workload-roll"]
+        assert line.startswith("intent-h100-pool: ") and line.endswith(said), (edit, line)
+        assert_lines_agree(sim, lines, edit)
+        # without the simulated figure the matrix's check refuses the line
+        bare = [replace(d, detail=d.detail.split("; simulated:", 1)[0]) for d in lines]
+        with pytest.raises(AssertionError):
+            assert_lines_agree(sim, bare, edit)
+
+
+def test_a_namespace_move_is_refused_at_the_field_with_what_it_does(repo: GitRepo, capsys) -> None:
+    """Review N5: a namespace move planned "nothing disrupted" and "Disruption: no host or GPU changes"
+    beside four K859s at 1:1 with generic help, and no word of the Services' new DNS names; and a roll
+    changed with it (coder's source) said "replaced 8 at a time" while the controllers prune and
+    create. Each workload's line is now the move, counted as disruption, and K956 at
+    kubernetes.namespace says the outage, the new DNS names and how to move safely."""
+    (repo.root / "deploy" / "kiln.yaml").write_text(_edited(NAMESPACE), encoding="utf-8")
+    assert main(["plan", "deploy/kiln.yaml", "--base", "main"]) == ExitCode.ERRORS
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "[K956]" in ln)
+    assert line.startswith("deploy/kiln.yaml:94:14: error: the Kubernetes namespace changes from 'inference' to "
+                           "'serving'")  # kubernetes.namespace's value
+    assert "no ready pod (simulated): big from +0s for 10m00s" in line
+    assert "chat.inference.svc -> chat.serving.svc" in line and "[K859]" not in out
+    assert "help: keep `namespace: inference`; or move in steps: serve the models from 'serving' beside" in out
+    assert "nothing disrupted" not in out and "2 node pools disrupted" in out
+    assert "Disruption: no host or GPU changes" not in out
+    moves = [ln for ln in out.splitlines() if ": workload-move: " in ln]
+    assert len(moves) == 4 and ("h100-pool (node pool): workload-move: coder-h100-pool: moves from namespace inference "
+                                "to serving: deleted in inference (Argo CD prunes it, its 32 pod(s) stop at once) and "
+                                "created in serving") in out
+
+
+@pytest.mark.parametrize("runtime", ["deployment", "dynamo"])
+def test_a_namespace_move_with_a_roll_is_planned_as_the_move(tmp_path: Path, runtime: str) -> None:
+    """The edit matrix's pair `models.coder.source.huggingface + kubernetes.namespace`: the source alone
+    rolls coder, but in another namespace the workload is another object, pruned and created."""
+    from compiler.gitops.semplan import host_disruptions
+    from tests.k8s_edit_matrix import assert_lines_agree, base_text
+
+    text = base_text(runtime)
+    moved = _edited_text(text, NAMESPACE + (("  coder:\n    source: {huggingface: Qwen/Qwen3-8B,",
+                                                  "  coder:\n    source: {huggingface: Qwen/Qwen3-8Bx,"),))
+    base, head = graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a", text), graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", moved)
+    sim, = change_simulations(base, head)
+    lines = sim.annotate(host_disruptions(base, head))
+    coder = [d for d in lines if d.detail.startswith("coder")]
+    assert coder and all(d.kind == "workload-move" and "moves from namespace inference to serving" in d.detail
+                         for d in coder)
+    assert not [d for d in lines if d.kind == "workload-roll"]
+    assert_lines_agree(sim, lines, runtime)
+
+
+def test_a_strategy_flip_says_so_in_k859_and_beside_the_relayout(tmp_path: Path) -> None:
+    """Review N4: the `single` flip's K859 gave the generic help, and the node-relayout line left the
+    strategy change out when the layout changed too (an `elif` after the layout's)."""
+    from compiler.gitops.semplan import host_disruptions
+
+    base = graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a")
+    head = graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited(SINGLE))
+    sim, = change_simulations(base, head)
+    (code, _, help_), = [x for x in sim.diagnostics() if x[0] == "K859"]
+    assert help_.startswith("the change flips the GPU Operator's MIG strategy mixed -> single")
+    assert "`kubernetes.mig_strategy: mixed`" in help_
+    relayout, = [d.detail for d in host_disruptions(base, head) if d.kind == "node-relayout"]
+    assert relayout.startswith("layout kiln-0ee2259fad -> kiln-5f3f547bf3") and \
+        "; MIG strategy mixed -> single: apply node-layer/clusterpolicy-patch.yaml" in relayout
+    # the strategy kept, nothing flips: the model keeps its pods on the pool
+    kept, = change_simulations(base, graph_of(EXAMPLE / "kiln.yaml", tmp_path / "c", _edited(SINGLE + (
+        ("  namespace: inference\n", "  namespace: inference\n  mig_strategy: mixed\n"),))))
+    assert not kept.result.strategy and "intent" not in kept.floor_breaches()

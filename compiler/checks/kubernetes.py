@@ -483,6 +483,25 @@ class SpecRenamedOnCluster(Rule):
     severity = Severity.ERROR
 
 
+class NamespaceMovedOnCluster(Rule):
+    """`kubernetes.namespace` changed while the spec's Kubernetes tree runs (`kiln plan --base`). A
+    namespace is part of every object's identity: no update moves a Deployment, a
+    DynamoGraphDeployment or a Service to another one. Argo CD prunes each workload in the old
+    namespace (all its pods stop at once) and creates it in the new one, so every model serves nothing
+    until its new pods have pulled and loaded; and each Service gets a new DNS name
+    (`<service>.<namespace>.svc`), so clients that name the old one stop resolving it. The plan's
+    simulation shows how long each model has no ready pod.
+
+    Keep the namespace; or move in steps: serve the models from the new namespace beside the old
+    (a second spec with its own name and the new namespace, on nodes of its own), move the clients to
+    the new Service names, then retire the old deployment (delete its Argo CD Application).
+    """
+
+    code = "K956"
+    name = "namespace-moved-on-cluster"
+    severity = Severity.ERROR
+
+
 class SpecRenamedOnClusterOld(Rule):
     """Retired: renumbered K955. A rule of the Kubernetes target about the spec's name belongs to the
     names family (K95x); the tens digit 6 is disaggregated serving's, so `kiln explain` filed K860

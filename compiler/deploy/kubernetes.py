@@ -18,7 +18,7 @@ class Kubernetes:
     node_pool = True
     # what a change does to a node pool, in the order a plan lists them (compiler/targets/kubernetes/:
     # k8s_nodes.py, plan.py, k8s_release.py)
-    disruptions = {"node-relayout": 0, "recreate": 0, "workload-delete": 0, "workload-roll": 1, "replicas": 2,
+    disruptions = {"node-relayout": 0, "recreate": 0, "workload-delete": 0, "workload-move": 0, "workload-roll": 1, "replicas": 2,
                    "rollout-settings": 2, "clocks": 3, "power": 4}
     # maxSurge/maxUnavailable only: the Deployment controller rolls on a pod-template change alone
     # (kubernetes pkg/controller/deployment/sync.go getNewReplicaSet; k8s_deployment.py cites it)

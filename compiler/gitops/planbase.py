@@ -53,7 +53,10 @@ def plan_against(spec: Path, ref: str, store: LocalStore, options: Options | Non
     for sim in plan.rollouts:  # the per-workload lines say what the simulation found
         plan.disruptions = sim.annotate(plan.disruptions)
     head.diagnostics.extend(refused_updates(head, plan.disruptions))
-    head.diagnostics.extend(rollout_diagnostics(head, plan.rollouts))
+    moved = moved_namespace(head, base, plan.rollouts) if plan.rollouts and base is not None and base.ok else []
+    # a namespace move is K956's, which gives the simulated outage: no K859 per model beside it
+    head.diagnostics.extend(rollout_diagnostics(head, plan.rollouts, skip=("K859",) if moved else ()))
+    head.diagnostics.extend(moved)
     if plan.rollouts and base is not None and base.ok:
         head.diagnostics.extend(renamed_spec(head, base.spec.name))
         plan.disruptions, renames = renamed_workloads(head, base, plan.disruptions)
@@ -155,15 +158,60 @@ def renamed_spec(head: Validation, old: str) -> list:
                             "without --base")]
 
 
-def rollout_diagnostics(head: Validation, rollouts: list) -> list:
+def moved_namespace(head: Validation, base: Validation, rollouts: list) -> list:
+    """K956: the Kubernetes namespace changed under a running tree (review N5). A namespace is part of
+    each object's identity: every workload is deleted in the old one and created in the new one, and
+    every Service gets a new DNS name; the simulation gives how long each model has no ready pod."""
+    from compiler.checks.kubernetes import NamespaceMovedOnCluster as rule
+    from compiler.diagnostics import Diagnostic
+    from compiler.targets.kubernetes.k8s_deployment import namespace_of
+
+    if head.spec.kubernetes is None or base.spec.kubernetes is None:
+        return []
+    old, new = namespace_of(base.spec), namespace_of(head.spec)
+    if old == new:
+        return []
+    k8s = head.spec.kubernetes
+    span = _span(head, ("kubernetes", "namespace") if k8s.namespace else ("name",))
+    down = []
+    for sim in rollouts:
+        for m in sim.floor_breaches():
+            _, since, span_s = sim.result.low[m]
+            down.append(f"{m} from +{_t(since)} for {_t(span_s)}")
+    services = sorted({(name, a, b) for sim in rollouts for name, a, b in sim.moved_services()})
+    what = [f"a namespace is part of each object's identity, so Argo CD deletes every workload in {old!r} (its "
+            f"pods stop at once) and creates it in {new!r}"]
+    if down:
+        what.append(f"no ready pod (simulated): {', '.join(down)}")
+    if services:
+        what.append("the Services get new DNS names: " + ", ".join(f"{n}.{a}.svc -> {n}.{b}.svc" for n, a, b in services)
+                    + "; clients that name the old ones stop resolving them")
+    return [Diagnostic(rule.code, rule.severity, f"the Kubernetes namespace changes from {old!r} to {new!r} on a "
+                       f"running tree: {'; '.join(what)}", head.file, span,
+                       help=f"keep `namespace: {old}`; or move in steps: serve the models from {new!r} beside "
+                            f"{old!r} first (a second spec with its own name and `namespace: {new}`, on nodes of its "
+                            "own), move the clients to the new Service names, then retire the old deployment "
+                            "(delete its Argo CD Application)")]
+
+
+def _t(seconds: float) -> str:
+    from compiler.targets.kubernetes.sim.report import duration
+
+    return duration(seconds)
+
+
+def rollout_diagnostics(head: Validation, rollouts: list, skip: tuple = ()) -> list:
     """K858 (the change sticks on the cluster) and K859 (a model has no ready pod during it), from
-    each target's simulation of the change; they point at the spec as a whole."""
+    each target's simulation of the change; they point at the spec as a whole. `skip`: codes another
+    diagnostic of the plan says with its cause (K956's namespace move: its K859s)."""
     from compiler.checks import get_rule
     from compiler.diagnostics import Diagnostic, Span
 
     out = []
     for sim in rollouts:
         for code, message, help_ in sim.diagnostics():
+            if code in skip:
+                continue
             rule = get_rule(code.lower())
             out.append(Diagnostic(rule.code, rule.severity, message, head.file, Span.unknown(), help=help_))
     return out

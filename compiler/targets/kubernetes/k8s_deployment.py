@@ -276,6 +276,8 @@ def disruptions(old: DeploymentParams | None, new: DeploymentParams,
     device = f"{new.count} x {new.resource}"
     if old is None:
         return plan.workload_disruptions(new.pool, new.name, None, new.to_json(), ROLLS, device=device)
+    if old.namespace != new.namespace:
+        return [plan.moved(new.pool, new.name, old.namespace, new.namespace, old.replicas, new.replicas)]
     out = plan.workload_disruptions(new.pool, new.name, old.to_json(), new.to_json(), ROLLS, device=device,
                                     pushed=plan.pushed_images(plan.pod_images(new, new.model), inputs))
     if "rollout-settings" in changed_kinds(old, new) and not any(d.kind == "workload-roll" for d in out):

@@ -322,6 +322,10 @@ def disruptions(old: DgdParams | None, new: DgdParams, inputs: frozenset[str] | 
     dependencies rebuilt; None, not known: every one), then the workers the hash rolls with them and
     the components updated in place. A rebuilt options action whose options are the same (the
     digest a field carries) changes no pod template: it rolls nothing."""
+    if old is not None and old.namespace != new.namespace:  # another object: deleted and created, no update
+        before = {w.component: w.replicas for w in old.workers}
+        return [plan.moved(w.pool, f"{new.model}/{w.component}", old.namespace, new.namespace,
+                           before.get(w.component, 0), w.replicas) for w in new.workers]
     refused = forbidden_changes(old, new)
     if refused:
         return plan.recreate([w.pool for w in new.workers + old.workers], new.model, refused)

@@ -316,6 +316,16 @@ def disruptions(old: NodeLayerParams | None, new: NodeLayerParams) -> list[Disru
 
 
 def _relayout(old: NodeLayerParams | None, new: NodeLayerParams, prev: PoolLayer | None, p: PoolLayer) -> str | None:
+    """The pool's layout change, and the MIG strategy's beside it: a strategy flip with a new layout
+    changes both what the nodes carry and the resource names the pods request (review N4)."""
+    layout = _layout_step(old, new, prev, p)
+    strategy = (f"MIG strategy {old.strategy} -> {new.strategy}: apply node-layer/clusterpolicy-patch.yaml; the device "
+                "plugin advertises the MIG devices under new resource names"
+                if prev is not None and old is not None and old.strategy != new.strategy and p.mig else None)
+    return "; ".join(x for x in (layout, strategy) if x) or None
+
+
+def _layout_step(old: NodeLayerParams | None, new: NodeLayerParams, prev: PoolLayer | None, p: PoolLayer) -> str | None:
     job = new.relayout_image is not None
     if prev is None and p.layout == ALL_DISABLED:  # label-nodes.sh leaves a node already at it alone
         return (f"layout {ALL_DISABLED}: a node already at it (MIG off, the GPU Operator's default) is left "
@@ -337,9 +347,6 @@ def _relayout(old: NodeLayerParams | None, new: NodeLayerParams, prev: PoolLayer
                 f"alone: {_procedure(p, job)}")
     if prev.nodes > p.nodes:
         return _scale_in(prev, p)
-    if old.strategy != new.strategy and p.mig:
-        return (f"MIG strategy {old.strategy} -> {new.strategy}: apply node-layer/clusterpolicy-patch.yaml;"
-                " the device plugin advertises the MIG devices under new resource names")
     return None
 
 

@@ -51,6 +51,16 @@ def recreate(pools: list[str], model: str, reasons: list[str]) -> list[Disruptio
     return [Disruption(p, POOL, "recreate", text) for p in sorted(set(pools))]
 
 
+def moved(pool: str, name: str, old_ns: str, new_ns: str, before: int, after: int) -> Disruption:
+    """A workload whose namespace changes: a namespace is part of an object's identity (no update moves
+    it), so Argo CD deletes the workload in the old one and creates it in the new one; no roll, whatever
+    else changed with it (K956 refuses the move, gitops/planbase.py moved_namespace)."""
+    return Disruption(pool, POOL, "workload-move",
+                      f"{name}: moves from namespace {old_ns} to {new_ns}: deleted in {old_ns} (Argo CD prunes it, "
+                      f"its {before} pod(s) stop at once) and created in {new_ns} ({after} new pod(s), ready after "
+                      f"a pull and a load, up to {down_for()}); no rollout")
+
+
 def short(value) -> str:
     text = str(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -102,8 +112,9 @@ def workload_disruptions(pool: str, name: str, old: Mapping | None, new: Mapping
 def pod_images(params, model: str) -> dict[str, str]:
     """The images a workload's pods run (a Deployment's or a DGD worker's parameters: its pool's
     serving image, its model's weights image where the pool mounts it), by action, as the plan names
-    them: their pushed digests are in the pod template."""
-    out = {params.image_action: f"serving image of {params.pool}"}
+    them: their pushed digests are in the pod template. Each model has its own serving image on a pool
+    (image/<pool>/<model>), so the line names both."""
+    out = {params.image_action: f"{model}'s serving image on {params.pool}"}
     if params.weights_action:
         out[params.weights_action] = f"weights image of {model}"
     return out
@@ -111,7 +122,7 @@ def pod_images(params, model: str) -> dict[str, str]:
 
 def pushed_images(images: Mapping[str, str], inputs: frozenset[str] | None) -> tuple[str, ...]:
     """What the plan says of each image a workload's pods run (`images`: its action -> what it is,
-    e.g. "serving image of h100-pool") whose action was rebuilt (`inputs`, the rebuilt dependencies;
+    e.g. "chat's serving image on h100-pool") whose action was rebuilt (`inputs`, the rebuilt dependencies;
     None, not known: every one): its pushed digest is in the pod template, so the pods roll."""
     return tuple(f"{what} rebuilt" for aid, what in images.items() if inputs is None or aid in inputs)
 

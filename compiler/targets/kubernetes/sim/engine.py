@@ -101,6 +101,8 @@ class Result:
     pool_low: dict = field(default_factory=dict)  # node pool -> model -> (fewest ready pods on it, from t, for s)
     pool_end: dict = field(default_factory=dict)  # node pool -> model -> ready pods on its nodes at the end
     stuck_pool: str | None = None  # the node pool the object the sync waits on runs in; None: the cluster's
+    models: dict = field(default_factory=dict)  # workload name (as paces') -> the model it serves, either revision
+    strategy: tuple = ()  # (base, new) MIG strategy where the change flips it; () where it stays
 
 
 class Stuck(Exception):
@@ -743,7 +745,9 @@ class Simulation:
                       low, stuck_on,
                       {w.name: (w.replicas, w.max_surge, w.max_unavailable) for w in self.new.workloads.values()},
                       self._pool_models(), self.events, self.pool_before, self._pool_low(),
-                      self.ready_by_pool(), self._stuck_pool(stuck_on))
+                      self.ready_by_pool(), self._stuck_pool(stuck_on),
+                      {w.name: w.model for w in [*self.base.workloads.values(), *self.new.workloads.values()]},
+                      (self.base.strategy, self.new.strategy) if self.base.strategy != self.new.strategy else ())
 
     def _stuck_pool(self, key: tuple | None) -> str | None:
         """The node pool a stuck object runs in: a Deployment's, a DynamoGraphDeployment's workers' (the

@@ -5,6 +5,7 @@ does not complete, K859 a model has no ready pod during it) come from it too."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from .engine import Result, defaults
@@ -16,6 +17,19 @@ def _dip(before: int, low: tuple) -> str:
     lowest, since, span = low
     return f"; lowest {lowest} ({100 * lowest // before}%) from +{_t(since)} for {_t(span)}" \
         if before and lowest < before else ""
+
+
+def promise(detail: str) -> tuple[int, int] | None:
+    """(X, N) of a roll line's "at least X of N stay ready" ("all N stay ready": N, N); None: no promise."""
+    found = re.search(r"at least (\d+) of (\d+) stay ready|all (\d+) stay ready", detail)
+    if found is None:
+        return None
+    return (int(found.group(1)), int(found.group(2))) if found.group(1) else (int(found.group(3)),) * 2
+
+
+def duration(seconds: float) -> str:
+    """"45s", "3m00s", "1h05m": how the plan writes a span of simulated time."""
+    return _t(seconds)
 
 
 def _t(seconds: float) -> str:
@@ -145,9 +159,11 @@ class ChangeSimulation:
 
     def annotate(self, disruptions: list) -> list:
         """The plan's per-workload lines (`<name>: ...` of a node pool) with what the simulation found:
+        a roll whose promise ("at least X of N stay ready", the rollout arithmetic alone) the simulation
+        breaks says its simulated lowest and why (the re-layout Job's evictions run beside the roll);
         the workload the change sticks on says so, so no line promises a rollout that never ends; a
         workload whose rollout settings alone changed says what its PodDisruptionBudget now allows."""
-        disruptions = self._budgets(disruptions)
+        disruptions = [self._floor(d) for d in self._budgets(disruptions)]
         on = self.result.stuck_on
         if on is None or on[0] not in ("Deployment", "DynamoGraphDeployment"):
             return disruptions
@@ -162,6 +178,34 @@ class ChangeSimulation:
             out.append(d)
         return out
 
+    def _floor(self, d):
+        """A roll line whose promise is above the simulated lowest of its model's pods on its pool."""
+        promised = promise(d.detail) if d.pool and d.kind == "workload-roll" else None
+        model = self.result.models.get(d.detail.split(":", 1)[0].replace("/", "-"))
+        low = self.result.pool_low.get(d.host, {}).get(model) if promised is not None else None
+        if low is None or low[0] >= promised[0]:
+            return d
+        lowest, since, span = low
+        why = self._cause(d.host, model, lowest, since)
+        return replace(d, detail=f"{d.detail}; simulated: lowest {lowest} of {promised[1]} for {_t(span)}"
+                                 + (f", {why}" if why else ""))
+
+    def _cause(self, pool: str, model: str, lowest: int, since: float) -> str:
+        """The step that took the model's pods on the pool down to their fewest, worded as what runs."""
+        was = self.result.pool_before.get(pool, {}).get(model, 0)
+        for st in self.result.steps:
+            now = st.by_pool.get(pool, {}).get(model, 0)
+            if st.t == since and now == lowest and now < was:
+                evicts = re.match(r"re-layout Job: node (\S+): evicted ", st.text)
+                if evicts:
+                    return f"while the re-layout Job evicts node {evicts.group(1)}"
+                prunes = re.match(r"Argo CD prunes (.+)$", st.text)
+                if prunes:
+                    return f"while Argo CD prunes {prunes.group(1)} (its pods stop at once)"
+                return f"at the step: {st.text}"
+            was = now
+        return ""
+
     def _budgets(self, disruptions: list) -> list:
         # a budget the change widens or narrows (the simulation's step names it namespace/<workload>)
         budgets = {st.text.split(":", 1)[0].split("/", 1)[-1]: st.text.split(": ", 1)[1] for st in self.result.steps
@@ -173,6 +217,14 @@ class ChangeSimulation:
                 d = replace(d, detail=f"{d.detail}; its PodDisruptionBudget: {budgets[name]}")
             out.append(d)
         return out
+
+    def moved_services(self) -> list[tuple[str, str, str]]:
+        """(name, old namespace, new namespace) of each Service Argo CD pruned in one namespace and
+        applied in another: its DNS name (<name>.<namespace>.svc) changes."""
+        said = [re.match(r"Argo CD (prunes|applies) Service (\S*)/(\S+)$", s.text) for s in self.result.steps]
+        pruned = {m.group(3): m.group(2) for m in said if m and m.group(1) == "prunes"}
+        applied = {m.group(3): m.group(2) for m in said if m and m.group(1) == "applies"}
+        return sorted((n, pruned[n], applied[n]) for n in pruned.keys() & applied.keys() if pruned[n] != applied[n])
 
     def diagnostics(self) -> list[tuple[str, str, str]]:
         """(code, message, help) for the plan."""
@@ -186,6 +238,18 @@ class ChangeSimulation:
         for m in self.floor_breaches():
             lowest, since, span = self.result.low[m]
             out.append((FLOOR_CODE, f"model {m!r} has no ready pod from +{_t(since)} for {_t(span)} during the change",
-                        "keep one node's worth of the model elsewhere while its pods move (a second pool or "
-                        "shape), or apply the change in a maintenance window"))
+                        self._floor_help()))
         return out
+
+    def _floor_help(self) -> str:
+        """K859's fix, from its cause: a MIG strategy flip has no order that keeps a model on its pool."""
+        if self.result.strategy:
+            was, now = self.result.strategy
+            return (f"the change flips the GPU Operator's MIG strategy {was} -> {now} (`kubernetes.mig_strategy` "
+                    "unset is the least that serves every pool): the device plugin advertises each re-laid-out "
+                    "node's MIG devices under the new strategy's resource names, which the old pods do not "
+                    "request, so no order of the sync keeps the model served on this pool; keep the strategy "
+                    f"(`kubernetes.mig_strategy: {was}`" + (", which advertises a one-profile pool too" if was == "mixed"
+                                                            else "") + "), or apply the change in a maintenance window")
+        return ("keep one node's worth of the model elsewhere while its pods move (a second pool or shape), or apply "
+                "the change in a maintenance window")
