@@ -881,6 +881,9 @@ def test_a_namespace_move_with_a_roll_is_planned_as_the_move(tmp_path: Path, run
                          for d in coder)
     assert not [d for d in lines if d.kind == "workload-roll"]
     assert_lines_agree(sim, lines, runtime)
+    # the Services K956 names: Kiln's, or the frontend Service Dynamo's operator creates for each DGD
+    service = "coder" if runtime == "deployment" else "coder-frontend"
+    assert (service, "inference", "serving") in sim.moved_services()
 
 
 def test_a_strategy_flip_says_so_in_k859_and_beside_the_relayout(tmp_path: Path) -> None:

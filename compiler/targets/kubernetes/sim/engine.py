@@ -103,6 +103,9 @@ class Result:
     stuck_pool: str | None = None  # the node pool the object the sync waits on runs in; None: the cluster's
     models: dict = field(default_factory=dict)  # workload name (as paces') -> the model it serves, either revision
     strategy: tuple = ()  # (base, new) MIG strategy where the change flips it; () where it stays
+    # (name, old namespace, new namespace) of each Service (Kiln's, or a Dynamo frontend's, which its
+    # operator creates) that the change moves: its DNS name <name>.<namespace>.svc changes
+    moved_services: list = field(default_factory=list)
 
 
 class Stuck(Exception):
@@ -747,7 +750,8 @@ class Simulation:
                       self._pool_models(), self.events, self.pool_before, self._pool_low(),
                       self.ready_by_pool(), self._stuck_pool(stuck_on),
                       {w.name: w.model for w in [*self.base.workloads.values(), *self.new.workloads.values()]},
-                      (self.base.strategy, self.new.strategy) if self.base.strategy != self.new.strategy else ())
+                      (self.base.strategy, self.new.strategy) if self.base.strategy != self.new.strategy else (),
+                      _moved(self.base.services, self.new.services))
 
     def _stuck_pool(self, key: tuple | None) -> str | None:
         """The node pool a stuck object runs in: a Deployment's, a DynamoGraphDeployment's workers' (the
@@ -804,6 +808,13 @@ class Simulation:
                                                                          for s in self.steps], self.now,
                               self._pool_models().get(pool, []))
                 for pool in sorted(pools)}
+
+
+def _moved(before: dict, after: dict) -> list:
+    """(name, old namespace, new namespace) of the Services (keyed namespace/name) in another namespace."""
+    was = {k.split("/", 1)[1]: k.split("/", 1)[0] for k in before}
+    now = {k.split("/", 1)[1]: k.split("/", 1)[0] for k in after}
+    return sorted((n, was[n], now[n]) for n in was.keys() & now.keys() if was[n] != now[n])
 
 
 def _lowest(samples: list, end: float, models: list = ()) -> dict:

@@ -219,12 +219,9 @@ class ChangeSimulation:
         return out
 
     def moved_services(self) -> list[tuple[str, str, str]]:
-        """(name, old namespace, new namespace) of each Service Argo CD pruned in one namespace and
-        applied in another: its DNS name (<name>.<namespace>.svc) changes."""
-        said = [re.match(r"Argo CD (prunes|applies) Service (\S*)/(\S+)$", s.text) for s in self.result.steps]
-        pruned = {m.group(3): m.group(2) for m in said if m and m.group(1) == "prunes"}
-        applied = {m.group(3): m.group(2) for m in said if m and m.group(1) == "applies"}
-        return sorted((n, pruned[n], applied[n]) for n in pruned.keys() & applied.keys() if pruned[n] != applied[n])
+        """(name, old namespace, new namespace) of each Service the change moves: its DNS name
+        (<name>.<namespace>.svc) changes."""
+        return list(self.result.moved_services)
 
     def diagnostics(self) -> list[tuple[str, str, str]]:
         """(code, message, help) for the plan."""
