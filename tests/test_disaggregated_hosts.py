@@ -163,6 +163,17 @@ def test_a_prefill_only_change_recreates_the_prefill_servers_only(site: Site) ->
     assert check.returncode == 0 and "drift:" not in check.stdout, output(check)
 
 
+def test_an_sla_edit_recreates_no_server(site: Site) -> None:
+    """The SLA is what `kiln tune` measures against and the roles are sized for; no server reads it,
+    so the servers' fingerprints leave it out (they digested the model's whole spec)."""
+    assert site.run("--image", "serving:1").returncode == 0
+    site.edit("sla: {ttft_ms: 2000, tpot_ms: 40", "sla: {ttft_ms: 1500, tpot_ms: 40")
+    site.script = site.generate()
+    again = site.run("--image", "serving:2")
+    assert again.returncode == 0, output(again)
+    assert _changed(again.stdout) == set()
+
+
 def test_the_router_type_change_recreates_the_router_and_the_servers_that_publish_kv_events(site: Site) -> None:
     """Round robin instead of KV-aware: the router's config changes, and every server's options
     lose the KV-cache event buffer only a KV-aware router reads (N2)."""

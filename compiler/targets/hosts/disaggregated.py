@@ -64,7 +64,9 @@ def is_disaggregated(ctx: LowerContext, model: str) -> bool:
 
 def server_inputs(ctx: LowerContext, model: str, role: str) -> str:
     """Digest of what one `role` server of `model` reads beside its command."""
-    spec = ctx.spec.models[model].model_dump(mode="json")
+    # not the SLA and workload: what a server runs changes by them only through a measured record's
+    # limits (`measured` below) and the roles' sizing, which changes the units themselves
+    spec = ctx.spec.models[model].model_dump(mode="json", exclude={"sla", "workload"})
     d = spec["serving"]["disaggregated"]
     for other in ("router", "planner", *(r for r in ROLES if r != role)):
         d.pop(other, None)

@@ -112,9 +112,9 @@ plan_unit() {
   UNIT_ID+=("$1"); UNIT_NAME+=("$2"); UNIT_MODEL+=("$3"); UNIT_GPUS+=("$4"); UNIT_MIG_START+=("$5")
   UNIT_RUNTIME+=("$6"); UNIT_PORTS+=("$7"); UNIT_PORT+=("$8"); UNIT_READY+=("$9"); UNIT_INPUTS+=("${10}")
 }
-plan_unit h200/gpu0 kiln-h200-gpu0 chat 0 '' trtllm-serve 8003 8003 '/health /v1/models' sha256:30d21acd81170e20e076456c46236bc37475b26d48e704a422fee74deb195911
-plan_unit h200/gpu1 kiln-h200-gpu1 chat 1 '' trtllm-serve 8006 8006 '/health /v1/models' sha256:30d21acd81170e20e076456c46236bc37475b26d48e704a422fee74deb195911
-plan_unit h200/gpu4+5+6+7 kiln-h200-gpu4_5_6_7 chat '4,5,6,7' '' trtllm-serve 8009 8009 '/health /v1/models' sha256:a995ec521c244b7a69ec95e474ed1753f60fecf9030d7e986a224be8df7807f3
+plan_unit h200/gpu0 kiln-h200-gpu0 chat 0 '' trtllm-serve 8003 8003 '/health /v1/models' sha256:6b8d2ea23b7429413dad54bbc8964d68322069594e6c1506965fa9be36a51621
+plan_unit h200/gpu1 kiln-h200-gpu1 chat 1 '' trtllm-serve 8006 8006 '/health /v1/models' sha256:6b8d2ea23b7429413dad54bbc8964d68322069594e6c1506965fa9be36a51621
+plan_unit h200/gpu4+5+6+7 kiln-h200-gpu4_5_6_7 chat '4,5,6,7' '' trtllm-serve 8009 8009 '/health /v1/models' sha256:da3040d342cd078ad58d181b47a0ff97e33f91b9bfffc01aa05b1959b46bbbc4
 plan_unit h200/chat-router kiln-h200-chat-router chat '' '' trtllm-serve-disaggregated 8000 8000 /health sha256:eed86e208661ab56a038959944419da319ec385a81f93ca9838c7f6e4d9c203b
 readonly UNIT_ID UNIT_NAME UNIT_MODEL UNIT_GPUS UNIT_MIG_START UNIT_RUNTIME UNIT_PORTS UNIT_PORT UNIT_READY UNIT_INPUTS
 
