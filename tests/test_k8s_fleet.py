@@ -337,8 +337,10 @@ def test_without_a_relayout_image_the_tree_has_no_job(tmp_path: Path) -> None:
 def test_tuning_daemonset_uses_the_drivers_nvidia_smi_and_reports(tmp_path: Path) -> None:
     root = _tree(tmp_path)
     script = (root / "node-layer" / "node-tuning-h100-pool.sh").read_text()
-    assert 'chroot "$driver_root" nvidia-smi' in script and "driver_root=${KILN_DRIVER_ROOT:-/run/nvidia/driver}" in script
-    assert k8s_controllers.driver_root() == "/run/nvidia/driver"
+    places = k8s_controllers.nvidia_smi_places()
+    assert places["driver_root"] == "/run/nvidia/driver" and places["host_root"] == "/host"
+    assert "driver_root=${KILN_DRIVER_ROOT:-/run/nvidia/driver}" in script and "host_root=${KILN_HOST_ROOT:-/host}" in script
+    assert 'chroot "$smi_root" "$smi_path" "$@"' in script  # nvidia-smi loads its own root's libraries
     docs = list(YAML_.load_all((root / "node-layer" / "gpu-tuning.yaml").read_text()))
     ds = next(d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "fleet-gpu-tuning-h100-pool")
     cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("fleet-gpu-tuning-h100-pool-"))
@@ -346,42 +348,158 @@ def test_tuning_daemonset_uses_the_drivers_nvidia_smi_and_reports(tmp_path: Path
     pod = ds["spec"]["template"]["spec"]
     assert ds["metadata"]["namespace"] == "gpu-operator" and pod["nodeSelector"] == {"kiln.io/pool": "h100-pool"}
     assert "driver-ready" in " ".join(pod["initContainers"][0]["command"])  # after the operator's validation
-    # root (review N3): a non-root process in a privileged container has no capabilities
+    # root (review N3): a non-root process in a privileged container has no capabilities; no host
+    # namespaces, nothing beyond what opening /dev/nvidia* without a GPU request takes
     assert pod["containers"][0]["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsNonRoot": False}
-    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "run-nvidia")
-    assert mount["mountPropagation"] == "HostToContainer"  # a restarted driver's root shows up
-    # it reports on its own node's label: nodes get and patch, nothing else
+    assert not {"hostPID", "hostNetwork", "hostIPC"} & set(pod)
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["run-nvidia"]["mountPropagation"] == "HostToContainer"  # a restarted driver's root shows up
+    # a driver installed on the host (driver.enabled=false): the host's /, read-only, as the operator's validator
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["host-root"]["hostPath"]["path"] == "/" and mounts["host-root"] == {
+        "name": "host-root", "mountPath": "/host", "readOnly": True}
+    # it reports on its own node: nodes get and patch (kubectl label, kubectl annotate), nothing else
     rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]]
     assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
-    kubectl = [ln.strip() for ln in script.splitlines() if "kubectl " in ln and not ln.lstrip().startswith("#")]
-    assert kubectl == ['kubectl label node "$NODE_NAME" "kiln.io/gpu-tuning=$1" --overwrite >/dev/null || true']
+    kubectl = [v for ln in script.splitlines() if not ln.lstrip().startswith("#") for v in re.findall(r"kubectl (\w+)", ln)]
+    assert sorted(kubectl) == ["annotate", "annotate", "label"]
+    from compiler.targets.kubernetes.sim import rbac
+    assert rbac.denied(rules, "label node", "h100-1") == rbac.denied(rules, "annotate node", "h100-1") == []
 
 
-def _run_tuning(tmp_path: Path, smi_rc: int) -> tuple[int, str]:
-    """The h100-pool tuning script once, as the DaemonSet runs it, with a stand-in nvidia-smi (no GPU
-    here) that exits `smi_rc` and a kubectl that records the node label it is asked to set."""
+# --- the tuning script run for real: a driver's root as nvidia-smi finds it -----------------------------
+LIBNVIDIA_ML = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+# A stand-in for nvidia-smi (no GPU here) with the real one's dependency: it loads libnvidia-ml.so.1
+# from the root it runs in, and without it exits 12 ("NVML Shared Library couldn't be found or
+# loaded", nvidia-smi(1) RETURN VALUE). It records each call in that root and answers the queries
+# the script makes with an H100's values.
+STAND_IN_SMI = f"""#!/bin/sh
+if [ ! -e /{LIBNVIDIA_ML} ]; then
+  echo "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system." >&2; exit 12
+fi
+echo "$*" >> /nvidia-smi.calls
+case "$*" in
+  *--query-gpu=power.*) echo "700.00" ;;
+  *--query-gpu=clocks.applications.*) echo "1980" ;;
+esac
+"""
+
+
+def _driver_root(root: Path, nvml: bool = True) -> Path:
+    """A root with nvidia-smi in it: this machine's /bin/sh and the libraries ldd lists for it (the
+    stand-in is a shell script), the stand-in at usr/bin/nvidia-smi and, with `nvml`, the library."""
+    import shutil
     import subprocess
 
-    script = (_tree(tmp_path / "t") / "node-layer" / "node-tuning-h100-pool.sh").read_text()
+    sh = Path(shutil.which("sh") or "/bin/sh").resolve()
+    libs = [w for ln in subprocess.run(["ldd", str(sh)], capture_output=True, text=True).stdout.splitlines()
+            for w in ln.split() if w.startswith("/")]
+    for f in [sh, *map(Path, libs)]:
+        (root / f.relative_to("/")).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, root / f.relative_to("/"))
+    (root / "bin").mkdir(exist_ok=True)
+    shutil.copy(sh, root / "bin" / "sh")
+    (root / "usr" / "bin").mkdir(parents=True, exist_ok=True)
+    (root / "usr" / "bin" / "nvidia-smi").write_text(STAND_IN_SMI)
+    (root / "usr" / "bin" / "nvidia-smi").chmod(0o755)
+    if nvml:
+        (root / LIBNVIDIA_ML).parent.mkdir(parents=True, exist_ok=True)
+        (root / LIBNVIDIA_ML).write_bytes(b"")
+    return root
+
+
+@pytest.fixture(scope="module")
+def tuning_script(tmp_path_factory) -> str:
+    return (_tree(tmp_path_factory.mktemp("tuning")) / "node-layer" / "node-tuning-h100-pool.sh").read_text()
+
+
+def _run_tuning(tmp_path: Path, script: str, *, once: bool = True, on_failed: str = "") -> tuple[int, list[str]]:
+    """The h100-pool tuning script as the DaemonSet runs it, with `tmp_path/driver` as the operator's
+    driver root and `tmp_path/host` as the host's / (each a root only where the test made one), and
+    a kubectl that records what it is asked to set on the node. Looping (`once` false), the first
+    `failed` runs `on_failed` (the node changing under the script), and `applied` ends the run."""
+    import os
+    import shutil
+    import subprocess
+
     bin_ = tmp_path / "bin"
     bin_.mkdir()
-    (bin_ / "nvidia-smi").write_text(f"#!/bin/sh\necho 0\nexit {smi_rc}\n")
-    (bin_ / "kubectl").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'labels'}\n")
-    for f in bin_.iterdir():
-        f.chmod(0o755)
-    env = {"PATH": f"{bin_}:/usr/bin:/bin", "NODE_NAME": "h100-1", "KILN_DRIVER_ROOT": str(tmp_path / "none")}
-    proc = subprocess.run(["sh", "-c", script, "gpu-tuning.sh", "--once"], env=env, capture_output=True, text=True)
-    labels = (tmp_path / "labels").read_text() if (tmp_path / "labels").exists() else ""
-    return proc.returncode, labels
+    record = tmp_path / "kubectl.calls"
+    (bin_ / "kubectl").write_text(
+        f'#!/bin/sh\necho "$*" >> {record}\n'
+        f'case "$*" in *gpu-tuning=failed*) {on_failed or ":"} ;; '
+        f'*gpu-tuning-reason-) {":" if once else "kill $PPID"} ;; esac\n')
+    (bin_ / "kubectl").chmod(0o755)
+    (tmp_path / "host").mkdir(exist_ok=True)
+    env = {"PATH": f"{bin_}:/usr/bin:/bin:/usr/sbin:/sbin", "NODE_NAME": "h100-1", "KILN_TUNING_PERIOD_S": "0",
+           "KILN_DRIVER_ROOT": str(tmp_path / "driver"), "KILN_HOST_ROOT": str(tmp_path / "host")}
+    argv = ["sh", "-c", script, "gpu-tuning.sh"] + (["--once"] if once else [])
+    if os.getuid() != 0:  # chroot needs root: a user namespace's
+        if shutil.which("unshare") is None or subprocess.run(["unshare", "-r", "true"]).returncode != 0:
+            pytest.skip("chroot needs root, and user namespaces (unshare -r) are not available here")
+        argv = ["unshare", "-r", *argv]
+    try:
+        rc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60).returncode
+    except subprocess.TimeoutExpired:
+        rc = None  # a loop that never reported `applied`
+    calls = record.read_text().splitlines() if record.exists() else []
+    return rc, calls
 
 
-def test_a_tuning_that_fails_is_reported_failed_not_applied(tmp_path: Path) -> None:
+def _smi_calls(root: Path) -> list[str]:
+    calls = root / "nvidia-smi.calls"
+    return calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_tuning_runs_the_operators_driver(tmp_path: Path, tuning_script: str) -> None:
+    """The GPU Operator's containerized driver: nvidia-smi from /run/nvidia/driver, inside that root."""
+    driver = _driver_root(tmp_path / "driver")
+    rc, calls = _run_tuning(tmp_path, tuning_script)
+    assert rc == 0 and calls == ["label node h100-1 kiln.io/gpu-tuning=applied --overwrite",
+                                 "annotate node h100-1 kiln.io/gpu-tuning-reason-"]
+    smi = _smi_calls(driver)
+    assert [c for c in smi if "-lgc" in c] == [f"-i {i} -lgc 1755,1755" for i in range(8)]
+    assert "-i 7 -pl 700" in smi and "-i 0 -rmc" in smi  # the defaults of what the spec leaves out
+
+
+def test_tuning_runs_a_driver_installed_on_the_host(tmp_path: Path, tuning_script: str) -> None:
+    """Review N3: with driver.enabled=false there is no /run/nvidia/driver and no nvidia-smi in the
+    DaemonSet's image; the host's own, under the host's / at /host, is run inside that root."""
+    host = _driver_root(tmp_path / "host")
+    rc, calls = _run_tuning(tmp_path, tuning_script)
+    assert rc == 0 and "label node h100-1 kiln.io/gpu-tuning=applied --overwrite" in calls
+    assert [c for c in _smi_calls(host) if "-lgc" in c] == [f"-i {i} -lgc 1755,1755" for i in range(8)]
+
+
+def test_a_tuning_that_fails_is_reported_failed_not_applied(tmp_path: Path, tuning_script: str) -> None:
     """Review N3: `gpu ... || drift=1` suspended `set -e` inside gpu(), so a failing nvidia-smi -lgc
-    was swallowed and the node labelled `applied`."""
-    rc, labels = _run_tuning(tmp_path / "bad", smi_rc=1)
-    assert rc == 1 and "kiln.io/gpu-tuning=failed" in labels and "applied" not in labels
-    rc, labels = _run_tuning(tmp_path / "good", smi_rc=0)
-    assert rc == 0 and "kiln.io/gpu-tuning=applied" in labels
+    was swallowed and the node labelled `applied`. Here the driver's root lacks libnvidia-ml; and on a
+    node with no driver root and no host driver the reason names both places."""
+    _driver_root(tmp_path / "a" / "driver", nvml=False)
+    rc, calls = _run_tuning(tmp_path / "a", tuning_script)
+    assert rc == 1 and calls[0] == "label node h100-1 kiln.io/gpu-tuning=failed --overwrite"
+    assert calls[1].startswith("annotate node h100-1 kiln.io/gpu-tuning-reason=nvidia-smi -i 0 -lgc 1755,1755 failed")
+    assert not any("applied" in c for c in calls)
+    (tmp_path / "b").mkdir()
+    rc, calls = _run_tuning(tmp_path / "b", tuning_script)
+    assert rc == 1 and calls[0] == "label node h100-1 kiln.io/gpu-tuning=failed --overwrite"
+    assert f"driver root {tmp_path / 'b' / 'driver'} (its driver container)" in calls[1]
+    assert f"the host's root mounted at {tmp_path / 'b' / 'host'}" in calls[1]
+
+
+def test_a_round_after_a_failed_one_relabels_applied(tmp_path: Path, tuning_script: str) -> None:
+    """A failed round (the driver container not up yet: no root at /run/nvidia/driver), then its root
+    appears: the next round applies every setting and relabels `applied`, dropping the reason.
+    Before, `first` was spent on the failed round, and a clean round with no drift reported nothing:
+    the node kept `failed`."""
+    staged = _driver_root(tmp_path / "staged")
+    rc, calls = _run_tuning(tmp_path, tuning_script, once=False, on_failed=f"mv {staged} {tmp_path / 'driver'}")
+    assert rc is not None, calls  # it ended: `applied` came
+    assert calls[0] == "label node h100-1 kiln.io/gpu-tuning=failed --overwrite"
+    assert calls[1].startswith("annotate node h100-1 kiln.io/gpu-tuning-reason=no nvidia-smi in the GPU Operator's")
+    assert calls[2:] == ["label node h100-1 kiln.io/gpu-tuning=applied --overwrite",
+                         "annotate node h100-1 kiln.io/gpu-tuning-reason-"]
+    assert [c for c in _smi_calls(tmp_path / "driver") if "-lgc" in c] == [f"-i {i} -lgc 1755,1755" for i in range(8)]
 
 
 def test_dropping_clocks_restores_the_defaults(tmp_path: Path) -> None:

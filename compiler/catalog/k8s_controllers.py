@@ -94,6 +94,15 @@ def driver_root() -> str:
     return table()["gpu_operator"]["driver_root"]
 
 
+def nvidia_smi_places() -> dict:
+    """Where a node's nvidia-smi is, in the GPU Operator's two driver modes: `driver_root` and the
+    paths under it (the operator's driver container), `host_root` (the host's /, mounted read-only)
+    and the paths under it (a driver installed on the host, Helm driver.enabled=false)."""
+    op = table()["gpu_operator"]
+    return {"driver_root": op["driver_root"], "driver_paths": list(op["driver_root_nvidia_smi"]),
+            "host_root": op["host_root"], "host_paths": list(op["host_nvidia_smi"])}
+
+
 # --- Kubernetes image volumes (weights mounted from their own image) --------------------------------------
 def _minor(version: str) -> tuple[int, int]:
     major, minor = (int(x) for x in re.findall(r"\d+", version)[:2])

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from compiler import resources
 from compiler.actions.shell import Shell, shell_word
+from compiler.catalog import k8s_controllers
 from compiler.ir.k8s_names import mig_configmap_name
 # mig-parted's parsing rules live below the emitters (the checks read them too); re-exported here
 from compiler.ir.migparted import (ATTRIBUTES, ENTRY_KEYS, SLICE_COUNTS, mig_parted_problems,  # noqa: F401
@@ -177,7 +178,10 @@ def tuning_daemonset(spec_name: str, namespace: str, pool: str, selector: dict[s
     content so a change rolls the pods) in a privileged pod of the operator's namespace (setting
     clocks and power needs root on the GPU), started once the operator's validator reports the
     driver ready (/run/nvidia/validations/driver-ready), with /run/nvidia propagated from the host
-    so that a restarted driver container's root appears in it."""
+    so that a restarted driver container's root appears in it. With a driver installed on the host
+    (the operator's driver.enabled=false) nvidia-smi is the host's: the host's / is mounted at /host,
+    read-only, as the operator's validator mounts it (catalog/data/k8s_controllers.json
+    gpu_operator.host_driver_source)."""
     digest = hashlib.sha256(script.encode()).hexdigest()[:8]
     name = f"{spec_name}-{TUNING}-{pool}"
     cm = {"apiVersion": "v1", "kind": "ConfigMap",
@@ -186,6 +190,7 @@ def tuning_daemonset(spec_name: str, namespace: str, pool: str, selector: dict[s
           "data": {TUNING_KEY: script}}
     labels = {**meta.labels(spec_name, pool=pool), "app.kubernetes.io/component": TUNING}
     run_nvidia = {"name": "run-nvidia", "mountPath": "/run/nvidia", "mountPropagation": "HostToContainer"}
+    places = k8s_controllers.nvidia_smi_places()
     ds = {"apiVersion": "apps/v1", "kind": "DaemonSet",
           "metadata": meta.metadata(name, spec_name, namespace=namespace, labels_=labels),
           "spec": {
@@ -206,10 +211,16 @@ def tuning_daemonset(spec_name: str, namespace: str, pool: str, selector: dict[s
                               {"name": "HOME", "value": "/tmp"}],
                       "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "128Mi"}},
                       # root: a non-root process in a privileged container has no capabilities, so
-                      # chroot and nvidia-smi -lgc/-pl fail (an image like bitnami/kubectl runs as 1001)
+                      # chroot and nvidia-smi -lgc/-pl fail (an image like bitnami/kubectl runs as 1001).
+                      # privileged: the pod asks for no GPU (it would take one from a model), so only
+                      # a privileged container may open /dev/nvidia*, as the operator's validator and
+                      # MIG manager do; no host PID, network or IPC namespace, nothing else added
                       "securityContext": {"privileged": True, "runAsUser": 0, "runAsNonRoot": False},
-                      "volumeMounts": [run_nvidia, {"name": "script", "mountPath": "/kiln", "readOnly": True}]}],
+                      "volumeMounts": [run_nvidia, {"name": "host-root", "mountPath": places["host_root"],
+                                                    "readOnly": True},
+                                       {"name": "script", "mountPath": "/kiln", "readOnly": True}]}],
                   "volumes": [{"name": "run-nvidia", "hostPath": {"path": "/run/nvidia", "type": "Directory"}},
+                              {"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}},
                               {"name": "script", "configMap": {"name": f"{name}-{digest}"}}],
               }}}}
     return [cm, ds]
@@ -285,4 +296,5 @@ def label_script(spec_name: str, operator_namespace: str, pools: list[dict], nam
 def tuning_script(spec_name: str, pool: str, gpus: list[dict]) -> str:
     """`gpus`: every GPU of a node, {index, lgc, lmc, ac, pl} with "" for what is not set (its
     default is restored)."""
-    return _environment().get_template(TUNING_TEMPLATE).render(spec_name=spec_name, pool=pool, gpus=gpus)
+    return _environment().get_template(TUNING_TEMPLATE).render(spec_name=spec_name, pool=pool, gpus=gpus,
+                                                               **k8s_controllers.nvidia_smi_places())
