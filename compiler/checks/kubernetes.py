@@ -167,6 +167,54 @@ class ParallelGroupExceedsNode(Check):
                                    help=f"serve it on nodes with {group} GPUs, or lower tp*pp to {count} or less")
 
 
+class MixedGpuCountsOnPool(Check):
+    """A node pool's pods take different numbers of whole GPUs, and the scheduler cannot keep the
+    spec's per-node layout.
+
+    Whole GPUs are one extended resource, `nvidia.com/gpu`; the device plugin hands a pod any free
+    GPUs of the node the scheduler picked, and the scheduler fits a pod on any node with that many
+    free (kube-scheduler NodeResourcesFit). Nothing in the tree ties a pod to the GPU indexes or the
+    node the spec gives it. So pods of fewer GPUs can fill a node that a larger pod needed: two 8-GPU
+    nodes, each meant for one tp=4 pod and four 1-GPU pods; five 1-GPU pods land on one node (3 GPUs
+    free), the other takes a tp=4 pod and the last three (1 free), and the second tp=4 pod stays
+    Pending with `Insufficient nvidia.com/gpu` (review N12). It depends on the order
+    pods are created and rescheduled (a first sync, a drain, a node's restart, a rollout), so the tree
+    may come up, and stops serving at full size later: a warning. `kiln plan --base` refuses a change
+    that sticks this way (K858). Reported only where it can happen: a stuck pod of L GPUs needs every
+    node below L free GPUs, N * (L - 1 - spare) >= L for N nodes with `spare` unassigned whole GPUs
+    each; one node, or enough spare GPUs, never strands a pod.
+
+    Fix: serve models of different GPU counts on node pools of their own, give them the same tp*pp,
+    or leave GPUs of each node unassigned (the number is in the message). MIG instances are not
+    affected: each profile is a resource of its own under the `mixed` strategy.
+    """
+
+    code = "K752"
+    name = "mixed-gpu-counts-on-pool"
+    severity = Severity.WARNING
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        for pname, pool in sorted(ctx.ir.pools.items()):
+            whole = [w for w in pool.workloads if w.mig_profile is None]
+            counts = sorted({w.gpus for w in whole})
+            if len(counts) < 2:
+                continue
+            largest = counts[-1]
+            spare = sum(1 for g in pool.gpus if not g.mig) - sum(w.gpus * w.per_node for w in whole)
+            if pool.nodes * (largest - 1 - spare) < largest:
+                continue
+            enough = next(n for n in range(spare, largest) if pool.nodes * (largest - 1 - n) < largest)
+            names = {n: ", ".join(sorted(w.name for w in whole if w.gpus == n)) for n in counts}
+            shapes = " and ".join(f"{n} GPU(s) ({names[n]})" for n in reversed(counts))
+            yield ctx.diag(self, ("hosts", pname), key=True,
+                           message=f"node pool {pname!r} runs pods of {shapes}: the scheduler places them by free "
+                                   f"GPUs, not by the spec's per-node layout, so smaller pods can take the GPUs a "
+                                   f"{largest}-GPU pod of {names[largest]} needs, which then stays Pending",
+                           help=f"serve the models of different GPU counts on node pools of their own, give "
+                                f"them the same tp*pp, or leave {enough} GPU(s) of each node unassigned")
+
+
 class DynamoTensorrtLlmMismatch(Check):
     """The Dynamo release runs another TensorRT-LLM than `toolchain.tensorrt_llm`.
 
