@@ -10,8 +10,11 @@ kept when a Kubernetes action's key changes (the field reaches the tree). tests/
 
 from __future__ import annotations
 
+import contextlib
+import io
 import random
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,6 +166,20 @@ def assert_lines_agree(sim, disruptions: list, name: str) -> None:
     assert all((e[1], e[2]) in named for e in r.events if e[0] == "workload-roll"), (name, sorted(r.events))
 
 
+def locked_spec(text: str, where: Path) -> Path:
+    """The example with `text` as its spec and the lock `kiln lock` writes for it beside it: the base
+    revision as a team commits it (compiler/ir/lockfile.py), read by the base's and the edit's graphs
+    alike (a Deployment's pod shape change paces by the lock's "pods", k8s_deployment.reshape_unavailable)."""
+    from compiler.cli import main
+
+    shutil.copytree(EXAMPLE.parent, where)
+    spec = where / EXAMPLE.name
+    spec.write_text(text, encoding="utf-8")
+    with contextlib.redirect_stdout(io.StringIO()):  # "wrote .../kiln.lock"
+        assert main(["lock", str(spec)]) == 0
+    return spec
+
+
 def check(edit: Edit, work: Path) -> tuple[str, object]:
     """Run the edit's change through the simulator and assert issue 32's four properties; returns
     ("completes" | "refused K858" | "refused K859", the simulation)."""
@@ -170,8 +187,9 @@ def check(edit: Edit, work: Path) -> tuple[str, object]:
 
     if not validate_text(edit.text(), EXAMPLE.parent, EXAMPLE.name).ok:
         return "invalid", None  # a pair of valid edits need not be valid together
-    base = graph_of(EXAMPLE, work / "a", base_text(edit.runtime))
-    head = graph_of(EXAMPLE, work / "b", edit.text())
+    spec = locked_spec(base_text(edit.runtime), work / "spec")
+    base = graph_of(spec, work / "a", base_text(edit.runtime))
+    head = graph_of(spec, work / "b", edit.text())
     sims = change_simulations(base, head)
     assert len(sims) == 1, edit.name
     sim = sims[0]

@@ -37,3 +37,30 @@ def test_the_matrix_catches_what_the_review_found(tmp_path: Path) -> None:
     sel = Edit("deployment", ((("hosts", "b200-pool", "node_pool", "selector", "kiln.io/pool"), "elsewhere"),))
     outcome, sim = check(sel, tmp_path / "sel")
     assert outcome == "refused K858" and "didn't match Pod's node affinity/selector" in sim.result.stuck
+
+
+# review N2's `tp`: big tp 8 -> 4 on its two full B200 nodes (2 x 8 GPUs -> 4 x 4), as matrix edits
+TP4 = ((("models", "big", "parallelism", "tp"), 4),
+       (("hosts", "b200-pool", "gpus"), [{"index": [0, 1, 2, 3], "serves": "big"},
+                                         {"index": [4, 5, 6, 7], "serves": "big"}]))
+
+
+@pytest.mark.parametrize("runtime,expected", [("deployment", "completes"), ("dynamo", "refused K858"),
+                                              ("grove", "completes")])
+def test_halving_tp_completes_on_deployments_and_is_refused_on_dynamo(runtime: str, expected: str,
+                                                                      tmp_path: Path) -> None:
+    """With the base's lock the Deployment frees a node first (k8s_deployment.reshape_unavailable)
+    and holds big at 1 of 2 pods, the pool's declared floor. Dynamo's managed rolling update stays
+    stuck (K858): its pace is in the hashed pod template, so a reshape pace would roll every worker
+    again when set back. Grove's PodClique deletes each old pod before creating its replacement
+    (sim/grove.py), which frees a node by itself."""
+    from tests.k8s_edit_matrix import Edit
+
+    outcome, sim = check(Edit(runtime, TP4), tmp_path)
+    assert outcome == expected, sim.result.stuck
+    if runtime == "dynamo":
+        assert "Insufficient nvidia.com/gpu" in sim.result.stuck
+    else:
+        assert sim.result.end["big"] == 4
+    if runtime == "deployment":
+        assert sim.result.low["big"][0] == 1

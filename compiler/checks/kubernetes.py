@@ -494,7 +494,7 @@ class RolloutDoesNotComplete(Rule):
     rollout room (fewer replicas per node, a pool with a free node), or split the edit in two merges.
     A change of a Deployment's pod shape on a full pool (tp 8 -> 4) completes only when kiln.lock,
     written on the base revision, records the old pods (k8s_deployment.reshape_unavailable): run
-    `kiln lock` there first. On the dynamo runtime it stays refused.
+    `kiln lock` there first. Under Dynamo's managed rolling update it stays refused.
     """
 
     code = "K858"
