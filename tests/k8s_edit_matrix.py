@@ -200,6 +200,8 @@ def check(edit: Edit, work: Path) -> tuple[str, object]:
     assert "API server refuses" not in (r.stuck or "") and "forbidden" not in (r.stuck or ""), (edit.name, r.stuck)
     if "webhook refuses" in (r.stuck or ""):
         assert "K858" in codes
+    #    and the node-tuning pods it starts are admitted and can do what their commands need (pod security)
+    assert not r.tuning_failed, (edit.name, r.tuning_failed)
     # 2. the rollout completes, or the plan refuses the change (K858)
     assert r.completed or "K858" in codes, edit.name
     # 3. every model served before and after keeps a ready pod, or the plan says when and why not (K859)

@@ -4,8 +4,10 @@ the upstream's own test cases where they exist (cited per test), and the review'
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -14,12 +16,15 @@ from compiler.targets.kubernetes.sim import (
     devices,
     disruption,
     migmanager,
+    podsecurity,
     rbac,
     scheduler,
     simulate,
+    tree,
 )
 from compiler.targets.kubernetes.sim import deployment as dc
 from compiler.targets.kubernetes.sim import dynamo as dyn
+from compiler.targets.kubernetes.sim.report import ChangeSimulation
 from compiler.targets.kubernetes.sim.model import (
     PoolLayout,
     PoolNodes,
@@ -418,3 +423,91 @@ def test_dynamo_webhook_rules_are_confirmed_for_the_pinned_release() -> None:
     rules = k8s_controllers.forbidden_updates("1.6.1")
     assert set(rules) == {"component-set", "power-annotation", "power-gpu-count"}
     assert {r.status for r in rules.values()} == {"verified"}
+
+
+# --- DaemonSet pod security (review 2026-12-05 M10/N3): the golden tree's node-tuning DaemonSets ----------
+GOLDEN_TREE = Path(__file__).parent / "golden" / "k8s" / "k8s-two-pools"
+
+
+def _tuning_change(mutate=None, extra: tuple = ()):
+    """The golden tree's node-tuning DaemonSets created on a running fleet (the base: the same tree
+    without them), each DaemonSet changed by `mutate` first; `extra` objects join the new tree."""
+    objects, values, app = tree.read_dir(GOLDEN_TREE)
+    base = tree.revision([o for o in objects if o["kind"] != "DaemonSet"], values, app)
+    new_objects = copy.deepcopy(objects) + list(extra)
+    for o in new_objects:
+        if o["kind"] == "DaemonSet" and mutate is not None:
+            mutate(o)
+    product = {"h100-pool": "NVIDIA-H100-80GB-HBM3"}  # examples/k8s-two-pools: node_pool.gpu_product, count 8
+    pools = [PoolNodes(p.name, p.nodes, 8, product.get(p.name), dict(p.selector),
+                       [scheduler.Taint("nvidia.com/gpu", "present")]) for p in base.pools.values()]
+    return simulate(base, tree.revision(new_objects, values, app), pools)
+
+
+def _tuning(o: dict) -> dict:
+    return o["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+
+
+def test_todays_tuning_daemonset_is_admitted_and_its_commands_run() -> None:
+    r = _tuning_change()
+    assert r.completed, r.stuck
+    assert r.tuning_failed == {}
+    assert not [s for s in r.steps if "gpu-tuning=failed" in s.text]
+
+
+def test_a_tuning_daemonset_without_privileged_fails_on_every_node() -> None:
+    r = _tuning_change(lambda o: _tuning(o).pop("privileged"))
+    assert r.completed  # the pods run: the sync does not wait, the nodes say it
+    assert set(r.tuning_failed) == {"b200-pool", "h100-pool"}
+    assert all("/dev/nvidia*" in why and "requests no GPU" in why for why in r.tuning_failed.values())
+    failed = [s for s in r.steps if "kiln.io/gpu-tuning=failed" in s.text]
+    objects, values, app = tree.read_dir(GOLDEN_TREE)
+    assert {s.pool for s in failed} == {"b200-pool", "h100-pool"}
+    assert len(failed) == sum(p.nodes for p in tree.revision(objects, values, app).pools.values())  # one a node
+    assert any(line.startswith("clocks and power NOT applied")
+               for line in ChangeSimulation(r).pool_lines("b200-pool"))
+
+
+@pytest.mark.parametrize("mutate, cause", [
+    (lambda o: _tuning(o).update(runAsUser=1000), "runs as uid 1000"),
+    # no runAsUser: the image's USER (bitnami/kubectl: 1001), the review's N3
+    (lambda o: [_tuning(o).pop("runAsUser"), _tuning(o).pop("runAsNonRoot")], "its image's user (1001)"),
+])
+def test_a_tuning_daemonset_that_is_not_root_fails_with_its_cause(mutate, cause) -> None:
+    r = _tuning_change(mutate)
+    assert r.completed and set(r.tuning_failed) == {"b200-pool", "h100-pool"}
+    assert all("need root" in why and cause in why for why in r.tuning_failed.values()), r.tuning_failed
+
+
+def test_a_tuning_daemonset_that_drops_sys_chroot_fails() -> None:
+    r = _tuning_change(lambda o: _tuning(o).update(privileged=False, capabilities={"drop": ["ALL"]}))
+    assert set(r.tuning_failed) == {"b200-pool", "h100-pool"}
+    assert all("needs CAP_SYS_CHROOT" in why for why in r.tuning_failed.values()), r.tuning_failed
+
+
+@pytest.mark.parametrize("level, forbids", [
+    ("baseline", ["privileged", "hostPath volumes (run-nvidia, host-root)"]),
+    ("restricted", ["privileged", "hostPath volumes", "runAsNonRoot != true", "seccompProfile"]),
+])
+def test_a_tuning_daemonset_in_an_enforcing_namespace_is_refused_and_sticks(level, forbids) -> None:
+    ns = {"apiVersion": "v1", "kind": "Namespace",
+          "metadata": {"name": "gpu-operator", "labels": {"pod-security.kubernetes.io/enforce": level}}}
+    r = _tuning_change(extra=(ns,))
+    assert not r.completed and r.stuck_on[0] == "DaemonSet"
+    assert f'enforces Pod Security "{level}:v1.34"' in r.stuck and "FailedCreate" in r.stuck
+    assert all(f in r.stuck for f in forbids), r.stuck
+    assert r.stuck_pool in ("b200-pool", "h100-pool")
+    assert [c for c, _, _ in ChangeSimulation(r).diagnostics()] == ["K858"]  # the plan refuses the change
+
+
+def test_pod_security_levels_on_kilns_other_pods() -> None:
+    """The re-layout Job runs kubectl only (RBAC, checked above): its pod is restricted-clean; the
+    tuning pod is admitted only where the namespace enforces privileged (the GPU Operator's own)."""
+    objects, _, _ = tree.read_dir(GOLDEN_TREE)
+    job = next(o for o in objects if o["kind"] == "Job")["spec"]["template"]["spec"]
+    ds = next(o for o in objects if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    assert podsecurity.violations(job, "restricted") == []
+    assert podsecurity.violations(ds, "privileged") == [] and podsecurity.violations(ds, "baseline")
+    script = next(o for o in objects if o["kind"] == "ConfigMap" and "label-nodes.sh" in (o.get("data") or {}))
+    assert podsecurity.needs(script["data"]["label-nodes.sh"]) == []  # no nvidia-smi setting, no chroot
+    assert podsecurity.level_of("gpu-operator", {}) == "privileged"  # no label: the admission's default

@@ -10,6 +10,7 @@ step, computed by ports of the controllers that decide it (each module cites its
   migmanager.py  the GPU Operator's MIG manager (mig-parted) on a node's label
   argocd.py      gitops-engine's sync order: waves, kinds, reversed prune waves, PruneLast
   rbac.py        kubectl's API calls against a Role's rules
+  podsecurity.py Pod Security admission of a DaemonSet's pods, and what their commands need (root, caps, devices)
   engine.py      the discrete-event loop, and the re-layout Job's script step by step
   model.py       what it reads; tree.py reads it from a tree's documents
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from compiler.catalog import k8s_controllers
 
-from . import argocd, devices, disruption, migmanager, rbac, scheduler
+from . import argocd, devices, disruption, migmanager, podsecurity, rbac, scheduler
 from . import deployment as dc
 from . import dynamo as dyn
 from . import grove
@@ -106,6 +106,9 @@ class Result:
     # (name, old namespace, new namespace) of each Service (Kiln's, or a Dynamo frontend's, which its
     # operator creates) that the change moves: its DNS name <name>.<namespace>.svc changes
     moved_services: list = field(default_factory=list)
+    # node pool -> why its node-tuning pods' clocks and power commands fail (each node labelled
+    # kiln.io/gpu-tuning=failed with that reason): they run, but lack what the commands need
+    tuning_failed: dict = field(default_factory=dict)
 
 
 class Stuck(Exception):
@@ -147,6 +150,8 @@ class Simulation:
         self.pods: list[Pod] = []
         self.job = None  # the running re-layout script (a generator) and its wake-up time
         self.job_failed: str | None = None
+        self.refused_pods: dict[tuple, str] = {}  # DaemonSet key -> why the API server refuses its pods
+        self.tuning_failed: dict[str, str] = {}
         for w in base.workloads.values():
             self._apply_deployment(w)
         self._settle(initial=True)
@@ -542,6 +547,8 @@ class Simulation:
             ks = self.new.groups.get(key, [])
             return "Healthy" if all(self._health(("Deployment",) + tuple(k.split("/", 1))) == "Healthy"
                                     for k in ks if k in self.deploys) else "Progressing"
+        if kind == "DaemonSet" and key in self.refused_pods:  # gitops-engine health_daemonset.go: 0 available
+            return "Progressing"
         if kind == "Job" and self.job is not None and self.job[2] == key:
             return "Degraded" if self.job_failed else "Progressing" if self.job[0] is not None else "Healthy"
         return "Healthy"
@@ -623,8 +630,34 @@ class Simulation:
             self.budgets = [b for b in self.budgets if b.name != key] + [now]
         elif kind == "Service":
             self.services[key] = self.new.services[key]
-        elif kind == "Job" and self.new.relayout is not None and task.key == self.new.relayout.key:
-            self.job = [self._relayout(self.new.relayout), self.now, task.key]
+        else:
+            self._runs(task.key, obj)
+
+    def _runs(self, key: tuple, obj: dict) -> None:
+        """What an applied object starts: the re-layout Job's script, a DaemonSet's pods."""
+        if key[0] == "Job" and self.new.relayout is not None and key == self.new.relayout.key:
+            self.job = [self._relayout(self.new.relayout), self.now, key]
+        elif key[0] == "DaemonSet":
+            self._daemonset(key, obj)
+
+    def _daemonset(self, key: tuple, ds: dict) -> None:
+        """A DaemonSet's pods on the nodes its nodeSelector picks: refused by Pod Security admission (the
+        sync waits on its health), or running with commands that fail (podsecurity.py); a node-tuning
+        pod's script then labels each node kiln.io/gpu-tuning=failed with the reason."""
+        self.refused_pods.pop(key, None)
+        refused, failed = podsecurity.daemonset(ds, self.new.objects)
+        labels = ds["metadata"].get("labels") or {}
+        pool = labels.get("kiln.io/pool")
+        if refused:
+            self.refused_pods[key] = f"DaemonSet {key[1]}/{key[2]}: {refused}"
+            self._say(self.refused_pods[key], pool)
+            return
+        if failed and labels.get("app.kubernetes.io/component") == "gpu-tuning":
+            select = (ds["spec"]["template"]["spec"].get("nodeSelector") or {}).items()
+            nodes = [n.name for n in self.nodes.values() if all(n.labels.get(k) == v for k, v in select)]
+            self.tuning_failed[pool or key[2]] = failed
+            for n in nodes:
+                self._say(f"node {n}: its clocks and power are NOT set, kiln.io/gpu-tuning=failed ({failed})", pool)
 
     # --- the run --------------------------------------------------------------------------------------
     def _next_event(self, job: bool = True) -> float | None:
@@ -751,7 +784,7 @@ class Simulation:
                       self.ready_by_pool(), self._stuck_pool(stuck_on),
                       {w.name: w.model for w in [*self.base.workloads.values(), *self.new.workloads.values()]},
                       (self.base.strategy, self.new.strategy) if self.base.strategy != self.new.strategy else (),
-                      _moved(self.base.services, self.new.services))
+                      _moved(self.base.services, self.new.services), dict(self.tuning_failed))
 
     def _stuck_pool(self, key: tuple | None) -> str | None:
         """The node pool a stuck object runs in: a Deployment's, a DynamoGraphDeployment's workers' (the
@@ -776,6 +809,8 @@ class Simulation:
         kind, ns, name = key
         if kind == "Job":
             return self.job_failed or "the re-layout Job did not finish"
+        if kind == "DaemonSet" and key in self.refused_pods:
+            return self.refused_pods[key]
         if kind == "DynamoGraphDeployment":  # the first worker whose rollout is not done
             waiting = [k for k in self.new.groups.get(key, []) if k in self.deploys
                        and self._health(("Deployment",) + tuple(k.split("/", 1))) != "Healthy"]

@@ -77,6 +77,8 @@ class ChangeSimulation:
         for m in r.pools.get(pool, []):
             b, e = before.get(m, 0), end.get(m, 0)
             out.append(f"{m} on this pool: {b} -> {e} ready" + _dip(b, low.get(m, (e, 0.0, 0.0))))
+        if pool in r.tuning_failed:
+            out.append(f"clocks and power NOT applied on its nodes (kiln.io/gpu-tuning=failed): {r.tuning_failed[pool]}")
         if not r.completed and r.stuck_on is not None:
             kind, _, name = r.stuck_on
             out.append(f"the change sticks on {kind} {name} ({STUCK_CODE}), "
@@ -154,7 +156,7 @@ class ChangeSimulation:
                 "per_pool": {p: {"before": r.pool_before.get(p, {}), "end": r.pool_end.get(p, {}),
                                  "lowest": {m: {"ready": v[0], "from_s": v[1], "for_s": v[2]} for m, v in low.items()}}
                              for p, low in r.pool_low.items()},
-                "stuck_pool": r.stuck_pool,
+                "stuck_pool": r.stuck_pool, "tuning_failed": r.tuning_failed,
                 "steps": [{"t": s.t, "text": s.text, "ready": s.ready, "pool": s.pool} for s in r.steps]}
 
     def annotate(self, disruptions: list) -> list:
