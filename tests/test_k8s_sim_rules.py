@@ -451,7 +451,7 @@ def _tuning(o: dict) -> dict:
 def test_todays_tuning_daemonset_is_admitted_and_its_commands_run() -> None:
     r = _tuning_change()
     assert r.completed, r.stuck
-    assert r.tuning_failed == {}
+    assert r.tuning_failed == {} and ChangeSimulation(r).diagnostics() == []
     assert not [s for s in r.steps if "gpu-tuning=failed" in s.text]
 
 
@@ -464,8 +464,10 @@ def test_a_tuning_daemonset_without_privileged_fails_on_every_node() -> None:
     objects, values, app = tree.read_dir(GOLDEN_TREE)
     assert {s.pool for s in failed} == {"b200-pool", "h100-pool"}
     assert len(failed) == sum(p.nodes for p in tree.revision(objects, values, app).pools.values())  # one a node
-    assert any(line.startswith("clocks and power NOT applied")
-               for line in ChangeSimulation(r).pool_lines("b200-pool"))
+    sim = ChangeSimulation(r)
+    assert any(line.startswith("clocks and power NOT applied") for line in sim.pool_lines("b200-pool"))
+    assert [(c, m.split(":")[0]) for c, m, _ in sim.diagnostics()] == [  # the plan refuses the change
+        ("K858", "node pool 'b200-pool'"), ("K858", "node pool 'h100-pool'")]
 
 
 @pytest.mark.parametrize("mutate, cause", [

@@ -487,8 +487,11 @@ class RolloutDoesNotComplete(Rule):
     Eviction API under the PodDisruptionBudgets, the MIG manager, Argo CD's sync waves and the
     re-layout Job's script), a rollout or the re-layout reaches a state where nothing can move: new
     pods Pending while the rolling update may remove no old one, an eviction refused past the
-    Job's bound, a node left `failed`, a forbidden API call. Argo CD then reports the Application
-    Degraded and retries the same failure.
+    Job's bound, a node left `failed`, a forbidden API call, a DaemonSet's pods refused by the
+    namespace's Pod Security level. Argo CD then reports the Application Degraded and retries the
+    same failure. Also a change whose node-tuning pods run but lack what their commands need (root,
+    CAP_SYS_CHROOT, /dev/nvidia* through privileged): every node of the pool ends
+    `kiln.io/gpu-tuning=failed` and its clocks and power are never set.
 
     Reported by `kiln plan --base` with the simulated timeline and the cause. Fix: give the
     rollout room (fewer replicas per node, a pool with a free node), or split the edit in two merges.

@@ -234,6 +234,12 @@ class ChangeSimulation:
                         "rollout has room: fewer replicas per node, a pool with a free node, or the change in "
                         "two merges; a Deployment whose pods change shape on a full pool (tp) rolls from the old pods "
                         "kiln.lock records: run `kiln lock` on the base revision and commit it first"))
+        for pool, why in sorted(self.result.tuning_failed.items()):
+            out.append((STUCK_CODE, f"node pool {pool!r}: its clocks and power are never applied, every node ends "
+                        f"kiln.io/gpu-tuning=failed: {why}",
+                        "the node-tuning DaemonSet's container must run as root (runAsUser 0) and privileged (it "
+                        "requests no GPU, so only a privileged container opens /dev/nvidia*), in a namespace that "
+                        "enforces Pod Security `privileged` (the GPU Operator's): as Kiln emits it"))
         for m in self.floor_breaches():
             lowest, since, span = self.result.low[m]
             out.append((FLOOR_CODE, f"model {m!r} has no ready pod from +{_t(since)} for {_t(span)} during the change",
