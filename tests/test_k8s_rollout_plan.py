@@ -127,6 +127,7 @@ def test_halving_tp_with_a_lock_frees_a_node_first_and_completes(tmp_path: Path)
     old pod goes. It completes in two loads, big at 1 of 2 for one load, the floor an image bump
     holds; no K858. `kiln lock` after the change puts the batch pace back (2), which replaces no pod."""
     from compiler.gitops.semplan import host_disruptions
+    from compiler.pipeline import validate_text
 
     sim, base, head = _locked_sims(tmp_path, _edited(()), _edited(TP4))
     r = sim.result
@@ -140,6 +141,12 @@ def test_halving_tp_with_a_lock_frees_a_node_first_and_completes(tmp_path: Path)
     relocked, _, after = _locked_sims(tmp_path / "relocked", _edited(TP4), _edited(TP4))
     assert after.actions["k8s-deployment/big-b200-pool"].params.max_unavailable == 2
     assert relocked.result.completed and not relocked.result.events
+    # K957 says the pace comes from the lock while the lock's shape is the old one, and not after
+    warned = [d for d in validate_text(_edited(TP4), tmp_path / "spec", "kiln.yaml").diagnostics if d.code == "K957"]
+    assert len(warned) == 1 and "'big-b200-pool' as 2 pod(s) of 8gpu (1 per node)" in warned[0].message
+    assert "kiln lock" in warned[0].help
+    assert not [d for d in validate_text(_edited(TP4), tmp_path / "relocked" / "spec", "kiln.yaml").diagnostics
+                if d.code == "K957"]
     # the image bump that follows holds the same floor: 2 of 4 pods at a time, one node
     bump, _, _ = _locked_sims(tmp_path / "bump", _edited(TP4), _edited(TP4 + IMAGE))
     assert bump.result.completed and bump.result.low["big"][0] == 2

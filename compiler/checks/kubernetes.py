@@ -399,6 +399,45 @@ class DynamoGroveNameTooLong(Check):
                                    help="shorten the model or node pool name")
 
 
+class RolloutPacedByLockedShape(Check):
+    """The lock file records a Deployment's pods at another device shape than the spec gives them
+    (a tp or pp change: big 2 x 8 GPUs -> 4 x 4): the tree paces this change from the lock.
+
+    On a pool with no room to surge, no pod of the new shape fits until the old pods of a node are
+    gone, so the Deployment's maxUnavailable is new replicas - (old replicas - old pods on the pool's
+    `node_pool.max_unavailable` nodes): Kubernetes' rolling update removes exactly those old pods
+    first and keeps the rest, the floor the pool declares (README, "What a change does to the
+    running fleet"). That pace suits this change only: run `kiln lock` once it has rolled out and
+    commit the lock. Until then every later rollout of the workload takes that many pods at once,
+    more than a node's worth of the new shape. Runtime `deployment` only.
+    """
+
+    code = "K957"
+    name = "rollout-paced-by-locked-shape"
+    severity = Severity.WARNING
+    order = ORDER
+
+    def run(self, ctx: CheckContext) -> Iterable[Diagnostic]:
+        from compiler.ir.pools import shape_slug, shape_text
+
+        if _runtime(ctx) != "deployment":
+            return
+        lock = ctx.ir.lock_file or "the lock file"
+        for pname, pool in sorted(ctx.ir.pools.items()):
+            for w in pool.workloads:
+                old = ctx.ir.locked_pods.get(pname, {}).get(w.name)
+                if old is None or old["shape"] == shape_slug(w.mig_profile, w.gpus):
+                    continue
+                yield ctx.diag(self, ("models", w.model), key=True,
+                               message=f"{lock} records {w.name!r} as {old['replicas']} pod(s) of {old['shape']} "
+                                       f"({old['per_node']} per node); the spec gives {w.replicas} of "
+                                       f"{shape_text(w.mig_profile, w.gpus)}: its Deployment's pace comes from the lock (on a "
+                                       "pool without room to surge, the pace that removes the old pods of the "
+                                       "pool's max_unavailable nodes first)",
+                               help="run `kiln lock` once this change has rolled out and commit the lock: until "
+                                    "then every rollout of the workload keeps that pace")
+
+
 class WorkloadNamesFollowShapes(Check):
     """A model serves several device shapes on a node pool, and no lock file records their workload
     names: a later change of the set of shapes can rename a workload, which Kubernetes carries out
