@@ -152,6 +152,46 @@ def test_halving_tp_with_a_lock_frees_a_node_first_and_completes(tmp_path: Path)
     assert bump.result.completed and bump.result.low["big"][0] == 2
 
 
+def test_lock_check_passes_mid_change_on_the_pods_of_the_running_revision(tmp_path: Path, capsys) -> None:
+    """The tp edit is merged with the base's lock (rewriting it would lose the pace): its "pods" and
+    the bare name's shape describe what runs, so `kiln lock --check` (CI) passes with a line saying
+    so, and K209 is silent; a stale placement in the same edit still fails the check."""
+    from compiler.pipeline import validate_path
+
+    spec = tmp_path / "spec" / "kiln.yaml"
+    shutil.copytree(EXAMPLE, spec.parent)
+    assert main(["lock", str(spec)]) == ExitCode.OK
+    spec.write_text(_edited(TP4), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["lock", "--check", str(spec)]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert "describe the running revision (big-b200-pool runs 2 pod(s) of 8gpu, 1 per node; the spec gives 4 " \
+           "of 4gpu, 2 per node): after the rollout, run `kiln lock" in out
+    assert not [d for d in validate_path(spec).diagnostics if d.code == "K209"]
+    # a MIG placement the lock no longer records is stale whatever the pods say
+    spec.write_text(_edited(TP4 + ONEFIELD), encoding="utf-8")
+    assert main(["lock", "--check", str(spec)]) == ExitCode.ERRORS
+    captured = capsys.readouterr()
+    assert "is stale" in captured.err and "running revision" not in captured.out
+    assert "kiln lock --keep-pods" in captured.err
+    # `kiln lock --keep-pods` writes the new placement and keeps the running pods: the pace stays
+    assert main(["lock", "--keep-pods", str(spec)]) == ExitCode.OK and "running revision" in capsys.readouterr().out
+    doc = json.loads((spec.parent / "kiln.lock").read_text())
+    assert doc["pods"]["b200-pool"]["big-b200-pool"] == {"per_node": 1, "replicas": 2, "shape": "8gpu"}
+    assert "1g.20gb" in json.dumps(doc["placements"]) and main(["lock", "--check", str(spec)]) == ExitCode.OK
+    assert "running revision" in capsys.readouterr().out
+    assert graph_of(spec, tmp_path / "g", _edited(TP4 + ONEFIELD)).actions[
+        "k8s-deployment/big-b200-pool"].params.max_unavailable == 3
+    # so is a workload name it does not record (intent moves onto the B200 pool beside big's new shape)
+    spec.write_text(_edited(MOVEMODEL), encoding="utf-8")
+    assert main(["lock", "--check", str(spec)]) == ExitCode.ERRORS
+    assert "is stale" in capsys.readouterr().err
+    # after the rollout `kiln lock` records the new pods: up to date, no note
+    spec.write_text(_edited(TP4), encoding="utf-8")
+    assert main(["lock", str(spec)]) == ExitCode.OK and main(["lock", "--check", str(spec)]) == ExitCode.OK
+    assert "up to date" in capsys.readouterr().out
+
+
 def test_a_lock_with_malformed_pods_is_k912(tmp_path: Path) -> None:
     """The lock's "pods" are read like its surges: an entry that is not a shape and two counts is the
     lock file's fault (K912), never a traceback."""
