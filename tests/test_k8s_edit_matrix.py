@@ -37,6 +37,9 @@ def test_the_matrix_catches_what_the_review_found(tmp_path: Path) -> None:
     sel = Edit("deployment", ((("hosts", "b200-pool", "node_pool", "selector", "kiln.io/pool"), "elsewhere"),))
     outcome, sim = check(sel, tmp_path / "sel")
     assert outcome == "refused K858" and "didn't match Pod's node affinity/selector" in sim.result.stuck
+    # K858's fix names the selector, not a rollout's room or the lock
+    (help_text,) = [h for c, _, h in sim.diagnostics() if c == "K858"]
+    assert help_text.startswith("no node carries node pool 'b200-pool''s node_pool.selector") and "kiln lock" not in help_text
 
 
 # review N2's `tp`: big tp 8 -> 4 on its two full B200 nodes (2 x 8 GPUs -> 4 x 4), as matrix edits

@@ -115,9 +115,42 @@ def test_halving_tp_on_a_full_pool_without_a_lock_is_refused_with_its_cause(tmp_
     assert not sim.result.completed and "Insufficient nvidia.com/gpu" in sim.result.stuck
     assert sim.result.end["big"] == 2 and sim.result.desired["big"] == 4
     assert [c for c, _, _ in sim.diagnostics()] == ["K858"]
+    # K858's fix is the lock, said for this cause only (the other causes' fixes: test_k858_s_fix_...)
+    assert sim.result.stuck_family == "reshape"
+    assert "Deployment big-b200-pool's pods change shape on node pool 'b200-pool'" in sim.diagnostics()[0][2]
+    assert "Run `kiln lock` on the base revision" in sim.diagnostics()[0][2]
     lines = [d.detail for d in sim.annotate(host_disruptions(base, head)) if d.kind == "workload-roll"]
     assert len(lines) == 1 and lines[0].startswith("big-b200-pool: pods replaced 2 at a time")
     assert lines[0].endswith("; simulated: does NOT complete, the sync waits on it (K858, see the rollout)")
+
+
+def _k858_help(sim) -> str:
+    helps = [h for c, _, h in sim.diagnostics() if c == "K858"]
+    assert len(helps) == 1, sim.diagnostics()
+    return helps[0]
+
+
+def test_k858_s_fix_follows_its_cause(tmp_path: Path) -> None:
+    """K858's help is worded from the cause: the `kiln lock` hint only where a Deployment's pods change
+    shape and its pace lets no old pod go (above); a model moved onto a full pool whose freed devices
+    another model's pods take (the lock records big's pods there, so the hint would be wrong), a
+    Dynamo worker's reshape and a DGD the webhook refuses each get their own fix."""
+    from tests.k8s_edit_matrix import base_text
+    from tests.test_k8s_change_matrix import SECOND_SHAPE
+
+    moved, _, _ = _locked_sims(tmp_path / "moved", _edited(()), _edited(MOVEMODEL))
+    assert not moved.result.completed and moved.result.stuck_family == "room"
+    assert _k858_help(moved).startswith("Deployment big-b200-pool's new pods find no free device on node pool "
+                                        "'b200-pool'") and "kiln lock" not in _k858_help(moved)
+    text = base_text("dynamo")
+    dyn, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "a", text),
+                              graph_of(EXAMPLE / "kiln.yaml", tmp_path / "b", _edited_text(text, TP4)))
+    assert dyn.result.stuck_family == "worker-room" and "kiln lock" not in _k858_help(dyn)
+    assert "operator's rolling update may not retire an old worker first" in _k858_help(dyn)
+    hook, = change_simulations(graph_of(EXAMPLE / "kiln.yaml", tmp_path / "c", text),
+                               graph_of(EXAMPLE / "kiln.yaml", tmp_path / "d", text.replace(*SECOND_SHAPE)))
+    assert hook.result.stuck_family == "webhook" and "kiln lock" not in _k858_help(hook)
+    assert "deleted and re-created, its model serving nothing meanwhile (K855)" in _k858_help(hook)
 
 
 def test_halving_tp_with_a_lock_frees_a_node_first_and_completes(tmp_path: Path) -> None:

@@ -500,6 +500,10 @@ def test_a_tuning_daemonset_in_an_enforcing_namespace_is_refused_and_sticks(leve
     assert all(f in r.stuck for f in forbids), r.stuck
     assert r.stuck_pool in ("b200-pool", "h100-pool")
     assert [c for c, _, _ in ChangeSimulation(r).diagnostics()] == ["K858"]  # the plan refuses the change
+    # its fix is the namespace's Pod Security level, not a rollout's room or the lock
+    assert r.stuck_family == "pod-security"
+    fix = ChangeSimulation(r).diagnostics()[0][2]
+    assert "Pod Security level" in fix and "enforces `privileged`" in fix and "kiln lock" not in fix
 
 
 def test_pod_security_levels_on_kilns_other_pods() -> None:

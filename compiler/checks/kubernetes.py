@@ -532,11 +532,14 @@ class RolloutDoesNotComplete(Rule):
     CAP_SYS_CHROOT, /dev/nvidia* through privileged): every node of the pool ends
     `kiln.io/gpu-tuning=failed` and its clocks and power are never set.
 
-    Reported by `kiln plan --base` with the simulated timeline and the cause. Fix: give the
-    rollout room (fewer replicas per node, a pool with a free node), or split the edit in two merges.
-    A change of a Deployment's pod shape on a full pool (tp 8 -> 4) completes only when kiln.lock,
-    written on the base revision, records the old pods (k8s_deployment.reshape_unavailable): run
-    `kiln lock` there first. Under Dynamo's managed rolling update it stays refused.
+    Reported by `kiln plan --base` with the simulated timeline and the cause; the fix is worded
+    from the cause (sim/report.py STUCK_FIX). New pods without a free device: give the rollout room
+    (fewer replicas per node, a pool with a free node), or split the edit in two merges. A change of
+    a Deployment's pod shape on a full pool (tp 8 -> 4) completes only when kiln.lock, written on
+    the base revision, records the old pods (k8s_deployment.reshape_unavailable): run `kiln lock`
+    there first (under Dynamo's managed rolling update it stays refused). A selector no node
+    carries, a PodDisruptionBudget that refuses the re-layout's evictions, a Pod Security level or
+    Dynamo's webhook that refuses: each its own fix.
     """
 
     code = "K858"

@@ -109,6 +109,12 @@ class Result:
     # node pool -> why its node-tuning pods' clocks and power commands fail (each node labelled
     # kiln.io/gpu-tuning=failed with that reason): they run, but lack what the commands need
     tuning_failed: dict = field(default_factory=dict)
+    # what kind of cause `stuck` is, for K858's fix (report.STUCK_FIX): "reshape" (a Deployment's pods
+    # change shape, Pending, and its pace lets no old pod go), "room" (Pending for want of devices),
+    # "worker-room" (a Dynamo or Grove worker's), "selector" (no node carries the pool's selector),
+    # "budget" (evictions refused by a PodDisruptionBudget), "job", "pod-security", "webhook",
+    # "immutable", "" (another)
+    stuck_family: str = ""
 
 
 class Stuck(Exception):
@@ -150,6 +156,7 @@ class Simulation:
         self.pods: list[Pod] = []
         self.job = None  # the running re-layout script (a generator) and its wake-up time
         self.job_failed: str | None = None
+        self.job_blocked = False  # the Job failed on evictions a PodDisruptionBudget refused
         self.refused_pods: dict[tuple, str] = {}  # DaemonSet key -> why the API server refuses its pods
         self.tuning_failed: dict[str, str] = {}
         for w in base.workloads.values():
@@ -424,6 +431,7 @@ class Simulation:
                         if not left:
                             break
                         if self.now >= deadline:
+                            self.job_blocked = True
                             raise Stuck(f"re-layout Job: node {n.name}: GPU pods still there after {job.evict_s}s "
                                         f"({', '.join(sorted({p.workload for p in left}))}: evictions refused by "
                                         f"their PodDisruptionBudget); the node stays cordoned, the Job fails")
@@ -731,7 +739,8 @@ class Simulation:
         if refused is not None:
             self._say(refused)
             return Result(self.steps, False, refused, 0.0, self.before, {}, self.ready_by_model(), self._low(),
-                          pool_before=self.pool_before, pool_low=self._pool_low(), pool_end=self.ready_by_pool())
+                          pool_before=self.pool_before, pool_low=self._pool_low(), pool_end=self.ready_by_pool(),
+                          stuck_family="immutable" if self.refused() else "webhook")
         self.strategy = self.new.strategy
         if self.new.strategy != self.base.strategy:
             self._say(f"the GPU Operator's MIG strategy is {self.new.strategy} from now on (helm upgrade); "
@@ -784,7 +793,8 @@ class Simulation:
                       self.ready_by_pool(), self._stuck_pool(stuck_on),
                       {w.name: w.model for w in [*self.base.workloads.values(), *self.new.workloads.values()]},
                       (self.base.strategy, self.new.strategy) if self.base.strategy != self.new.strategy else (),
-                      _moved(self.base.services, self.new.services), dict(self.tuning_failed))
+                      _moved(self.base.services, self.new.services), dict(self.tuning_failed),
+                      self._family(stuck_on) if stuck else "")
 
     def _stuck_pool(self, key: tuple | None) -> str | None:
         """The node pool a stuck object runs in: a Deployment's, a DynamoGraphDeployment's workers' (the
@@ -833,6 +843,35 @@ class Simulation:
                     f"old {sum(r.replicas for r in olds)} pod(s) left, and rolling.go may neither add nor remove one"
                     f"{why}")
         return f"{kind} {name} is not healthy"
+
+    def _family(self, key: tuple | None) -> str:
+        """Result.stuck_family of the object the sync waits on, from the state it stuck in."""
+        if key is None:
+            return ""
+        kind, ns, name = key
+        if kind == "Job":
+            return "budget" if self.job_blocked else "job"
+        if kind == "DaemonSet" and key in self.refused_pods:
+            return "pod-security"
+        if kind == "DynamoGraphDeployment":
+            waiting = [k for k in self.new.groups.get(key, []) if k in self.deploys
+                       and self._health(("Deployment",) + tuple(k.split("/", 1))) != "Healthy"]
+            return self._family(("Deployment",) + tuple(waiting[0].split("/", 1))) if waiting else ""
+        d = self.deploys.get(f"{ns}/{name}") if kind == "Deployment" else None
+        pending = [p for p in self.pods if d is not None and p.workload == d.spec.key and p.node is None]
+        if not pending:
+            return ""
+        w = self._tmpl(pending[0])
+        _, reasons = scheduler.place([self._node_view(n) for n in self.nodes.values()], w.node_selector,
+                                     w.tolerations, w.requests)
+        if sum(n for r, n in reasons.items() if "node affinity/selector" in r) == len(self.nodes):
+            return "selector"
+        if d.spec.dynamo or d.spec.grove:
+            return "worker-room"
+        was = self.base.workloads.get(d.spec.key)
+        olds = sum(r.replicas for r in d.rss[:-1])
+        # the pods' shape changed and the controller may remove no old pod: the pace frees no node
+        return "reshape" if was is not None and was.requests != d.spec.requests and olds >= was.replicas else "room"
 
     def _low(self) -> dict:
         return _lowest([(0.0, self.before)] + [(s.t, s.ready) for s in self.steps], self.now)

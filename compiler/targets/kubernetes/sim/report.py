@@ -11,6 +11,35 @@ from dataclasses import dataclass, replace
 from .engine import Result, defaults
 
 STUCK_CODE, FLOOR_CODE = "K858", "K859"
+# K858's fix per cause (engine.Result.stuck_family); {what}: the object the sync waits on, {pool}: its pool
+STUCK_FIX = {
+    "reshape": "{what}'s pods change shape on {pool}, which has no room to surge, and its pace lets no old "
+               "pod go before a new one fits: nothing records the old pods. Run `kiln lock` on the base revision "
+               "and commit it, then make this change on top: the lock's \"pods\" pace it so that the old pods "
+               "of the pool's max_unavailable nodes go first (k8s_deployment.reshape_unavailable)",
+    "room": "{what}'s new pods find no free device on {pool} (see the Pending reasons): give the pool room "
+            "(fewer replicas per node, another node in node_pool.nodes) or split the change in two merges so that "
+            "no other workload takes the devices its old pods free",
+    "worker-room": "{what}'s new pods find no free device on {pool}, and its operator's rolling update may "
+                   "not retire an old worker first: give the pool a free node's devices for a surge worker, or "
+                   "split the change in two merges",
+    "selector": "no node carries {pool}'s node_pool.selector, so {what}'s pods can never be scheduled: label "
+                "the pool's nodes with it, or set the selector to labels they carry",
+    "budget": "the re-layout Job's evictions on {pool} are refused by the PodDisruptionBudgets of the workloads "
+              "the cause names: a node's worth of each one's pods must be what its budget lets go (its "
+              "maxUnavailable follows node_pool.max_unavailable); move pods off the nodes first, or split the MIG "
+              "change from the workloads' change",
+    "job": "the re-layout Job fails on {pool} (see its cause in the rollout): fix what the cause names, and "
+           "rerun the sync",
+    "pod-security": "the API server refuses {what}'s pods under its namespace's Pod Security level: the node "
+                    "tuning DaemonSet runs privileged and as root, in a namespace that enforces `privileged` (the "
+                    "GPU Operator's), as Kiln emits it",
+    "webhook": "Dynamo's webhook refuses a changed set of a DynamoGraphDeployment's components (the model's "
+               "shapes and roles): it must be deleted and re-created, its model serving nothing meanwhile (K855)",
+    "immutable": "the field is immutable: the object must be deleted and re-created (Argo CD's Replace=true "
+                 "sync option, or by hand before the sync), or the field kept",
+    "": "see the simulated rollout in the plan; change the edit (or split it) so that every rollout has room",
+}
 
 
 def _dip(before: int, low: tuple) -> str:
@@ -230,10 +259,7 @@ class ChangeSimulation:
         out = []
         if not self.result.completed:
             out.append((STUCK_CODE, f"the change does not complete on the cluster: {self.result.stuck}",
-                        "see the simulated rollout in the plan; change the edit (or split it) so that every "
-                        "rollout has room: fewer replicas per node, a pool with a free node, or the change in "
-                        "two merges; a Deployment whose pods change shape on a full pool (tp) rolls from the old pods "
-                        "kiln.lock records: run `kiln lock` on the base revision and commit it first"))
+                        self._stuck_help()))
         for pool, why in sorted(self.result.tuning_failed.items()):
             out.append((STUCK_CODE, f"node pool {pool!r}: its clocks and power are never applied, every node ends "
                         f"kiln.io/gpu-tuning=failed: {why}",
@@ -245,6 +271,13 @@ class ChangeSimulation:
             out.append((FLOOR_CODE, f"model {m!r} has no ready pod from +{_t(since)} for {_t(span)} during the change",
                         self._floor_help()))
         return out
+
+    def _stuck_help(self) -> str:
+        """K858's fix, from its cause (Result.stuck_family)."""
+        on = self.result.stuck_on
+        what = f"{on[0]} {on[2]}" if on else "the object the sync waits on"
+        pool = f"node pool {self.result.stuck_pool!r}" if self.result.stuck_pool else "its node pool"
+        return STUCK_FIX.get(self.result.stuck_family, STUCK_FIX[""]).format(what=what, pool=pool)
 
     def _floor_help(self) -> str:
         """K859's fix, from its cause: a MIG strategy flip has no order that keeps a model on its pool."""
