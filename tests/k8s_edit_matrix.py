@@ -218,6 +218,10 @@ def check(edit: Edit, work: Path) -> tuple[str, object]:
         if r.before.get(m) and lowest < r.before[m]:
             assert f"{m}: {r.before[m]} -> {r.end.get(m, 0)} ready" in text and f"lowest {lowest} " in text
     assert all(step.text in text for step in r.steps)
+    # ... and its lowest is the pods': the fewest Ready and not being deleted at any moment (the three
+    # rollout paths alike: rolling.go, Dynamo's worker generations, Grove's PodClique)
+    serving = serving_lows(base, head)
+    assert {m: v[0] for m, v in r.low.items()} == serving, (edit.name, r.low, serving)
     # ... per node pool too: a pool's ready pods add up to the model's, its fewest are its timeline's,
     # and every pool says whether the object the change sticks on is in it
     for step in r.steps:
@@ -235,3 +239,53 @@ def check(edit: Edit, work: Path) -> tuple[str, object]:
     # strategy the simulated workload rolled by, and the workload the change sticks on says so
     assert_lines_agree(sim, sim.annotate(host_disruptions(base, head)), edit.name)
     return ("completes" if r.completed and not codes else "refused " + ",".join(codes)), sim
+
+
+# --- the lowest count, cross-checked against the pods themselves ----------------------------------------
+# The engine's methods after which the pods may have changed: the controllers' syncs, Argo CD's applies
+# and prunes, the re-layout Job's evictions and scale-downs (each in a step of its own or a settle).
+_SAMPLED = ("_replicaset_step", "_schedule", "_kubelet", "_deployment_step", "_mig_step", "_apply",
+            "_delete_deployment", "_say", "_run_job")
+
+
+def serving_lows(base, head) -> dict:
+    """model -> the fewest pods that are Ready and not being deleted behind its Service, sampled after
+    every controller action of the simulation of base -> head (not from its steps). A generation
+    (ReplicaSet, Dynamo worker generation, Grove PodClique hash) over its replicas deletes pods in its
+    next sync, the not-ready ones first, and a pod being deleted is no ready endpoint (kubernetes
+    endpointslice/utils.go podToEndpoint: ready = serving && !terminating): so it serves min(its Ready
+    pods, its replicas)."""
+    from compiler.targets.kubernetes.kinds import KINDS
+    from compiler.targets.kubernetes.sim.engine import Simulation
+    from compiler.targets.kubernetes.sim.fromgraph import pool_nodes, render_revision
+
+    class Sampled(Simulation):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.samples = [self._serving()]
+
+        def _serving(self) -> dict:
+            out = {}
+            for model in {m for m, _ in self.services.values()}:
+                sels = [sel for m, sel in self.services.values() if m == model]
+                out[model] = sum(
+                    min(sum(1 for p in self.pods if p.rs == rs.name and p.ready), rs.replicas)
+                    for d in self.deploys.values() for rs in d.rss
+                    if any(all(d.templates[rs.name].labels.get(k) == v for k, v in sel.items()) for sel in sels))
+            return out
+
+    def sampled(name):
+        inner = getattr(Simulation, name)
+
+        def call(self, *args, **kwargs):
+            out = inner(self, *args, **kwargs)
+            if hasattr(self, "samples"):
+                self.samples.append(self._serving())
+            return out
+        return call
+
+    for name in _SAMPLED:
+        setattr(Sampled, name, sampled(name))
+    sim = Sampled(render_revision(base, KINDS), render_revision(head, KINDS), pool_nodes(base, head))
+    sim.run()
+    return {m: min(s.get(m, 0) for s in sim.samples) for m in {m for s in sim.samples for m in s}}

@@ -67,3 +67,18 @@ def test_halving_tp_completes_on_deployments_and_is_refused_on_dynamo(runtime: s
         assert sim.result.end["big"] == 4
     if runtime == "deployment":
         assert sim.result.low["big"][0] == 1
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_lowest_is_the_fewest_serving_pods_on_each_rollout_path(runtime: str, tmp_path: Path) -> None:
+    """The plan's "lowest" per model is the fewest pods Ready and not being deleted at any moment of
+    the simulation, sampled after every controller action (k8s_edit_matrix.serving_lows, asserted by
+    check() on every matrix edit): on rolling.go's ReplicaSets, Dynamo's worker generations and
+    Grove's PodClique alike. A chat-only pod template change rolls chat on each path, taking pods
+    out: a Deployment 8 at a time, Dynamo and Grove one."""
+    from tests.k8s_edit_matrix import Edit
+
+    edit = Edit(runtime, ((("models", "chat", "serving", "max_queue_size"), 256),))
+    outcome, sim = check(edit, tmp_path / "chat")
+    assert outcome == "completes"
+    assert sim.result.low["chat"][0] == {"deployment": 24}.get(runtime, 31) < sim.result.before["chat"]

@@ -160,3 +160,21 @@ def test_changing_the_pathway_of_running_models_is_refused(repo: GitRepo, capsys
     assert "big, chat, coder, intent" in line and "keep `grove: true`" in out
     (repo.root / "deploy" / "kiln.yaml").write_text(_edited_text(_text(True), ONEFIELD), encoding="utf-8")
     assert "[K850]" not in (main(["plan", "deploy/kiln.yaml", "--base", "main"]), capsys.readouterr().out)[1]
+
+
+def test_halving_tp_on_grove_counts_the_deleted_old_pod_out_at_once(tmp_path: Path) -> None:
+    """Review N2's `tp` on Grove: processPendingUpdates deletes one of big's 2 old pods at +0s and its
+    replacements are Ready at +10m. A pod being deleted is no ready endpoint of its Service
+    (endpointslice/utils.go podToEndpoint: ready = serving && !terminating), so big serves 1 pod from
+    +0s for one load; the plan said 2: its step was recorded between the PodClique's decision and the
+    pod's deletion, and counted the deleted pod."""
+    from tests.k8s_edit_matrix import Edit, check
+    from tests.test_k8s_edit_matrix import TP4
+
+    outcome, sim = check(Edit("grove", TP4), tmp_path)
+    r = sim.result
+    assert outcome == "completes" and r.before["big"] == 2 and r.end["big"] == 4
+    assert r.low["big"] == (1, 0.0, 600.0)
+    deleted = next(s for s in r.steps if "Grove PodClique, old-hash pods 2 -> 1" in s.text)
+    assert deleted.t == 0.0 and deleted.ready["big"] == 1 and deleted.by_pool["b200-pool"]["big"] == 1
+    assert "big: 2 -> 4 ready (wants 4); lowest 1 (50%) from +0s for 10m00s" in sim.text()

@@ -218,21 +218,39 @@ class Simulation:
                 used.update(self._tmpl(p).requests)
         return scheduler.NodeView(n.name, labels, alloc, used, n.unschedulable, n.taints)
 
+    def _terminating(self) -> set[str]:
+        """The pods a ReplicaSet (or PodClique) holds over its replicas: the controller deletes them in
+        its next sync, and a pod with a deletionTimestamp is no longer a ready endpoint of its Service
+        (kubernetes v1.34 staging/src/k8s.io/endpointslice/utils.go podToEndpoint: ready :=
+        publishNotReadyAddresses || (serving && !terminating), terminating := DeletionTimestamp != nil;
+        Kiln's Services do not publish not-ready addresses). So the step that scales a generation down
+        counts without them, whatever its grace period. Left out: kube-proxy's fallback to serving
+        terminating endpoints when a Service has no ready one (KEP-1669)."""
+        out: set[str] = set()
+        for d in self.deploys.values():
+            for rs in d.rss:
+                mine = [p for p in self.pods if p.rs == rs.name]
+                out.update(p.name for p in _doomed(mine, rs.replicas))
+        return out
+
     def ready_by_model(self) -> dict:
+        """Each model's ready pods behind its Service: Ready and not being deleted (_terminating)."""
+        gone = self._terminating()
         out = {}
         for model in sorted({m for m, _ in self.services.values()}):
             sels = [sel for m, sel in self.services.values() if m == model]
-            out[model] = sum(1 for p in self.pods if p.ready and any(
+            out[model] = sum(1 for p in self.pods if p.ready and p.name not in gone and any(
                 all(p.labels.get(k) == v for k, v in sel.items()) for sel in sels))
         return out
 
     def ready_by_pool(self) -> dict:
         """Each pool's share of ready_by_model: the ready pods behind a model's Service on its nodes."""
+        gone = self._terminating()
         out: dict = {}
         for model in sorted({m for m, _ in self.services.values()}):
             sels = [sel for m, sel in self.services.values() if m == model]
             for p in self.pods:
-                if p.ready and p.node is not None and any(
+                if p.ready and p.node is not None and p.name not in gone and any(
                         all(p.labels.get(k) == v for k, v in sel.items()) for sel in sels):
                     mine = out.setdefault(self.nodes[p.node].pool, {})
                     mine[model] = mine.get(model, 0) + 1
@@ -312,9 +330,7 @@ class Simulation:
                                              dict(d.templates[rs.name].labels), self.seq))
                     changed = True
                 elif len(mine) > rs.replicas:
-                    # controller_utils.go ActivePods Less: unassigned, then not ready, then the newest go first
-                    doomed = sorted(mine, key=lambda p: (p.node is not None, p.ready, -p.created))[:len(mine) - rs.replicas]
-                    gone = {p.name for p in doomed}
+                    gone = {p.name for p in _doomed(mine, rs.replicas)}
                     self.pods = [p for p in self.pods if p.name not in gone]
                     changed = True
         return changed
@@ -882,6 +898,13 @@ class Simulation:
                                                                          for s in self.steps], self.now,
                               self._pool_models().get(pool, []))
                 for pool in sorted(pools)}
+
+
+def _doomed(mine: list, replicas: int) -> list:
+    """The pods a ReplicaSet of `replicas` deletes of its pods `mine`: kubernetes controller_utils.go
+    ActivePods Less (unassigned, then not ready, then the newest go first). Grove's PodClique deletes
+    the oldest Ready old-hash pod (grove.py), one generation's pods all alike, so the same count."""
+    return sorted(mine, key=lambda p: (p.node is not None, p.ready, -p.created))[:max(len(mine) - replicas, 0)]
 
 
 def _moved(before: dict, after: dict) -> list:
