@@ -210,6 +210,13 @@ def check(edit: Edit, work: Path) -> tuple[str, object]:
     assert bool(zero) == ("K859" in codes), (edit.name, zero, codes)
     for m in zero:
         assert any(f"model {m!r} has no ready pod" in msg for _, msg, _ in sim.diagnostics())
+    #    and each model keeps, on each pool, the floor its PodDisruptionBudgets declare there, or the plan
+    #    says when and why not (K450; not beside K859): the lowest recomputed from the timeline
+    below = sorted((p, m) for p, floors in r.floors.items() for m, floor in floors.items() if m not in zero
+                   and 0 <= min([r.pool_before.get(p, {}).get(m, 0)]
+                                + [s.by_pool.get(p, {}).get(m, 0) for s in r.steps]) < floor)
+    said = sorted((msg.split("'")[3], msg.split("'")[1]) for c, msg, _ in sim.diagnostics() if c == "K450")
+    assert below == said, (edit.name, below, said)
     # 4. the plan's text is the simulation: its figures recomputed from the timeline
     text = sim.text()
     for m, (lowest, _, _) in r.low.items():

@@ -558,6 +558,28 @@ class RolloutTakesModelToZero(Rule):
     severity = Severity.ERROR
 
 
+class RolloutBelowDeclaredFloor(Rule):
+    """During the change a model's ready pods on a node pool fall below the floor the tree declares
+    for it there, but not to zero (K859 says that): the simulated rollout of `kiln plan --base`
+    keeps fewer pods than the model's PodDisruptionBudgets promise a voluntary disruption leaves.
+    The floor is, per budget, the replicas of the workloads it selects less its maxUnavailable
+    (Kiln derives that from `node_pool.max_unavailable`: a node batch's pods), summed over the
+    model's workloads on the pool; where the two revisions differ, the lesser. The message says
+    the lowest, the floor, from when and for how long, and the step that took the pods there.
+
+    A warning: the change completes, and serving at the lower capacity for that time is the
+    platform team's call. The fix follows the cause: the re-layout Job evicting a node batch
+    beside the roll (serve part of the model from another shape or pool, or raise
+    node_pool.max_unavailable knowingly), a Deployment's change of pod shape (commit `kiln lock`
+    on the base revision first), a Dynamo or Grove worker roll (room to surge), a pruned workload
+    (the lock keeps the names); otherwise a maintenance window.
+    """
+
+    code = "K450"
+    name = "rollout-below-declared-floor"
+    severity = Severity.WARNING
+
+
 class SpecRenamedOnCluster(Rule):
     """The spec's `name` changed while its Kubernetes tree runs (`kiln plan --base`). The name is in
     the tree's identities: the Argo CD Application (`kubernetes.argocd`) is named after it, so the

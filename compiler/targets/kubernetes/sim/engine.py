@@ -115,6 +115,9 @@ class Result:
     # "budget" (evictions refused by a PodDisruptionBudget), "job", "pod-security", "webhook",
     # "immutable", "" (another)
     stuck_family: str = ""
+    # node pool -> model -> the fewest ready pods its PodDisruptionBudgets declare there (disruption.
+    # declared_floor), the lesser of the two revisions', for a model on the pool in both
+    floors: dict = field(default_factory=dict)
 
 
 class Stuck(Exception):
@@ -810,7 +813,14 @@ class Simulation:
                       {w.name: w.model for w in [*self.base.workloads.values(), *self.new.workloads.values()]},
                       (self.base.strategy, self.new.strategy) if self.base.strategy != self.new.strategy else (),
                       _moved(self.base.services, self.new.services), dict(self.tuning_failed),
-                      self._family(stuck_on) if stuck else "")
+                      self._family(stuck_on) if stuck else "", self._floors())
+
+    def _floors(self) -> dict:
+        """The floor each model's budgets declare on each pool, in both revisions (a scale-down's is
+        the new one's, a scale-up's the base's: the lesser)."""
+        was, now = (disruption.declared_floor(list(r.workloads.values()), r.budgets) for r in (self.base, self.new))
+        return {p: {m: min(f, now[p][m]) for m, f in sorted(fs.items()) if m in now.get(p, {})}
+                for p, fs in sorted(was.items()) if p in now}
 
     def _stuck_pool(self, key: tuple | None) -> str | None:
         """The node pool a stuck object runs in: a Deployment's, a DynamoGraphDeployment's workers' (the

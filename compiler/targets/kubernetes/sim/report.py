@@ -1,7 +1,8 @@
 """The simulation as the plan shows it: whether the change completes (or where it sticks, and why),
 how long it takes, each model's fewest ready pods during it and for how long, and the timeline.
 Text, Markdown and JSON are three forms of the same `Result`; the diagnostics (K858 the change
-does not complete, K859 a model has no ready pod during it) come from it too."""
+does not complete, K859 a model has no ready pod during it, K450 a model's pods on a pool fall below
+the floor its PodDisruptionBudgets declare) come from it too."""
 
 from __future__ import annotations
 
@@ -10,7 +11,24 @@ from dataclasses import dataclass, replace
 
 from .engine import Result, defaults
 
-STUCK_CODE, FLOOR_CODE = "K858", "K859"
+STUCK_CODE, FLOOR_CODE, BELOW_FLOOR_CODE = "K858", "K859", "K450"
+# K450's fix per cause (ChangeSimulation._below_family); {model}, {pool}
+BELOW_FLOOR_FIX = {
+    "relayout": "the re-layout Job takes a node batch's pods (what the budget allows) while the rollout takes "
+                "more: serve part of {model} from another device shape or node pool, so a node of {pool} holds "
+                "less of it; or raise {pool}'s node_pool.max_unavailable knowingly (the declared floor is then "
+                "lower); or apply the change in a maintenance window",
+    "prune": "Argo CD prunes a workload of {model} whose name the change gives away: run `kiln lock` on the base "
+             "revision and commit it, then make this change on top (the names stay, K954)",
+    "reshape": "{model}'s Deployment on {pool} takes out more pods than its budget allows (a change of pod shape "
+               "frees a node batch before the new pods fit): run `kiln lock` on the base revision and commit it "
+               "first (its \"pods\" pace the roll to the pool's max_unavailable nodes), or apply the change in a "
+               "maintenance window",
+    "worker": "{model}'s workers on {pool} roll by their operator's pace (Grove: one pod at a time; Dynamo: the "
+              "component's surge/unavailable), beside what else takes pods: give the pool a free node's devices "
+              "so the workers surge, or apply the change in a maintenance window",
+    "": "split the change so fewer of {model}'s pods are out at once, or apply it in a maintenance window",
+}
 # K858's fix per cause (engine.Result.stuck_family); {what}: the object the sync waits on, {pool}: its pool
 STUCK_FIX = {
     "reshape": "{what}'s pods change shape on {pool}, which has no room to surge, and its pace lets no old "
@@ -270,7 +288,37 @@ class ChangeSimulation:
             lowest, since, span = self.result.low[m]
             out.append((FLOOR_CODE, f"model {m!r} has no ready pod from +{_t(since)} for {_t(span)} during the change",
                         self._floor_help()))
+        return out + self._below_floor()
+
+    def _below_floor(self) -> list[tuple[str, str, str]]:
+        """K450: a model's ready pods on a pool below the floor its budgets declare there (Result.floors),
+        with the step that took them there; not for a model K859 already says has no ready pod."""
+        r, zero, out = self.result, set(self.floor_breaches()), []
+        for pool, floors in sorted(r.floors.items()):
+            for m, floor in sorted(floors.items()):
+                low = r.pool_low.get(pool, {}).get(m)
+                if m in zero or low is None or low[0] >= floor:
+                    continue
+                lowest, since, span = low
+                why = self._cause(pool, m, lowest, since)
+                of = r.pool_before.get(pool, {}).get(m, 0)
+                out.append((BELOW_FLOOR_CODE,
+                            f"model {m!r} on node pool {pool!r}: lowest {lowest} of {of} ready from +{_t(since)} "
+                            f"for {_t(span)}, below the floor of {floor} its PodDisruptionBudgets declare"
+                            + (f", {why}" if why else ""),
+                            BELOW_FLOOR_FIX[self._below_family(why)].format(model=m, pool=pool)))
         return out
+
+    @staticmethod
+    def _below_family(why: str) -> str:
+        """The kind of step _cause names, for K450's fix."""
+        if why.startswith("while the re-layout Job"):
+            return "relayout"
+        if why.startswith("while Argo CD prunes"):
+            return "prune"
+        if "Grove PodClique" in why or "worker generation" in why:
+            return "worker"
+        return "reshape" if "ReplicaSet" in why else ""
 
     def _stuck_help(self) -> str:
         """K858's fix, from its cause (Result.stuck_family)."""
