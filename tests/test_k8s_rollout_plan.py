@@ -1011,6 +1011,14 @@ def test_a_model_below_the_floor_its_budgets_declare_is_k450_with_its_cause(tmp_
     assert [d[0] for d in image.diagnostics()] == []
     single = _sim(tmp_path / "single", SINGLE)
     assert [(d[0], d[1].split("'")[1]) for d in single.diagnostics()] == [("K859", "intent")]
+    # doubling big's tp on the full B200 pool (4 x tp4 -> 2 x tp8, the lock on the base): 1 of 4 old pods
+    # for a load, below the floor of a node batch (2 of 4: the revisions' floors compared in GPUs)
+    tp, _, _ = _locked_sims(tmp_path / "tp", _edited(TP4), _edited(()))
+    assert tp.result.completed and tp.result.floors["b200-pool"]["big"] == 2
+    (code, message, help_), = tp.diagnostics()
+    assert code == "K450" and message.startswith("model 'big' on node pool 'b200-pool': lowest 1 of 4 ready from "
+                                                 "+0s for 20m00s, below the floor of 2 ")
+    assert "rolling.go" in message and "maintenance window" in help_
 
 
 def test_a_dynamo_worker_below_its_floor_is_k450(tmp_path: Path) -> None:

@@ -564,7 +564,8 @@ class RolloutBelowDeclaredFloor(Rule):
     keeps fewer pods than the model's PodDisruptionBudgets promise a voluntary disruption leaves.
     The floor is, per budget, the replicas of the workloads it selects less its maxUnavailable
     (Kiln derives that from `node_pool.max_unavailable`: a node batch's pods), summed over the
-    model's workloads on the pool; where the two revisions differ, the lesser. The message says
+    model's workloads on the pool; where the two revisions differ, the lesser, compared in devices
+    (a change of pod shape, tp 4 -> 8, halves the pods, not the floor) and counted in the base's pods. The message says
     the lowest, the floor, from when and for how long, and the step that took the pods there.
 
     A warning: the change completes, and serving at the lower capacity for that time is the

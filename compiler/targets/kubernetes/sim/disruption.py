@@ -74,18 +74,28 @@ def evict(pod: PodView, budgets: list[Budget], pods: list[PodView], seen: dict[s
     return None
 
 
+
+def devices(w) -> int:
+    """The devices (GPUs or MIG slices, nvidia.com/*) one pod of a workload takes; 1 for none."""
+    return sum(w.requests.values()) or 1
+
+
 def declared_floor(workloads: list, budgets: list[Budget]) -> dict[str, dict[str, int]]:
-    """node pool -> model -> the ready pods the tree declares it keeps there during a voluntary
-    disruption: per budget, its desiredHealthy (status() above: the replicas of the workloads it
-    selects, less its maxUnavailable, which Kiln derives from node_pool.max_unavailable), summed
-    over the budgets of the model's workloads on the pool. `workloads`: the revision's (model, pool,
-    namespace, replicas, pod labels); a workload no budget selects declares no floor."""
+    """node pool -> model -> the devices (devices() per pod) of the ready pods the tree declares it
+    keeps there during a voluntary disruption: per budget, its desiredHealthy (status() above: the
+    replicas of the workloads it selects, less its maxUnavailable, which Kiln derives from
+    node_pool.max_unavailable), summed over the budgets of the model's workloads on the pool. In
+    devices, so that a change of pod shape (tp 4 -> 8: 4 pods -> 2) compares its revisions' floors.
+    `workloads`: the revision's (model, pool, namespace, replicas, pod labels, requests); a workload
+    no budget selects declares no floor."""
     out: dict[str, dict[str, int]] = {}
     for b in budgets:
         ns = b.name.split("/", 1)[0]
         mine = [w for w in workloads if w.namespace == ns and all(w.labels.get(k) == v for k, v in b.selector.items())]
         for pool, model in sorted({(w.pool, w.model) for w in mine}):
-            expected = sum(w.replicas for w in mine if (w.pool, w.model) == (pool, model))
+            of = [w for w in mine if (w.pool, w.model) == (pool, model)]
+            expected = sum(w.replicas for w in of)
+            per_pod = sum(w.replicas * devices(w) for w in of) // max(1, expected)
             floors = out.setdefault(pool, {})
-            floors[model] = floors.get(model, 0) + max(0, expected - b.max_unavailable)
+            floors[model] = floors.get(model, 0) + max(0, expected - b.max_unavailable) * per_pod
     return out

@@ -116,7 +116,8 @@ class Result:
     # "immutable", "" (another)
     stuck_family: str = ""
     # node pool -> model -> the fewest ready pods its PodDisruptionBudgets declare there (disruption.
-    # declared_floor), the lesser of the two revisions', for a model on the pool in both
+    # declared_floor), the lesser of the two revisions' in devices, as the base's pods; for a model on
+    # the pool in both
     floors: dict = field(default_factory=dict)
 
 
@@ -816,11 +817,18 @@ class Simulation:
                       self._family(stuck_on) if stuck else "", self._floors())
 
     def _floors(self) -> dict:
-        """The floor each model's budgets declare on each pool, in both revisions (a scale-down's is
-        the new one's, a scale-up's the base's: the lesser)."""
+        """The floor each model's budgets declare on each pool, in both revisions, the lesser (a
+        scale-down's is the new one's, a scale-up's the base's), counted in the base's pods: the
+        revisions compare in devices (a change of pod shape, tp 4 -> 8, halves the pods, not the floor)."""
         was, now = (disruption.declared_floor(list(r.workloads.values()), r.budgets) for r in (self.base, self.new))
-        return {p: {m: min(f, now[p][m]) for m, f in sorted(fs.items()) if m in now.get(p, {})}
-                for p, fs in sorted(was.items()) if p in now}
+        out = {}
+        for p, fs in sorted(was.items()):
+            for m, f in sorted(fs.items()):
+                mine = [w for w in self.base.workloads.values() if (w.pool, w.model) == (p, m)]
+                pods, devs = sum(w.replicas for w in mine), sum(w.replicas * disruption.devices(w) for w in mine)
+                if m in now.get(p, {}) and devs:
+                    out.setdefault(p, {})[m] = min(f, now[p][m]) * pods // devs
+        return out
 
     def _stuck_pool(self, key: tuple | None) -> str | None:
         """The node pool a stuck object runs in: a Deployment's, a DynamoGraphDeployment's workers' (the

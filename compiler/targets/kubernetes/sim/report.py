@@ -20,10 +20,12 @@ BELOW_FLOOR_FIX = {
                 "lower); or apply the change in a maintenance window",
     "prune": "Argo CD prunes a workload of {model} whose name the change gives away: run `kiln lock` on the base "
              "revision and commit it, then make this change on top (the names stay, K954)",
-    "reshape": "{model}'s Deployment on {pool} takes out more pods than its budget allows (a change of pod shape "
-               "frees a node batch before the new pods fit): run `kiln lock` on the base revision and commit it "
-               "first (its \"pods\" pace the roll to the pool's max_unavailable nodes), or apply the change in a "
-               "maintenance window",
+    "reshape": "{model}'s Deployment on {pool} takes out more of its pods at once than its budgets let a "
+               "disruption take (its rolling update's maxUnavailable: where the pods change shape, the old pods "
+               "of whole nodes go before a new one fits, k8s_deployment.reshape_unavailable): give the pool a free "
+               "node so that the new pods surge, or change the shape in a maintenance window; without a kiln.lock "
+               "committed on the base revision, commit one first (its \"pods\" pace the roll to the pool's "
+               "max_unavailable nodes)",
     "worker": "{model}'s workers on {pool} roll by their operator's pace (Grove: one pod at a time; Dynamo: the "
               "component's surge/unavailable), beside what else takes pods: give the pool a free node's devices "
               "so the workers surge, or apply the change in a maintenance window",
