@@ -216,7 +216,7 @@ def _kv_formats(target: str, sm: int) -> list[str]:
 def _model(c, s: Space, target: str, sm: int) -> dict:
     arch = c.pick(s.models)
     source = c.pick(["path", "hub"])
-    m: dict[str, Any] = {"source": {"path": "model"} if source == "path"
+    m: dict[str, Any] = {"source": {"path": checkpoint(arch)} if source == "path"
                          else {"huggingface": "kiln/walk", "revision": "0" * 40},
                          "architecture": arch}
     recipe = c.pick(_recipes(target, sm))
@@ -483,7 +483,7 @@ def generate(c) -> dict:
             ports = {"runtime": serving_runtime, "ports": {"http": 8100}}
         else:
             ports = {"ports": ports}
-        models["m2"] = {"source": {"path": "model"}, "architecture": s.models[0], "limits": dict(LIMITS[0]),
+        models["m2"] = {"source": {"path": checkpoint(s.models[0])}, "architecture": s.models[0], "limits": dict(LIMITS[0]),
                         "serving": ports}
         host["gpus"].append({"index": 7, "serves": "m2"})
     spec: dict[str, Any] = {"kiln": "v1", "name": "walk"}
@@ -519,6 +519,27 @@ def dump(spec: dict) -> str:
 
 # --- where the specs live ---------------------------------------------------------------------------
 
+def checkpoint(arch: str) -> str:
+    """Where the workspace keeps a local checkpoint of catalog model `arch` (its config.json only)."""
+    return f"models/{arch}"
+
+
+def hf_config(arch) -> dict[str, Any]:
+    """A Hugging Face config.json of a catalog architecture's shape (what K918 compares with the
+    catalog: layers, hidden size, heads, KV heads, vocabulary, experts); no weights."""
+    config: dict[str, Any] = {
+        "model_type": "mixtral" if arch.experts else "llama",
+        "architectures": [arch.hf_architecture or "LlamaForCausalLM"],
+        "num_hidden_layers": arch.layers, "hidden_size": arch.hidden, "num_attention_heads": arch.heads,
+        "num_key_value_heads": arch.kv_heads, "head_dim": arch.head_dim, "intermediate_size": arch.intermediate,
+        "vocab_size": arch.vocab, "max_position_embeddings": arch.max_position,
+        "tie_word_embeddings": arch.tied_embeddings, "torch_dtype": "bfloat16"}
+    if arch.experts:
+        config.update(num_local_experts=arch.experts, num_experts_per_tok=arch.experts_per_token,
+                      moe_intermediate_size=arch.moe_intermediate or arch.intermediate)
+    return config
+
+
 def workspace(root: Path) -> Path:
     """A spec directory with what generated specs name: the quickstart's model files (config and
     tokenizer: no weights, nothing reads them without a GPU), calibration and evaluation data, a git
@@ -529,6 +550,15 @@ def workspace(root: Path) -> Path:
     model.mkdir(exist_ok=True)
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(ROOT / "examples" / "quickstart" / "model" / name, model / name)
+    from compiler.catalog import load_model_catalog
+
+    catalog = load_model_catalog()
+    for name in catalog.names:  # a checkpoint of each catalog model's shape, so the spec's `architecture` is its own
+        own = root / checkpoint(name)
+        own.mkdir(parents=True, exist_ok=True)
+        (own / "config.json").write_text(json.dumps(hf_config(catalog.get(name)), indent=1), encoding="utf-8")
+        for tokenizer in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(model / tokenizer, own / tokenizer)
     shutil.copyfile(ROOT / "examples" / "quickstart" / "data" / "calib-prose.jsonl", root / "calib.jsonl")
     shutil.copyfile(ROOT / "examples" / "quickstart" / "data" / "eval-prose.jsonl", root / "eval.jsonl")
     return root

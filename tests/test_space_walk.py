@@ -130,3 +130,21 @@ def test_walk_case_builds(case: Path, spec_dir: Path) -> None:
     outcome = walk_one(case.read_text(encoding="utf-8"), spec_dir, spec_dir / ".kiln-store")
     assert outcome.status == "built", (outcome.status, outcome.codes, outcome.cause, outcome.detail)
     assert outcome.artifacts > 0
+
+
+def test_the_workspace_holds_a_checkpoint_of_each_catalog_models_shape(spec_dir: Path) -> None:
+    """A generated spec names a catalog `architecture` beside a local `source.path`: K918 refuses the
+    pair where the checkpoint's config.json is another model's (the walk once pointed every model at
+    the quickstart's 4-layer one), so the workspace keeps one per catalog model, of its shape."""
+    import json
+
+    from compiler.catalog import load_model_catalog
+    from compiler.catalog.models import arch_from_hf_config
+    from compiler.ir.resolve import SHAPE
+    from tests.spacewalk import checkpoint
+
+    catalog = load_model_catalog()
+    for name in catalog.names:
+        config = json.loads((spec_dir / checkpoint(name) / "config.json").read_text(encoding="utf-8"))
+        own, arch = arch_from_hf_config(config, name), catalog.get(name)
+        assert [f for f, _ in SHAPE if getattr(own, f) != getattr(arch, f)] == [], name
