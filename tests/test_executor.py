@@ -187,3 +187,14 @@ def test_every_registered_kind_lowers_and_runs() -> None:
     for kind in kinds:
         for hook in ("lower", "run"):
             assert getattr(type(kind), hook) is not getattr(ActionKind, hook), f"{kind.kind} does not override {hook}"
+
+
+def test_every_registered_kind_overrides_lower_and_run() -> None:
+    """ActionKind's lower and run only name the hooks (they raise NotImplementedError): a registered
+    kind that kept either would validate a spec and then fail its build."""
+    from compiler.graph.kinds import ActionKind
+    from compiler.targets.registry import REGISTRY
+
+    kinds = list(REGISTRY._kinds.values())
+    assert len(kinds) >= 20
+    assert [k.kind for k in kinds if type(k).lower is ActionKind.lower or type(k).run is ActionKind.run] == []
